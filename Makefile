@@ -1,0 +1,117 @@
+# trident: `make` builds build/trident; `make run` runs the default job; `make test`.
+# `make run` and `make test` first install missing Debian packages (scripts/install_deps.sh)
+# and then build in a sub-make, so detection below sees what was just installed.
+#
+# Overridable: CXX_BASE, CUDA_HOME, NCCL_HOME, NVCC_GENCODE, DEBUG=1, NP (ranks of `make run`).
+
+SHELL := /bin/bash
+BUILD ?= build
+CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
+NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+
+# ---- tools and libraries ----------------------------------------------------------
+# mpicxx wraps g++ with Open MPI's flags; OMPI_CXX picks the compiler underneath.
+CXX_BASE ?= g++
+CXX := $(shell command -v mpicxx 2>/dev/null || echo $(CXX_BASE))
+export OMPI_CXX := $(CXX_BASE)
+HAVE_MPI := $(if $(shell command -v mpicxx 2>/dev/null),yes,no)
+
+# -march=native where the compiler accepts it, a portable x86-64 baseline otherwise.
+ARCH_FLAGS ?= $(shell $(CXX_BASE) -march=native -x c++ -E /dev/null >/dev/null 2>&1 && echo -march=native || echo -mtune=generic)
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null)
+HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null || echo -lhdf5)
+HAVE_HDF5 := $(if $(shell pkg-config --exists hdf5 2>/dev/null && echo y),yes,no)
+HAVE_DNNL := $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),yes,no)
+HAVE_BOOST_PO := $(if $(wildcard /usr/include/boost/program_options.hpp),yes,no)
+HAVE_GTEST := $(if $(wildcard /usr/include/gtest/gtest.h),yes,no)
+NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+HAVE_NCCL := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),yes,no)
+
+ifeq ($(DEBUG),1)
+  OPT_FLAGS := -O0 -g -fsanitize=address,undefined
+  LINK_OPT := -fsanitize=address,undefined
+else
+  OPT_FLAGS := -O3 $(ARCH_FLAGS) -g1
+  LINK_OPT :=
+endif
+
+CPPFLAGS := -I. -Isrc $(HDF5_CFLAGS) -DOMPI_SKIP_MPICXX=1 -DTRIDENT_CXX='"$(CXX_BASE) $(shell $(CXX_BASE) -dumpfullversion)"'
+CXXFLAGS := -std=c++20 $(OPT_FLAGS) -fopenmp -Wall -Wextra -Wno-unknown-pragmas -MMD -MP
+LDLIBS := -ldnnl $(HDF5_LIBS) -lboost_program_options -fopenmp $(LINK_OPT)
+
+# ---- CUDA (kernels/cuda/*.cu), compiled whenever nvcc is found ------------------------
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRCS),)
+  CPPFLAGS += -DTRIDENT_CUDA
+  CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
+  ifeq ($(HAVE_NCCL),yes)
+    CPPFLAGS += -DTRIDENT_NCCL -I$(NCCL_HOME)/include
+    LDLIBS += -L$(NCCL_HOME)/lib64 -lnccl
+  endif
+endif
+endif
+
+# ---- sources -----------------------------------------------------------------------
+LIB_SRCS := $(wildcard kernels/cpu/*.cpp) $(filter-out src/cli/main.cpp,$(wildcard src/*/*.cpp))
+LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CUDA_OBJS)
+TEST_SRCS := $(wildcard tests/unit/*.cpp)
+TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/%.o)
+BENCH_SRCS := $(wildcard benchmarks/*.cpp)
+BENCH_BINS := $(BENCH_SRCS:benchmarks/%.cpp=$(BUILD)/bench/%)
+
+.PHONY: all deps run test bench clean check-deps summary
+all: summary $(BUILD)/trident $(BUILD)/tests/unit_tests $(BENCH_BINS)
+
+summary:
+	@echo "trident build: compiler $(CXX) ($(CXX_BASE)), flags $(OPT_FLAGS)"
+	@echo "  MPI (mpicxx): $(HAVE_MPI)  HDF5: $(HAVE_HDF5)  oneDNN: $(HAVE_DNNL)  Boost.PO: $(HAVE_BOOST_PO)  GoogleTest: $(HAVE_GTEST)"
+	@echo "  nvcc: $(if $(NVCC),$(NVCC),no)  NCCL: $(HAVE_NCCL)  CUDA sources: $(words $(CUDA_SRCS))"
+
+deps:
+	@bash scripts/install_deps.sh
+
+$(BUILD)/trident: $(BUILD)/src/cli/main.o $(BUILD)/libtrident.a
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libtrident.a: $(LIB_OBJS)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/tests/unit_tests: $(TEST_OBJS) $(BUILD)/libtrident.a
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lgtest_main -lpthread $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/benchmarks/%.o $(BUILD)/libtrident.a
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) -std=c++20 -O3 $(NVCC_GENCODE) -I. -Isrc -Xcompiler -fopenmp -c $< -o $@
+
+# ---- the two commands --------------------------------------------------------------
+NP ?= 1
+RUN_CONFIG ?= configs/tiny.ini
+run: deps
+	@$(MAKE) --no-print-directory all
+	$(BUILD)/trident train --config $(RUN_CONFIG)
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/run_tests.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bash benchmarks/run_benchmarks.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,59 @@
+// CPU kernels as templates over the element type: float for training, double for
+// the finite-difference tests. Semantics of each function: kernels/kernels.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace trident::kernels::cpu {
+
+// Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C. float goes to oneDNN's
+// sgemm (AVX-512 JIT kernels, OpenMP threads; run single-threaded when called from
+// inside a parallel region); double to a plain loop for tests.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+          int ldb, T beta, T* C, int ldc);
+
+template <typename T>
+void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
+template <typename T>
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
+
+template <typename T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N,
+                       int C, T eps);
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C);
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC);
+
+template <typename T>
+void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
+                        int NH);
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, size_t n);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+
+template <typename T>
+void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int N, int V, int Vp);
+template <typename T>
+void cross_entropy_backward(T* losses, T* logits_to_dlogits, const int32_t* targets, int N, int V,
+                            int Vp, T dloss);
+
+template <typename T>
+void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps,
+                  T weight_decay, int t, T grad_scale);
+
+template <typename T>
+double sum_squares(const T* x, size_t n);
+
+}  // namespace trident::kernels::cpu

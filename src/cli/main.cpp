@@ -1,0 +1,136 @@
+// trident <command> [--config FILE.ini] [--section.key=value ...]
+// Every rank runs this. Bad input: one message (from rank 0), exit code 2 on every rank.
+#include <hdf5.h>
+#include <mpi.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <boost/version.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "dist/mpi_world.h"
+#include "kernels/kernels.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "train/trainer.h"
+#include "train/verify.h"
+
+namespace trident {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: trident <command> [--config FILE.ini] [--section.key=value ...]\n"
+    "\n"
+    "commands:\n"
+    "  train     train under the config (configs/tiny.ini, configs/gpt2-124m.ini, ...)\n"
+    "  verify    --reference F.h5: run a reference's steps, compare loss, gradients, parameters\n"
+    "\n"
+    "  trident <command> --help   options of a command\n"
+    "  trident --version          what this build was made with\n";
+
+void print_version(const MpiWorld& world) {
+  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+  const dnnl_version_t* dnnl = dnnl_version();
+  std::printf("trident 0.1\n");
+  std::printf("  compiler: %s, C++%ld\n", TRIDENT_CXX, __cplusplus / 100 % 100);
+  std::printf("  MPI: %s\n", world.library_version().c_str());
+  std::printf("  HDF5: %u.%u.%u\n", h5_major, h5_minor, h5_release);
+  std::printf("  BLAS: oneDNN %d.%d.%d sgemm (%s), %d threads\n", dnnl->major, dnnl->minor,
+              dnnl->patch, dnnl->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP runtime" : "other threading runtime",
+              omp_get_max_threads());
+  std::printf("  Boost: %d.%d\n", BOOST_VERSION / 100000, BOOST_VERSION / 100 % 1000);
+#ifdef TRIDENT_CUDA
+  std::printf("  CUDA: compiled in\n");
+#else
+  std::printf("  CUDA: not compiled in\n");
+#endif
+#ifdef TRIDENT_NCCL
+  std::printf("  NCCL: compiled in\n");
+#else
+  std::printf("  NCCL: not compiled in\n");
+#endif
+}
+
+int run_verify(const CommandLine& cl, const MpiWorld& world) {
+  const Reference ref = load_reference(cl.reference);
+  Config config = cl.config;
+  config.model = ref.model;  // the reference fixes the model and the batch
+  config.train.global_batch = ref.batch;
+  config.resolve_layout(world.size());
+  require(world.size() == 1, "this build verifies on one rank (launched with " + std::to_string(world.size()) + ")");
+  std::unique_ptr<kernels::Kernels> k = kernels::make_cpu_kernels();
+  const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k);
+  if (!world.is_root()) return r.passed() ? 0 : 1;
+
+  std::printf("verify %s: gpt2 L%d H%d d%d T%d V%d, batch %d (micro-batch %d), %d AdamW steps, %d rank(s)\n",
+              ref.path.c_str(), ref.model.n_layer, ref.model.n_head, ref.model.d_model, ref.model.seq_len,
+              ref.model.vocab_size, ref.batch, config.train.micro_batch, ref.steps, world.size());
+  std::printf("%-28s %14s %14s\n", "tensor", "grad rel err", "final rel err");
+  for (const TensorError& e : r.tensors)
+    std::printf("%-28s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);
+  const auto line = [](const char* what, double value, double tolerance) {
+    std::printf("%-34s %10.3e  (tolerance %.0e) %s\n", what, value, tolerance,
+                value <= tolerance ? "ok" : "FAIL");
+  };
+  std::printf("step-0 loss %.10f, reference %.10f\n", r.loss, r.loss_reference);
+  line("loss, step 0", r.loss_error, VerifyReport::kLossTolerance);
+  line("loss, every step (max)", r.max_step_loss_error, VerifyReport::kLossTolerance);
+  line("grad norm, every step (max)", r.max_grad_norm_error, VerifyReport::kGradientTolerance);
+  line("gradients, per tensor (max)", r.max_gradient_error(), VerifyReport::kGradientTolerance);
+  line("final parameters, per tensor (max)", r.max_final_param_error(), VerifyReport::kParamTolerance);
+  std::printf("%s\n", r.passed() ? "PASS" : "FAIL");
+  return r.passed() ? 0 : 1;
+}
+
+int run_command(const std::string& command, const std::vector<std::string>& args, const MpiWorld& world) {
+  const CommandLine cl = parse_command_line(command, args);
+  if (cl.help) {
+    if (world.is_root()) std::printf("%s", cl.help_text.c_str());
+    return 0;
+  }
+  if (command == "verify") return run_verify(cl, world);
+  Config config = cl.config;
+  config.resolve_layout(world.size());
+  if (world.is_root()) std::printf("trident train, resolved config:\n%s\n", config.to_ini().c_str());
+  train(config, world);
+  return 0;
+}
+
+}  // namespace
+}  // namespace trident
+
+int main(int argc, char** argv) {
+  using namespace trident;
+  keep_freed_memory();
+  MpiWorld world(&argc, &argv);
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const std::string command = args.empty() ? "" : args[0];
+  try {
+    if (command == "--version") {
+      if (world.is_root()) print_version(world);
+      return 0;
+    }
+    if (command == "--help" || command == "-h" || command == "help") {
+      if (world.is_root()) std::printf("%s", kUsage);
+      return 0;
+    }
+    require(command == "train" || command == "verify",
+            command.empty() ? std::string("no command given") : "unknown command '" + command + "'");
+    return run_command(command, {args.begin() + 1, args.end()}, world);
+  } catch (const UsageError& e) {
+    // Every rank parses the same input and reaches the same verdict: all exit 2.
+    if (world.is_root()) {
+      std::fprintf(stderr, "trident: error: %s\n", e.what());
+      if (command != "train" && command != "verify") std::fprintf(stderr, "\n%s", kUsage);
+    }
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trident: rank %d: internal error: %s\n", world.rank(), e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

@@ -1,0 +1,200 @@
+#include "config/config.h"
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace po = boost::program_options;
+
+namespace trident {
+
+int64_t ModelConfig::non_embedding_positional_params() const {
+  const int64_t d = d_model;
+  const int64_t per_layer = 12 * d * d + 13 * d;  // qkv 3d^2+3d, proj d^2+d, fc 4d^2+4d, fc proj 4d^2+d, 2 LN 4d
+  return static_cast<int64_t>(vocab_size) * d + n_layer * per_layer + 2 * d;
+}
+
+double ModelConfig::flops_per_token() const {
+  return 6.0 * static_cast<double>(non_embedding_positional_params()) +
+         12.0 * n_layer * static_cast<double>(seq_len) * d_model;
+}
+
+namespace {
+
+// Every config key, bound to its field. One table for the INI file, the flags and
+// the printed config, so they cannot drift apart.
+po::options_description config_options(Config& c) {
+  po::options_description o("Configuration (INI [section] key = value, or --section.key=value)");
+  auto& m = c.model;
+  auto& p = c.parallel;
+  auto& t = c.train;
+  auto& d = c.data;
+  auto& l = c.log;
+  o.add_options()
+      ("model.family", po::value(&m.family)->default_value(m.family), "model family (gpt2)")
+      ("model.n_layer", po::value(&m.n_layer)->default_value(m.n_layer), "transformer blocks")
+      ("model.n_head", po::value(&m.n_head)->default_value(m.n_head), "attention heads")
+      ("model.d_model", po::value(&m.d_model)->default_value(m.d_model), "model width")
+      ("model.seq_len", po::value(&m.seq_len)->default_value(m.seq_len), "context length")
+      ("model.vocab_size", po::value(&m.vocab_size)->default_value(m.vocab_size), "vocabulary size")
+      ("model.layernorm_eps", po::value(&m.layernorm_eps)->default_value(m.layernorm_eps), "LayerNorm epsilon")
+      ("parallel.dp", po::value(&p.dp)->default_value(p.dp), "data-parallel size (0: world / (tp*pp))")
+      ("parallel.tp", po::value(&p.tp)->default_value(p.tp), "tensor-parallel size")
+      ("parallel.pp", po::value(&p.pp)->default_value(p.pp), "pipeline-parallel stages")
+      ("parallel.timeout_s", po::value(&p.timeout_s)->default_value(p.timeout_s), "bound on every blocking wait (s)")
+      ("train.steps", po::value(&t.steps)->default_value(t.steps), "optimizer steps")
+      ("train.global_batch", po::value(&t.global_batch)->default_value(t.global_batch), "sequences per step, all ranks")
+      ("train.micro_batch", po::value(&t.micro_batch)->default_value(t.micro_batch), "sequences per micro-batch (0: global_batch/dp)")
+      ("train.lr", po::value(&t.lr)->default_value(t.lr), "peak learning rate")
+      ("train.min_lr", po::value(&t.min_lr)->default_value(t.min_lr), "final learning rate of the cosine decay")
+      ("train.warmup_steps", po::value(&t.warmup_steps)->default_value(t.warmup_steps), "linear warmup steps")
+      ("train.weight_decay", po::value(&t.weight_decay)->default_value(t.weight_decay), "AdamW decoupled weight decay")
+      ("train.grad_clip", po::value(&t.grad_clip)->default_value(t.grad_clip), "global gradient-norm clip (0: off)")
+      ("train.beta1", po::value(&t.beta1)->default_value(t.beta1), "AdamW beta1")
+      ("train.beta2", po::value(&t.beta2)->default_value(t.beta2), "AdamW beta2")
+      ("train.adam_eps", po::value(&t.adam_eps)->default_value(t.adam_eps), "AdamW epsilon")
+      ("train.seed", po::value(&t.seed)->default_value(t.seed), "seed of initialization and data order")
+      ("train.device", po::value(&t.device)->default_value(t.device), "cpu (cuda comes later)")
+      ("data.path", po::value(&d.path)->default_value(d.path), "text file or directory of text files")
+      ("data.tokenizer", po::value(&d.tokenizer)->default_value(d.tokenizer), "byte")
+      ("data.val_fraction", po::value(&d.val_fraction)->default_value(d.val_fraction), "fraction of documents held out")
+      ("log.run_dir", po::value(&l.run_dir)->default_value(l.run_dir), "directory of metrics.jsonl")
+      ("log.every_steps", po::value(&l.every_steps)->default_value(l.every_steps), "log every N steps")
+      ("log.val_every_steps", po::value(&l.val_every_steps)->default_value(l.val_every_steps), "validation every N steps (0: at the end)")
+      ("log.val_batches", po::value(&l.val_batches)->default_value(l.val_batches), "validation batches per evaluation")
+      ("log.peak_gflops", po::value(&l.peak_gflops)->default_value(l.peak_gflops), "peak GFLOP/s for MFU (0: measure)");
+  return o;
+}
+
+std::string format_value(const boost::any& v) {
+  std::ostringstream s;
+  if (auto* i = boost::any_cast<int>(&v)) s << *i;
+  else if (auto* d = boost::any_cast<double>(&v)) s << *d;
+  else if (auto* u = boost::any_cast<uint64_t>(&v)) s << *u;
+  else if (auto* str = boost::any_cast<std::string>(&v)) s << *str;
+  else s << "?";
+  return s.str();
+}
+
+}  // namespace
+
+void Config::validate() const {
+  const auto positive = [](auto value, const char* key) {
+    require(value > 0, std::string(key) + " must be positive, got " + std::to_string(value));
+  };
+  require(model.family == "gpt2", "model.family must be gpt2, got '" + model.family + "'");
+  positive(model.n_layer, "model.n_layer");
+  positive(model.n_head, "model.n_head");
+  positive(model.d_model, "model.d_model");
+  positive(model.seq_len, "model.seq_len");
+  positive(model.vocab_size, "model.vocab_size");
+  positive(model.layernorm_eps, "model.layernorm_eps");
+  require(model.d_model % model.n_head == 0,
+          "model.d_model (" + std::to_string(model.d_model) + ") must be a multiple of model.n_head (" +
+              std::to_string(model.n_head) + ")");
+  require(parallel.dp >= 0, "parallel.dp must be >= 0 (0: derived from the world size)");
+  positive(parallel.tp, "parallel.tp");
+  positive(parallel.pp, "parallel.pp");
+  positive(parallel.timeout_s, "parallel.timeout_s");
+  require(train.steps >= 0, "train.steps must be >= 0");
+  positive(train.global_batch, "train.global_batch");
+  require(train.micro_batch >= 0, "train.micro_batch must be >= 0 (0: global_batch / dp)");
+  require(train.lr >= 0, "train.lr must be >= 0, got " + std::to_string(train.lr));
+  require(train.min_lr >= 0 && train.min_lr <= train.lr,
+          "train.min_lr must lie in [0, train.lr], got " + std::to_string(train.min_lr));
+  require(train.warmup_steps >= 0, "train.warmup_steps must be >= 0");
+  require(train.weight_decay >= 0, "train.weight_decay must be >= 0");
+  require(train.grad_clip >= 0, "train.grad_clip must be >= 0 (0: no clipping)");
+  require(train.beta1 >= 0 && train.beta1 < 1, "train.beta1 must lie in [0, 1)");
+  require(train.beta2 >= 0 && train.beta2 < 1, "train.beta2 must lie in [0, 1)");
+  positive(train.adam_eps, "train.adam_eps");
+  require(train.device == "cpu",
+          "train.device must be cpu: this build has no CUDA path yet, got '" + train.device + "'");
+  require(data.tokenizer == "byte", "data.tokenizer must be byte, got '" + data.tokenizer + "'");
+  require(data.val_fraction >= 0 && data.val_fraction < 1, "data.val_fraction must lie in [0, 1)");
+  positive(log.every_steps, "log.every_steps");
+  require(log.val_every_steps >= 0, "log.val_every_steps must be >= 0");
+  require(log.val_batches >= 0, "log.val_batches must be >= 0");
+  require(log.peak_gflops >= 0, "log.peak_gflops must be >= 0");
+}
+
+void Config::resolve_layout(int world_size) {
+  const int model_parallel = parallel.tp * parallel.pp;
+  require(world_size % model_parallel == 0,
+          "world size " + std::to_string(world_size) + " is not a multiple of tp*pp = " +
+              std::to_string(model_parallel));
+  if (parallel.dp == 0) parallel.dp = world_size / model_parallel;
+  require(parallel.dp * model_parallel == world_size,
+          "dp*tp*pp = " + std::to_string(parallel.dp * model_parallel) + " but the world has " +
+              std::to_string(world_size) + " ranks");
+  require(parallel.tp == 1 && parallel.pp == 1,
+          "tensor and pipeline parallelism are not in this build yet: set parallel.tp = parallel.pp = 1");
+  require(model.n_head % parallel.tp == 0, "parallel.tp must divide model.n_head");
+  require(train.global_batch % parallel.dp == 0,
+          "train.global_batch (" + std::to_string(train.global_batch) + ") must be a multiple of dp (" +
+              std::to_string(parallel.dp) + ")");
+  const int per_rank = train.global_batch / parallel.dp;
+  if (train.micro_batch == 0) train.micro_batch = per_rank;
+  require(per_rank % train.micro_batch == 0,
+          "train.micro_batch (" + std::to_string(train.micro_batch) + ") must divide the per-rank batch " +
+              std::to_string(per_rank) + " (global_batch / dp)");
+}
+
+std::string Config::to_ini() const {
+  Config copy = *this;
+  po::options_description options = config_options(copy);
+  std::ostringstream out;
+  std::string section;
+  for (const auto& option : options.options()) {
+    const std::string& key = option->long_name();
+    const std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) out << (section.empty() ? "" : "\n") << "[" << (section = sec) << "]\n";
+    boost::any value;
+    option->semantic()->apply_default(value);
+    out << key.substr(key.find('.') + 1) << " = " << format_value(value) << "\n";
+  }
+  return out.str();
+}
+
+CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args) {
+  CommandLine cl;
+  cl.command = command;
+  std::string config_file;
+  po::options_description general("Options of 'trident " + command + "'");
+  general.add_options()("help,h", "show this help")(
+      "config", po::value(&config_file), "INI file of settings (flags given too win)");
+  if (command == "verify")
+    general.add_options()("reference", po::value(&cl.reference)->required(),
+                          "reference HDF5 file (shared/reference/FORMAT.md)");
+  po::options_description all;
+  all.add(general).add(config_options(cl.config));
+  std::ostringstream help;
+  help << "usage: trident " << command << " [--config FILE.ini] [--section.key=value ...]\n\n" << all;
+  cl.help_text = help.str();
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).run(), vm);
+    if (vm.count("help")) {
+      cl.help = true;
+      return cl;
+    }
+    if (vm.count("config")) {
+      const std::string file = vm["config"].as<std::string>();
+      std::ifstream in(file);
+      require(in.good(), "cannot read config file '" + file + "'");
+      // Stored after the flags: po::store keeps the first value, so flags win.
+      po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + " (see 'trident " + command + " --help')");
+  }
+  cl.config.validate();
+  return cl;
+}
+
+}  // namespace trident

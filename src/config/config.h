@@ -1,0 +1,98 @@
+// The resolved configuration of a run: INI file sections [model] [parallel] [train]
+// [data] [log], every key also a flag `--section.key=value` (flags win). Parsing and
+// validation live in config.cpp; a bad value is a UsageError (exit code 2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct ModelConfig {
+  std::string family = "gpt2";  // only gpt2 for now
+  int n_layer = 4;               // transformer blocks
+  int n_head = 4;                // attention heads; d_model % n_head == 0
+  int d_model = 128;             // width of the residual stream
+  int seq_len = 128;             // context length T
+  int vocab_size = 256;          // real vocabulary V (256 = byte-level tokens)
+  double layernorm_eps = 1e-5;
+
+  int head_dim() const { return d_model / n_head; }
+  // Rows of wte and columns of the logits: V rounded up to a multiple of 64 so that
+  // the output GEMM runs on whole vector tiles; padded logits are masked out.
+  int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
+  // Parameters without wpe, as the MFU formula 6N + 12 L T d counts them.
+  int64_t non_embedding_positional_params() const;
+  // Model FLOPs per trained token: 6N + 12 L T d.
+  double flops_per_token() const;
+};
+
+struct ParallelConfig {
+  int dp = 0;             // data-parallel size; 0: world / (tp * pp)
+  int tp = 1;             // tensor-parallel size
+  int pp = 1;             // pipeline stages
+  double timeout_s = 600;  // bound on every blocking wait
+};
+
+struct TrainConfig {
+  int steps = 500;          // optimizer steps
+  int global_batch = 16;    // sequences per optimizer step over all dp ranks
+  int micro_batch = 0;      // sequences per forward/backward on one rank; 0: global_batch / dp
+  double lr = 1e-3;         // peak learning rate
+  double min_lr = 1e-4;     // end of the cosine decay
+  int warmup_steps = 50;    // linear warmup from 0
+  double weight_decay = 0.1;  // decoupled, matrices and embeddings only
+  double grad_clip = 1.0;   // global-norm clipping; 0 disables
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_eps = 1e-8;
+  uint64_t seed = 1234;     // initialization and data order
+  std::string device = "cpu";
+
+  int accumulation_steps(int dp) const { return global_batch / dp / micro_batch; }
+};
+
+struct DataConfig {
+  std::string path = "/usr/share/games/fortunes";  // text file or directory
+  std::string tokenizer = "byte";                   // byte-level until BPE lands
+  double val_fraction = 0.05;                       // held-out tail of the documents
+};
+
+struct LogConfig {
+  std::string run_dir = "runs/default";  // metrics.jsonl goes here
+  int every_steps = 10;                  // print/log every N steps (and the last)
+  int val_every_steps = 0;               // validation loss every N steps; 0: at the end only
+  int val_batches = 4;                   // batches of the validation split per evaluation
+  double peak_gflops = 0;                // for MFU; 0: measure sgemm at start
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  LogConfig log;
+
+  // Checks values that cannot work; throws UsageError naming the key.
+  void validate() const;
+  // Fills in what depends on the world size (dp, micro_batch) and checks the layout.
+  void resolve_layout(int world_size);
+  // INI text of every key, as printed at start.
+  std::string to_ini() const;
+};
+
+// The command line of one subcommand: `trident <command> [--config F] [--section.key=v]
+// ...` plus that command's own options. Throws UsageError on unknown keys, bad values,
+// missing files. `help` is set (and nothing else parsed) when --help was given.
+struct CommandLine {
+  std::string command;
+  Config config;
+  bool help = false;
+  std::string help_text;
+  std::string reference;  // verify: --reference FILE.h5
+};
+
+CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args);
+
+}  // namespace trident

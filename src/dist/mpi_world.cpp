@@ -1,0 +1,24 @@
+#include "dist/mpi_world.h"
+
+#include <mpi.h>
+
+namespace trident {
+
+MpiWorld::MpiWorld(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiWorld::~MpiWorld() { MPI_Finalize(); }
+
+std::string MpiWorld::library_version() const {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int length = 0;
+  MPI_Get_library_version(version, &length);
+  std::string v(version, length);
+  return v.substr(0, v.find_first_of(",\n"));
+}
+
+}  // namespace trident

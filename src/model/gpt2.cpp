@@ -1,0 +1,214 @@
+#include "model/gpt2.h"
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "runtime/error.h"
+#include "runtime/random.h"
+
+namespace trident {
+
+DeviceBuffer::DeviceBuffer(kernels::Kernels& k, size_t floats)
+    : k_(&k), data_(static_cast<float*>(k.alloc(floats * sizeof(float)))), size_(floats) {}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : k_(other.k_), data_(other.data_), size_(other.size_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  std::swap(k_, other.k_);
+  std::swap(data_, other.data_);
+  std::swap(size_, other.size_);
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) k_->free(data_);
+}
+
+GPT2::GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k)
+    : config_(config), layout_(config), B_(micro_batch), k_(k),
+      params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()) {
+  check(micro_batch > 0, "micro_batch must be positive");
+  allocate_activations();
+}
+
+void GPT2::allocate_activations() {
+  const size_t B = B_, T = config_.seq_len, C = config_.d_model, NH = config_.n_head;
+  const size_t BT = B * T, Vp = config_.padded_vocab();
+  // First pass counts, second pass hands out pointers: one allocation, so every page
+  // is touched once at start.
+  std::vector<std::pair<float**, size_t>> plan;
+  auto want = [&plan](float*& p, size_t n) { plan.emplace_back(&p, (n + 15) / 16 * 16); };
+  float *tokens = nullptr, *targets = nullptr;
+  want(tokens, BT);
+  want(targets, BT);
+  want(encoded_, BT * C);
+  layers_.resize(config_.n_layer);
+  for (auto& a : layers_) {
+    want(a.ln_1, BT * C);
+    want(a.ln_1_mean, BT);
+    want(a.ln_1_rstd, BT);
+    want(a.qkv, BT * 3 * C);
+    want(a.atty, BT * C);
+    want(a.probs, B * NH * T * T);
+    want(a.residual_2, BT * C);
+    want(a.ln_2, BT * C);
+    want(a.ln_2_mean, BT);
+    want(a.ln_2_rstd, BT);
+    want(a.fc, BT * 4 * C);
+    want(a.fc_gelu, BT * 4 * C);
+    want(a.residual_3, BT * C);
+  }
+  want(ln_f_, BT * C);
+  want(ln_f_mean_, BT);
+  want(ln_f_rstd_, BT);
+  want(logits_, BT * Vp);
+  want(losses_, BT);
+  want(dresidual_, BT * C);
+  want(dln_, BT * C);
+  want(datty_, BT * C);
+  want(dqkv_, BT * 3 * C);
+  want(dfc_, BT * 4 * C);
+  activation_floats_ = 0;
+  for (auto& [ptr, n] : plan) activation_floats_ += n;
+  activations_ = DeviceBuffer(k_, activation_floats_);
+  float* next = activations_.data();
+  for (auto& [ptr, n] : plan) {
+    *ptr = next;
+    next += n;
+  }
+  tokens_ = reinterpret_cast<int32_t*>(tokens);
+  targets_ = reinterpret_cast<int32_t*>(targets);
+  host_losses_.resize(BT);
+}
+
+void GPT2::init_parameters(uint64_t seed) {
+  const double residual_scale = 1.0 / std::sqrt(2.0 * config_.n_layer);
+  std::vector<float> host;
+  for (const auto& t : layout_.tensors()) {
+    host.assign(t.stored, 0.0f);
+    const bool is_layernorm = t.name.find("ln_") != std::string::npos;
+    const bool is_bias = t.name.ends_with(".bias");
+    if (is_layernorm && !is_bias) {
+      std::fill(host.begin(), host.begin() + t.numel(), 1.0f);
+    } else if (!is_bias) {
+      const bool residual_projection = t.name.ends_with("c_proj.weight");
+      const double std = 0.02 * (residual_projection ? residual_scale : 1.0);
+      const uint64_t stream = hash_name(t.name);
+      for (size_t i = 0; i < t.numel(); i++) host[i] = static_cast<float>(std * normal_at(seed, stream, i));
+    }
+    k_.copy_to_device(params_.data() + t.offset, host.data(), t.stored * sizeof(float));
+  }
+}
+
+void GPT2::set_parameter(const std::string& name, const float* host, size_t count) {
+  const ParameterTensor& t = layout_.tensor(name);
+  require(count == t.numel(), "parameter " + name + " has " + std::to_string(t.numel()) +
+                                  " elements, got " + std::to_string(count));
+  k_.copy_to_device(params_.data() + t.offset, host, count * sizeof(float));
+  if (t.stored > count) k_.fill_zero(params_.data() + t.offset + count, t.stored - count);
+}
+
+std::vector<float> GPT2::get_parameter(const std::string& name, bool gradient) const {
+  const ParameterTensor& t = layout_.tensor(name);
+  std::vector<float> host(t.numel());
+  const float* base = gradient ? grads_.data() : params_.data();
+  k_.copy_to_host(host.data(), base + t.offset, host.size() * sizeof(float));
+  return host;
+}
+
+void GPT2::zero_grad() { k_.fill_zero(grads_.data(), grads_.size()); }
+
+float* GPT2::layer_input(int l) const { return l == 0 ? encoded_ : layers_[l - 1].residual_3; }
+
+float GPT2::forward(const int32_t* tokens, const int32_t* targets, int B) {
+  check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
+                              std::to_string(B_));
+  const int T = config_.seq_len, C = config_.d_model, V = config_.vocab_size;
+  const int Vp = config_.padded_vocab(), BT = B * T;
+  for (int i = 0; i < BT; i++)
+    require(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
+            "token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
+  k_.copy_to_device(tokens_, tokens, BT * sizeof(int32_t));
+  k_.copy_to_device(targets_, targets, BT * sizeof(int32_t));
+  last_B_ = B;
+
+  k_.encoder_forward(encoded_, tokens_, param(layout_.wte()), param(layout_.wpe()), B, T, C);
+  for (int l = 0; l < config_.n_layer; l++) block_forward(l, B);
+  k_.layernorm_forward(ln_f_, ln_f_mean_, ln_f_rstd_, layer_input(config_.n_layer),
+                       param(layout_.ln_f_weight()), param(layout_.ln_f_bias()), BT, C,
+                       static_cast<float>(config_.layernorm_eps));
+  // Tied head: logits = ln_f(x) @ wte^T over the padded vocabulary.
+  k_.matmul_forward(logits_, ln_f_, param(layout_.wte()), nullptr, BT, C, Vp);
+  k_.cross_entropy_forward(losses_, logits_, targets_, BT, V, Vp);
+  k_.copy_to_host(host_losses_.data(), losses_, BT * sizeof(float));
+  double sum = 0.0;
+  for (int i = 0; i < BT; i++) sum += host_losses_[i];
+  return static_cast<float>(sum / BT);
+}
+
+void GPT2::block_forward(int l, int B) {
+  const int T = config_.seq_len, C = config_.d_model, NH = config_.n_head, BT = B * T;
+  const float eps = static_cast<float>(config_.layernorm_eps);
+  const BlockParameterIndex& p = layout_.block(l);
+  const LayerActivations& a = layers_[l];
+  const float* residual = layer_input(l);
+  // Attention: residual_2 = residual + c_proj(attention(c_attn(ln_1(residual))))
+  k_.layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, residual, param(p.ln_1_weight),
+                       param(p.ln_1_bias), BT, C, eps);
+  k_.matmul_forward(a.qkv, a.ln_1, param(p.c_attn_weight), param(p.c_attn_bias), BT, C, 3 * C);
+  k_.attention_forward(a.atty, a.probs, a.qkv, B, T, C, NH);
+  k_.matmul_forward(a.residual_2, a.atty, param(p.attn_c_proj_weight), param(p.attn_c_proj_bias), BT, C, C);
+  k_.add(a.residual_2, a.residual_2, residual, static_cast<size_t>(BT) * C);
+  // MLP: residual_3 = residual_2 + c_proj(gelu(c_fc(ln_2(residual_2))))
+  k_.layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual_2, param(p.ln_2_weight),
+                       param(p.ln_2_bias), BT, C, eps);
+  k_.matmul_forward(a.fc, a.ln_2, param(p.c_fc_weight), param(p.c_fc_bias), BT, C, 4 * C);
+  k_.gelu_forward(a.fc_gelu, a.fc, static_cast<size_t>(BT) * 4 * C);
+  k_.matmul_forward(a.residual_3, a.fc_gelu, param(p.mlp_c_proj_weight), param(p.mlp_c_proj_bias), BT, 4 * C, C);
+  k_.add(a.residual_3, a.residual_3, a.residual_2, static_cast<size_t>(BT) * C);
+}
+
+void GPT2::backward(float loss_scale) {
+  check(last_B_ > 0, "backward() without forward()");
+  const int B = last_B_, T = config_.seq_len, C = config_.d_model, V = config_.vocab_size;
+  const int Vp = config_.padded_vocab(), BT = B * T;
+  // Head: logits become dlogits in place, then through the tied wte and ln_f.
+  k_.cross_entropy_backward(losses_, logits_, targets_, BT, V, Vp, loss_scale);
+  k_.matmul_backward(dln_, grad(layout_.wte()), nullptr, logits_, ln_f_, param(layout_.wte()), BT, C, Vp);
+  k_.fill_zero(dresidual_, static_cast<size_t>(BT) * C);
+  k_.layernorm_backward(dresidual_, grad(layout_.ln_f_weight()), grad(layout_.ln_f_bias()), dln_,
+                        layer_input(config_.n_layer), param(layout_.ln_f_weight()), ln_f_mean_,
+                        ln_f_rstd_, BT, C);
+  for (int l = config_.n_layer - 1; l >= 0; l--) block_backward(l, B, dresidual_);
+  k_.encoder_backward(grad(layout_.wte()), grad(layout_.wpe()), dresidual_, tokens_, B, T, C);
+}
+
+// dresidual holds d loss / d residual_3 of layer l on entry, and d loss / d (input of
+// layer l) on return: the skip connections pass it through, the branches add to it.
+void GPT2::block_backward(int l, int B, float* dresidual) {
+  const int T = config_.seq_len, C = config_.d_model, NH = config_.n_head, BT = B * T;
+  const BlockParameterIndex& p = layout_.block(l);
+  const LayerActivations& a = layers_[l];
+  float* dfc = dfc_;
+  // MLP branch.
+  k_.matmul_backward(dfc, grad(p.mlp_c_proj_weight), grad(p.mlp_c_proj_bias), dresidual, a.fc_gelu,
+                     param(p.mlp_c_proj_weight), BT, 4 * C, C);
+  k_.gelu_backward(dfc, a.fc, dfc, static_cast<size_t>(BT) * 4 * C);
+  k_.matmul_backward(dln_, grad(p.c_fc_weight), grad(p.c_fc_bias), dfc, a.ln_2, param(p.c_fc_weight), BT, C, 4 * C);
+  k_.layernorm_backward(dresidual, grad(p.ln_2_weight), grad(p.ln_2_bias), dln_, a.residual_2,
+                        param(p.ln_2_weight), a.ln_2_mean, a.ln_2_rstd, BT, C);
+  // Attention branch.
+  k_.matmul_backward(datty_, grad(p.attn_c_proj_weight), grad(p.attn_c_proj_bias), dresidual, a.atty,
+                     param(p.attn_c_proj_weight), BT, C, C);
+  k_.attention_backward(dqkv_, datty_, a.qkv, a.probs, B, T, C, NH);
+  k_.matmul_backward(dln_, grad(p.c_attn_weight), grad(p.c_attn_bias), dqkv_, a.ln_1, param(p.c_attn_weight), BT, C, 3 * C);
+  k_.layernorm_backward(dresidual, grad(p.ln_1_weight), grad(p.ln_1_bias), dln_, layer_input(l),
+                        param(p.ln_1_weight), a.ln_1_mean, a.ln_1_rstd, BT, C);
+}
+
+}  // namespace trident

@@ -1,0 +1,54 @@
+#include "train/metrics_log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "runtime/error.h"
+
+namespace trident {
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  char out[32];
+  if (s >= 3600) std::snprintf(out, sizeof out, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+  else if (s >= 60) std::snprintf(out, sizeof out, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(out, sizeof out, "%lds", s);
+  return out;
+}
+
+MetricsLog::MetricsLog(const std::string& run_dir) {
+  if (run_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
+  jsonl_.open(path_, std::ios::trunc);
+  require(jsonl_.good(), "cannot write '" + path_ + "' (log.run_dir)");
+}
+
+void MetricsLog::log_step(const StepMetrics& m) {
+  std::printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.1f ms | mem %.2f GiB | ETA %s\n",
+              static_cast<int>(std::to_string(m.total_steps).size()), m.step, m.total_steps, m.loss,
+              m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, 1000.0 * m.step_time_s, m.memory_gib,
+              format_duration(m.eta_s).c_str());
+  std::fflush(stdout);
+  if (!jsonl_.is_open()) return;
+  nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
+                      {"lr", m.lr},              {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
+                      {"step_time_s", m.step_time_s},   {"memory_gib", m.memory_gib}};
+  jsonl_ << j.dump() << "\n";
+  jsonl_.flush();
+}
+
+void MetricsLog::log_validation(int step, double val_loss) {
+  std::printf("step %d | val loss %.4f\n", step, val_loss);
+  std::fflush(stdout);
+  if (!jsonl_.is_open()) return;
+  jsonl_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << "\n";
+  jsonl_.flush();
+}
+
+}  // namespace trident

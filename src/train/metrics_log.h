@@ -1,0 +1,33 @@
+// What rank 0 shows while training: one line per logged step on stdout, and the same
+// fields as one JSON object per line in <run_dir>/metrics.jsonl.
+#pragma once
+
+#include <fstream>
+#include <string>
+
+namespace trident {
+
+struct StepMetrics {
+  int step = 0, total_steps = 0;  // step counts from 1 in what is shown
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
+  double memory_gib = 0, eta_s = 0;
+};
+
+class MetricsLog {
+ public:
+  // Opens <run_dir>/metrics.jsonl for writing (truncating it); no file when run_dir is empty.
+  explicit MetricsLog(const std::string& run_dir);
+
+  void log_step(const StepMetrics& m);
+  void log_validation(int step, double val_loss);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream jsonl_;
+};
+
+// "1h02m", "3m07s", "12s"
+std::string format_duration(double seconds);
+
+}  // namespace trident

@@ -1,0 +1,131 @@
+#include "train/verify.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ckpt/hdf5_file.h"
+#include "model/gpt2.h"
+#include "optim/adamw.h"
+#include "runtime/error.h"
+
+namespace trident {
+
+namespace {
+
+template <typename A, typename B>
+double relative_error(const A& ours, const B& reference) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ours.size(); i++) {
+    const double d = static_cast<double>(ours[i]) - static_cast<double>(reference[i]);
+    diff += d * d;
+    norm += static_cast<double>(reference[i]) * reference[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// max that keeps a NaN from either side, so a NaN anywhere fails the check.
+double nan_max(double a, double b) { return std::isnan(b) || b > a ? b : a; }
+
+}  // namespace
+
+Reference load_reference(const std::string& path) {
+  Hdf5Reader file(path);
+  const std::string format = file.has("/") ? file.attr_string("format") : "";
+  require(format == "trident-reference-v1",
+          path + ": format is '" + format + "', expected 'trident-reference-v1'");
+  require(file.attr_string("model") == "gpt2", path + ": only gpt2 references are supported");
+  Reference ref;
+  ref.path = path;
+  ref.model.n_layer = static_cast<int>(file.attr_int("n_layer"));
+  ref.model.n_head = static_cast<int>(file.attr_int("n_head"));
+  ref.model.d_model = static_cast<int>(file.attr_int("d_model"));
+  ref.model.seq_len = static_cast<int>(file.attr_int("seq_len"));
+  ref.model.vocab_size = static_cast<int>(file.attr_int("vocab_size"));
+  ref.model.layernorm_eps = file.attr_double("layernorm_eps");
+  ref.batch = static_cast<int>(file.attr_int("batch_size"));
+  ref.steps = static_cast<int>(file.attr_int("steps"));
+  ref.lr = file.attr_double("lr");
+  ref.beta1 = file.attr_double("beta1");
+  ref.beta2 = file.attr_double("beta2");
+  ref.adam_eps = file.attr_double("adam_eps");
+  ref.weight_decay = file.attr_double("weight_decay");
+  ref.grad_clip = file.attr_double("grad_clip");
+  const auto shape = file.shape("batches/tokens");
+  const std::vector<int64_t> expected = {ref.steps, ref.batch, ref.model.seq_len + 1};
+  require(shape == expected, path + ": batches/tokens has the wrong shape");
+  ref.tokens = file.read_int32("batches/tokens");
+  return ref;
+}
+
+double VerifyReport::max_gradient_error() const {
+  double m = 0;
+  for (const auto& t : tensors) m = nan_max(m, t.gradient);
+  return m;
+}
+
+double VerifyReport::max_final_param_error() const {
+  double m = 0;
+  for (const auto& t : tensors) m = nan_max(m, t.final_param);
+  return m;
+}
+
+bool VerifyReport::passed() const {
+  // Written so that a NaN anywhere fails.
+  return loss_error <= kLossTolerance && max_step_loss_error <= kLossTolerance &&
+         max_grad_norm_error <= kGradientTolerance && max_gradient_error() <= kGradientTolerance &&
+         max_final_param_error() <= kParamTolerance && !tensors.empty();
+}
+
+VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k) {
+  if (micro_batch == 0) micro_batch = ref.batch;
+  require(ref.batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
+                                            ") must divide the reference batch " + std::to_string(ref.batch));
+  Hdf5Reader file(ref.path);
+  GPT2 model(ref.model, micro_batch, k);
+  for (const ParameterTensor& t : model.layout().tensors()) {
+    const std::string name = "params/" + t.name;
+    require(file.shape(name) == t.shape, ref.path + ": " + name + " has the wrong shape");
+    const std::vector<float> values = file.read_float(name);
+    model.set_parameter(t.name, values.data(), values.size());
+  }
+  AdamW optimizer(model.layout(), {ref.beta1, ref.beta2, ref.adam_eps, ref.weight_decay}, k);
+  const std::vector<double> step_losses = file.read_double("steps/loss");
+  const std::vector<double> grad_norms = file.read_double("steps/grad_norm");
+
+  VerifyReport report;
+  const int T = ref.model.seq_len;
+  const int micro_steps = ref.batch / micro_batch;
+  std::vector<int32_t> inputs(static_cast<size_t>(micro_batch) * T), targets(inputs.size());
+  for (int step = 0; step < ref.steps; step++) {
+    model.zero_grad();
+    double loss = 0;
+    for (int m = 0; m < micro_steps; m++) {
+      for (int b = 0; b < micro_batch; b++) {
+        const int32_t* row = ref.tokens.data() + (static_cast<size_t>(step) * ref.batch + m * micro_batch + b) * (T + 1);
+        std::copy(row, row + T, inputs.begin() + static_cast<size_t>(b) * T);
+        std::copy(row + 1, row + T + 1, targets.begin() + static_cast<size_t>(b) * T);
+      }
+      loss += model.forward(inputs.data(), targets.data(), micro_batch) / micro_steps;
+      model.backward(1.0f / (static_cast<float>(ref.batch) * T));
+    }
+    const GradientNorm norm = clip_gradients(k, model.grads(), model.layout().total_floats(), ref.grad_clip);
+    report.max_step_loss_error = nan_max(report.max_step_loss_error,
+                                         std::abs(loss - step_losses[step]) / std::abs(step_losses[step]));
+    report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
+                                         std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
+    if (step == 0) {
+      report.loss = loss;
+      report.loss_reference = file.read_double("step0/loss").at(0);
+      report.loss_error = std::abs(loss - report.loss_reference) / std::abs(report.loss_reference);
+      for (const ParameterTensor& t : model.layout().tensors())
+        report.tensors.push_back({t.name, relative_error(model.get_parameter(t.name, /*gradient=*/true),
+                                                         file.read_double("step0/grads/" + t.name)), 0.0});
+    }
+    optimizer.step(model.params(), model.grads(), ref.lr, norm.clip_coefficient);
+  }
+  for (TensorError& e : report.tensors)
+    e.final_param = relative_error(model.get_parameter(e.name), file.read_double("final/params/" + e.name));
+  return report;
+}
+
+}  // namespace trident

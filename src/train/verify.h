@@ -1,0 +1,46 @@
+// `trident verify`: run a reference file's steps (shared/reference/FORMAT.md) and
+// compare the loss, every gradient and the final parameters with its float64 values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "kernels/kernels.h"
+
+namespace trident {
+
+struct Reference {
+  std::string path;
+  ModelConfig model;
+  int batch = 0, steps = 0;
+  double lr = 0, beta1 = 0, beta2 = 0, adam_eps = 0, weight_decay = 0, grad_clip = 0;
+  std::vector<int32_t> tokens;  // [steps, batch, seq_len + 1]
+};
+
+Reference load_reference(const std::string& path);
+
+// Relative errors ||ours - reference|| / ||reference|| (absolute where the reference is 0).
+struct TensorError {
+  std::string name;
+  double gradient = 0, final_param = 0;
+};
+
+struct VerifyReport {
+  double loss = 0, loss_reference = 0, loss_error = 0;  // step 0
+  double max_step_loss_error = 0, max_grad_norm_error = 0;  // over all steps
+  std::vector<TensorError> tensors;
+  double max_gradient_error() const;
+  double max_final_param_error() const;
+
+  // Tolerances that a correct float32 implementation meets with margin (FORMAT.md).
+  static constexpr double kLossTolerance = 1e-5, kGradientTolerance = 1e-4, kParamTolerance = 1e-3;
+  bool passed() const;
+};
+
+// Runs the reference's steps with `micro_batch` sequences per forward/backward
+// (0: the whole batch at once).
+VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k);
+
+}  // namespace trident
