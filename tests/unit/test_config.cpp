@@ -1,0 +1,105 @@
+// Config parsing and validation: INI files, flags that win, and one clear UsageError
+// for every kind of bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "config/config.h"
+#include "runtime/error.h"
+
+namespace trident {
+namespace {
+
+std::string write_ini(const std::string& text) {
+  const std::string path = testing::TempDir() + "trident_test_config.ini";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The UsageError message of parsing `args`, or "" if it parsed.
+std::string error_of(const std::vector<std::string>& args, int world = 1) {
+  try {
+    CommandLine cl = parse_command_line("train", args);
+    cl.config.resolve_layout(world);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ReadsIniAndFlagsWin) {
+  const std::string ini = write_ini("[model]\nn_layer = 6\nd_model = 96\nn_head = 6\n[train]\nlr = 0.01\nsteps = 7\n");
+  const CommandLine cl = parse_command_line("train", {"--config", ini, "--train.lr=0.002", "--model.n_layer", "3"});
+  EXPECT_EQ(cl.config.model.n_layer, 3);  // flag beats the file
+  EXPECT_EQ(cl.config.model.d_model, 96);  // from the file
+  EXPECT_EQ(cl.config.model.n_head, 6);
+  EXPECT_DOUBLE_EQ(cl.config.train.lr, 0.002);
+  EXPECT_EQ(cl.config.train.steps, 7);
+  EXPECT_EQ(cl.config.train.global_batch, TrainConfig{}.global_batch);  // default kept
+}
+
+TEST(Config, ShippedConfigsParse) {
+  for (const char* file : {"configs/tiny.ini", "configs/gpt2-124m.ini"}) {
+    CommandLine cl = parse_command_line("train", {"--config", file});
+    cl.config.resolve_layout(1);
+    EXPECT_EQ(cl.config.parallel.dp, 1) << file;
+  }
+  const CommandLine gpt2 = parse_command_line("train", {"--config", "configs/gpt2-124m.ini"});
+  EXPECT_EQ(gpt2.config.model.n_layer, 12);
+  EXPECT_EQ(gpt2.config.model.n_head, 12);
+  EXPECT_EQ(gpt2.config.model.d_model, 768);
+  EXPECT_EQ(gpt2.config.model.seq_len, 1024);
+  EXPECT_EQ(gpt2.config.model.vocab_size, 50257);
+  EXPECT_EQ(gpt2.config.model.padded_vocab(), 50304);
+  // 855 MFLOP per token, as shared/MACHINE.md counts GPT-2 124M.
+  EXPECT_NEAR(gpt2.config.model.flops_per_token() / 1e6, 855.0, 1.0);
+}
+
+TEST(Config, ResolvedConfigRoundTrips) {
+  CommandLine cl = parse_command_line("train", {"--config", "configs/tiny.ini", "--train.seed=99"});
+  cl.config.resolve_layout(1);
+  const std::string printed = cl.config.to_ini();
+  EXPECT_NE(printed.find("[model]\nfamily = gpt2\nn_layer = 4\n"), std::string::npos) << printed;
+  const CommandLine again = parse_command_line("train", {"--config", write_ini(printed)});
+  EXPECT_EQ(again.config.to_ini(), printed);
+  EXPECT_EQ(again.config.train.seed, 99u);
+}
+
+TEST(Config, BadInputIsOneClearError) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--model.n_layers=3"}, "model.n_layers"},                      // unknown flag
+      {{"--config", write_ini("[model]\ndepth = 3\n")}, "model.depth"},  // unknown INI key
+      {{"--config", "/nonexistent/x.ini"}, "/nonexistent/x.ini"},      // missing file
+      {{"--train.lr=-1"}, "train.lr"},                                 // negative learning rate
+      {{"--model.d_model=100", "--model.n_head=3"}, "multiple of model.n_head"},
+      {{"--model.n_layer=abc"}, "model.n_layer"},                      // not a number
+      {{"--model.n_layer=0"}, "model.n_layer must be positive"},
+      {{"--train.beta2=1.5"}, "train.beta2"},
+      {{"--train.min_lr=1", "--train.lr=0.1"}, "train.min_lr"},
+      {{"--train.device=tpu"}, "train.device"},
+      {{"--train.global_batch=6", "--train.micro_batch=4"}, "train.micro_batch (4) must divide"},
+      {{"--parallel.tp=2"}, "tp*pp"},                                  // 1 rank, tp 2
+      {{"--data.val_fraction=1"}, "data.val_fraction"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const std::string message = error_of(args);
+    EXPECT_NE(message.find(expected), std::string::npos)
+        << "args " << args[0] << ": message '" << message << "' should mention '" << expected << "'";
+  }
+  EXPECT_EQ(error_of({"--train.lr=0.01"}), "");
+}
+
+TEST(Config, LayoutArithmetic) {
+  CommandLine cl = parse_command_line("train", {"--train.global_batch=12"});
+  Config c = cl.config;
+  c.resolve_layout(3);  // dp = 3 ranks, 4 sequences each
+  EXPECT_EQ(c.parallel.dp, 3);
+  EXPECT_EQ(c.train.micro_batch, 4);
+  EXPECT_EQ(c.train.accumulation_steps(3), 1);
+  EXPECT_NE(error_of({"--train.global_batch=12"}, 5).find("multiple of dp"), std::string::npos);
+  EXPECT_NE(error_of({"--parallel.dp=2"}, 3).find("3 ranks"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trident

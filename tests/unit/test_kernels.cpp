@@ -1,0 +1,498 @@
+// Checks of the CPU kernels (kernels/cpu/cpu_kernels.h).
+//
+// Backward kernels are checked against central finite differences in double: the
+// double instantiation uses a plain-loop GEMM and std::exp/std::tanh, so the only
+// error left is the one of the finite differences themselves. For each kernel we set
+// L = sum(out * R) with a fixed random R, so dout = R, and compare the analytic
+// gradient with (L(x + h) - L(x - h)) / 2h, h = 1e-6, per input element.
+//
+// Tolerance: ||analytic - numeric|| / ||numeric|| < 1e-6. With h = 1e-6 the truncation
+// error is ~h^2 * |L'''| ~ 1e-12; the rounding error of L is ~1e-16 * |out| per output
+// that moves (L is summed in long double, so its magnitude does not enter), divided
+// by 2h: ~1e-10. 1e-6 leaves a margin of 1e4 over the rounding error, while a wrong
+// term in a gradient gives an error of order 1.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace {
+
+using namespace trident::kernels::cpu;
+using Vec = std::vector<double>;
+
+constexpr double kH = 1e-6;
+constexpr double kFdTol = 1e-6;
+// float kernels use a vectorized exp/tanh (a few ulps) and oneDNN's sgemm; 1e-5 is
+// ~100 float ulps, far below what a wrong formula would give.
+constexpr double kFloatTol = 1e-5;
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 gen(20240607);
+  return gen;
+}
+
+Vec uniform(size_t n, double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Vec v(n);
+  for (double& x : v) x = dist(rng());
+  return v;
+}
+
+std::vector<int32_t> random_ints(size_t n, int32_t hi) {
+  std::uniform_int_distribution<int32_t> dist(0, hi - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(rng());
+  return v;
+}
+
+// sum(a * b) in long double: keeps the rounding of L below what the FD step resolves.
+long double dot(const Vec& a, const Vec& b) {
+  long double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += static_cast<long double>(a[i]) * b[i];
+  return s;
+}
+
+template <typename A, typename B>
+double rel_error(const A& got, const B& want) {
+  long double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    const long double d = static_cast<long double>(got[i]) - static_cast<long double>(want[i]);
+    diff += d * d;
+    norm += static_cast<long double>(want[i]) * want[i];
+  }
+  if (norm == 0) return std::sqrt(static_cast<double>(diff));
+  return std::sqrt(static_cast<double>(diff / norm));
+}
+
+std::vector<float> to_float(const Vec& v) { return {v.begin(), v.end()}; }
+
+// The one FD helper: compares analytic[i] with the central difference of loss() w.r.t.
+// x[i], for i in idx (every element when idx is empty). x is restored afterwards.
+void expect_grad(const std::string& what, Vec& x, const Vec& analytic,
+                 const std::function<long double()>& loss, std::vector<size_t> idx = {},
+                 double tol = kFdTol) {
+  ASSERT_EQ(x.size(), analytic.size()) << what;
+  if (idx.empty()) {
+    idx.resize(x.size());
+    std::iota(idx.begin(), idx.end(), size_t{0});
+  }
+  // The thousands of forwards run on one thread: each is tiny, and with other processes
+  // on the cores every OpenMP barrier can cost milliseconds. The backward under test
+  // has already run with all threads.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Vec got, want;
+  for (size_t i : idx) {
+    const double x0 = x[i];
+    x[i] = x0 + kH;
+    const long double lp = loss();
+    x[i] = x0 - kH;
+    const long double lm = loss();
+    x[i] = x0;
+    want.push_back(static_cast<double>((lp - lm) / (2 * kH)));
+    got.push_back(analytic[i]);
+  }
+  omp_set_num_threads(threads);
+  const double err = rel_error(got, want);
+  EXPECT_LT(err, tol) << what << ": relative error " << err << " over " << idx.size() << " elements";
+}
+
+// ---------------------------------------------------------------------------------------
+// Finite differences, double precision
+// ---------------------------------------------------------------------------------------
+
+TEST(KernelFiniteDifference, Encoder) {
+  // C = 20 is not a multiple of the backward's 16-channel blocks; tokens repeat, so
+  // rows of dwte accumulate from several positions, and some rows stay unused.
+  const int B = 2, T = 5, C = 20, vocab = 7, max_t = 8;
+  const std::vector<int32_t> tokens = {3, 1, 3, 3, 0, 1, 6, 1, 3, 0};
+  Vec wte = uniform(static_cast<size_t>(vocab) * C), wpe = uniform(static_cast<size_t>(max_t) * C);
+  const Vec R = uniform(static_cast<size_t>(B) * T * C);
+  Vec out(R.size());
+  auto loss = [&] {
+    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, R);
+  };
+  Vec dwte(wte.size(), 0.0), dwpe(wpe.size(), 0.0);
+  encoder_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, T, C);
+  expect_grad("dwte", wte, dwte, loss);
+  expect_grad("dwpe", wpe, dwpe, loss);
+}
+
+TEST(KernelFiniteDifference, LayerNorm) {
+  // An offset mean checks the two-pass variance; C = 33 is not a SIMD multiple.
+  const int N = 4, C = 33;
+  const double eps = 1e-5;
+  Vec inp = uniform(static_cast<size_t>(N) * C, 2.0, 4.0);
+  Vec weight = uniform(C, 0.5, 1.5), bias = uniform(C);
+  const Vec R = uniform(inp.size());
+  Vec out(inp.size()), mean(N), rstd(N);
+  auto loss = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C, eps);
+    return dot(out, R);
+  };
+  loss();  // mean and rstd of the unperturbed input, for the backward
+  Vec dinp(inp.size(), 0.0), dweight(C, 0.0), dbias(C, 0.0);
+  layernorm_backward(dinp.data(), dweight.data(), dbias.data(), R.data(), inp.data(), weight.data(),
+                     mean.data(), rstd.data(), N, C);
+  expect_grad("dinp", inp, dinp, loss);
+  expect_grad("dweight", weight, dweight, loss);
+  expect_grad("dbias", bias, dbias, loss);
+}
+
+TEST(KernelFiniteDifference, MatmulWithBias) {
+  // OC = 70 crosses the 64-column blocks of the dbias sums.
+  const int N = 3, C = 5, OC = 70;
+  Vec inp = uniform(static_cast<size_t>(N) * C), weight = uniform(static_cast<size_t>(OC) * C);
+  Vec bias = uniform(OC);
+  const Vec R = uniform(static_cast<size_t>(N) * OC);
+  Vec out(R.size());
+  auto loss = [&] {
+    matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+    return dot(out, R);
+  };
+  Vec dinp(inp.size(), 0.0), dweight(weight.size(), 0.0), dbias(OC, 0.0);
+  matmul_backward(dinp.data(), dweight.data(), dbias.data(), R.data(), inp.data(), weight.data(), N, C, OC);
+  expect_grad("dinp", inp, dinp, loss);
+  expect_grad("dweight", weight, dweight, loss);
+  expect_grad("dbias", bias, dbias, loss);
+}
+
+TEST(KernelFiniteDifference, MatmulWithoutBias) {
+  const int N = 6, C = 7, OC = 9;
+  Vec inp = uniform(static_cast<size_t>(N) * C), weight = uniform(static_cast<size_t>(OC) * C);
+  const Vec R = uniform(static_cast<size_t>(N) * OC);
+  Vec out(R.size());
+  auto loss = [&] {
+    matmul_forward(out.data(), inp.data(), weight.data(), static_cast<const double*>(nullptr), N, C, OC);
+    return dot(out, R);
+  };
+  Vec dinp(inp.size(), 0.0), dweight(weight.size(), 0.0);
+  matmul_backward(dinp.data(), dweight.data(), static_cast<double*>(nullptr), R.data(), inp.data(),
+                  weight.data(), N, C, OC);
+  expect_grad("dinp", inp, dinp, loss);
+  expect_grad("dweight", weight, dweight, loss);
+
+  // dinp == null skips dinp only (the first layer has no input gradient to compute).
+  Vec dweight_only(weight.size(), 0.0);
+  matmul_backward(static_cast<double*>(nullptr), dweight_only.data(), static_cast<double*>(nullptr),
+                  R.data(), inp.data(), weight.data(), N, C, OC);
+  EXPECT_EQ(dweight_only, dweight);
+}
+
+// FD of attention over qkv. Perturbing every element costs 2 forwards each, so large T
+// checks a sample: random elements plus every element of the rows around the
+// 128-row chunk boundary (127, 128) and of the last row.
+void check_attention(int B, int T, int NH, int hd, size_t samples) {
+  const int C = NH * hd;
+  Vec qkv = uniform(static_cast<size_t>(B) * T * 3 * C, -1.5, 1.5);
+  const Vec R = uniform(static_cast<size_t>(B) * T * C);
+  Vec out(R.size()), probs(static_cast<size_t>(B) * NH * T * T, 0.0);
+  auto loss = [&] {
+    attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+    return dot(out, R);
+  };
+  loss();  // probs of the unperturbed input, for the backward
+  Vec dqkv(qkv.size(), 0.0);
+  attention_backward(dqkv.data(), R.data(), qkv.data(), probs.data(), B, T, C, NH);
+
+  std::vector<size_t> idx;
+  if (samples > 0 && samples < qkv.size()) {
+    std::uniform_int_distribution<size_t> pick(0, qkv.size() - 1);
+    for (size_t s = 0; s < samples; s++) idx.push_back(pick(rng()));
+    for (int b = 0; b < B; b++)
+      for (int t : {127, 128, T - 1})
+        if (t < T)
+          for (int c = 0; c < 3 * C; c++) idx.push_back((static_cast<size_t>(b) * T + t) * 3 * C + c);
+  }
+  expect_grad("dqkv B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH),
+              qkv, dqkv, loss, idx);
+}
+
+TEST(KernelFiniteDifference, AttentionSmall) { check_attention(2, 7, 3, 2, 0); }
+
+TEST(KernelFiniteDifference, AttentionTwoChunks) {
+  // T = 130: query rows 128..129 form a second chunk; dk/dv of the first chunk's keys
+  // get contributions from both chunks.
+  check_attention(2, 130, 2, 4, 400);
+}
+
+TEST(KernelFiniteDifference, AttentionThreeChunks) { check_attention(1, 300, 2, 2, 300); }
+
+TEST(KernelFiniteDifference, Gelu) {
+  // Wide range: the tails (tanh -> +-1) and the middle; include 0 exactly.
+  Vec inp = uniform(500, -6.0, 6.0);
+  inp[0] = 0.0;
+  const Vec R = uniform(inp.size());
+  Vec out(inp.size());
+  auto loss = [&] {
+    gelu_forward(out.data(), inp.data(), inp.size());
+    return dot(out, R);
+  };
+  Vec dinp(inp.size(), 0.0);
+  gelu_backward(dinp.data(), inp.data(), R.data(), inp.size());
+  expect_grad("dinp", inp, dinp, loss);
+}
+
+// -log softmax(row[:V])[target], directly.
+double direct_ce_loss(const double* row, int V, int target) {
+  long double max = row[0];
+  for (int j = 1; j < V; j++) max = std::max<long double>(max, row[j]);
+  long double sum = 0;
+  for (int j = 0; j < V; j++) sum += std::exp(static_cast<long double>(row[j]) - max);
+  return static_cast<double>(std::log(sum) + max - row[target]);
+}
+
+TEST(KernelFiniteDifference, CrossEntropy) {
+  const int N = 5, V = 37, Vp = 48;
+  Vec logits = uniform(static_cast<size_t>(N) * Vp, -3.0, 3.0);
+  // Large values in the padding: they would dominate the softmax if it read them.
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++) logits[static_cast<size_t>(i) * Vp + j] = 50.0;
+  const std::vector<int32_t> targets = {0, 36, 5, 17, 5};
+  // The backward takes one scalar dloss for all rows, so L = dloss * sum(losses).
+  const double dloss = 0.37;
+  Vec losses(N), ones(N, 1.0);
+  auto loss = [&] {
+    cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
+    return dloss * dot(losses, ones);
+  };
+  loss();
+  for (int i = 0; i < N; i++)
+    EXPECT_NEAR(losses[i], direct_ce_loss(&logits[static_cast<size_t>(i) * Vp], V, targets[i]),
+                1e-13 * std::abs(losses[i])) << "row " << i;
+
+  Vec dlogits = logits, bw_losses(N);
+  cross_entropy_backward(bw_losses.data(), dlogits.data(), targets.data(), N, V, Vp, dloss);
+  EXPECT_LT(rel_error(bw_losses, losses), 1e-15);
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++)
+      EXPECT_EQ(dlogits[static_cast<size_t>(i) * Vp + j], 0.0) << "padded column " << j << " of row " << i;
+  expect_grad("dlogits", logits, dlogits, loss);  // padded columns: numeric 0 too
+}
+
+// ---------------------------------------------------------------------------------------
+// Accumulate (+=) vs overwrite conventions of kernels/kernels.h
+// ---------------------------------------------------------------------------------------
+
+TEST(KernelConventions, MatmulBackwardTwiceDoublesParameterGrads) {
+  const int N = 4, C = 6, OC = 5;
+  const Vec inp = uniform(static_cast<size_t>(N) * C), weight = uniform(static_cast<size_t>(OC) * C);
+  const Vec dout = uniform(static_cast<size_t>(N) * OC);
+  Vec dinp(inp.size(), 0.0), dweight(weight.size(), 0.0), dbias(OC, 0.0);
+  matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, C, OC);
+  const Vec dinp1 = dinp, dweight1 = dweight, dbias1 = dbias;
+  matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(), N, C, OC);
+  for (size_t i = 0; i < dweight.size(); i++) EXPECT_DOUBLE_EQ(dweight[i], 2 * dweight1[i]);
+  for (int i = 0; i < OC; i++) EXPECT_DOUBLE_EQ(dbias[i], 2 * dbias1[i]);
+  EXPECT_EQ(dinp, dinp1);  // overwritten, not accumulated
+}
+
+TEST(KernelConventions, LayerNormBackwardAccumulatesEverything) {
+  const int N = 3, C = 10;
+  const Vec inp = uniform(static_cast<size_t>(N) * C), weight = uniform(C), bias = uniform(C);
+  const Vec dout = uniform(inp.size());
+  Vec out(inp.size()), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C, 1e-5);
+  Vec dinp(inp.size(), 0.0), dweight(C, 0.0), dbias(C, 0.0);
+  auto backward = [&] {
+    layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                       mean.data(), rstd.data(), N, C);
+  };
+  backward();
+  const Vec dinp1 = dinp, dweight1 = dweight, dbias1 = dbias;
+  backward();
+  for (size_t i = 0; i < dinp.size(); i++) EXPECT_DOUBLE_EQ(dinp[i], 2 * dinp1[i]);
+  for (int i = 0; i < C; i++) {
+    EXPECT_DOUBLE_EQ(dweight[i], 2 * dweight1[i]);
+    EXPECT_DOUBLE_EQ(dbias[i], 2 * dbias1[i]);
+  }
+}
+
+TEST(KernelConventions, EncoderBackwardAccumulates) {
+  const int B = 1, T = 3, C = 4;
+  const std::vector<int32_t> tokens = {2, 0, 2};
+  const Vec dout = uniform(static_cast<size_t>(B) * T * C);
+  Vec dwte(3 * C, 0.0), dwpe(T * C, 0.0);
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  const Vec dwte1 = dwte, dwpe1 = dwpe;
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  for (size_t i = 0; i < dwte.size(); i++) EXPECT_DOUBLE_EQ(dwte[i], 2 * dwte1[i]);
+  for (size_t i = 0; i < dwpe.size(); i++) EXPECT_DOUBLE_EQ(dwpe[i], 2 * dwpe1[i]);
+}
+
+TEST(KernelConventions, OverwrittenOutputsIgnoreOldContents) {
+  // dqkv of attention and dinp of gelu are overwritten: start from garbage (NaN) and
+  // expect the same result as from zeros.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const int B = 2, T = 131, NH = 2, C = 4;
+  const Vec qkv = uniform(static_cast<size_t>(B) * T * 3 * C), dout = uniform(static_cast<size_t>(B) * T * C);
+  Vec out(dout.size()), probs(static_cast<size_t>(B) * NH * T * T, 0.0);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  Vec dqkv_zero(qkv.size(), 0.0), dqkv_nan(qkv.size(), nan);
+  attention_backward(dqkv_zero.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH);
+  attention_backward(dqkv_nan.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH);
+  EXPECT_EQ(dqkv_nan, dqkv_zero);
+
+  const Vec x = uniform(100, -4.0, 4.0), dy = uniform(100);
+  Vec dx_zero(100, 0.0), dx_nan(100, nan);
+  gelu_backward(dx_zero.data(), x.data(), dy.data(), x.size());
+  gelu_backward(dx_nan.data(), x.data(), dy.data(), x.size());
+  EXPECT_EQ(dx_nan, dx_zero);
+}
+
+// ---------------------------------------------------------------------------------------
+// Optimizer and norm
+// ---------------------------------------------------------------------------------------
+
+TEST(KernelAdamW, MatchesDirectFormulasOverThreeSteps) {
+  const size_t n = 37;
+  const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, grad_scale = 0.5;
+  Vec p = uniform(n), m(n, 0.0), v(n, 0.0);
+  Vec p_ref = p, m_ref = m, v_ref = v;
+  for (int t = 1; t <= 3; t++) {
+    const Vec grad = uniform(n, -2.0, 2.0);
+    adamw_update(p.data(), grad.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, grad_scale);
+    for (size_t i = 0; i < n; i++) {
+      const double g = grad[i] * grad_scale;
+      p_ref[i] *= 1 - lr * wd;
+      m_ref[i] = b1 * m_ref[i] + (1 - b1) * g;
+      v_ref[i] = b2 * v_ref[i] + (1 - b2) * g * g;
+      p_ref[i] -= lr * (m_ref[i] / (1 - std::pow(b1, t))) / (std::sqrt(v_ref[i] / (1 - std::pow(b2, t))) + eps);
+    }
+    // Same formulas, possibly another association of the products: a few ulps.
+    EXPECT_LT(rel_error(m, m_ref), 1e-14) << "step " << t;
+    EXPECT_LT(rel_error(v, v_ref), 1e-14) << "step " << t;
+    EXPECT_LT(rel_error(p, p_ref), 1e-14) << "step " << t;
+  }
+}
+
+TEST(KernelSumSquares, MatchesDirectSumAcrossBlocks) {
+  // n spans several of the kernel's 2^14-element blocks plus a partial one.
+  const size_t n = 3 * (size_t{1} << 14) + 123;
+  const Vec x = uniform(n, -2.0, 2.0);
+  const std::vector<float> xf = to_float(x);
+  long double want = 0, want_f = 0;
+  for (size_t i = 0; i < n; i++) {
+    want += static_cast<long double>(x[i]) * x[i];
+    want_f += static_cast<long double>(xf[i]) * xf[i];
+  }
+  EXPECT_NEAR(sum_squares(x.data(), n), static_cast<double>(want), 1e-13 * static_cast<double>(want));
+  // The float instance squares in double (exact for float inputs) and sums in double.
+  EXPECT_NEAR(sum_squares(xf.data(), n), static_cast<double>(want_f), 1e-13 * static_cast<double>(want_f));
+  EXPECT_EQ(sum_squares(x.data(), 0), 0.0);
+
+  // Fixed blocks summed in order: the same bits for any thread count.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double one = sum_squares(xf.data(), n);
+  omp_set_num_threads(std::max(2, threads));
+  const double many = sum_squares(xf.data(), n);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one, many);
+}
+
+// ---------------------------------------------------------------------------------------
+// float instance (fast exp/tanh, oneDNN sgemm) vs double instance on the same inputs
+// ---------------------------------------------------------------------------------------
+
+// Rounds through float, so both instances see exactly the same inputs.
+Vec float_exact(Vec v) {
+  for (double& x : v) x = static_cast<float>(x);
+  return v;
+}
+
+TEST(KernelFloatVsDouble, Attention) {
+  const int B = 2, T = 200, NH = 3, hd = 8, C = NH * hd;
+  const Vec qkv = float_exact(uniform(static_cast<size_t>(B) * T * 3 * C, -2.0, 2.0));
+  const Vec dout = float_exact(uniform(static_cast<size_t>(B) * T * C));
+  const size_t np = static_cast<size_t>(B) * NH * T * T;
+  Vec out(dout.size()), probs(np, 0.0), dqkv(qkv.size());
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH);
+
+  const std::vector<float> qkv_f = to_float(qkv), dout_f = to_float(dout);
+  std::vector<float> out_f(out.size()), probs_f(np, 0.0f), dqkv_f(qkv.size());
+  attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, C, NH);
+  EXPECT_LT(rel_error(out_f, out), kFloatTol);
+  EXPECT_LT(rel_error(probs_f, probs), kFloatTol);
+  attention_backward(dqkv_f.data(), dout_f.data(), qkv_f.data(), probs_f.data(), B, T, C, NH);
+  EXPECT_LT(rel_error(dqkv_f, dqkv), kFloatTol);
+}
+
+// Every row of probs sums to 1, and nothing non-zero lands above the diagonal. probs
+// starts zeroed, as Kernels::alloc returns it: the kernel need not write every entry
+// above the diagonal, but must not leave anything non-zero there.
+template <typename F>
+void check_probs(int B, int T, int NH, int hd, double tol) {
+  const int C = NH * hd;
+  const Vec qkv64 = uniform(static_cast<size_t>(B) * T * 3 * C, -3.0, 3.0);
+  const std::vector<F> qkv(qkv64.begin(), qkv64.end());
+  std::vector<F> out(static_cast<size_t>(B) * T * C), probs(static_cast<size_t>(B) * NH * T * T, F(0));
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  for (int bh = 0; bh < B * NH; bh++) {
+    for (int i = 0; i < T; i++) {
+      const F* row = probs.data() + (static_cast<size_t>(bh) * T + i) * T;
+      double sum = 0;
+      for (int j = 0; j <= i; j++) {
+        ASSERT_GE(row[j], F(0)) << "bh " << bh << " row " << i << " col " << j;
+        sum += row[j];
+      }
+      ASSERT_NEAR(sum, 1.0, tol) << "bh " << bh << " row " << i;
+      for (int j = i + 1; j < T; j++) ASSERT_EQ(row[j], F(0)) << "bh " << bh << " row " << i << " col " << j;
+    }
+  }
+}
+
+TEST(KernelFloatVsDouble, AttentionProbsAreCausalAndNormalized) {
+  check_probs<float>(2, 260, 2, 4, 1e-5);  // ~T float roundings of terms <= 1
+  check_probs<double>(2, 260, 2, 4, 1e-13);
+}
+
+TEST(KernelFloatVsDouble, Gelu) {
+  // Norm-wise error: for x << 0 gelu(x) ~ 0 and float's 1 + tanh cancels, so the
+  // element-wise relative error there is large while the absolute error stays ~1e-8.
+  const size_t n = 4099;
+  const Vec x = float_exact(uniform(n, -6.0, 6.0)), dy = float_exact(uniform(n));
+  Vec y(n), dx(n);
+  gelu_forward(y.data(), x.data(), n);
+  gelu_backward(dx.data(), x.data(), dy.data(), n);
+  const std::vector<float> xf = to_float(x), dyf = to_float(dy);
+  std::vector<float> yf(n), dxf(n);
+  gelu_forward(yf.data(), xf.data(), n);
+  gelu_backward(dxf.data(), xf.data(), dyf.data(), n);
+  EXPECT_LT(rel_error(yf, y), kFloatTol);
+  EXPECT_LT(rel_error(dxf, dx), kFloatTol);
+}
+
+TEST(KernelFloatVsDouble, CrossEntropy) {
+  const int N = 8, V = 1000, Vp = 1024;
+  const Vec logits = float_exact(uniform(static_cast<size_t>(N) * Vp, -8.0, 8.0));
+  const std::vector<int32_t> targets = random_ints(N, V);
+  Vec losses(N), bw_losses(N), dlogits = logits;
+  cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
+  cross_entropy_backward(bw_losses.data(), dlogits.data(), targets.data(), N, V, Vp, 1.0 / N);
+
+  const std::vector<float> logits_f = to_float(logits);
+  std::vector<float> losses_f(N), bw_losses_f(N), dlogits_f = logits_f;
+  cross_entropy_forward(losses_f.data(), logits_f.data(), targets.data(), N, V, Vp);
+  cross_entropy_backward(bw_losses_f.data(), dlogits_f.data(), targets.data(), N, V, Vp, 1.0f / N);
+  EXPECT_LT(rel_error(losses_f, losses), kFloatTol);
+  EXPECT_LT(rel_error(bw_losses_f, losses), kFloatTol);
+  EXPECT_LT(rel_error(dlogits_f, dlogits), kFloatTol);
+  for (int i = 0; i < N; i++)
+    for (int j = V; j < Vp; j++) ASSERT_EQ(dlogits_f[static_cast<size_t>(i) * Vp + j], 0.0f);
+}
+
+}  // namespace

@@ -1,0 +1,90 @@
+// AdamW, clipping and the learning-rate schedule against FORMAT.md's formulas,
+// computed here independently in double precision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kernels/kernels.h"
+#include "model/gpt2.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace trident {
+namespace {
+
+ModelConfig tiny_model() {
+  ModelConfig m;
+  m.n_layer = 1;
+  m.n_head = 2;
+  m.d_model = 8;
+  m.seq_len = 4;
+  m.vocab_size = 11;
+  return m;
+}
+
+TEST(AdamW, FollowsFormatMdForEveryTensor) {
+  auto k = kernels::make_cpu_kernels();
+  GPT2 model(tiny_model(), 1, *k);
+  model.init_parameters(7);
+  const ParameterLayout& layout = model.layout();
+  const size_t n = layout.total_floats();
+  const AdamWSettings s{0.9, 0.95, 1e-8, 0.1};
+  AdamW opt(layout, s, *k);
+
+  std::vector<double> p(model.params(), model.params() + n), m(n, 0.0), v(n, 0.0);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const double lr = 3e-3, scale = 0.7;
+  for (int t = 1; t <= 3; t++) {
+    for (const auto& tensor : layout.tensors())
+      for (size_t i = 0; i < tensor.numel(); i++) model.grads()[tensor.offset + i] = normal(rng);
+    opt.step(model.params(), model.grads(), lr, scale);
+    for (const auto& tensor : layout.tensors()) {
+      const double wd = tensor.shape.size() >= 2 ? s.weight_decay : 0.0;  // FORMAT.md: 2+ dims only
+      for (size_t i = tensor.offset; i < tensor.offset + tensor.numel(); i++) {
+        const double g = static_cast<double>(model.grads()[i]) * scale;
+        p[i] *= 1 - lr * wd;
+        m[i] = s.beta1 * m[i] + (1 - s.beta1) * g;
+        v[i] = s.beta2 * v[i] + (1 - s.beta2) * g * g;
+        const double mh = m[i] / (1 - std::pow(s.beta1, t)), vh = v[i] / (1 - std::pow(s.beta2, t));
+        p[i] -= lr * mh / (std::sqrt(vh) + s.eps);
+        ASSERT_NEAR(model.params()[i], p[i], 1e-6 + 1e-5 * std::abs(p[i])) << tensor.name << " step " << t;
+      }
+    }
+  }
+  EXPECT_EQ(opt.steps_taken(), 3);
+  // Decay reaches matrices and embeddings only.
+  EXPECT_TRUE(layout.tensor("wte.weight").weight_decay);
+  EXPECT_TRUE(layout.tensor("h.0.mlp.c_fc.weight").weight_decay);
+  EXPECT_FALSE(layout.tensor("h.0.mlp.c_fc.bias").weight_decay);
+  EXPECT_FALSE(layout.tensor("h.0.ln_1.weight").weight_decay);
+}
+
+TEST(ClipGradients, NormAndCoefficient) {
+  auto k = kernels::make_cpu_kernels();
+  std::vector<float> g(100000, 0.0f);
+  double sum = 0;
+  for (size_t i = 0; i < g.size(); i++) {
+    g[i] = static_cast<float>(std::sin(0.001 * i));
+    sum += static_cast<double>(g[i]) * g[i];
+  }
+  const GradientNorm clipped = clip_gradients(*k, g.data(), g.size(), 1.0);
+  EXPECT_NEAR(clipped.norm, std::sqrt(sum), 1e-9 * std::sqrt(sum));
+  EXPECT_NEAR(clipped.clip_coefficient, 1.0 / (std::sqrt(sum) + 1e-6), 1e-12);
+  EXPECT_EQ(clip_gradients(*k, g.data(), g.size(), 1e9).clip_coefficient, 1.0);  // under the limit
+  EXPECT_EQ(clip_gradients(*k, g.data(), g.size(), 0.0).clip_coefficient, 1.0);  // disabled
+}
+
+TEST(LearningRateSchedule, WarmupThenCosineToMin) {
+  const LearningRateSchedule s{1e-3, 1e-4, 10, 110};
+  EXPECT_DOUBLE_EQ(s.at(0), 1e-4);     // (0+1)/10 of the peak
+  EXPECT_DOUBLE_EQ(s.at(9), 1e-3);     // end of warmup
+  EXPECT_DOUBLE_EQ(s.at(10), 1e-3);    // cosine starts at the peak
+  EXPECT_NEAR(s.at(10 + 99 / 2.0), 5.5e-4, 1e-5);  // halfway: mean of peak and floor
+  EXPECT_DOUBLE_EQ(s.at(109), 1e-4);   // last step reaches min_lr
+  for (int i = 10; i < 109; i++) EXPECT_GE(s.at(i), s.at(i + 1));
+}
+
+}  // namespace
+}  // namespace trident
