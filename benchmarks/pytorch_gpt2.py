@@ -2,7 +2,7 @@
 """The peer: PyTorch (Debian's python3-torch, float32, CPU) training the same GPT-2 as
 trident (pre-LN, GELU-tanh, tied embeddings, AdamW, random tokens). Prints one table row
 in the format of build/bench/throughput. Run with Debian's /usr/bin/python3."""
-import argparse, math, resource, time
+import argparse, math, os, resource, time
 import torch
 
 p = argparse.ArgumentParser()
@@ -14,7 +14,9 @@ p.add_argument("--vocab", type=int, default=256)
 p.add_argument("--batch", type=int, default=16)
 p.add_argument("--steps", type=int, default=3)
 p.add_argument("--peak", type=float, default=0.0, help="sgemm peak GFLOP/s measured in the same run")
+p.add_argument("--threads", type=int, default=os.cpu_count())
 a = p.parse_args()
+torch.set_num_threads(a.threads)  # Debian's build starts with one
 torch.manual_seed(0)
 L, H, d, T, V, B = a.layers, a.heads, a.dim, a.seq, a.vocab, a.batch
 
