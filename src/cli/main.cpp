@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "config/config.h"
+#include "dist/agreement.h"
 #include "dist/mpi_world.h"
+#include "dist/parallel_state.h"
 #include "kernels/kernels.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
@@ -20,6 +22,9 @@
 
 namespace trident {
 namespace {
+
+// Set once the ranks start to communicate: a UsageError after it may be one rank's alone.
+bool communication_started = false;
 
 constexpr const char* kUsage =
     "usage: trident <command> [--config FILE.ini] [--section.key=value ...]\n"
@@ -56,19 +61,24 @@ void print_version(const MpiWorld& world) {
 }
 
 int run_verify(const CommandLine& cl, const MpiWorld& world) {
-  const Reference ref = load_reference(cl.reference);
+  Reference ref;
+  run_collectively([&] { ref = load_reference(cl.reference); });
   Config config = cl.config;
   config.model = ref.model;  // the reference fixes the model and the batch
   config.train.global_batch = ref.batch;
   config.resolve_layout(world.size());
-  require(world.size() == 1, "this build verifies on one rank (launched with " + std::to_string(world.size()) + ")");
+  communication_started = true;
+  ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s);
+  if (world.is_root()) std::printf("%s\n", parallel.describe().c_str());
   std::unique_ptr<kernels::Kernels> k = kernels::make_cpu_kernels();
-  const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k);
+  const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k, parallel, config.parallel);
   if (!world.is_root()) return r.passed() ? 0 : 1;
 
-  std::printf("verify %s: gpt2 L%d H%d d%d T%d V%d, batch %d (micro-batch %d), %d AdamW steps, %d rank(s)\n",
+  std::printf("verify %s: gpt2 L%d H%d d%d T%d V%d, batch %d (micro-batch %d per rank), %d AdamW steps, "
+              "%d rank(s), ZeRO-%d\n",
               ref.path.c_str(), ref.model.n_layer, ref.model.n_head, ref.model.d_model, ref.model.seq_len,
-              ref.model.vocab_size, ref.batch, config.train.micro_batch, ref.steps, world.size());
+              ref.model.vocab_size, ref.batch, config.train.micro_batch, ref.steps, world.size(),
+              config.parallel.zero);
   std::printf("%-28s %14s %14s\n", "tensor", "grad rel err", "final rel err");
   for (const TensorError& e : r.tensors)
     std::printf("%-28s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);
@@ -95,8 +105,11 @@ int run_command(const std::string& command, const std::vector<std::string>& args
   if (command == "verify") return run_verify(cl, world);
   Config config = cl.config;
   config.resolve_layout(world.size());
-  if (world.is_root()) std::printf("trident train, resolved config:\n%s\n", config.to_ini().c_str());
-  train(config, world);
+  communication_started = true;
+  ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s);
+  if (world.is_root())
+    std::printf("trident train, resolved config:\n%s\n%s\n", config.to_ini().c_str(), parallel.describe().c_str());
+  train(config, parallel);
   return 0;
 }
 
@@ -121,12 +134,24 @@ int main(int argc, char** argv) {
     require(command == "train" || command == "verify",
             command.empty() ? std::string("no command given") : "unknown command '" + command + "'");
     return run_command(command, {args.begin() + 1, args.end()}, world);
+  } catch (const AgreedUsageError& e) {
+    // Every rank raised it together: rank 0 says it once, all exit 2.
+    if (world.is_root()) std::fprintf(stderr, "trident: error: %s\n", e.what());
+    return kExitUsage;
   } catch (const UsageError& e) {
-    // Every rank parses the same input and reaches the same verdict: all exit 2.
-    if (world.is_root()) {
-      std::fprintf(stderr, "trident: error: %s\n", e.what());
-      if (command != "train" && command != "verify") std::fprintf(stderr, "\n%s", kUsage);
+    // Raised before any communication (command line, config, layout), so every rank
+    // parsed the same input and reached the same verdict.
+    if (!communication_started) {
+      if (world.is_root()) {
+        std::fprintf(stderr, "trident: error: %s\n", e.what());
+        if (command != "train" && command != "verify") std::fprintf(stderr, "\n%s", kUsage);
+      }
+      return kExitUsage;
     }
+    // Seen by this rank alone, mid-run: the others may be waiting for it in a
+    // collective, so end the whole job with the same exit code.
+    std::fprintf(stderr, "trident: error: rank %d: %s\n", world.rank(), e.what());
+    if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, kExitUsage);
     return kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trident: rank %d: internal error: %s\n", world.rank(), e.what());

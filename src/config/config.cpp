@@ -44,6 +44,10 @@ po::options_description config_options(Config& c) {
       ("parallel.dp", po::value(&p.dp)->default_value(p.dp), "data-parallel size (0: world / (tp*pp))")
       ("parallel.tp", po::value(&p.tp)->default_value(p.tp), "tensor-parallel size")
       ("parallel.pp", po::value(&p.pp)->default_value(p.pp), "pipeline-parallel stages")
+      ("parallel.zero", po::value(&p.zero)->default_value(p.zero), "1: ZeRO-1 (optimizer state sharded over dp)")
+      ("parallel.bucket_mb", po::value(&p.bucket_mb)->default_value(p.bucket_mb), "gradient bucket size (MiB)")
+      ("parallel.overlap", po::value(&p.overlap)->default_value(p.overlap), "reduce gradient buckets during backward")
+      ("parallel.ranks_per_node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "ranks per node (0: from MPI)")
       ("parallel.timeout_s", po::value(&p.timeout_s)->default_value(p.timeout_s), "bound on every blocking wait (s)")
       ("train.steps", po::value(&t.steps)->default_value(t.steps), "optimizer steps")
       ("train.global_batch", po::value(&t.global_batch)->default_value(t.global_batch), "sequences per step, all ranks")
@@ -75,6 +79,7 @@ std::string format_value(const boost::any& v) {
   else if (auto* d = boost::any_cast<double>(&v)) s << *d;
   else if (auto* u = boost::any_cast<uint64_t>(&v)) s << *u;
   else if (auto* str = boost::any_cast<std::string>(&v)) s << *str;
+  else if (auto* b = boost::any_cast<bool>(&v)) s << (*b ? "true" : "false");
   else s << "?";
   return s.str();
 }
@@ -99,6 +104,9 @@ void Config::validate() const {
   positive(parallel.tp, "parallel.tp");
   positive(parallel.pp, "parallel.pp");
   positive(parallel.timeout_s, "parallel.timeout_s");
+  require(parallel.zero == 0 || parallel.zero == 1, "parallel.zero must be 0 or 1 (ZeRO-1)");
+  positive(parallel.bucket_mb, "parallel.bucket_mb");
+  require(parallel.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0 (0: from MPI)");
   require(train.steps >= 0, "train.steps must be >= 0");
   positive(train.global_batch, "train.global_batch");
   require(train.micro_batch >= 0, "train.micro_batch must be >= 0 (0: global_batch / dp)");
@@ -122,14 +130,8 @@ void Config::validate() const {
 }
 
 void Config::resolve_layout(int world_size) {
-  const int model_parallel = parallel.tp * parallel.pp;
-  require(world_size % model_parallel == 0,
-          "world size " + std::to_string(world_size) + " is not a multiple of tp*pp = " +
-              std::to_string(model_parallel));
-  if (parallel.dp == 0) parallel.dp = world_size / model_parallel;
-  require(parallel.dp * model_parallel == world_size,
-          "dp*tp*pp = " + std::to_string(parallel.dp * model_parallel) + " but the world has " +
-              std::to_string(world_size) + " ranks");
+  const ParallelDims d = ParallelDims::resolve(world_size, parallel.dp, parallel.pp, parallel.tp);
+  parallel.dp = d.dp;
   require(parallel.tp == 1 && parallel.pp == 1,
           "tensor and pipeline parallelism are not in this build yet: set parallel.tp = parallel.pp = 1");
   require(model.n_head % parallel.tp == 0, "parallel.tp must divide model.n_head");

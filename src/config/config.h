@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "dist/parallel_dims.h"
 #include <vector>
 
 namespace trident {
@@ -29,10 +31,14 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  int dp = 0;             // data-parallel size; 0: world / (tp * pp)
-  int tp = 1;             // tensor-parallel size
-  int pp = 1;             // pipeline stages
-  double timeout_s = 600;  // bound on every blocking wait
+  int dp = 0;               // data-parallel size; 0: world / (tp * pp)
+  int tp = 1;               // tensor-parallel size
+  int pp = 1;               // pipeline stages
+  int zero = 0;             // 1: ZeRO-1, optimizer state sharded over dp
+  double bucket_mb = 25;    // size of the gradient buckets reduced during backward
+  bool overlap = true;      // start a bucket's reduction as soon as its gradients are final
+  int ranks_per_node = 0;   // 0: ranks sharing a machine form a node; N: N consecutive ranks
+  double timeout_s = 600;   // bound on every blocking wait
 };
 
 struct TrainConfig {
@@ -78,6 +84,7 @@ struct Config {
   void validate() const;
   // Fills in what depends on the world size (dp, micro_batch) and checks the layout.
   void resolve_layout(int world_size);
+  ParallelDims dims() const { return {parallel.dp, parallel.pp, parallel.tp}; }
   // INI text of every key, as printed at start.
   std::string to_ini() const;
 };

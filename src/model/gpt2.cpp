@@ -29,8 +29,8 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) k_->free(data_);
 }
 
-GPT2::GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k)
-    : config_(config), layout_(config), B_(micro_batch), k_(k),
+GPT2::GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, size_t buffer_multiple)
+    : config_(config), layout_(config, buffer_multiple), B_(micro_batch), k_(k),
       params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()) {
   check(micro_batch > 0, "micro_batch must be positive");
   allocate_activations();
@@ -173,7 +173,10 @@ void GPT2::block_forward(int l, int B) {
   k_.add(a.residual_3, a.residual_3, a.residual_2, static_cast<size_t>(BT) * C);
 }
 
-void GPT2::backward(float loss_scale) {
+void GPT2::backward(float loss_scale, const std::function<void(size_t)>& grads_final_from) {
+  const auto report = [&](size_t offset) {
+    if (grads_final_from) grads_final_from(offset);
+  };
   check(last_B_ > 0, "backward() without forward()");
   const int B = last_B_, T = config_.seq_len, C = config_.d_model, V = config_.vocab_size;
   const int Vp = config_.padded_vocab(), BT = B * T;
@@ -184,8 +187,14 @@ void GPT2::backward(float loss_scale) {
   k_.layernorm_backward(dresidual_, grad(layout_.ln_f_weight()), grad(layout_.ln_f_bias()), dln_,
                         layer_input(config_.n_layer), param(layout_.ln_f_weight()), ln_f_mean_,
                         ln_f_rstd_, BT, C);
-  for (int l = config_.n_layer - 1; l >= 0; l--) block_backward(l, B, dresidual_);
+  report(layout_[layout_.ln_f_weight()].offset);
+  for (int l = config_.n_layer - 1; l >= 0; l--) {
+    block_backward(l, B, dresidual_);
+    report(layout_[layout_.block(l).ln_1_weight].offset);
+  }
+  // wte is tied: its gradient has the head's part and now the embedding's.
   k_.encoder_backward(grad(layout_.wte()), grad(layout_.wpe()), dresidual_, tokens_, B, T, C);
+  report(0);
 }
 
 // dresidual holds d loss / d residual_3 of layer l on entry, and d loss / d (input of

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -37,7 +38,8 @@ class DeviceBuffer {
 class GPT2 {
  public:
   // micro_batch: sequences per forward/backward (the activation buffers' size).
-  GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k);
+  // buffer_multiple: the flat parameter and gradient buffers are padded to a multiple.
+  GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, size_t buffer_multiple = 1);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
@@ -61,7 +63,10 @@ class GPT2 {
   float forward(const int32_t* tokens, const int32_t* targets, int B);
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
   // batch of the last forward(). For a mean over G sequences: loss_scale = 1/(G*T).
-  void backward(float loss_scale);
+  // grads_final_from(offset), if given, is called as soon as the gradients at
+  // [offset, end) of the flat buffer are complete (the last layers come first), so that
+  // their reduction can start while backward goes on.
+  void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {});
   void zero_grad();
 
   // Activation floats held for one micro-batch (for the memory report).

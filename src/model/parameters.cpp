@@ -10,7 +10,7 @@ size_t ParameterTensor::numel() const {
   return n;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& model) {
+ParameterLayout::ParameterLayout(const ModelConfig& model, size_t pad_to) {
   const int64_t d = model.d_model, V = model.vocab_size, T = model.seq_len;
   wte_ = add("wte.weight", {V, d}, static_cast<size_t>(model.padded_vocab()) * d);
   wpe_ = add("wpe.weight", {T, d});
@@ -33,6 +33,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& model) {
   }
   ln_f_weight_ = add("ln_f.weight", {d});
   ln_f_bias_ = add("ln_f.bias", {d});
+  total_ = (total_ + pad_to - 1) / pad_to * pad_to;
 }
 
 int ParameterLayout::add(const std::string& name, std::vector<int64_t> shape, size_t stored) {

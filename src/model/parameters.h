@@ -31,7 +31,9 @@ struct BlockParameterIndex {
 
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const ModelConfig& model);
+  // total_floats() is rounded up to a multiple of `pad_to` (data parallelism splits the
+  // buffer into equal blocks).
+  explicit ParameterLayout(const ModelConfig& model, size_t pad_to = 1);
 
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
   const ParameterTensor& tensor(const std::string& name) const;

@@ -1,27 +1,46 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace trident {
 
-AdamW::AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kernels::Kernels& k)
-    : layout_(layout), settings_(settings), k_(k), m_(k, layout.total_floats()), v_(k, layout.total_floats()) {}
+AdamW::AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kernels::Kernels& k,
+             const std::vector<FlatRange>& owned)
+    : settings_(settings), k_(k) {
+  const std::vector<FlatRange> ranges = owned.empty() ? std::vector<FlatRange>{{0, layout.total_floats()}} : owned;
+  size_t state = 0;
+  for (const FlatRange& r : ranges) {
+    for (const ParameterTensor& t : layout.tensors()) {
+      const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
+      if (begin >= end) continue;
+      segments_.push_back({begin, state, end - begin, t.weight_decay});
+      state += end - begin;
+    }
+  }
+  m_ = DeviceBuffer(k, state);
+  v_ = DeviceBuffer(k, state);
+}
 
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
   t_++;
-  for (const ParameterTensor& t : layout_.tensors()) {
-    const double decay = t.weight_decay ? settings_.weight_decay : 0.0;
-    k_.adamw_update(params + t.offset, grads + t.offset, m_.data() + t.offset, v_.data() + t.offset,
-                    t.stored, static_cast<float>(lr), static_cast<float>(settings_.beta1),
+  for (const Segment& s : segments_) {
+    const double decay = s.decay ? settings_.weight_decay : 0.0;
+    k_.adamw_update(params + s.offset, grads + s.offset, m_.data() + s.state_offset, v_.data() + s.state_offset,
+                    s.size, static_cast<float>(lr), static_cast<float>(settings_.beta1),
                     static_cast<float>(settings_.beta2), static_cast<float>(settings_.eps),
                     static_cast<float>(decay), t_, static_cast<float>(grad_scale));
   }
 }
 
+double clip_coefficient(double norm, double grad_clip) {
+  return grad_clip > 0 ? std::min(1.0, grad_clip / (norm + 1e-6)) : 1.0;
+}
+
 GradientNorm clip_gradients(kernels::Kernels& k, const float* grads, size_t n, double grad_clip) {
   GradientNorm g;
   g.norm = std::sqrt(k.sum_squares(grads, n));
-  if (grad_clip > 0) g.clip_coefficient = std::min(1.0, grad_clip / (g.norm + 1e-6));
+  g.clip_coefficient = clip_coefficient(g.norm, grad_clip);
   return g;
 }
 

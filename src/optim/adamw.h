@@ -1,11 +1,15 @@
 // AdamW over a model's flat parameter buffer, as PyTorch does it (FORMAT.md): decoupled
-// weight decay on tensors of 2 or more dimensions only, bias-corrected moments. The
-// moments live in the backend's memory beside the parameters.
+// weight decay on tensors of 2 or more dimensions only, bias-corrected moments. It
+// updates the parameters of `owned` ranges only (all of them, or a ZeRO-1 shard), and
+// keeps moments for those alone, in the backend's memory.
 #pragma once
+
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "model/gpt2.h"
 #include "model/parameters.h"
+#include "runtime/flat_range.h"
 
 namespace trident {
 
@@ -15,31 +19,39 @@ struct AdamWSettings {
 
 class AdamW {
  public:
-  AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kernels::Kernels& k);
+  // owned: ranges of the flat buffer this rank updates; empty: the whole buffer.
+  AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kernels::Kernels& k,
+        const std::vector<FlatRange>& owned = {});
 
   // One update with learning rate lr on gradients multiplied by grad_scale (the clip
   // coefficient). Advances the step count t first (bias correction counts from 1).
   void step(float* params, const float* grads, double lr, double grad_scale);
 
   int steps_taken() const { return t_; }
-  float* m() const { return m_.data(); }
-  float* v() const { return v_.data(); }
   size_t state_floats() const { return m_.size() + v_.size(); }
 
  private:
-  const ParameterLayout& layout_;
+  // A piece of one tensor inside an owned range: where it is, where its moments are.
+  struct Segment {
+    size_t offset, state_offset, size;
+    bool decay;
+  };
+
   AdamWSettings settings_;
   kernels::Kernels& k_;
+  std::vector<Segment> segments_;
   DeviceBuffer m_, v_;
   int t_ = 0;
 };
 
-// Global L2 norm of all gradients, and the clip coefficient min(1, clip / (norm + 1e-6))
-// (1 when clip is 0).
+// Clip coefficient min(1, clip / (norm + 1e-6)); 1 when clip is 0.
+double clip_coefficient(double norm, double grad_clip);
+
 struct GradientNorm {
   double norm = 0.0;
   double clip_coefficient = 1.0;
 };
+// Global L2 norm of all n gradients of one rank, and the clip coefficient.
 GradientNorm clip_gradients(kernels::Kernels& k, const float* grads, size_t n, double grad_clip);
 
 }  // namespace trident

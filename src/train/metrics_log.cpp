@@ -38,7 +38,8 @@ void MetricsLog::log_step(const StepMetrics& m) {
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
                       {"lr", m.lr},              {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
-                      {"step_time_s", m.step_time_s},   {"memory_gib", m.memory_gib}};
+                      {"step_time_s", m.step_time_s},   {"memory_gib", m.memory_gib},
+                      {"comm_wait_s", m.comm_wait_s}};
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();
 }

@@ -11,6 +11,7 @@ struct StepMetrics {
   int step = 0, total_steps = 0;  // step counts from 1 in what is shown
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
   double memory_gib = 0, eta_s = 0;
+  double comm_wait_s = 0;  // waiting for the data-parallel gradient reduction
 };
 
 class MetricsLog {

@@ -1,19 +1,23 @@
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "data/text_corpus.h"
+#include "dist/agreement.h"
+#include "dist/data_parallel.h"
 #include "kernels/kernels.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
-#include "runtime/random.h"
 #include "runtime/timer.h"
 #include "train/metrics_log.h"
+#include "train/step_runner.h"
 
 namespace trident {
 
@@ -23,35 +27,50 @@ constexpr uint64_t kTrainStream = 1, kValStream = 2;
 
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
-// Mean loss over `batches` fixed validation batches (the same ones at every evaluation).
-double validation_loss(GPT2& model, const BatchSampler& sampler, int batches, int batch_size) {
+// Mean loss over `batches` fixed validation batches (the same ones at every
+// evaluation), each rank taking its slice of every batch.
+double validation_loss(GPT2& model, const BatchSampler& sampler, int batches, int global_batch,
+                       ParallelState& parallel) {
+  const int local = global_batch / parallel.dims().dp, first_seq = parallel.coords().dp * local;
   std::vector<int32_t> inputs, targets;
   double total = 0;
-  int count = 0;
   for (int v = 0; v < batches; v++)
-    for (int first = 0; first < batch_size; first += model.micro_batch()) {
-      const int n = std::min(model.micro_batch(), batch_size - first);
-      sampler.fill(v, first, n, inputs, targets);
+    for (int first = 0; first < local; first += model.micro_batch()) {
+      const int n = std::min(model.micro_batch(), local - first);
+      sampler.fill(v, first_seq + first, n, inputs, targets);
       total += static_cast<double>(model.forward(inputs.data(), targets.data(), n)) * n;
-      count += n;
     }
-  return count > 0 ? total / count : 0.0;
+  return parallel.dp().all_reduce(total) / (static_cast<double>(batches) * global_batch);
+}
+
+// Fault injection for the timeout test: TRIDENT_TEST_STALL_RANK=r makes rank r stop
+// participating at step TRIDENT_TEST_STALL_STEP (default 1), as a dead node would.
+void maybe_stall(int rank, int step) {
+  const char* stall_rank = std::getenv("TRIDENT_TEST_STALL_RANK");
+  if (stall_rank == nullptr || std::atoi(stall_rank) != rank) return;
+  const char* stall_step = std::getenv("TRIDENT_TEST_STALL_STEP");
+  if (step != (stall_step != nullptr ? std::atoi(stall_step) : 1)) return;
+  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_STALL_RANK set: stalling at step %d\n", rank, step);
+  while (true) pause();
 }
 
 }  // namespace
 
-TrainResult train(const Config& config, const MpiWorld& world) {
+TrainResult train(const Config& config, ParallelState& parallel) {
   const ModelConfig& mc = config.model;
   const TrainConfig& tc = config.train;
-  require(world.size() == 1,
-          "this build trains on one rank; data, tensor and pipeline parallelism come in later releases "
-          "(launched with " + std::to_string(world.size()) + " ranks)");
-  const bool root = world.is_root();
+  const bool root = parallel.is_root();
+  const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
+  const int local_batch = tc.global_batch / dp;
   std::unique_ptr<kernels::Kernels> k = kernels::make_cpu_kernels();
 
-  // ---- data ----
-  const TextCorpus corpus = load_text_corpus(config.data.path, config.data.val_fraction);
-  require(mc.vocab_size >= 256, "model.vocab_size must be at least 256 for byte-level tokens");
+  // ---- data: every rank reads the text and takes its slice of each global batch ----
+  TextCorpus corpus;
+  run_collectively([&] {
+    corpus = load_text_corpus(config.data.path, config.data.val_fraction);
+    require(mc.vocab_size >= 256, "model.vocab_size must be at least 256 for byte-level tokens");
+    BatchSampler check_enough_text(corpus.train, mc.seq_len, tc.seed, kTrainStream);
+  });
   const BatchSampler train_sampler(corpus.train, mc.seq_len, tc.seed, kTrainStream);
   const bool have_val = corpus.val.size() > static_cast<size_t>(mc.seq_len) + 1 && config.log.val_batches > 0;
   TrainResult result;
@@ -63,54 +82,62 @@ TrainResult train(const Config& config, const MpiWorld& world) {
 
   // ---- model and optimizer, every buffer allocated here, once ----
   Timer setup;
-  GPT2 model(mc, tc.micro_batch, *k);
+  GPT2 model(mc, tc.micro_batch, *k, dp);
   model.init_parameters(tc.seed);
-  AdamW optimizer(model.layout(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay}, *k);
+  DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), config.parallel.bucket_mb,
+                             config.parallel.zero == 1, config.parallel.overlap);
+  AdamW optimizer(model.layout(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay}, *k, data_parallel.owned());
+  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), *k);
   const LearningRateSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
-  const double peak_gflops =
-      config.log.peak_gflops > 0 ? config.log.peak_gflops : k->measure_gemm_gflops(1024, 0.3);
+  double peak_gflops = config.log.peak_gflops;
+  if (peak_gflops == 0) {
+    // Measured on rank 0 with the others idle at the broadcast, so ranks sharing the
+    // machine do not slow each other down.
+    if (root) peak_gflops = k->measure_gemm_gflops(1024, 0.3);
+    peak_gflops = parallel.world().all_reduce(peak_gflops, ReduceOp::max);
+  }
   if (root) {
-    const double params = static_cast<double>(model.layout().total_floats()) * sizeof(float);
+    const double floats = static_cast<double>(model.layout().total_floats());
     std::printf("model: gpt2 L%d H%d d%d T%d V%d (padded %d): %.2fM parameters, %.1f MFLOP/token\n",
-                mc.n_layer, mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size, mc.padded_vocab(),
-                model.layout().total_floats() / 1e6, mc.flops_per_token() / 1e6);
-    std::printf("memory: parameters %.3f GiB, gradients %.3f GiB, optimizer state %.3f GiB, "
+                mc.n_layer, mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size, mc.padded_vocab(), floats / 1e6,
+                mc.flops_per_token() / 1e6);
+    std::printf("memory per rank: parameters %.3f GiB, gradients %.3f GiB, optimizer state %.3f GiB%s, "
                 "activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
-                gib(params), gib(params), gib(2 * params),
-                gib(static_cast<double>(model.activation_floats()) * sizeof(float)), tc.micro_batch,
+                gib(floats * 4), gib(floats * 4), gib(static_cast<double>(optimizer.state_floats()) * 4),
+                data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "",
+                gib(static_cast<double>(model.activation_floats()) * 4), tc.micro_batch,
                 gib(static_cast<double>(resident_bytes())));
-    std::printf("device: %s, %d threads, GEMM peak %.1f GFLOP/s (%s); setup %.2f s\n", k->name().c_str(),
-                omp_get_max_threads(), peak_gflops, config.log.peak_gflops > 0 ? "from config" : "measured",
-                setup.seconds());
+    std::printf("batch: %d sequences per step = %d dp x %d micro-batches x %d; %zu gradient buckets of <= %.0f MiB%s\n",
+                tc.global_batch, dp, local_batch / tc.micro_batch, tc.micro_batch, data_parallel.buckets().size(),
+                config.parallel.bucket_mb, config.parallel.overlap ? ", reduced during backward" : "");
+    std::printf("device: %s, %d threads per rank, GEMM peak %.1f GFLOP/s per rank (%s); setup %.2f s\n",
+                k->name().c_str(), omp_get_max_threads(), peak_gflops,
+                config.log.peak_gflops > 0 ? "from config" : "measured", setup.seconds());
   }
 
   // ---- the loop ----
   MetricsLog log(root ? config.log.run_dir : "");
-  const int accumulation = tc.accumulation_steps(config.parallel.dp);
   const int T = mc.seq_len;
   const double tokens_per_step = static_cast<double>(tc.global_batch) * T;
+  const double peak_total = peak_gflops * parallel.dims().world();
   std::vector<int32_t> inputs, targets;
-  double elapsed = 0, time_per_step = 0;
+  double time_per_step = 0;
   for (int step = 0; step < tc.steps; step++) {
+    parallel.set_step(step);
+    maybe_stall(parallel.rank(), step);
     Timer timer;
-    model.zero_grad();
-    double loss = 0;
-    for (int m = 0; m < accumulation; m++) {
-      train_sampler.fill(step, m * tc.micro_batch, tc.micro_batch, inputs, targets);
-      loss += model.forward(inputs.data(), targets.data(), tc.micro_batch) / accumulation;
-      model.backward(static_cast<float>(1.0 / tokens_per_step));
-    }
-    const GradientNorm norm = clip_gradients(*k, model.grads(), model.layout().total_floats(), tc.grad_clip);
+    train_sampler.fill(step, dp_rank * local_batch, local_batch, inputs, targets);
+    const double loss = runner.compute_gradients(inputs.data(), targets.data(), local_batch, tc.global_batch);
     const double lr = schedule.at(step);
-    optimizer.step(model.params(), model.grads(), lr, norm.clip_coefficient);
+    const GradientNorm norm = runner.update(lr, tc.grad_clip);
     const double dt = timer.seconds();
-    // The first steps warm caches; the ETA averages the later ones.
-    elapsed += dt;
+    result.step_time_s += dt;
+    result.comm_wait_s += runner.comm_wait_s();
     time_per_step = step == 0 ? dt : 0.9 * time_per_step + 0.1 * dt;
     if (step == 0) result.first_loss = loss;
     result.last_loss = loss;
     result.tokens_per_s = tokens_per_step / dt;
-    result.mfu = mc.flops_per_token() * tokens_per_step / dt / (peak_gflops * 1e9);
+    result.mfu = mc.flops_per_token() * tokens_per_step / dt / (peak_total * 1e9);
     const bool last = step + 1 == tc.steps;
     if (root && ((step + 1) % config.log.every_steps == 0 || step == 0 || last)) {
       StepMetrics m;
@@ -122,6 +149,7 @@ TrainResult train(const Config& config, const MpiWorld& world) {
       m.tokens_per_s = result.tokens_per_s;
       m.mfu = result.mfu;
       m.step_time_s = dt;
+      m.comm_wait_s = runner.comm_wait_s();
       m.memory_gib = gib(static_cast<double>(resident_bytes()));
       m.eta_s = time_per_step * (tc.steps - step - 1);
       log.log_step(m);
@@ -129,15 +157,18 @@ TrainResult train(const Config& config, const MpiWorld& world) {
     const bool validate = config.log.val_every_steps > 0 && (step + 1) % config.log.val_every_steps == 0;
     if (have_val && (validate || last)) {
       const BatchSampler val_sampler(corpus.val, T, tc.seed, kValStream);
-      result.val_loss = validation_loss(model, val_sampler, config.log.val_batches, tc.global_batch);
+      result.val_loss = validation_loss(model, val_sampler, config.log.val_batches, tc.global_batch, parallel);
       if (root) log.log_validation(step + 1, result.val_loss);
     }
   }
   if (root)
-    std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %.4f, peak memory %.2f GiB%s%s\n",
-                tc.steps, format_duration(elapsed).c_str(), result.first_loss, result.last_loss,
-                result.unigram_entropy, result.val_loss, gib(static_cast<double>(peak_resident_bytes())),
-                log.path().empty() ? "" : ", metrics in ", log.path().c_str());
+    std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %.4f, "
+                "dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",
+                tc.steps, format_duration(result.step_time_s).c_str(), result.first_loss, result.last_loss,
+                result.unigram_entropy, result.val_loss,
+                result.step_time_s > 0 ? 100.0 * result.comm_wait_s / result.step_time_s : 0.0,
+                gib(static_cast<double>(peak_resident_bytes())), log.path().empty() ? "" : ", metrics in ",
+                log.path().c_str());
   return result;
 }
 

@@ -3,16 +3,19 @@
 #pragma once
 
 #include "config/config.h"
-#include "dist/mpi_world.h"
+#include "dist/parallel_state.h"
 
 namespace trident {
 
 struct TrainResult {
   double first_loss = 0, last_loss = 0, val_loss = 0, unigram_entropy = 0;
   double tokens_per_s = 0, mfu = 0;
+  double comm_wait_s = 0;  // summed over steps: waiting for the data-parallel reduction
+  double step_time_s = 0;  // summed over steps
 };
 
-// Trains under a config whose layout is resolved (Config::resolve_layout).
-TrainResult train(const Config& config, const MpiWorld& world);
+// Trains under a config whose layout is resolved (Config::resolve_layout), on the grid
+// of `parallel`.
+TrainResult train(const Config& config, ParallelState& parallel);
 
 }  // namespace trident

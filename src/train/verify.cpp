@@ -6,6 +6,7 @@
 #include "ckpt/hdf5_file.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"
+#include "train/step_runner.h"
 #include "runtime/error.h"
 
 namespace trident {
@@ -76,44 +77,44 @@ bool VerifyReport::passed() const {
          max_final_param_error() <= kParamTolerance && !tensors.empty();
 }
 
-VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k) {
-  if (micro_batch == 0) micro_batch = ref.batch;
-  require(ref.batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
-                                            ") must divide the reference batch " + std::to_string(ref.batch));
+VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
+                                      ParallelState& parallel, const ParallelConfig& settings) {
+  const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
+  require(ref.batch % dp == 0, "the reference batch (" + std::to_string(ref.batch) +
+                                   ") must be a multiple of dp (" + std::to_string(dp) + ")");
+  const int local_batch = ref.batch / dp;
+  if (micro_batch == 0) micro_batch = local_batch;
+  require(local_batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
+                                              ") must divide the per-rank batch " + std::to_string(local_batch));
   Hdf5Reader file(ref.path);
-  GPT2 model(ref.model, micro_batch, k);
+  GPT2 model(ref.model, micro_batch, k, dp);
   for (const ParameterTensor& t : model.layout().tensors()) {
     const std::string name = "params/" + t.name;
     require(file.shape(name) == t.shape, ref.path + ": " + name + " has the wrong shape");
     const std::vector<float> values = file.read_float(name);
     model.set_parameter(t.name, values.data(), values.size());
   }
-  AdamW optimizer(model.layout(), {ref.beta1, ref.beta2, ref.adam_eps, ref.weight_decay}, k);
+  DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), settings.bucket_mb,
+                             settings.zero == 1, settings.overlap);
+  AdamW optimizer(model.layout(), {ref.beta1, ref.beta2, ref.adam_eps, ref.weight_decay}, k, data_parallel.owned());
+  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), k);
   const std::vector<double> step_losses = file.read_double("steps/loss");
   const std::vector<double> grad_norms = file.read_double("steps/grad_norm");
 
   VerifyReport report;
   const int T = ref.model.seq_len;
-  const int micro_steps = ref.batch / micro_batch;
-  std::vector<int32_t> inputs(static_cast<size_t>(micro_batch) * T), targets(inputs.size());
+  std::vector<int32_t> inputs(static_cast<size_t>(local_batch) * T), targets(inputs.size());
   for (int step = 0; step < ref.steps; step++) {
-    model.zero_grad();
-    double loss = 0;
-    for (int m = 0; m < micro_steps; m++) {
-      for (int b = 0; b < micro_batch; b++) {
-        const int32_t* row = ref.tokens.data() + (static_cast<size_t>(step) * ref.batch + m * micro_batch + b) * (T + 1);
-        std::copy(row, row + T, inputs.begin() + static_cast<size_t>(b) * T);
-        std::copy(row + 1, row + T + 1, targets.begin() + static_cast<size_t>(b) * T);
-      }
-      loss += model.forward(inputs.data(), targets.data(), micro_batch) / micro_steps;
-      model.backward(1.0f / (static_cast<float>(ref.batch) * T));
+    parallel.set_step(step);
+    for (int b = 0; b < local_batch; b++) {
+      const size_t sequence = static_cast<size_t>(step) * ref.batch + dp_rank * local_batch + b;
+      const int32_t* row = ref.tokens.data() + sequence * (T + 1);
+      std::copy(row, row + T, inputs.begin() + static_cast<size_t>(b) * T);
+      std::copy(row + 1, row + T + 1, targets.begin() + static_cast<size_t>(b) * T);
     }
-    const GradientNorm norm = clip_gradients(k, model.grads(), model.layout().total_floats(), ref.grad_clip);
-    report.max_step_loss_error = nan_max(report.max_step_loss_error,
-                                         std::abs(loss - step_losses[step]) / std::abs(step_losses[step]));
-    report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
-                                         std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
+    const double loss = runner.compute_gradients(inputs.data(), targets.data(), local_batch, ref.batch);
     if (step == 0) {
+      data_parallel.gather_gradients(model.grads());  // ZeRO-1 holds only a shard; compare them all
       report.loss = loss;
       report.loss_reference = file.read_double("step0/loss").at(0);
       report.loss_error = std::abs(loss - report.loss_reference) / std::abs(report.loss_reference);
@@ -121,7 +122,11 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
         report.tensors.push_back({t.name, relative_error(model.get_parameter(t.name, /*gradient=*/true),
                                                          file.read_double("step0/grads/" + t.name)), 0.0});
     }
-    optimizer.step(model.params(), model.grads(), ref.lr, norm.clip_coefficient);
+    const GradientNorm norm = runner.update(ref.lr, ref.grad_clip);
+    report.max_step_loss_error = nan_max(report.max_step_loss_error,
+                                         std::abs(loss - step_losses[step]) / std::abs(step_losses[step]));
+    report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
+                                         std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
   }
   for (TensorError& e : report.tensors)
     e.final_param = relative_error(model.get_parameter(e.name), file.read_double("final/params/" + e.name));

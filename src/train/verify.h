@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "dist/parallel_state.h"
 #include "kernels/kernels.h"
 
 namespace trident {
@@ -39,8 +40,10 @@ struct VerifyReport {
   bool passed() const;
 };
 
-// Runs the reference's steps with `micro_batch` sequences per forward/backward
-// (0: the whole batch at once).
-VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k);
+// Runs the reference's steps data-parallel over `parallel`'s dp group (each rank takes
+// its contiguous slice of the batch) with `micro_batch` sequences per forward/backward
+// (0: the rank's whole slice at once). Every rank gets the same report.
+VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
+                                      ParallelState& parallel, const ParallelConfig& settings);
 
 }  // namespace trident

@@ -1,0 +1,21 @@
+// Bad input seen by some ranks must end every rank the same way (exit 2, one message),
+// not leave the others waiting in a collective.
+#pragma once
+
+#include <functional>
+
+#include "runtime/error.h"
+
+namespace trident {
+
+// A UsageError that every rank raised together (so rank 0 alone prints it).
+class AgreedUsageError : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
+// Runs `step` on every rank of MPI_COMM_WORLD. If it throws UsageError on any rank,
+// every rank throws AgreedUsageError with the message of the lowest such rank.
+void run_collectively(const std::function<void()>& step);
+
+}  // namespace trident

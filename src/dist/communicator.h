@@ -1,0 +1,90 @@
+// The communication interface of trident: the collectives and point-to-point
+// operations on typed views (element counts, never bytes), one communicator per group
+// of the rank grid. Backends: MPI on host memory (mpi_communicator.cpp); NCCL on device
+// memory comes with the CUDA path. Every wait is bounded by the watchdog's timeout: a
+// rank stuck past it names the operation, the group, its rank and the step, and aborts
+// the whole job instead of hanging.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace trident {
+
+enum class ReduceOp { sum, max };
+
+// What a wait needs to know to report a stuck rank: the bound and the current step
+// (set by the training loop; -1 outside of it).
+struct Watchdog {
+  double timeout_s = 600;
+  int step = -1;
+};
+
+// A started non-blocking operation. wait() is bounded by the watchdog; the destructor
+// of an unfinished request waits for it.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual bool test() = 0;  // makes progress; true once complete
+  virtual void wait() = 0;
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+// Operation counts and payload bytes (the size of the buffer each call reduces,
+// gathers or sends), per kind, as counted by this rank.
+enum class CommOp { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier };
+inline constexpr int kCommOps = 7;
+const char* comm_op_name(CommOp op);
+
+struct CommStats {
+  std::array<uint64_t, kCommOps> calls{}, bytes{};
+  void add(CommOp op, uint64_t payload_bytes) {
+    calls[static_cast<int>(op)]++;
+    bytes[static_cast<int>(op)] += payload_bytes;
+  }
+  uint64_t total_bytes() const;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const std::string& name() const = 0;  // "world", "dp", "tp", "pp", "node"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // data = op over all ranks of data (in place)
+  virtual RequestPtr all_reduce_async(std::span<float> data, ReduceOp op = ReduceOp::sum) = 0;
+  virtual RequestPtr all_reduce_async(std::span<double> data, ReduceOp op = ReduceOp::sum) = 0;
+  // out = block `rank()` of the sum of every rank's `in`; in.size() == size() * out.size()
+  virtual RequestPtr reduce_scatter_async(std::span<const float> in, std::span<float> out) = 0;
+  // data holds size() equal blocks; block rank() is this rank's input, the others are
+  // filled with the other ranks' blocks (in place, as after a reduce-scatter)
+  virtual RequestPtr all_gather_async(std::span<float> data) = 0;
+  virtual RequestPtr send_async(std::span<const float> data, int peer, int tag) = 0;
+  virtual RequestPtr recv_async(std::span<float> data, int peer, int tag) = 0;
+  virtual void broadcast(std::span<float> data, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Blocking forms: start, then wait (bounded).
+  void all_reduce(std::span<float> data, ReduceOp op = ReduceOp::sum) { all_reduce_async(data, op)->wait(); }
+  void all_reduce(std::span<double> data, ReduceOp op = ReduceOp::sum) { all_reduce_async(data, op)->wait(); }
+  double all_reduce(double value, ReduceOp op = ReduceOp::sum) {
+    all_reduce(std::span<double>(&value, 1), op);
+    return value;
+  }
+  void reduce_scatter(std::span<const float> in, std::span<float> out) { reduce_scatter_async(in, out)->wait(); }
+  void all_gather(std::span<float> data) { all_gather_async(data)->wait(); }
+  void send(std::span<const float> data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
+  void recv(std::span<float> data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  CommStats stats_;
+};
+
+}  // namespace trident

@@ -1,0 +1,88 @@
+#include "dist/data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/error.h"
+#include "runtime/timer.h"
+
+namespace trident {
+
+DataParallel::DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap)
+    : dp_(dp), n_(n), zero_(zero && dp.size() > 1), overlap_(overlap) {
+  const size_t ranks = dp.size();
+  check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
+  // Buckets from the end, each a multiple of dp floats; the first takes the remainder.
+  const size_t target = std::max<size_t>(ranks, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)) / ranks * ranks);
+  for (size_t end = n; end > 0;) {
+    const size_t begin = end > target ? end - target : 0;
+    buckets_.insert(buckets_.begin(), {begin, end});
+    end = begin;
+  }
+  next_bucket_ = buckets_.size();
+  if (!zero_) {
+    owned_ = {{0, n}};
+    return;
+  }
+  const size_t rank = dp.rank();
+  for (const FlatRange& b : buckets_) {
+    const size_t block = b.size() / ranks;
+    shard_offset_.push_back(shard_.size());
+    owned_.push_back({b.begin + rank * block, b.begin + (rank + 1) * block});
+    shard_.resize(shard_.size() + block);
+  }
+}
+
+void DataParallel::start_backward(float* grads) {
+  grads_ = grads;
+  next_bucket_ = buckets_.size();
+  pending_.clear();
+}
+
+void DataParallel::start_bucket(size_t b) {
+  const FlatRange& r = buckets_[b];
+  std::span<float> data(grads_ + r.begin, r.size());
+  if (dp_.size() == 1) return;
+  if (zero_)
+    pending_.push_back(dp_.reduce_scatter_async(data, {shard_.data() + shard_offset_[b], r.size() / dp_.size()}));
+  else
+    pending_.push_back(dp_.all_reduce_async(data));
+}
+
+void DataParallel::gradients_final_from(size_t offset) {
+  if (!overlap_ || grads_ == nullptr) return;
+  while (next_bucket_ > 0 && buckets_[next_bucket_ - 1].begin >= offset) start_bucket(--next_bucket_);
+  for (auto& p : pending_) p->test();  // MPI progresses non-blocking operations only when called
+}
+
+double DataParallel::finish_gradients() {
+  check(grads_ != nullptr, "finish_gradients() without start_backward()");
+  while (next_bucket_ > 0) start_bucket(--next_bucket_);
+  Timer waiting;
+  for (auto& p : pending_) p->wait();
+  const double waited = waiting.seconds();
+  pending_.clear();
+  if (zero_) {
+    for (size_t b = 0; b < buckets_.size(); b++)
+      std::memcpy(grads_ + owned_[b].begin, shard_.data() + shard_offset_[b], owned_[b].size() * sizeof(float));
+  }
+  grads_ = nullptr;
+  return waited;
+}
+
+double DataParallel::gradient_norm_squared(kernels::Kernels& k, const float* grads) {
+  double sum = 0.0;
+  for (const FlatRange& r : owned_) sum += k.sum_squares(grads + r.begin, r.size());
+  return zero_ ? dp_.all_reduce(sum) : sum;
+}
+
+void DataParallel::gather_parameters(float* params) {
+  if (!zero_) return;
+  std::vector<RequestPtr> requests;
+  for (const FlatRange& b : buckets_) requests.push_back(dp_.all_gather_async({params + b.begin, b.size()}));
+  for (auto& r : requests) r->wait();
+}
+
+void DataParallel::gather_gradients(float* grads) { gather_parameters(grads); }
+
+}  // namespace trident

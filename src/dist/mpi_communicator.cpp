@@ -1,0 +1,164 @@
+#include "dist/mpi_communicator.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "runtime/error.h"
+#include "runtime/timer.h"
+
+namespace trident {
+
+const char* comm_op_name(CommOp op) {
+  static const char* names[kCommOps] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                        "send", "recv", "barrier"};
+  return names[static_cast<int>(op)];
+}
+
+uint64_t CommStats::total_bytes() const {
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b;
+  return total;
+}
+
+namespace {
+
+void check_mpi(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char message[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, message, &length);
+  fail(std::string(what) + ": " + std::string(message, length));
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(MPI_Request request, CommOp op, size_t count, const MpiCommunicator& comm,
+             std::shared_ptr<Watchdog> watchdog)
+      : request_(request), op_(op), count_(count), comm_(comm), watchdog_(std::move(watchdog)) {}
+  ~MpiRequest() override {
+    if (request_ != MPI_REQUEST_NULL) wait();
+  }
+
+  bool test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), comm_op_name(op_));
+    return done != 0;
+  }
+
+  void wait() override {
+    Timer timer;
+    for (long spins = 0; !test(); spins++) {
+      if (spins % 64 == 0 && timer.seconds() > watchdog_->timeout_s) abort_stuck(timer.seconds());
+      if (spins > 1000) sched_yield();  // let a rank sharing this core run
+    }
+  }
+
+ private:
+  [[noreturn]] void abort_stuck(double waited) const {
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    std::fprintf(stderr,
+                 "trident: rank %d (%s): timeout: %s of %zu elements on the %s group (rank %d of %d) "
+                 "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
+                 world_rank, host, comm_op_name(op_), count_, comm_.name().c_str(), comm_.rank(),
+                 comm_.size(), waited, watchdog_->step);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
+    std::_Exit(kExitTimeout);
+  }
+
+  MPI_Request request_;
+  CommOp op_;
+  size_t count_;
+  const MpiCommunicator& comm_;
+  std::shared_ptr<Watchdog> watchdog_;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::shared_ptr<Watchdog> watchdog)
+    : comm_(comm), name_(std::move(name)), watchdog_(std::move(watchdog)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+RequestPtr MpiCommunicator::started(MPI_Request request, CommOp op, size_t count) {
+  return std::make_unique<MpiRequest>(request, op, count, *this, watchdog_);
+}
+
+RequestPtr MpiCommunicator::all_reduce_async(std::span<float> data, ReduceOp op) {
+  stats_.add(CommOp::all_reduce, data.size_bytes());
+  MPI_Request r;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, mpi_op(op), comm_, &r),
+            "MPI_Iallreduce");
+  return started(r, CommOp::all_reduce, data.size());
+}
+
+RequestPtr MpiCommunicator::all_reduce_async(std::span<double> data, ReduceOp op) {
+  stats_.add(CommOp::all_reduce, data.size_bytes());
+  MPI_Request r;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_DOUBLE, mpi_op(op), comm_, &r),
+            "MPI_Iallreduce");
+  return started(r, CommOp::all_reduce, data.size());
+}
+
+RequestPtr MpiCommunicator::reduce_scatter_async(std::span<const float> in, std::span<float> out) {
+  check(in.size() == out.size() * size_, "reduce_scatter: input must hold size() blocks of the output's size");
+  stats_.add(CommOp::reduce_scatter, in.size_bytes());
+  MPI_Request r;
+  check_mpi(MPI_Ireduce_scatter_block(in.data(), out.data(), static_cast<int>(out.size()), MPI_FLOAT, MPI_SUM,
+                                      comm_, &r),
+            "MPI_Ireduce_scatter_block");
+  return started(r, CommOp::reduce_scatter, in.size());
+}
+
+RequestPtr MpiCommunicator::all_gather_async(std::span<float> data) {
+  check(data.size() % size_ == 0, "all_gather: buffer must hold size() equal blocks");
+  stats_.add(CommOp::all_gather, data.size_bytes());
+  const int block = static_cast<int>(data.size() / size_);
+  MPI_Request r;
+  check_mpi(MPI_Iallgather(MPI_IN_PLACE, block, MPI_FLOAT, data.data(), block, MPI_FLOAT, comm_, &r),
+            "MPI_Iallgather");
+  return started(r, CommOp::all_gather, data.size());
+}
+
+RequestPtr MpiCommunicator::send_async(std::span<const float> data, int peer, int tag) {
+  stats_.add(CommOp::send, data.size_bytes());
+  MPI_Request r;
+  check_mpi(MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Isend");
+  return started(r, CommOp::send, data.size());
+}
+
+RequestPtr MpiCommunicator::recv_async(std::span<float> data, int peer, int tag) {
+  stats_.add(CommOp::recv, data.size_bytes());
+  MPI_Request r;
+  check_mpi(MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Irecv");
+  return started(r, CommOp::recv, data.size());
+}
+
+void MpiCommunicator::broadcast(std::span<float> data, int root) {
+  stats_.add(CommOp::broadcast, data.size_bytes());
+  MPI_Request r;
+  check_mpi(MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_FLOAT, root, comm_, &r), "MPI_Ibcast");
+  started(r, CommOp::broadcast, data.size())->wait();
+}
+
+void MpiCommunicator::barrier() {
+  stats_.add(CommOp::barrier, 0);
+  MPI_Request r;
+  check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+  started(r, CommOp::barrier, 0)->wait();
+}
+
+}  // namespace trident

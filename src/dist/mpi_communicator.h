@@ -1,0 +1,46 @@
+// The MPI backend of the communicator layer: non-blocking MPI operations on host
+// memory, waited on by polling so that every wait can be bounded.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace trident {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm` (freed in the destructor unless it is MPI_COMM_WORLD or
+  // MPI_COMM_SELF).
+  MpiCommunicator(MPI_Comm comm, std::string name, std::shared_ptr<Watchdog> watchdog);
+  ~MpiCommunicator() override;
+
+  const std::string& name() const override { return name_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm comm() const { return comm_; }
+
+  RequestPtr all_reduce_async(std::span<float> data, ReduceOp op) override;
+  RequestPtr all_reduce_async(std::span<double> data, ReduceOp op) override;
+  RequestPtr reduce_scatter_async(std::span<const float> in, std::span<float> out) override;
+  RequestPtr all_gather_async(std::span<float> data) override;
+  RequestPtr send_async(std::span<const float> data, int peer, int tag) override;
+  RequestPtr recv_async(std::span<float> data, int peer, int tag) override;
+  void broadcast(std::span<float> data, int root) override;
+  void barrier() override;
+
+ private:
+  RequestPtr started(MPI_Request request, CommOp op, size_t count);
+
+  MPI_Comm comm_;
+  std::string name_;
+  std::shared_ptr<Watchdog> watchdog_;
+  int rank_ = 0, size_ = 1;
+};
+
+// Exit code of a job aborted by the watchdog.
+inline constexpr int kExitTimeout = 3;
+
+}  // namespace trident

@@ -1,0 +1,52 @@
+#include "dist/parallel_state.h"
+
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace trident {
+
+namespace {
+
+MPI_Comm split(int color, int key) {
+  MPI_Comm comm;
+  check(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm) == MPI_SUCCESS, "MPI_Comm_split");
+  return comm;
+}
+
+}  // namespace
+
+ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s)
+    : dims_(dims), watchdog_(std::make_shared<Watchdog>(Watchdog{timeout_s, -1})) {
+  world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", watchdog_);
+  check(world_->size() == dims.world(), "ParallelState: the grid does not match the world size");
+  const int rank = world_->rank();
+  coords_ = dims.coords(rank);
+  // Ranks of one group share every other coordinate: the group's first rank is its color.
+  const auto group_of = [&](Axis axis) {
+    RankCoords first = coords_;
+    (axis == Axis::tp ? first.tp : axis == Axis::dp ? first.dp : first.pp) = 0;
+    return std::make_unique<MpiCommunicator>(split(dims.rank_of(first), coords_[axis]), axis_name(axis), watchdog_);
+  };
+  tp_ = group_of(Axis::tp);
+  dp_ = group_of(Axis::dp);
+  pp_ = group_of(Axis::pp);
+  MPI_Comm node;
+  if (ranks_per_node > 0) {
+    node = split(rank / ranks_per_node, rank);
+  } else {
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS,
+          "MPI_Comm_split_type");
+  }
+  node_ = std::make_unique<MpiCommunicator>(node, "node", watchdog_);
+  // Count the nodes: one leader (node rank 0) each.
+  nodes_ = static_cast<int>(world_->all_reduce(node_->rank() == 0 ? 1.0 : 0.0));
+}
+
+std::string ParallelState::describe() const {
+  std::ostringstream s;
+  s << dims_.describe() << "\n  nodes: " << nodes_ << " (" << node_->size() << " ranks on rank 0's node)";
+  return s.str();
+}
+
+}  // namespace trident
