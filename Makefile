@@ -59,11 +59,13 @@ LIB_SRCS := $(wildcard kernels/cpu/*.cpp) $(filter-out src/cli/main.cpp,$(wildca
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CUDA_OBJS)
 TEST_SRCS := $(wildcard tests/unit/*.cpp)
 TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/%.o)
+MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp)
+MPI_TEST_OBJS := $(MPI_TEST_SRCS:%.cpp=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard benchmarks/*.cpp)
 BENCH_BINS := $(BENCH_SRCS:benchmarks/%.cpp=$(BUILD)/bench/%)
 
 .PHONY: all deps run test bench clean check-deps summary
-all: summary $(BUILD)/trident $(BUILD)/tests/unit_tests $(BENCH_BINS)
+all: summary $(BUILD)/trident $(BUILD)/tests/unit_tests $(BUILD)/tests/mpi_tests $(BENCH_BINS)
 
 summary:
 	@echo "trident build: compiler $(CXX) ($(CXX_BASE)), flags $(OPT_FLAGS)"
@@ -80,9 +82,14 @@ $(BUILD)/libtrident.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
 	ar rcs $@ $^
 
-$(BUILD)/tests/unit_tests: $(TEST_OBJS) $(BUILD)/libtrident.a
+# Both test binaries share tests/test_main.cpp: MPI initialized, verdicts combined over ranks.
+$(BUILD)/tests/unit_tests: $(TEST_OBJS) $(BUILD)/tests/test_main.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lgtest_main -lpthread $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lpthread $(LDLIBS)
+
+$(BUILD)/tests/mpi_tests: $(MPI_TEST_OBJS) $(BUILD)/tests/test_main.o $(BUILD)/libtrident.a
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lpthread $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/benchmarks/%.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)

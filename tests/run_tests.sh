@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test binary of the build and prints one closing line "N passed, N failed".
+# unit_tests runs as one process (an MPI singleton; it launches mpirun itself for the
+# command-line tests); mpi_tests runs under mpirun on 2, 3 and 4 ranks. Each binary ends
+# with "MPI summary: N tests on R rank(s), F failed on some rank".
 # Usage: tests/run_tests.sh [BUILD_DIR]   (from the repository root)
 set -uo pipefail
 build=${1:-build}
@@ -9,32 +12,40 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 passed=0
 failed=0
-report=$(mktemp -d)
-trap 'rm -rf "$report"' EXIT
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
-run_gtest() {  # name, command...
-  local name=$1; shift
-  local xml="$report/$name.xml"
-  echo "=== $name: $*"
-  "$@" --gtest_output="xml:$xml"
-  local rc=$?
-  if [ -f "$xml" ]; then
-    local tests failures errors
-    tests=$(grep -m1 -o 'tests="[0-9]*"' "$xml" | grep -o '[0-9]*')
-    failures=$(grep -m1 -o 'failures="[0-9]*"' "$xml" | grep -o '[0-9]*')
-    errors=$(grep -m1 -o 'errors="[0-9]*"' "$xml" | grep -o '[0-9]*')
-    local bad=$((failures + errors))
-    passed=$((passed + tests - bad))
-    failed=$((failed + bad))
-    [ $rc -ne 0 ] && [ $bad -eq 0 ] && { echo "$name exited $rc"; failed=$((failed + 1)); }
-  else
-    echo "$name produced no report (exit $rc)"
+run() {  # label, command...
+  local label=$1; shift
+  echo "=== $label: $*"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local summary
+  summary=$(grep -E '^MPI summary: [0-9]+ tests' "$log" | tail -1)
+  if [ -z "$summary" ]; then
+    echo "$label: no summary (exit $rc): counted as one failure"
+    failed=$((failed + 1))
+    return
+  fi
+  local tests bad
+  tests=$(echo "$summary" | awk '{print $3}')
+  bad=$(echo "$summary" | awk '{print $8}')
+  passed=$((passed + tests - bad))
+  failed=$((failed + bad))
+  if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+    echo "$label: exit $rc with no failed test: counted as one failure"
     failed=$((failed + 1))
   fi
 }
 
-run_gtest unit_tests "$build/tests/unit_tests"
+start=$SECONDS
+run unit_tests "$build/tests/unit_tests"
+# One OpenMP thread per rank: the ranks share the machine's cores.
+for np in 2 3 4; do
+  run "mpi_tests, $np ranks" timeout 600 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$build/tests/mpi_tests"
+done
 
 echo
+echo "tests took $((SECONDS - start)) s"
 echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+[ "$failed" -eq 0 ]

@@ -3,7 +3,9 @@
 // falls well below the unigram entropy of its text.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,11 +32,26 @@ std::string trident_bin() {
   return bin != nullptr ? bin : "build/trident";
 }
 
-// Runs `trident <args>` (under `launcher` if given) with a time limit.
+// `env -u ...` for the variables that this test process got from MPI_Init: a child
+// mpirun (or singleton) that inherited them would take itself for part of our job.
+std::string without_mpi_environment() {
+  std::string cmd = "env";
+  for (char** e = environ; *e != nullptr; e++) {
+    const std::string var(*e);
+    const std::string name = var.substr(0, var.find('='));
+    const bool ours = name.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) == 0;
+    if (!ours && (name.rfind("OMPI_", 0) == 0 || name.rfind("PMIX_", 0) == 0 || name.rfind("ORTE_", 0) == 0))
+      cmd += " -u " + name;
+  }
+  return cmd;
+}
+
+// Runs `trident <args>` (under `launcher` if given) with a time limit. The launcher
+// may start with VAR=value assignments.
 CliRun run(const std::string& args, const std::string& launcher = "", int timeout_s = 120) {
   const std::string out = testing::TempDir() + "trident_cli.out", err = testing::TempDir() + "trident_cli.err";
-  const std::string cmd = "timeout " + std::to_string(timeout_s) + " " + launcher + " " + trident_bin() + " " +
-                          args + " >" + out + " 2>" + err;
+  const std::string cmd = without_mpi_environment() + " timeout " + std::to_string(timeout_s) + " " + launcher + " " +
+                          trident_bin() + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
 }
@@ -88,6 +105,80 @@ TEST(Cli, BadInputUnderMpirunEndsEveryRankWithTwo) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_EQ(count(r.err, "trident: error:"), 1) << r.err;  // printed once, by rank 0
   EXPECT_NE(r.err.find("multiple of model.n_head"), std::string::npos) << r.err;
+}
+
+TEST(Cli, LayoutErrorsUnderMpirun) {
+  const std::string mpirun3 = "mpirun --oversubscribe --allow-run-as-root -np 3";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train --parallel.dp=2", "3 ranks"},                            // world not dp*pp*tp
+      {"train --parallel.tp=2", "not a multiple of tp*pp"},
+      {"train --train.global_batch=16", "multiple of dp (3)"},          // dp does not divide the batch
+      {"verify --reference tests/data/gpt2_ref_a.h5", "multiple of dp (3)"},  // batch 4 over 3 ranks
+      {"train --train.global_batch=6 --data.path=/nonexistent/text", "/nonexistent/text"},  // seen while loading
+  };
+  for (const auto& [args, expected] : cases) {
+    const CliRun r = run(args, mpirun3, 60);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(count(r.err, "trident: error:"), 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+TEST(Cli, VerifyDataParallelUnderMpirun) {
+  // dp = 1, 2, 4 on the shipped reference, with and without ZeRO-1; dp = 3 needs batch 6.
+  for (const char* layout : {"-np 1", "-np 2", "-np 4"})
+    for (const char* zero : {"0", "1"}) {
+      const CliRun r = run(std::string("verify --reference tests/data/gpt2_ref_a.h5 --parallel.bucket_mb=0.05 ") +
+                               "--parallel.zero=" + zero,
+                           std::string("mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 ") + layout, 120);
+      EXPECT_EQ(r.exit_code, 0) << layout << " zero " << zero << "\n" << r.out << r.err;
+      EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << layout << " zero " << zero << "\n" << r.out;
+    }
+  const CliRun r = run("verify --reference tests/data/gpt2_ref_h6_v101.h5 --parallel.zero=1",
+                       "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np 3", 120);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("dp groups: {0,1,2}"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
+}
+
+TEST(Cli, StuckRankAbortsTheJobWithinTheTimeout) {
+  // Rank 3 of 4 stops participating at step 1; the others must give up after
+  // parallel.timeout_s, naming the operation, group, rank and step, not hang.
+  const int timeout_s = 5;
+  const auto start = std::chrono::steady_clock::now();
+  const CliRun r = run("train --config configs/tiny.ini --model.n_layer=1 --train.steps=5 --log.peak_gflops=1 "
+                       "--log.run_dir=" + testing::TempDir() + "stall --parallel.timeout_s=" + std::to_string(timeout_s),
+                       "env TRIDENT_TEST_STALL_RANK=3 mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 "
+                       "-x TRIDENT_TEST_STALL_RANK -np 4", 60);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "the job hung until the test's own time limit";
+  EXPECT_LT(elapsed, timeout_s + 15.0);
+  EXPECT_NE(r.err.find("timeout: all_reduce"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("on the dp group"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("at step 1"), std::string::npos) << r.err;
+}
+
+TEST(Cli, TrainingUnderMpirunFollowsTheSingleRankCurve) {
+  const std::string args = "train --config configs/tiny.ini --train.steps=12 --log.every_steps=4 --log.val_batches=1 "
+                           "--log.peak_gflops=100 --log.run_dir=" + testing::TempDir() + "curve";
+  const CliRun one = run(args);
+  const CliRun four = run(args + " --parallel.zero=1 --parallel.bucket_mb=0.5",
+                          "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np 4", 120);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(four.exit_code, 0) << four.err;
+  const std::regex loss_re("step +([0-9]+)/12 \\| loss ([0-9.]+)");
+  std::vector<std::pair<int, double>> a, b;
+  for (std::sregex_iterator i(one.out.begin(), one.out.end(), loss_re), end; i != end; ++i)
+    a.emplace_back(std::stoi((*i)[1]), std::stod((*i)[2]));
+  for (std::sregex_iterator i(four.out.begin(), four.out.end(), loss_re), end; i != end; ++i)
+    b.emplace_back(std::stoi((*i)[1]), std::stod((*i)[2]));
+  ASSERT_EQ(a.size(), 4u) << one.out;
+  ASSERT_EQ(a.size(), b.size()) << four.out;
+  for (size_t i = 0; i < a.size(); i++) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_NEAR(a[i].second, b[i].second, 2e-4) << "step " << a[i].first;  // printed to 4 decimals
+  }
 }
 
 TEST(Cli, VerifyPassesTheShippedReference) {

@@ -21,7 +21,8 @@ TEST_P(ReferenceTest, MatchesPyTorchFloat64) {
   const ReferenceCase& c = GetParam();
   const Reference ref = load_reference("tests/data/" + c.file);
   auto k = kernels::make_cpu_kernels();
-  const VerifyReport r = verify_against_reference(ref, c.micro_batch, *k);
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  const VerifyReport r = verify_against_reference(ref, c.micro_batch, *k, parallel, ParallelConfig{});
   EXPECT_LT(r.loss_error, VerifyReport::kLossTolerance);
   EXPECT_LT(r.max_step_loss_error, VerifyReport::kLossTolerance);
   EXPECT_LT(r.max_grad_norm_error, VerifyReport::kGradientTolerance);
@@ -55,7 +56,8 @@ TEST(ReferenceTest, DetectsAWrongModel) {
   Reference ref = load_reference("tests/data/gpt2_ref_a.h5");
   ref.lr *= 1.01;  // a different optimizer step moves the final parameters
   auto k = kernels::make_cpu_kernels();
-  const VerifyReport r = verify_against_reference(ref, 0, *k);
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
   EXPECT_LT(r.max_gradient_error(), VerifyReport::kGradientTolerance);
   EXPECT_GT(r.max_final_param_error(), VerifyReport::kParamTolerance);
   EXPECT_FALSE(r.passed());

@@ -1,0 +1,99 @@
+// The communicator layer under mpirun (-np 2 and 4): each operation against the values
+// it must produce, on the world and on the groups of a grid.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <numeric>
+
+#include "dist/parallel_state.h"
+
+namespace trident {
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// dp = world: the dp group is the world.
+ParallelState data_parallel_state() { return ParallelState(ParallelDims::resolve(world_size(), 0, 1, 1), 0, 60); }
+
+TEST(Communicator, AllReduceSumAndMax) {
+  ParallelState ps = data_parallel_state();
+  Communicator& c = ps.dp();
+  const int n = c.size(), r = c.rank();
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); i++) x[i] = static_cast<float>(r + 1) * i;
+  c.all_reduce(std::span<float>(x));
+  for (size_t i = 0; i < x.size(); i++) ASSERT_FLOAT_EQ(x[i], n * (n + 1) / 2.0f * i);
+  EXPECT_DOUBLE_EQ(c.all_reduce(static_cast<double>(r), ReduceOp::max), n - 1.0);
+  EXPECT_EQ(c.stats().calls[static_cast<int>(CommOp::all_reduce)], 2u);
+  EXPECT_EQ(c.stats().bytes[static_cast<int>(CommOp::all_reduce)], 1000 * 4 + 8u);
+}
+
+TEST(Communicator, ReduceScatterThenAllGather) {
+  ParallelState ps = data_parallel_state();
+  Communicator& c = ps.dp();
+  const int n = c.size(), r = c.rank(), block = 37;  // odd sizes on purpose
+  std::vector<float> in(static_cast<size_t>(block) * n), out(block);
+  for (size_t i = 0; i < in.size(); i++) in[i] = static_cast<float>(i + 100 * r);
+  c.reduce_scatter(in, out);
+  // Block r of the sum over ranks of (i + 100 q).
+  for (int i = 0; i < block; i++) ASSERT_FLOAT_EQ(out[i], n * (r * block + i) + 100.0f * n * (n - 1) / 2);
+  std::vector<float> all(in.size(), -1.0f);
+  std::copy(out.begin(), out.end(), all.begin() + static_cast<size_t>(r) * block);
+  c.all_gather(all);
+  for (size_t i = 0; i < all.size(); i++) ASSERT_FLOAT_EQ(all[i], n * i + 100.0f * n * (n - 1) / 2);
+}
+
+TEST(Communicator, BroadcastSendRecvBarrier) {
+  ParallelState ps = data_parallel_state();
+  Communicator& c = ps.world();
+  const int n = c.size(), r = c.rank();
+  std::vector<float> x(10, static_cast<float>(r));
+  c.broadcast(x, n - 1);
+  EXPECT_EQ(x, std::vector<float>(10, static_cast<float>(n - 1)));
+  // A ring: send to the next rank, receive from the previous one.
+  std::vector<float> mine(5, static_cast<float>(r)), theirs(5, -1.0f);
+  RequestPtr recv = c.recv_async(theirs, (r + n - 1) % n, 7);
+  c.send(mine, (r + 1) % n, 7);
+  recv->wait();
+  EXPECT_EQ(theirs, std::vector<float>(5, static_cast<float>((r + n - 1) % n)));
+  c.barrier();
+}
+
+TEST(Communicator, GroupsOfTheGrid) {
+  const int n = world_size();
+  if (n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  // tp = 2: consecutive pairs; dp = the rest.
+  ParallelState ps(ParallelDims::resolve(n, 0, 1, 2), 0, 60);
+  EXPECT_EQ(ps.tp().size(), 2);
+  EXPECT_EQ(ps.dp().size(), n / 2);
+  EXPECT_EQ(ps.pp().size(), 1);
+  EXPECT_EQ(ps.tp().rank(), ps.rank() % 2);
+  // The sum of world ranks over my tp group is that of the pair {2k, 2k+1}.
+  const double pair = ps.tp().all_reduce(static_cast<double>(ps.rank()));
+  EXPECT_EQ(pair, 2.0 * (ps.rank() / 2 * 2) + 1);
+  const double column = ps.dp().all_reduce(static_cast<double>(ps.rank()));
+  double expected = 0;
+  for (int q = ps.rank() % 2; q < n; q += 2) expected += q;
+  EXPECT_EQ(column, expected);
+}
+
+TEST(Communicator, NodesFromRanksPerNode) {
+  const int n = world_size();
+  ParallelState machine = data_parallel_state();
+  EXPECT_EQ(machine.nodes(), 1);  // one machine runs every rank of these tests
+  ParallelState split(ParallelDims::resolve(n, 0, 1, 1), 1, 60);  // every rank its own "node"
+  EXPECT_EQ(split.nodes(), n);
+  EXPECT_EQ(split.node().size(), 1);
+  if (n % 2 == 0) {
+    ParallelState pairs(ParallelDims::resolve(n, 0, 1, 1), 2, 60);
+    EXPECT_EQ(pairs.nodes(), n / 2);
+    EXPECT_EQ(pairs.node().rank(), pairs.rank() % 2);
+  }
+}
+
+}  // namespace
+}  // namespace trident
