@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/mpi_world.h"
+
 namespace {
 
 int world_rank() {
@@ -28,6 +30,7 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trident::tune_mpi_before_init();
   MPI_Init(&argc, &argv);
   testing::InitGoogleTest(&argc, argv);
   int rank = world_rank(), size = 1;

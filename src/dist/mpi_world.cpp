@@ -2,9 +2,16 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
+
 namespace trident {
 
+void tune_mpi_before_init() {
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
+}
+
 MpiWorld::MpiWorld(int* argc, char*** argv) {
+  tune_mpi_before_init();
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);

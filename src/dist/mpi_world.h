@@ -6,6 +6,11 @@
 
 namespace trident {
 
+// Picks Open MPI's Rabenseifner algorithm for non-blocking all-reduce (unless the user
+// chose one): libnbc's default ran at half the speed of the blocking MPI_Allreduce here,
+// Rabenseifner matches it (benchmarks/RESULTS.md). Call before MPI_Init.
+void tune_mpi_before_init();
+
 class MpiWorld {
  public:
   MpiWorld(int* argc, char*** argv);

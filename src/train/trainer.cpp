@@ -162,10 +162,10 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     }
   }
   if (root)
-    std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %.4f, "
+    std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
                 "dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",
                 tc.steps, format_duration(result.step_time_s).c_str(), result.first_loss, result.last_loss,
-                result.unigram_entropy, result.val_loss,
+                result.unigram_entropy, have_val ? std::to_string(result.val_loss).c_str() : "n/a",
                 result.step_time_s > 0 ? 100.0 * result.comm_wait_s / result.step_time_s : 0.0,
                 gib(static_cast<double>(peak_resident_bytes())), log.path().empty() ? "" : ", metrics in ",
                 log.path().c_str());
