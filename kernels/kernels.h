@@ -32,13 +32,18 @@ class Kernels {
   virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void fill_zero(float* p, size_t n) = 0;
 
-  // ---- embeddings ----
-  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-  virtual void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                               int B, int T, int C) = 0;
-  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]
-  virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                int B, int T, int C) = 0;
+  // ---- embeddings (the token table may be a vocabulary shard) ----
+  // out[b,t,:] = wte_shard[tokens[b,t] - vocab_start,:] when the token lies in the shard's
+  // rows [vocab_start, vocab_start + shard_rows), else 0 (another shard supplies it).
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte_shard, int vocab_start,
+                                 int shard_rows, int B, int T, int C) = 0;
+  // dwte_shard[tokens[b,t] - vocab_start,:] += dout[b,t,:] for the shard's tokens
+  virtual void embedding_backward(float* dwte_shard, const float* dout, const int32_t* tokens, int vocab_start,
+                                  int shard_rows, int B, int T, int C) = 0;
+  // out[b,t,:] += wpe[t,:]
+  virtual void add_positions(float* out, const float* wpe, int B, int T, int C) = 0;
+  // dwpe[t,:] += sum over b of dout[b,t,:]
+  virtual void positions_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
 
   // ---- LayerNorm over the last dimension (biased variance) ----
   // Saves mean and 1/std per row for the backward pass.
@@ -74,14 +79,23 @@ class Kernels {
   // out = a + b
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
 
-  // ---- softmax cross-entropy over the first V of Vp logits per row ----
-  // losses[i] = -log softmax(logits[i,:V])[targets[i]]
-  virtual void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
-                                     int N, int V, int Vp) = 0;
-  // Fused: losses as above, and logits are replaced in place by
-  // dloss * d losses[i] / d logits = dloss * (softmax - onehot); padded columns get 0.
-  virtual void cross_entropy_backward(float* losses, float* logits_to_dlogits,
-                                      const int32_t* targets, int N, int V, int Vp, float dloss) = 0;
+  // ---- softmax cross-entropy, vocabulary-parallel ----
+  // Each rank holds logits[N, Vs] for the vocabulary ids [vocab_start, vocab_start + Vs),
+  // of which the first `valid` columns are real words (the rest is padding, masked).
+  // The full-vocabulary softmax is assembled from per-shard partials combined by the
+  // caller: row max (all-reduce max), then sum of exp and the target's logit (all-reduce
+  // sum), so the full logits are never gathered.
+  virtual void logits_row_max(float* row_max, const float* logits, int N, int valid, int Vs) = 0;
+  // sum_and_target[i] = sum_j exp(logits[i,j] - row_max[i]) over the shard's valid columns;
+  // sum_and_target[N + i] = logits[i, targets[i] - vocab_start] if the target is in the shard, else 0.
+  virtual void logits_sum_exp_and_target(float* sum_and_target, const float* logits, const float* row_max,
+                                         const int32_t* targets, int vocab_start, int N, int valid, int Vs) = 0;
+  // losses[i] = lse[i] - target logit, lse[i] = row_max[i] + log(sum[i]), from the combined partials.
+  virtual void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
+                                  int N) = 0;
+  // logits replaced in place by dloss * (softmax - onehot) on the shard; padded columns get 0.
+  virtual void cross_entropy_backward(float* logits_to_dlogits, const float* lse, const int32_t* targets,
+                                      int vocab_start, int N, int valid, int Vs, float dloss) = 0;
 
   // ---- optimizer ----
   // AdamW as PyTorch does it (shared/reference/FORMAT.md): g = grad * grad_scale;

@@ -31,13 +31,19 @@ class CpuKernels final : public Kernels {
     for (size_t i = 0; i < n; i++) p[i] = 0.0f;
   }
 
-  void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) override {
-    cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte_shard, int vocab_start, int shard_rows,
+                         int B, int T, int C) override {
+    cpu::embedding_forward(out, tokens, wte_shard, vocab_start, shard_rows, B, T, C);
   }
-  void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) override {
-    cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  void embedding_backward(float* dwte_shard, const float* dout, const int32_t* tokens, int vocab_start,
+                          int shard_rows, int B, int T, int C) override {
+    cpu::embedding_backward(dwte_shard, dout, tokens, vocab_start, shard_rows, B, T, C);
+  }
+  void add_positions(float* out, const float* wpe, int B, int T, int C) override {
+    cpu::add_positions(out, wpe, B, T, C);
+  }
+  void positions_backward(float* dwpe, const float* dout, int B, int T, int C) override {
+    cpu::positions_backward(dwpe, dout, B, T, C);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                          const float* bias, int N, int C, float eps) override {
@@ -72,13 +78,20 @@ class CpuKernels final : public Kernels {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
   }
-  void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
-                             int Vp) override {
-    cpu::cross_entropy_forward(losses, logits, targets, N, V, Vp);
+  void logits_row_max(float* row_max, const float* logits, int N, int valid, int Vs) override {
+    cpu::logits_row_max(row_max, logits, N, valid, Vs);
   }
-  void cross_entropy_backward(float* losses, float* logits_to_dlogits, const int32_t* targets, int N,
-                              int V, int Vp, float dloss) override {
-    cpu::cross_entropy_backward(losses, logits_to_dlogits, targets, N, V, Vp, dloss);
+  void logits_sum_exp_and_target(float* sum_and_target, const float* logits, const float* row_max,
+                                 const int32_t* targets, int vocab_start, int N, int valid, int Vs) override {
+    cpu::logits_sum_exp_and_target(sum_and_target, logits, row_max, targets, vocab_start, N, valid, Vs);
+  }
+  void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
+                          int N) override {
+    cpu::cross_entropy_loss(losses, lse, row_max, sum_and_target, N);
+  }
+  void cross_entropy_backward(float* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start,
+                              int N, int valid, int Vs, float dloss) override {
+    cpu::cross_entropy_backward(logits_to_dlogits, lse, targets, vocab_start, N, valid, Vs, dloss);
   }
   void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int t,

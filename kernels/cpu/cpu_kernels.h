@@ -15,9 +15,15 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
           int ldb, T beta, T* C, int ldc);
 
 template <typename T>
-void encoder_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
+void embedding_forward(T* out, const int32_t* tokens, const T* wte_shard, int vocab_start, int shard_rows, int B,
+                       int T_, int C);
 template <typename T>
-void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int B, int T_, int C);
+void embedding_backward(T* dwte_shard, const T* dout, const int32_t* tokens, int vocab_start, int shard_rows, int B,
+                        int T_, int C);
+template <typename T>
+void add_positions(T* out, const T* wpe, int B, int T_, int C);
+template <typename T>
+void positions_backward(T* dwpe, const T* dout, int B, int T_, int C);
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N,
@@ -44,10 +50,15 @@ template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 
 template <typename T>
-void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int N, int V, int Vp);
+void logits_row_max(T* row_max, const T* logits, int N, int valid, int Vs);
 template <typename T>
-void cross_entropy_backward(T* losses, T* logits_to_dlogits, const int32_t* targets, int N, int V,
-                            int Vp, T dloss);
+void logits_sum_exp_and_target(T* sum_and_target, const T* logits, const T* row_max, const int32_t* targets,
+                               int vocab_start, int N, int valid, int Vs);
+template <typename T>
+void cross_entropy_loss(T* losses, T* lse, const T* row_max, const T* sum_and_target, int N);
+template <typename T>
+void cross_entropy_backward(T* logits_to_dlogits, const T* lse, const int32_t* targets, int vocab_start, int N,
+                            int valid, int Vs, T dloss);
 
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps,

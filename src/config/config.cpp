@@ -132,9 +132,10 @@ void Config::validate() const {
 void Config::resolve_layout(int world_size) {
   const ParallelDims d = ParallelDims::resolve(world_size, parallel.dp, parallel.pp, parallel.tp);
   parallel.dp = d.dp;
-  require(parallel.tp == 1 && parallel.pp == 1,
-          "tensor and pipeline parallelism are not in this build yet: set parallel.tp = parallel.pp = 1");
-  require(model.n_head % parallel.tp == 0, "parallel.tp must divide model.n_head");
+  require(parallel.pp == 1, "pipeline parallelism is not in this build yet: set parallel.pp = 1");
+  require(model.n_head % parallel.tp == 0, "parallel.tp (" + std::to_string(parallel.tp) +
+                                               ") must divide model.n_head (" + std::to_string(model.n_head) +
+                                               "): attention heads are split over tp");
   require(train.global_batch % parallel.dp == 0,
           "train.global_batch (" + std::to_string(train.global_batch) + ") must be a multiple of dp (" +
               std::to_string(parallel.dp) + ")");

@@ -21,9 +21,10 @@ struct ModelConfig {
   double layernorm_eps = 1e-5;
 
   int head_dim() const { return d_model / n_head; }
-  // Rows of wte and columns of the logits: V rounded up to a multiple of 64 so that
-  // the output GEMM runs on whole vector tiles; padded logits are masked out.
-  int padded_vocab() const { return (vocab_size + 63) / 64 * 64; }
+  // Rows of wte and columns of the logits: V rounded up to a multiple of 64 per
+  // tensor-parallel shard, so that each shard is whole vector tiles; padded logits are
+  // masked out of the softmax.
+  int padded_vocab(int tp = 1) const { return (vocab_size + 64 * tp - 1) / (64 * tp) * (64 * tp); }
   // Parameters without wpe, as the MFU formula 6N + 12 L T d counts them.
   int64_t non_embedding_positional_params() const;
   // Model FLOPs per trained token: 6N + 12 L T d.

@@ -70,12 +70,6 @@ double DataParallel::finish_gradients() {
   return waited;
 }
 
-double DataParallel::gradient_norm_squared(kernels::Kernels& k, const float* grads) {
-  double sum = 0.0;
-  for (const FlatRange& r : owned_) sum += k.sum_squares(grads + r.begin, r.size());
-  return zero_ ? dp_.all_reduce(sum) : sum;
-}
-
 void DataParallel::gather_parameters(float* params) {
   if (!zero_) return;
   std::vector<RequestPtr> requests;

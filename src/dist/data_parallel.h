@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "dist/communicator.h"
-#include "kernels/kernels.h"
 #include "runtime/flat_range.h"
 
 namespace trident {
@@ -36,8 +35,6 @@ class DataParallel {
   void gradients_final_from(size_t offset);
   // Starts what is left, waits for everything; returns the seconds spent waiting.
   double finish_gradients();
-  // Global squared L2 norm of the reduced gradients (every parameter counted once).
-  double gradient_norm_squared(kernels::Kernels& k, const float* grads);
   // ZeRO-1: brings every rank's updated blocks into all ranks' parameters.
   void gather_parameters(float* params);
   // ZeRO-1: the full reduced gradients on every rank (only `verify` needs them).

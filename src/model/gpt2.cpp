@@ -1,8 +1,8 @@
 #include "model/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "runtime/error.h"
 #include "runtime/random.h"
@@ -29,16 +29,21 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) k_->free(data_);
 }
 
-GPT2::GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, size_t buffer_multiple)
-    : config_(config), layout_(config, buffer_multiple), B_(micro_batch), k_(k),
+GPT2::GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp, size_t buffer_multiple)
+    : config_(config), tp_(tp), layout_(config, tp.rank(), tp.size(), buffer_multiple), B_(micro_batch), k_(k),
       params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()) {
   check(micro_batch > 0, "micro_batch must be positive");
+  C_local_ = config.d_model / tp.size();
+  heads_local_ = config.n_head / tp.size();
+  vocab_shard_ = config.padded_vocab(tp.size()) / tp.size();
+  vocab_start_ = tp.rank() * vocab_shard_;
+  vocab_valid_ = std::clamp(config.vocab_size - vocab_start_, 0, vocab_shard_);
   allocate_activations();
 }
 
 void GPT2::allocate_activations() {
-  const size_t B = B_, T = config_.seq_len, C = config_.d_model, NH = config_.n_head;
-  const size_t BT = B * T, Vp = config_.padded_vocab();
+  const size_t B = B_, T = config_.seq_len, C = config_.d_model, Cl = C_local_, NHl = heads_local_;
+  const size_t BT = B * T, Vs = vocab_shard_;
   // First pass counts, second pass hands out pointers: one allocation, so every page
   // is touched once at start.
   std::vector<std::pair<float**, size_t>> plan;
@@ -52,27 +57,30 @@ void GPT2::allocate_activations() {
     want(a.ln_1, BT * C);
     want(a.ln_1_mean, BT);
     want(a.ln_1_rstd, BT);
-    want(a.qkv, BT * 3 * C);
-    want(a.atty, BT * C);
-    want(a.probs, B * NH * T * T);
+    want(a.qkv, BT * 3 * Cl);
+    want(a.atty, BT * Cl);
+    want(a.probs, B * NHl * T * T);
     want(a.residual_2, BT * C);
     want(a.ln_2, BT * C);
     want(a.ln_2_mean, BT);
     want(a.ln_2_rstd, BT);
-    want(a.fc, BT * 4 * C);
-    want(a.fc_gelu, BT * 4 * C);
+    want(a.fc, BT * 4 * Cl);
+    want(a.fc_gelu, BT * 4 * Cl);
     want(a.residual_3, BT * C);
   }
   want(ln_f_, BT * C);
   want(ln_f_mean_, BT);
   want(ln_f_rstd_, BT);
-  want(logits_, BT * Vp);
+  want(logits_, BT * Vs);
   want(losses_, BT);
+  want(row_max_, BT);
+  want(sum_and_target_, 2 * BT);
+  want(lse_, BT);
   want(dresidual_, BT * C);
   want(dln_, BT * C);
-  want(datty_, BT * C);
-  want(dqkv_, BT * 3 * C);
-  want(dfc_, BT * 4 * C);
+  want(datty_, BT * Cl);
+  want(dqkv_, BT * 3 * Cl);
+  want(dfc_, BT * 4 * Cl);
   activation_floats_ = 0;
   for (auto& [ptr, n] : plan) activation_floats_ += n;
   activations_ = DeviceBuffer(k_, activation_floats_);
@@ -88,20 +96,21 @@ void GPT2::allocate_activations() {
 
 void GPT2::init_parameters(uint64_t seed) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * config_.n_layer);
-  std::vector<float> host;
+  std::vector<float> full;
   for (const auto& t : layout_.tensors()) {
-    host.assign(t.stored, 0.0f);
+    // The full tensor on every rank, then this rank's shard: the same values under any tp.
+    full.assign(t.numel(), 0.0f);
     const bool is_layernorm = t.name.find("ln_") != std::string::npos;
     const bool is_bias = t.name.ends_with(".bias");
     if (is_layernorm && !is_bias) {
-      std::fill(host.begin(), host.begin() + t.numel(), 1.0f);
+      std::fill(full.begin(), full.end(), 1.0f);
     } else if (!is_bias) {
       const bool residual_projection = t.name.ends_with("c_proj.weight");
       const double std = 0.02 * (residual_projection ? residual_scale : 1.0);
       const uint64_t stream = hash_name(t.name);
-      for (size_t i = 0; i < t.numel(); i++) host[i] = static_cast<float>(std * normal_at(seed, stream, i));
+      for (size_t i = 0; i < full.size(); i++) full[i] = static_cast<float>(std * normal_at(seed, stream, i));
     }
-    k_.copy_to_device(params_.data() + t.offset, host.data(), t.stored * sizeof(float));
+    set_parameter(t.name, full.data(), full.size());
   }
 }
 
@@ -109,16 +118,19 @@ void GPT2::set_parameter(const std::string& name, const float* host, size_t coun
   const ParameterTensor& t = layout_.tensor(name);
   require(count == t.numel(), "parameter " + name + " has " + std::to_string(t.numel()) +
                                   " elements, got " + std::to_string(count));
-  k_.copy_to_device(params_.data() + t.offset, host, count * sizeof(float));
-  if (t.stored > count) k_.fill_zero(params_.data() + t.offset + count, t.stored - count);
+  const std::vector<float> shard = layout_.shard_of(t, host);
+  k_.copy_to_device(params_.data() + t.offset, shard.data(), shard.size() * sizeof(float));
 }
 
-std::vector<float> GPT2::get_parameter(const std::string& name, bool gradient) const {
+std::vector<float> GPT2::get_parameter(const std::string& name, bool gradient) {
   const ParameterTensor& t = layout_.tensor(name);
-  std::vector<float> host(t.numel());
+  const int shards = t.sharded() ? tp_.size() : 1;
+  std::vector<float> all(t.stored * shards);
   const float* base = gradient ? grads_.data() : params_.data();
-  k_.copy_to_host(host.data(), base + t.offset, host.size() * sizeof(float));
-  return host;
+  const int mine = t.sharded() ? tp_.rank() : 0;
+  k_.copy_to_host(all.data() + mine * t.stored, base + t.offset, t.stored * sizeof(float));
+  if (shards > 1) tp_.communicator()->all_gather(all);
+  return layout_.assemble(t, all);
 }
 
 void GPT2::zero_grad() { k_.fill_zero(grads_.data(), grads_.size()); }
@@ -128,8 +140,7 @@ float* GPT2::layer_input(int l) const { return l == 0 ? encoded_ : layers_[l - 1
 float GPT2::forward(const int32_t* tokens, const int32_t* targets, int B) {
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
-  const int T = config_.seq_len, C = config_.d_model, V = config_.vocab_size;
-  const int Vp = config_.padded_vocab(), BT = B * T;
+  const int T = config_.seq_len, C = config_.d_model, V = config_.vocab_size, BT = B * T;
   for (int i = 0; i < BT; i++)
     require(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
             "token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
@@ -137,14 +148,23 @@ float GPT2::forward(const int32_t* tokens, const int32_t* targets, int B) {
   k_.copy_to_device(targets_, targets, BT * sizeof(int32_t));
   last_B_ = B;
 
-  k_.encoder_forward(encoded_, tokens_, param(layout_.wte()), param(layout_.wpe()), B, T, C);
+  // Vocabulary-parallel embedding: each token's row comes from the shard that owns it.
+  k_.embedding_forward(encoded_, tokens_, param(layout_.wte()), vocab_start_, vocab_shard_, B, T, C);
+  tp_.sum_embedding_shards(encoded_, static_cast<size_t>(BT) * C);
+  k_.add_positions(encoded_, param(layout_.wpe()), B, T, C);
   for (int l = 0; l < config_.n_layer; l++) block_forward(l, B);
   k_.layernorm_forward(ln_f_, ln_f_mean_, ln_f_rstd_, layer_input(config_.n_layer),
                        param(layout_.ln_f_weight()), param(layout_.ln_f_bias()), BT, C,
                        static_cast<float>(config_.layernorm_eps));
-  // Tied head: logits = ln_f(x) @ wte^T over the padded vocabulary.
-  k_.matmul_forward(logits_, ln_f_, param(layout_.wte()), nullptr, BT, C, Vp);
-  k_.cross_entropy_forward(losses_, logits_, targets_, BT, V, Vp);
+  // Tied, vocabulary-parallel head: this rank's logits are ln_f(x) @ wte_shard^T; the
+  // softmax over the whole vocabulary is assembled from per-shard partials.
+  k_.matmul_forward(logits_, ln_f_, param(layout_.wte()), nullptr, BT, C, vocab_shard_);
+  k_.logits_row_max(row_max_, logits_, BT, vocab_valid_, vocab_shard_);
+  tp_.max_over_vocab_shards(row_max_, BT);
+  k_.logits_sum_exp_and_target(sum_and_target_, logits_, row_max_, targets_, vocab_start_, BT, vocab_valid_,
+                               vocab_shard_);
+  tp_.sum_over_vocab_shards(sum_and_target_, 2 * static_cast<size_t>(BT));
+  k_.cross_entropy_loss(losses_, lse_, row_max_, sum_and_target_, BT);
   k_.copy_to_host(host_losses_.data(), losses_, BT * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < BT; i++) sum += host_losses_[i];
@@ -152,37 +172,43 @@ float GPT2::forward(const int32_t* tokens, const int32_t* targets, int B) {
 }
 
 void GPT2::block_forward(int l, int B) {
-  const int T = config_.seq_len, C = config_.d_model, NH = config_.n_head, BT = B * T;
+  const int T = config_.seq_len, C = config_.d_model, Cl = C_local_, BT = B * T;
   const float eps = static_cast<float>(config_.layernorm_eps);
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = layers_[l];
   const float* residual = layer_input(l);
+  // The row-parallel biases are added by one rank, before the sum over tp.
+  const bool add_replicated_bias = tp_.rank() == 0;
   // Attention: residual_2 = residual + c_proj(attention(c_attn(ln_1(residual))))
   k_.layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, residual, param(p.ln_1_weight),
                        param(p.ln_1_bias), BT, C, eps);
-  k_.matmul_forward(a.qkv, a.ln_1, param(p.c_attn_weight), param(p.c_attn_bias), BT, C, 3 * C);
-  k_.attention_forward(a.atty, a.probs, a.qkv, B, T, C, NH);
-  k_.matmul_forward(a.residual_2, a.atty, param(p.attn_c_proj_weight), param(p.attn_c_proj_bias), BT, C, C);
+  k_.matmul_forward(a.qkv, a.ln_1, param(p.c_attn_weight), param(p.c_attn_bias), BT, C, 3 * Cl);  // column-parallel
+  k_.attention_forward(a.atty, a.probs, a.qkv, B, T, Cl, heads_local_);
+  k_.matmul_forward(a.residual_2, a.atty, param(p.attn_c_proj_weight),  // row-parallel
+                    add_replicated_bias ? param(p.attn_c_proj_bias) : nullptr, BT, Cl, C);
+  tp_.reduce_from_region(a.residual_2, static_cast<size_t>(BT) * C);
   k_.add(a.residual_2, a.residual_2, residual, static_cast<size_t>(BT) * C);
   // MLP: residual_3 = residual_2 + c_proj(gelu(c_fc(ln_2(residual_2))))
   k_.layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual_2, param(p.ln_2_weight),
                        param(p.ln_2_bias), BT, C, eps);
-  k_.matmul_forward(a.fc, a.ln_2, param(p.c_fc_weight), param(p.c_fc_bias), BT, C, 4 * C);
-  k_.gelu_forward(a.fc_gelu, a.fc, static_cast<size_t>(BT) * 4 * C);
-  k_.matmul_forward(a.residual_3, a.fc_gelu, param(p.mlp_c_proj_weight), param(p.mlp_c_proj_bias), BT, 4 * C, C);
+  k_.matmul_forward(a.fc, a.ln_2, param(p.c_fc_weight), param(p.c_fc_bias), BT, C, 4 * Cl);  // column-parallel
+  k_.gelu_forward(a.fc_gelu, a.fc, static_cast<size_t>(BT) * 4 * Cl);
+  k_.matmul_forward(a.residual_3, a.fc_gelu, param(p.mlp_c_proj_weight),  // row-parallel
+                    add_replicated_bias ? param(p.mlp_c_proj_bias) : nullptr, BT, 4 * Cl, C);
+  tp_.reduce_from_region(a.residual_3, static_cast<size_t>(BT) * C);
   k_.add(a.residual_3, a.residual_3, a.residual_2, static_cast<size_t>(BT) * C);
 }
 
 void GPT2::backward(float loss_scale, const std::function<void(size_t)>& grads_final_from) {
+  check(last_B_ > 0, "backward() without forward()");
   const auto report = [&](size_t offset) {
     if (grads_final_from) grads_final_from(offset);
   };
-  check(last_B_ > 0, "backward() without forward()");
-  const int B = last_B_, T = config_.seq_len, C = config_.d_model, V = config_.vocab_size;
-  const int Vp = config_.padded_vocab(), BT = B * T;
+  const int B = last_B_, T = config_.seq_len, C = config_.d_model, BT = B * T;
   // Head: logits become dlogits in place, then through the tied wte and ln_f.
-  k_.cross_entropy_backward(losses_, logits_, targets_, BT, V, Vp, loss_scale);
-  k_.matmul_backward(dln_, grad(layout_.wte()), nullptr, logits_, ln_f_, param(layout_.wte()), BT, C, Vp);
+  k_.cross_entropy_backward(logits_, lse_, targets_, vocab_start_, BT, vocab_valid_, vocab_shard_, loss_scale);
+  k_.matmul_backward(dln_, grad(layout_.wte()), nullptr, logits_, ln_f_, param(layout_.wte()), BT, C, vocab_shard_);
+  tp_.reduce_gradient_into_region(dln_, static_cast<size_t>(BT) * C);
   k_.fill_zero(dresidual_, static_cast<size_t>(BT) * C);
   k_.layernorm_backward(dresidual_, grad(layout_.ln_f_weight()), grad(layout_.ln_f_bias()), dln_,
                         layer_input(config_.n_layer), param(layout_.ln_f_weight()), ln_f_mean_,
@@ -193,29 +219,34 @@ void GPT2::backward(float loss_scale, const std::function<void(size_t)>& grads_f
     report(layout_[layout_.block(l).ln_1_weight].offset);
   }
   // wte is tied: its gradient has the head's part and now the embedding's.
-  k_.encoder_backward(grad(layout_.wte()), grad(layout_.wpe()), dresidual_, tokens_, B, T, C);
+  k_.embedding_backward(grad(layout_.wte()), dresidual_, tokens_, vocab_start_, vocab_shard_, B, T, C);
+  k_.positions_backward(grad(layout_.wpe()), dresidual_, B, T, C);
   report(0);
 }
 
 // dresidual holds d loss / d residual_3 of layer l on entry, and d loss / d (input of
 // layer l) on return: the skip connections pass it through, the branches add to it.
+// It is the same on every tp rank, so replicated parameters get the same gradients.
 void GPT2::block_backward(int l, int B, float* dresidual) {
-  const int T = config_.seq_len, C = config_.d_model, NH = config_.n_head, BT = B * T;
+  const int T = config_.seq_len, C = config_.d_model, Cl = C_local_, BT = B * T;
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = layers_[l];
   float* dfc = dfc_;
   // MLP branch.
   k_.matmul_backward(dfc, grad(p.mlp_c_proj_weight), grad(p.mlp_c_proj_bias), dresidual, a.fc_gelu,
-                     param(p.mlp_c_proj_weight), BT, 4 * C, C);
-  k_.gelu_backward(dfc, a.fc, dfc, static_cast<size_t>(BT) * 4 * C);
-  k_.matmul_backward(dln_, grad(p.c_fc_weight), grad(p.c_fc_bias), dfc, a.ln_2, param(p.c_fc_weight), BT, C, 4 * C);
+                     param(p.mlp_c_proj_weight), BT, 4 * Cl, C);
+  k_.gelu_backward(dfc, a.fc, dfc, static_cast<size_t>(BT) * 4 * Cl);
+  k_.matmul_backward(dln_, grad(p.c_fc_weight), grad(p.c_fc_bias), dfc, a.ln_2, param(p.c_fc_weight), BT, C, 4 * Cl);
+  tp_.reduce_gradient_into_region(dln_, static_cast<size_t>(BT) * C);
   k_.layernorm_backward(dresidual, grad(p.ln_2_weight), grad(p.ln_2_bias), dln_, a.residual_2,
                         param(p.ln_2_weight), a.ln_2_mean, a.ln_2_rstd, BT, C);
   // Attention branch.
   k_.matmul_backward(datty_, grad(p.attn_c_proj_weight), grad(p.attn_c_proj_bias), dresidual, a.atty,
-                     param(p.attn_c_proj_weight), BT, C, C);
-  k_.attention_backward(dqkv_, datty_, a.qkv, a.probs, B, T, C, NH);
-  k_.matmul_backward(dln_, grad(p.c_attn_weight), grad(p.c_attn_bias), dqkv_, a.ln_1, param(p.c_attn_weight), BT, C, 3 * C);
+                     param(p.attn_c_proj_weight), BT, Cl, C);
+  k_.attention_backward(dqkv_, datty_, a.qkv, a.probs, B, T, Cl, heads_local_);
+  k_.matmul_backward(dln_, grad(p.c_attn_weight), grad(p.c_attn_bias), dqkv_, a.ln_1, param(p.c_attn_weight), BT,
+                     C, 3 * Cl);
+  tp_.reduce_gradient_into_region(dln_, static_cast<size_t>(BT) * C);
   k_.layernorm_backward(dresidual, grad(p.ln_1_weight), grad(p.ln_1_bias), dln_, layer_input(l),
                         param(p.ln_1_weight), a.ln_1_mean, a.ln_1_rstd, BT, C);
 }

@@ -1,6 +1,8 @@
 // GPT-2 with explicit forward and backward passes, layer by layer, over the kernel API
 // (kernels/kernels.h), so the same model runs on any backend. It owns its parameters,
 // gradients and one micro-batch of activations, all allocated once at construction.
+// Under tensor parallelism each rank holds its shard (model/parameters.h): heads and MLP
+// columns split Megatron-style, the vocabulary split for the embedding and the loss.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include "config/config.h"
 #include "kernels/kernels.h"
 #include "model/parameters.h"
+#include "model/tensor_parallel.h"
 
 namespace trident {
 
@@ -38,11 +41,14 @@ class DeviceBuffer {
 class GPT2 {
  public:
   // micro_batch: sequences per forward/backward (the activation buffers' size).
-  // buffer_multiple: the flat parameter and gradient buffers are padded to a multiple.
-  GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, size_t buffer_multiple = 1);
+  // tp: the tensor-parallel group (default: one rank). buffer_multiple: the flat
+  // parameter and gradient buffers are padded to a multiple.
+  GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
+       size_t buffer_multiple = 1);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
+  TensorParallel& tensor_parallel() { return tp_; }
   int micro_batch() const { return B_; }
   float* params() const { return params_.data(); }
   float* grads() const { return grads_.data(); }
@@ -54,9 +60,11 @@ class GPT2 {
   // value depends only on (seed, tensor name, index), never on the layout.
   void init_parameters(uint64_t seed);
 
-  // Copies named parameters between host (canonical shape) and the model.
+  // Copies a named parameter in its full canonical shape from the host into this
+  // rank's shard.
   void set_parameter(const std::string& name, const float* host, size_t count);
-  std::vector<float> get_parameter(const std::string& name, bool gradient = false) const;
+  // The full canonical tensor (or its gradient), gathered over tp: collective.
+  std::vector<float> get_parameter(const std::string& name, bool gradient = false);
 
   // Runs the forward pass on tokens/targets [B, T] (host memory, B <= micro_batch)
   // and keeps the activations for backward(). Returns the mean loss.
@@ -85,16 +93,19 @@ class GPT2 {
   void block_backward(int l, int B, float* dresidual);
 
   ModelConfig config_;
+  TensorParallel tp_;
   ParameterLayout layout_;
   int B_;
   kernels::Kernels& k_;
+  // This rank's share: channels of attention (heads) and of the MLP, vocabulary rows.
+  int C_local_, heads_local_, vocab_shard_, vocab_start_, vocab_valid_;
   DeviceBuffer params_, grads_;
 
   DeviceBuffer activations_;  // one arena for everything below
   size_t activation_floats_ = 0;
   int32_t *tokens_ = nullptr, *targets_ = nullptr;
   float *encoded_ = nullptr, *ln_f_ = nullptr, *ln_f_mean_ = nullptr, *ln_f_rstd_ = nullptr,
-        *logits_ = nullptr, *losses_ = nullptr;
+        *logits_ = nullptr, *losses_ = nullptr, *row_max_ = nullptr, *sum_and_target_ = nullptr, *lse_ = nullptr;
   std::vector<LayerActivations> layers_;
   // Backward scratch, shared by all layers.
   float *dresidual_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr;

@@ -1,7 +1,8 @@
 // The parameters of a GPT-2 model as one flat float buffer with named views. Names
 // and canonical shapes are those of shared/reference/FORMAT.md and are used
-// everywhere (checkpoints, exports, verify). Tensors are laid out layer by layer so a
-// layer's parameters (and gradients) are contiguous.
+// everywhere (checkpoints, exports, verify); under tensor parallelism each rank stores
+// its shard of a tensor, and `Sharding` says which part (Megatron's layout). Tensors are
+// laid out layer by layer, so a layer's parameters (and gradients) are contiguous.
 #pragma once
 
 #include <cstddef>
@@ -13,14 +14,24 @@
 
 namespace trident {
 
+enum class Sharding {
+  replicated,  // every tp rank holds all of it (LayerNorms, wpe, row-parallel biases)
+  rows,        // split by rows (dim 0): column-parallel c_fc, vocabulary-parallel wte
+  qkv_rows,    // c_attn: rows split within each of the q, k, v blocks (heads over tp)
+  columns,     // split by columns (dim 1): row-parallel c_proj weights
+};
+
 struct ParameterTensor {
   std::string name;
-  std::vector<int64_t> shape;  // canonical shape, e.g. wte.weight [V, d]
-  size_t offset = 0;           // in floats, into the flat buffer
-  size_t stored = 0;           // floats stored: >= numel() when rows are padded (wte)
+  std::vector<int64_t> shape;  // canonical (full, unpadded) shape, e.g. wte.weight [V, d]
+  std::vector<int64_t> padded_shape;  // full shape with padding rows (wte: [Vp, d])
+  Sharding sharding = Sharding::replicated;
+  size_t offset = 0;           // in floats, into this rank's flat buffer
+  size_t stored = 0;           // floats this rank stores
   bool weight_decay = false;   // AdamW decays tensors of 2 or more dimensions
 
-  size_t numel() const;
+  size_t numel() const;  // of the canonical tensor
+  bool sharded() const { return sharding != Sharding::replicated; }
 };
 
 // Where each parameter of one block lives, for the layer code.
@@ -31,14 +42,21 @@ struct BlockParameterIndex {
 
 class ParameterLayout {
  public:
-  // total_floats() is rounded up to a multiple of `pad_to` (data parallelism splits the
-  // buffer into equal blocks).
-  explicit ParameterLayout(const ModelConfig& model, size_t pad_to = 1);
+  // The layout of tp rank `tp_rank` of `tp_size`. total_floats() is rounded up to a
+  // multiple of `pad_to` (data parallelism splits the buffer into equal blocks).
+  ParameterLayout(const ModelConfig& model, int tp_rank = 0, int tp_size = 1, size_t pad_to = 1);
 
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
   const ParameterTensor& tensor(const std::string& name) const;
   const ParameterTensor& operator[](int index) const { return tensors_[index]; }
   size_t total_floats() const { return total_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+
+  // This rank's shard of a full canonical tensor (host memory), padding rows as zeros.
+  std::vector<float> shard_of(const ParameterTensor& t, const float* full) const;
+  // The full canonical tensor from every rank's shard, in tp rank order.
+  std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& all_shards) const;
 
   int wte() const { return wte_; }
   int wpe() const { return wpe_; }
@@ -47,11 +65,15 @@ class ParameterLayout {
   const BlockParameterIndex& block(int layer) const { return blocks_[layer]; }
 
  private:
-  int add(const std::string& name, std::vector<int64_t> shape, size_t stored = 0);
+  int add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int64_t padded_rows = 0);
+  // Calls copy(full_row, shard_row, first_column, columns) for every row of rank r's shard.
+  template <typename F>
+  void for_each_shard_row(const ParameterTensor& t, int r, F copy) const;
 
   std::vector<ParameterTensor> tensors_;
   std::vector<BlockParameterIndex> blocks_;
   int wte_ = 0, wpe_ = 0, ln_f_weight_ = 0, ln_f_bias_ = 0;
+  int tp_rank_ = 0, tp_size_ = 1;
   size_t total_ = 0;
 };
 

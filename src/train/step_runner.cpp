@@ -1,5 +1,6 @@
 #include "train/step_runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/error.h"
@@ -33,9 +34,25 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
 }
 
+double StepRunner::gradient_norm_squared() {
+  // Every parameter once: the shards of split tensors on each tp rank, replicated
+  // tensors (identical on all tp ranks) from tp rank 0 only; with ZeRO-1 each dp rank
+  // holds the reduced gradients of its own ranges.
+  TensorParallel& tp = model_.tensor_parallel();
+  double sum = 0.0;
+  for (const FlatRange& r : data_parallel_.owned())
+    for (const ParameterTensor& t : model_.layout().tensors()) {
+      const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
+      if (begin < end && (t.sharded() || tp.rank() == 0)) sum += k_.sum_squares(model_.grads() + begin, end - begin);
+    }
+  if (data_parallel_.zero()) sum = dp_.all_reduce(sum);
+  if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
+  return sum;
+}
+
 GradientNorm StepRunner::update(double lr, double grad_clip) {
   GradientNorm norm;
-  norm.norm = std::sqrt(data_parallel_.gradient_norm_squared(k_, model_.grads()));
+  norm.norm = std::sqrt(gradient_norm_squared());
   norm.clip_coefficient = clip_coefficient(norm.norm, grad_clip);
   optimizer_.step(model_.params(), model_.grads(), lr, norm.clip_coefficient);
   data_parallel_.gather_parameters(model_.params());

@@ -27,6 +27,9 @@ class StepRunner {
   double comm_wait_s() const { return comm_wait_s_; }
 
  private:
+  // Squared global L2 norm of the step's gradients over the whole model.
+  double gradient_norm_squared();
+
   GPT2& model_;
   AdamW& optimizer_;
   DataParallel& data_parallel_;

@@ -82,7 +82,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
 
   // ---- model and optimizer, every buffer allocated here, once ----
   Timer setup;
-  GPT2 model(mc, tc.micro_batch, *k, dp);
+  GPT2 model(mc, tc.micro_batch, *k, TensorParallel(parallel.tp()), dp);
   model.init_parameters(tc.seed);
   DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), config.parallel.bucket_mb,
                              config.parallel.zero == 1, config.parallel.overlap);
@@ -98,9 +98,10 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   }
   if (root) {
     const double floats = static_cast<double>(model.layout().total_floats());
-    std::printf("model: gpt2 L%d H%d d%d T%d V%d (padded %d): %.2fM parameters, %.1f MFLOP/token\n",
-                mc.n_layer, mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size, mc.padded_vocab(), floats / 1e6,
-                mc.flops_per_token() / 1e6);
+    std::printf("model: gpt2 L%d H%d d%d T%d V%d (padded %d): %.2fM parameters on this rank (1/%d of the split "
+                "tensors), %.1f MFLOP/token\n",
+                mc.n_layer, mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size, mc.padded_vocab(parallel.dims().tp),
+                floats / 1e6, parallel.dims().tp, mc.flops_per_token() / 1e6);
     std::printf("memory per rank: parameters %.3f GiB, gradients %.3f GiB, optimizer state %.3f GiB%s, "
                 "activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
                 gib(floats * 4), gib(floats * 4), gib(static_cast<double>(optimizer.state_floats()) * 4),

@@ -87,7 +87,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   require(local_batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
                                               ") must divide the per-rank batch " + std::to_string(local_batch));
   Hdf5Reader file(ref.path);
-  GPT2 model(ref.model, micro_batch, k, dp);
+  GPT2 model(ref.model, micro_batch, k, TensorParallel(parallel.tp()), dp);
   for (const ParameterTensor& t : model.layout().tensors()) {
     const std::string name = "params/" + t.name;
     require(file.shape(name) == t.shape, ref.path + ": " + name + " has the wrong shape");

@@ -22,6 +22,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -112,21 +113,42 @@ void expect_grad(const std::string& what, Vec& x, const Vec& analytic,
 // Finite differences, double precision
 // ---------------------------------------------------------------------------------------
 
-TEST(KernelFiniteDifference, Encoder) {
-  // C = 20 is not a multiple of the backward's 16-channel blocks; tokens repeat, so
-  // rows of dwte accumulate from several positions, and some rows stay unused.
-  const int B = 2, T = 5, C = 20, vocab = 7, max_t = 8;
-  const std::vector<int32_t> tokens = {3, 1, 3, 3, 0, 1, 6, 1, 3, 0};
-  Vec wte = uniform(static_cast<size_t>(vocab) * C), wpe = uniform(static_cast<size_t>(max_t) * C);
+TEST(KernelFiniteDifference, EmbeddingShardAndPositions) {
+  // The token table is the shard of rows [3, 7) of a 9-word vocabulary; tokens 0..2 and
+  // 7..8 belong to other shards. C = 20 is not a multiple of the backward's 16-channel
+  // blocks; tokens repeat, so rows of dwte accumulate from several positions, and shard
+  // rows 4 and 5 stay unused. The shard lies between guard rows in one buffer, and the
+  // FD runs over the whole buffer: a read of a guard row shows up as a numeric gradient,
+  // a write to one as an analytic gradient. wpe has rows beyond T, which must stay out.
+  const int B = 2, T = 5, C = 20, vocab_start = 3, shard_rows = 4, guard = 3, max_t = 8;
+  const std::vector<int32_t> tokens = {3, 1, 6, 3, 0, 7, 6, 8, 3, 2};
+  auto in_shard = [&](int32_t tok) { return tok >= vocab_start && tok < vocab_start + shard_rows; };
+  const size_t shard_offset = static_cast<size_t>(guard) * C;
+  Vec wte_buf = uniform(static_cast<size_t>(shard_rows + 2 * guard) * C);
+  Vec wpe = uniform(static_cast<size_t>(max_t) * C);
   const Vec R = uniform(static_cast<size_t>(B) * T * C);
-  Vec out(R.size());
+
+  // Forward overwrites: rows of tokens outside the shard are exactly 0, the others copy
+  // their row exactly.
+  Vec out(R.size(), std::numeric_limits<double>::quiet_NaN());
+  embedding_forward(out.data(), tokens.data(), wte_buf.data() + shard_offset, vocab_start, shard_rows, B, T, C);
+  for (int i = 0; i < B * T; i++)
+    for (int c = 0; c < C; c++) {
+      const double want =
+          in_shard(tokens[i]) ? wte_buf[shard_offset + static_cast<size_t>(tokens[i] - vocab_start) * C + c] : 0.0;
+      ASSERT_EQ(out[static_cast<size_t>(i) * C + c], want) << "position " << i << " (token " << tokens[i]
+                                                           << ") channel " << c;
+    }
+
   auto loss = [&] {
-    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    embedding_forward(out.data(), tokens.data(), wte_buf.data() + shard_offset, vocab_start, shard_rows, B, T, C);
+    add_positions(out.data(), wpe.data(), B, T, C);
     return dot(out, R);
   };
-  Vec dwte(wte.size(), 0.0), dwpe(wpe.size(), 0.0);
-  encoder_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, T, C);
-  expect_grad("dwte", wte, dwte, loss);
+  Vec dwte_buf(wte_buf.size(), 0.0), dwpe(wpe.size(), 0.0);
+  embedding_backward(dwte_buf.data() + shard_offset, R.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
+  positions_backward(dwpe.data(), R.data(), B, T, C);
+  expect_grad("dwte shard (with guard rows)", wte_buf, dwte_buf, loss);
   expect_grad("dwpe", wpe, dwpe, loss);
 }
 
@@ -254,32 +276,128 @@ double direct_ce_loss(const double* row, int V, int target) {
   return static_cast<double>(std::log(sum) + max - row[target]);
 }
 
-TEST(KernelFiniteDifference, CrossEntropy) {
-  const int N = 5, V = 37, Vp = 48;
-  Vec logits = uniform(static_cast<size_t>(N) * Vp, -3.0, 3.0);
-  // Large values in the padding: they would dominate the softmax if it read them.
-  for (int i = 0; i < N; i++)
-    for (int j = V; j < Vp; j++) logits[static_cast<size_t>(i) * Vp + j] = 50.0;
-  const std::vector<int32_t> targets = {0, 36, 5, 17, 5};
+// Vocabulary-parallel cross-entropy simulated in one process: P shards of Vs columns,
+// shard p holding the vocabulary ids [p*Vs, p*Vs + valid), valid = min(Vs, V - p*Vs);
+// the rest of its columns is padding, filled with a large value that would dominate
+// the softmax if a kernel read it.
+constexpr double kPadLogit = 50.0;
+
+struct VocabShard {
+  int start, valid;
+};
+
+std::vector<VocabShard> vocab_shards(int V, int P, int Vs) {
+  std::vector<VocabShard> shards;
+  for (int p = 0; p < P; p++) shards.push_back({p * Vs, std::clamp(V - p * Vs, 0, Vs)});
+  return shards;
+}
+
+template <typename F>
+struct ShardedCrossEntropy {
+  int N, V, Vs;
+  std::vector<VocabShard> shards;
+  std::vector<std::vector<F>> logits;    // per shard, [N, Vs]
+  std::vector<std::vector<F>> partials;  // per shard, sum_and_target [2N]
+  std::vector<F> row_max, sum_and_target, losses, lse;
+
+  ShardedCrossEntropy(int N_, int V_, int P, int Vs_) : N(N_), V(V_), Vs(Vs_), shards(vocab_shards(V_, P, Vs_)) {}
+
+  // Cuts the full logits [N, V] into the shards.
+  void set_logits(const Vec& full) {
+    logits.assign(shards.size(), std::vector<F>(static_cast<size_t>(N) * Vs, static_cast<F>(kPadLogit)));
+    for (size_t p = 0; p < shards.size(); p++)
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < shards[p].valid; j++)
+          logits[p][static_cast<size_t>(i) * Vs + j] = static_cast<F>(full[static_cast<size_t>(i) * V + shards[p].start + j]);
+  }
+
+  // The model's combination: all-reduce max of the row maxima, then every shard sums
+  // exp against the global max, all-reduce sum of (sum, target), then the loss.
+  void forward(const std::vector<int32_t>& targets) {
+    row_max.assign(N, -std::numeric_limits<F>::infinity());
+    std::vector<F> shard_max(N);
+    for (size_t p = 0; p < shards.size(); p++) {
+      logits_row_max(shard_max.data(), logits[p].data(), N, shards[p].valid, Vs);
+      for (int i = 0; i < N; i++) row_max[i] = std::max(row_max[i], shard_max[i]);
+    }
+    sum_and_target.assign(2 * static_cast<size_t>(N), F(0));
+    partials.assign(shards.size(), std::vector<F>(2 * static_cast<size_t>(N)));
+    for (size_t p = 0; p < shards.size(); p++) {
+      logits_sum_exp_and_target(partials[p].data(), logits[p].data(), row_max.data(), targets.data(),
+                                shards[p].start, N, shards[p].valid, Vs);
+      for (int k = 0; k < 2 * N; k++) sum_and_target[k] += partials[p][k];
+    }
+    losses.assign(N, F(0));
+    lse.assign(N, F(0));
+    cross_entropy_loss(losses.data(), lse.data(), row_max.data(), sum_and_target.data(), N);
+  }
+
+  // dlogits in place on every shard (after forward); returns them gathered to [N, V].
+  Vec backward(const std::vector<int32_t>& targets, F dloss) {
+    Vec full(static_cast<size_t>(N) * V);
+    for (size_t p = 0; p < shards.size(); p++) {
+      cross_entropy_backward(logits[p].data(), lse.data(), targets.data(), shards[p].start, N, shards[p].valid, Vs,
+                             dloss);
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < shards[p].valid; j++)
+          full[static_cast<size_t>(i) * V + shards[p].start + j] = logits[p][static_cast<size_t>(i) * Vs + j];
+    }
+    return full;
+  }
+
+  // After backward: every padded column holds exactly 0.
+  void expect_padding_zero(const std::string& what) const {
+    for (size_t p = 0; p < shards.size(); p++)
+      for (int i = 0; i < N; i++)
+        for (int j = shards[p].valid; j < Vs; j++)
+          ASSERT_EQ(logits[p][static_cast<size_t>(i) * Vs + j], F(0))
+              << what << ": shard " << p << " row " << i << " padded column " << j;
+  }
+};
+
+void check_sharded_cross_entropy(int V, int P, int Vs, const std::vector<int32_t>& targets) {
+  const std::string what = "V=" + std::to_string(V) + " P=" + std::to_string(P) + " Vs=" + std::to_string(Vs);
+  const int N = static_cast<int>(targets.size());
+  Vec logits = uniform(static_cast<size_t>(N) * V, -3.0, 3.0);
+  ShardedCrossEntropy<double> ce(N, V, P, Vs);
   // The backward takes one scalar dloss for all rows, so L = dloss * sum(losses).
   const double dloss = 0.37;
-  Vec losses(N), ones(N, 1.0);
+  const Vec ones(N, 1.0);
   auto loss = [&] {
-    cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
-    return dloss * dot(losses, ones);
+    ce.set_logits(logits);
+    ce.forward(targets);
+    return dloss * dot(ce.losses, ones);
   };
   loss();
-  for (int i = 0; i < N; i++)
-    EXPECT_NEAR(losses[i], direct_ce_loss(&logits[static_cast<size_t>(i) * Vp], V, targets[i]),
-                1e-13 * std::abs(losses[i])) << "row " << i;
 
-  Vec dlogits = logits, bw_losses(N);
-  cross_entropy_backward(bw_losses.data(), dlogits.data(), targets.data(), N, V, Vp, dloss);
-  EXPECT_LT(rel_error(bw_losses, losses), 1e-15);
-  for (int i = 0; i < N; i++)
-    for (int j = V; j < Vp; j++)
-      EXPECT_EQ(dlogits[static_cast<size_t>(i) * Vp + j], 0.0) << "padded column " << j << " of row " << i;
-  expect_grad("dlogits", logits, dlogits, loss);  // padded columns: numeric 0 too
+  for (int i = 0; i < N; i++) {
+    const double* row = &logits[static_cast<size_t>(i) * V];
+    // The combined max is the max of the real words (padding never read), exactly.
+    EXPECT_EQ(ce.row_max[i], *std::max_element(row, row + V)) << what << " row " << i;
+    // Exactly one shard reports the target's logit; the others report exactly 0.
+    for (size_t p = 0; p < ce.shards.size(); p++) {
+      const int column = targets[i] - ce.shards[p].start;
+      const bool owns = column >= 0 && column < ce.shards[p].valid;
+      EXPECT_EQ(ce.partials[p][N + i], owns ? row[targets[i]] : 0.0) << what << " shard " << p << " row " << i;
+    }
+    EXPECT_NEAR(ce.losses[i], direct_ce_loss(row, V, targets[i]), 1e-12) << what << " row " << i;
+    EXPECT_NEAR(ce.lse[i], ce.losses[i] + row[targets[i]], 1e-12) << what << " row " << i;
+  }
+
+  const Vec dlogits = ce.backward(targets, dloss);
+  ce.expect_padding_zero(what);
+  expect_grad("dlogits " + what, logits, dlogits, loss);
+}
+
+TEST(KernelFiniteDifference, CrossEntropyThreeShards) {
+  // V = 37 over 3 shards of 16 columns: the last holds 5 words and 11 padded columns.
+  // Targets at both edges of every shard.
+  check_sharded_cross_entropy(37, 3, 16, {0, 36, 15, 16, 31, 32, 5, 20, 5});
+}
+
+TEST(KernelFiniteDifference, CrossEntropyOneShard) {
+  // tp = 1: one shard holding the whole vocabulary, padded from 37 to 48 columns.
+  check_sharded_cross_entropy(37, 1, 48, {0, 36, 5, 17, 5});
 }
 
 // ---------------------------------------------------------------------------------------
@@ -320,16 +438,66 @@ TEST(KernelConventions, LayerNormBackwardAccumulatesEverything) {
   }
 }
 
-TEST(KernelConventions, EncoderBackwardAccumulates) {
-  const int B = 1, T = 3, C = 4;
-  const std::vector<int32_t> tokens = {2, 0, 2};
+TEST(KernelConventions, EmbeddingAndPositionsBackwardAccumulate) {
+  // C = 37 crosses the backward's 16-channel blocks; token 9 lies outside the shard [1, 5).
+  const int B = 2, T = 3, C = 37, vocab_start = 1, shard_rows = 4;
+  const std::vector<int32_t> tokens = {2, 0, 2, 4, 9, 1};
   const Vec dout = uniform(static_cast<size_t>(B) * T * C);
-  Vec dwte(3 * C, 0.0), dwpe(T * C, 0.0);
-  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  Vec dwte(static_cast<size_t>(shard_rows) * C, 0.0), dwpe(static_cast<size_t>(T) * C, 0.0);
+  embedding_backward(dwte.data(), dout.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
+  positions_backward(dwpe.data(), dout.data(), B, T, C);
   const Vec dwte1 = dwte, dwpe1 = dwpe;
-  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  embedding_backward(dwte.data(), dout.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
+  positions_backward(dwpe.data(), dout.data(), B, T, C);
   for (size_t i = 0; i < dwte.size(); i++) EXPECT_DOUBLE_EQ(dwte[i], 2 * dwte1[i]);
   for (size_t i = 0; i < dwpe.size(); i++) EXPECT_DOUBLE_EQ(dwpe[i], 2 * dwpe1[i]);
+
+  // Rows of the shard that no in-shard token hits (row 2, token 3) keep their old
+  // contents exactly; the others get the old contents plus their sum.
+  Vec dwte_old = uniform(dwte.size());
+  Vec dwte_acc = dwte_old;
+  embedding_backward(dwte_acc.data(), dout.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
+  for (int r = 0; r < shard_rows; r++)
+    for (int c = 0; c < C; c++) {
+      const size_t k = static_cast<size_t>(r) * C + c;
+      if (r == 2)
+        EXPECT_EQ(dwte_acc[k], dwte_old[k]) << "untouched row " << r << " channel " << c;
+      else
+        EXPECT_NEAR(dwte_acc[k], dwte_old[k] + dwte1[k], 1e-14) << "row " << r << " channel " << c;
+    }
+
+  // add_positions adds wpe[t] to what is there.
+  const Vec wpe = uniform(static_cast<size_t>(T) * C), base = uniform(dout.size());
+  Vec out = base;
+  add_positions(out.data(), wpe.data(), B, T, C);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < C; c++) {
+        const size_t k = (static_cast<size_t>(b) * T + t) * C + c;
+        EXPECT_EQ(out[k], base[k] + wpe[static_cast<size_t>(t) * C + c]) << "b " << b << " t " << t << " c " << c;
+      }
+}
+
+TEST(KernelConventions, EmbeddingShardsTogetherGiveTheFullTable) {
+  // Vocabulary 10 over 3 shards of 4 rows (the last padded): the sum of the shards'
+  // outputs is the unsharded output, and the shards' dwte are the unsharded dwte, exactly.
+  const int B = 2, T = 6, C = 19, V = 10, rows = 4, P = 3;
+  const std::vector<int32_t> tokens = random_ints(static_cast<size_t>(B) * T, V);
+  Vec wte = uniform(static_cast<size_t>(P) * rows * C);  // rows V.. are padding
+  const Vec dout = uniform(static_cast<size_t>(B) * T * C);
+  Vec full_out(dout.size()), full_dwte(wte.size(), 0.0);
+  embedding_forward(full_out.data(), tokens.data(), wte.data(), 0, V, B, T, C);
+  embedding_backward(full_dwte.data(), dout.data(), tokens.data(), 0, V, B, T, C);
+
+  Vec sum_out(dout.size(), 0.0), shard_out(dout.size()), dwte(wte.size(), 0.0);
+  for (int p = 0; p < P; p++) {
+    const size_t offset = static_cast<size_t>(p) * rows * C;
+    embedding_forward(shard_out.data(), tokens.data(), wte.data() + offset, p * rows, rows, B, T, C);
+    for (size_t k = 0; k < sum_out.size(); k++) sum_out[k] += shard_out[k];
+    embedding_backward(dwte.data() + offset, dout.data(), tokens.data(), p * rows, rows, B, T, C);
+  }
+  EXPECT_EQ(sum_out, full_out);
+  EXPECT_EQ(dwte, full_dwte);
 }
 
 TEST(KernelConventions, OverwrittenOutputsIgnoreOldContents) {
@@ -476,23 +644,32 @@ TEST(KernelFloatVsDouble, Gelu) {
   EXPECT_LT(rel_error(dxf, dx), kFloatTol);
 }
 
-TEST(KernelFloatVsDouble, CrossEntropy) {
-  const int N = 8, V = 1000, Vp = 1024;
-  const Vec logits = float_exact(uniform(static_cast<size_t>(N) * Vp, -8.0, 8.0));
-  const std::vector<int32_t> targets = random_ints(N, V);
-  Vec losses(N), bw_losses(N), dlogits = logits;
-  cross_entropy_forward(losses.data(), logits.data(), targets.data(), N, V, Vp);
-  cross_entropy_backward(bw_losses.data(), dlogits.data(), targets.data(), N, V, Vp, 1.0 / N);
+TEST(KernelFloatVsDouble, ShardedCrossEntropy) {
+  const int N = 8, V = 1000;
+  const Vec logits = float_exact(uniform(static_cast<size_t>(N) * V, -8.0, 8.0));
+  std::vector<int32_t> targets = random_ints(N, V);
+  targets[0] = 0;
+  targets[1] = V - 1;
+  // (P, Vs): one padded shard; 3 shards (the last holds 296 words); 8 shards of 128.
+  for (auto [P, Vs] : {std::pair{1, 1024}, std::pair{3, 352}, std::pair{8, 128}}) {
+    const std::string what = "P=" + std::to_string(P) + " Vs=" + std::to_string(Vs);
+    ShardedCrossEntropy<double> ce(N, V, P, Vs);
+    ce.set_logits(logits);
+    ce.forward(targets);
+    for (int i = 0; i < N; i++)
+      EXPECT_NEAR(ce.losses[i], direct_ce_loss(&logits[static_cast<size_t>(i) * V], V, targets[i]), 1e-12)
+          << what << " row " << i;
+    const Vec dlogits = ce.backward(targets, 1.0 / N);
 
-  const std::vector<float> logits_f = to_float(logits);
-  std::vector<float> losses_f(N), bw_losses_f(N), dlogits_f = logits_f;
-  cross_entropy_forward(losses_f.data(), logits_f.data(), targets.data(), N, V, Vp);
-  cross_entropy_backward(bw_losses_f.data(), dlogits_f.data(), targets.data(), N, V, Vp, 1.0f / N);
-  EXPECT_LT(rel_error(losses_f, losses), kFloatTol);
-  EXPECT_LT(rel_error(bw_losses_f, losses), kFloatTol);
-  EXPECT_LT(rel_error(dlogits_f, dlogits), kFloatTol);
-  for (int i = 0; i < N; i++)
-    for (int j = V; j < Vp; j++) ASSERT_EQ(dlogits_f[static_cast<size_t>(i) * Vp + j], 0.0f);
+    ShardedCrossEntropy<float> ce_f(N, V, P, Vs);
+    ce_f.set_logits(logits);
+    ce_f.forward(targets);
+    EXPECT_LT(rel_error(ce_f.losses, ce.losses), kFloatTol) << what;
+    EXPECT_LT(rel_error(ce_f.lse, ce.lse), kFloatTol) << what;
+    const Vec dlogits_f = ce_f.backward(targets, 1.0f / N);
+    EXPECT_LT(rel_error(dlogits_f, dlogits), kFloatTol) << what;
+    ce_f.expect_padding_zero(what);
+  }
 }
 
 }  // namespace
