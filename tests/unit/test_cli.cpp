@@ -112,6 +112,7 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"train --parallel.dp=2", "3 ranks"},                            // world not dp*pp*tp
       {"train --parallel.tp=2", "not a multiple of tp*pp"},
+      {"train --parallel.tp=3 --model.n_head=4", "parallel.tp (3) must divide model.n_head (4)"},
       {"train --train.global_batch=16", "multiple of dp (3)"},          // dp does not divide the batch
       {"verify --reference tests/data/gpt2_ref_a.h5", "multiple of dp (3)"},  // batch 4 over 3 ranks
       {"train --train.global_batch=6 --data.path=/nonexistent/text", "/nonexistent/text"},  // seen while loading
@@ -124,21 +125,37 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
   }
 }
 
-TEST(Cli, VerifyDataParallelUnderMpirun) {
-  // dp = 1, 2, 4 on the shipped reference, with and without ZeRO-1; dp = 3 needs batch 6.
-  for (const char* layout : {"-np 1", "-np 2", "-np 4"})
-    for (const char* zero : {"0", "1"}) {
-      const CliRun r = run(std::string("verify --reference tests/data/gpt2_ref_a.h5 --parallel.bucket_mb=0.05 ") +
-                               "--parallel.zero=" + zero,
-                           std::string("mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 ") + layout, 120);
-      EXPECT_EQ(r.exit_code, 0) << layout << " zero " << zero << "\n" << r.out << r.err;
-      EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << layout << " zero " << zero << "\n" << r.out;
-    }
-  const CliRun r = run("verify --reference tests/data/gpt2_ref_h6_v101.h5 --parallel.zero=1",
-                       "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np 3", 120);
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("dp groups: {0,1,2}"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
+TEST(Cli, VerifyEveryLayoutUnderMpirun) {
+  // The shipped reference (4 heads, batch 4) and, for sizes that are not powers of
+  // two, one with 6 heads, width 96 and batch 6.
+  const std::string a = "tests/data/gpt2_ref_a.h5", h6 = "tests/data/gpt2_ref_h6_v101.h5";
+  struct Layout {
+    int np;
+    std::string reference, flags, grid;  // grid: a group that rank 0 must print
+  };
+  const std::vector<Layout> layouts = {
+      {1, a, "", "dp groups: {0}"},
+      {2, a, "", "dp groups: {0,1}"},
+      {2, a, "--parallel.zero=1", "dp groups: {0,1}"},
+      {4, a, "", "dp groups: {0,1,2,3}"},
+      {4, a, "--parallel.zero=1", "dp groups: {0,1,2,3}"},
+      {3, h6, "--parallel.zero=1", "dp groups: {0,1,2}"},
+      {2, a, "--parallel.tp=2", "tp groups: {0,1}"},
+      {4, a, "--parallel.tp=4", "tp groups: {0,1,2,3}"},
+      {4, a, "--parallel.tp=2 --parallel.zero=1", "dp groups: {0,2} {1,3}"},
+      {3, h6, "--parallel.tp=3", "tp groups: {0,1,2}"},
+      {6, h6, "--parallel.tp=6", "tp groups: {0,1,2,3,4,5}"},
+      {6, h6, "--parallel.tp=3 --parallel.zero=1", "dp groups: {0,3} {1,4} {2,5}"},
+  };
+  for (const Layout& l : layouts) {
+    const CliRun r = run("verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
+                         "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np " + std::to_string(l.np),
+                         120);
+    const std::string what = "-np " + std::to_string(l.np) + " " + l.flags + " " + l.reference;
+    EXPECT_EQ(r.exit_code, 0) << what << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find(l.grid), std::string::npos) << what << "\n" << r.out;
+    EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << what << "\n" << r.out;
+  }
 }
 
 TEST(Cli, StuckRankAbortsTheJobWithinTheTimeout) {
