@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "pipeline/schedule.h"
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
@@ -44,6 +45,8 @@ po::options_description config_options(Config& c) {
       ("parallel.dp", po::value(&p.dp)->default_value(p.dp), "data-parallel size (0: world / (tp*pp))")
       ("parallel.tp", po::value(&p.tp)->default_value(p.tp), "tensor-parallel size")
       ("parallel.pp", po::value(&p.pp)->default_value(p.pp), "pipeline-parallel stages")
+      ("parallel.pp_layers", po::value(&p.pp_layers)->default_value(p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
+      ("parallel.schedule", po::value(&p.schedule)->default_value(p.schedule), "pipeline schedule: 1f1b or gpipe")
       ("parallel.zero", po::value(&p.zero)->default_value(p.zero), "1: ZeRO-1 (optimizer state sharded over dp)")
       ("parallel.bucket_mb", po::value(&p.bucket_mb)->default_value(p.bucket_mb), "gradient bucket size (MiB)")
       ("parallel.overlap", po::value(&p.overlap)->default_value(p.overlap), "reduce gradient buckets during backward")
@@ -104,6 +107,7 @@ void Config::validate() const {
   positive(parallel.tp, "parallel.tp");
   positive(parallel.pp, "parallel.pp");
   positive(parallel.timeout_s, "parallel.timeout_s");
+  parse_schedule(parallel.schedule);
   require(parallel.zero == 0 || parallel.zero == 1, "parallel.zero must be 0 or 1 (ZeRO-1)");
   positive(parallel.bucket_mb, "parallel.bucket_mb");
   require(parallel.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0 (0: from MPI)");
@@ -132,7 +136,7 @@ void Config::validate() const {
 void Config::resolve_layout(int world_size) {
   const ParallelDims d = ParallelDims::resolve(world_size, parallel.dp, parallel.pp, parallel.tp);
   parallel.dp = d.dp;
-  require(parallel.pp == 1, "pipeline parallelism is not in this build yet: set parallel.pp = 1");
+  stage_layer_counts(model.n_layer, parallel.pp, parallel.pp_layers);  // throws if they cannot work
   require(model.n_head % parallel.tp == 0, "parallel.tp (" + std::to_string(parallel.tp) +
                                                ") must divide model.n_head (" + std::to_string(model.n_head) +
                                                "): attention heads are split over tp");

@@ -35,6 +35,8 @@ struct ParallelConfig {
   int dp = 0;               // data-parallel size; 0: world / (tp * pp)
   int tp = 1;               // tensor-parallel size
   int pp = 1;               // pipeline stages
+  std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
+  std::string schedule = "1f1b";  // pipeline schedule: 1f1b or gpipe
   int zero = 0;             // 1: ZeRO-1, optimizer state sharded over dp
   double bucket_mb = 25;    // size of the gradient buckets reduced during backward
   bool overlap = true;      // start a bucket's reduction as soon as its gradients are final

@@ -31,6 +31,12 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   tp_ = group_of(Axis::tp);
   dp_ = group_of(Axis::dp);
   pp_ = group_of(Axis::pp);
+  // Every rank takes part in the split; those of neither end stage get no communicator.
+  const bool end_stage = dims.pp > 1 && (coords_.pp == 0 || coords_.pp == dims.pp - 1);
+  RankCoords column = coords_;
+  column.pp = 0;
+  MPI_Comm embedding = split(end_stage ? dims.rank_of(column) : MPI_UNDEFINED, coords_.pp);
+  if (end_stage) embedding_ = std::make_unique<MpiCommunicator>(embedding, "embedding", watchdog_);
   MPI_Comm node;
   if (ranks_per_node > 0) {
     node = split(rank / ranks_per_node, rank);

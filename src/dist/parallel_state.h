@@ -28,6 +28,9 @@ class ParallelState {
   Communicator& pp() { return *pp_; }
   Communicator& node() { return *node_; }
   Communicator& axis(Axis a) { return a == Axis::tp ? tp() : a == Axis::dp ? dp() : pp(); }
+  // The first and last pipeline stage of this rank's (dp, tp) column, which both hold
+  // the tied embedding; null on other stages and when pp == 1.
+  Communicator* embedding() { return embedding_.get(); }
   int nodes() const { return nodes_; }
 
   // The step that a timeout message names.
@@ -39,7 +42,7 @@ class ParallelState {
   ParallelDims dims_;
   RankCoords coords_;
   std::shared_ptr<Watchdog> watchdog_;
-  std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, node_;
+  std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, node_, embedding_;
   int nodes_ = 1;
 };
 

@@ -29,53 +29,58 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) k_->free(data_);
 }
 
-GPT2::GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp, size_t buffer_multiple)
-    : config_(config), tp_(tp), layout_(config, tp.rank(), tp.size(), buffer_multiple), B_(micro_batch), k_(k),
-      params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()) {
-  check(micro_batch > 0, "micro_batch must be positive");
+GPT2::GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp, size_t buffer_multiple,
+           const StageSpec& stage, int slots)
+    : config_(config), stage_(stage), tp_(tp), layout_(config, tp.rank(), tp.size(), buffer_multiple, stage),
+      B_(micro_batch), k_(k), params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()) {
+  check(micro_batch > 0 && slots > 0, "micro_batch and slots must be positive");
   C_local_ = config.d_model / tp.size();
   heads_local_ = config.n_head / tp.size();
   vocab_shard_ = config.padded_vocab(tp.size()) / tp.size();
   vocab_start_ = tp.rank() * vocab_shard_;
   vocab_valid_ = std::clamp(config.vocab_size - vocab_start_, 0, vocab_shard_);
-  allocate_activations();
+  allocate_activations(slots);
 }
 
-void GPT2::allocate_activations() {
+void GPT2::allocate_activations(int slots) {
   const size_t B = B_, T = config_.seq_len, C = config_.d_model, Cl = C_local_, NHl = heads_local_;
   const size_t BT = B * T, Vs = vocab_shard_;
   // First pass counts, second pass hands out pointers: one allocation, so every page
   // is touched once at start.
   std::vector<std::pair<float**, size_t>> plan;
   auto want = [&plan](float*& p, size_t n) { plan.emplace_back(&p, (n + 15) / 16 * 16); };
-  float *tokens = nullptr, *targets = nullptr;
-  want(tokens, BT);
-  want(targets, BT);
-  want(encoded_, BT * C);
-  layers_.resize(config_.n_layer);
-  for (auto& a : layers_) {
-    want(a.ln_1, BT * C);
-    want(a.ln_1_mean, BT);
-    want(a.ln_1_rstd, BT);
-    want(a.qkv, BT * 3 * Cl);
-    want(a.atty, BT * Cl);
-    want(a.probs, B * NHl * T * T);
-    want(a.residual_2, BT * C);
-    want(a.ln_2, BT * C);
-    want(a.ln_2_mean, BT);
-    want(a.ln_2_rstd, BT);
-    want(a.fc, BT * 4 * Cl);
-    want(a.fc_gelu, BT * 4 * Cl);
-    want(a.residual_3, BT * C);
+  slots_.resize(slots);
+  for (Slot& s : slots_) {
+    want(reinterpret_cast<float*&>(s.tokens), BT);
+    want(reinterpret_cast<float*&>(s.targets), BT);
+    want(s.encoded, BT * C);
+    s.layers.resize(layout_.layers());
+    for (auto& a : s.layers) {
+      want(a.ln_1, BT * C);
+      want(a.ln_1_mean, BT);
+      want(a.ln_1_rstd, BT);
+      want(a.qkv, BT * 3 * Cl);
+      want(a.atty, BT * Cl);
+      want(a.probs, B * NHl * T * T);
+      want(a.residual_2, BT * C);
+      want(a.ln_2, BT * C);
+      want(a.ln_2_mean, BT);
+      want(a.ln_2_rstd, BT);
+      want(a.fc, BT * 4 * Cl);
+      want(a.fc_gelu, BT * 4 * Cl);
+      want(a.residual_3, BT * C);
+    }
+    if (stage_.has_head) {
+      want(s.ln_f, BT * C);
+      want(s.ln_f_mean, BT);
+      want(s.ln_f_rstd, BT);
+      want(s.logits, BT * Vs);
+      want(s.losses, BT);
+      want(s.row_max, BT);
+      want(s.sum_and_target, 2 * BT);
+      want(s.lse, BT);
+    }
   }
-  want(ln_f_, BT * C);
-  want(ln_f_mean_, BT);
-  want(ln_f_rstd_, BT);
-  want(logits_, BT * Vs);
-  want(losses_, BT);
-  want(row_max_, BT);
-  want(sum_and_target_, 2 * BT);
-  want(lse_, BT);
   want(dresidual_, BT * C);
   want(dln_, BT * C);
   want(datty_, BT * Cl);
@@ -89,15 +94,13 @@ void GPT2::allocate_activations() {
     *ptr = next;
     next += n;
   }
-  tokens_ = reinterpret_cast<int32_t*>(tokens);
-  targets_ = reinterpret_cast<int32_t*>(targets);
   host_losses_.resize(BT);
 }
 
 void GPT2::init_parameters(uint64_t seed) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * config_.n_layer);
   std::vector<float> full;
-  for (const auto& t : layout_.tensors()) {
+  for (const auto& t : layout_.tensors()) {  // of this stage
     // The full tensor on every rank, then this rank's shard: the same values under any tp.
     full.assign(t.numel(), 0.0f);
     const bool is_layernorm = t.name.find("ln_") != std::string::npos;
@@ -135,48 +138,53 @@ std::vector<float> GPT2::get_parameter(const std::string& name, bool gradient) {
 
 void GPT2::zero_grad() { k_.fill_zero(grads_.data(), grads_.size()); }
 
-float* GPT2::layer_input(int l) const { return l == 0 ? encoded_ : layers_[l - 1].residual_3; }
+float* GPT2::layer_input(int slot, int l) const {
+  return l == 0 ? slots_[slot].encoded : slots_[slot].layers[l - 1].residual_3;
+}
 
-float GPT2::forward(const int32_t* tokens, const int32_t* targets, int B) {
+float GPT2::forward(int slot, const int32_t* tokens, const int32_t* targets, int B) {
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
+  Slot& s = slots_.at(slot);
   const int T = config_.seq_len, C = config_.d_model, V = config_.vocab_size, BT = B * T;
   for (int i = 0; i < BT; i++)
     require(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
             "token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
-  k_.copy_to_device(tokens_, tokens, BT * sizeof(int32_t));
-  k_.copy_to_device(targets_, targets, BT * sizeof(int32_t));
-  last_B_ = B;
+  k_.copy_to_device(s.tokens, tokens, BT * sizeof(int32_t));
+  k_.copy_to_device(s.targets, targets, BT * sizeof(int32_t));
+  s.B = B;
 
-  // Vocabulary-parallel embedding: each token's row comes from the shard that owns it.
-  k_.embedding_forward(encoded_, tokens_, param(layout_.wte()), vocab_start_, vocab_shard_, B, T, C);
-  tp_.sum_embedding_shards(encoded_, static_cast<size_t>(BT) * C);
-  k_.add_positions(encoded_, param(layout_.wpe()), B, T, C);
-  for (int l = 0; l < config_.n_layer; l++) block_forward(l, B);
-  k_.layernorm_forward(ln_f_, ln_f_mean_, ln_f_rstd_, layer_input(config_.n_layer),
-                       param(layout_.ln_f_weight()), param(layout_.ln_f_bias()), BT, C,
-                       static_cast<float>(config_.layernorm_eps));
+  if (stage_.has_embedding) {
+    // Vocabulary-parallel embedding: each token's row comes from the shard that owns it.
+    k_.embedding_forward(s.encoded, s.tokens, param(layout_.wte()), vocab_start_, vocab_shard_, B, T, C);
+    tp_.sum_embedding_shards(s.encoded, static_cast<size_t>(BT) * C);
+    k_.add_positions(s.encoded, param(layout_.wpe()), B, T, C);
+  }
+  for (int l = 0; l < layout_.layers(); l++) block_forward(s, slot, l);
+  if (!stage_.has_head) return 0.0f;
+  k_.layernorm_forward(s.ln_f, s.ln_f_mean, s.ln_f_rstd, stage_output(slot), param(layout_.ln_f_weight()),
+                       param(layout_.ln_f_bias()), BT, C, static_cast<float>(config_.layernorm_eps));
   // Tied, vocabulary-parallel head: this rank's logits are ln_f(x) @ wte_shard^T; the
   // softmax over the whole vocabulary is assembled from per-shard partials.
-  k_.matmul_forward(logits_, ln_f_, param(layout_.wte()), nullptr, BT, C, vocab_shard_);
-  k_.logits_row_max(row_max_, logits_, BT, vocab_valid_, vocab_shard_);
-  tp_.max_over_vocab_shards(row_max_, BT);
-  k_.logits_sum_exp_and_target(sum_and_target_, logits_, row_max_, targets_, vocab_start_, BT, vocab_valid_,
+  k_.matmul_forward(s.logits, s.ln_f, param(layout_.wte()), nullptr, BT, C, vocab_shard_);
+  k_.logits_row_max(s.row_max, s.logits, BT, vocab_valid_, vocab_shard_);
+  tp_.max_over_vocab_shards(s.row_max, BT);
+  k_.logits_sum_exp_and_target(s.sum_and_target, s.logits, s.row_max, s.targets, vocab_start_, BT, vocab_valid_,
                                vocab_shard_);
-  tp_.sum_over_vocab_shards(sum_and_target_, 2 * static_cast<size_t>(BT));
-  k_.cross_entropy_loss(losses_, lse_, row_max_, sum_and_target_, BT);
-  k_.copy_to_host(host_losses_.data(), losses_, BT * sizeof(float));
+  tp_.sum_over_vocab_shards(s.sum_and_target, 2 * static_cast<size_t>(BT));
+  k_.cross_entropy_loss(s.losses, s.lse, s.row_max, s.sum_and_target, BT);
+  k_.copy_to_host(host_losses_.data(), s.losses, BT * sizeof(float));
   double sum = 0.0;
   for (int i = 0; i < BT; i++) sum += host_losses_[i];
   return static_cast<float>(sum / BT);
 }
 
-void GPT2::block_forward(int l, int B) {
-  const int T = config_.seq_len, C = config_.d_model, Cl = C_local_, BT = B * T;
+void GPT2::block_forward(const Slot& s, int slot, int l) {
+  const int B = s.B, T = config_.seq_len, C = config_.d_model, Cl = C_local_, BT = B * T;
   const float eps = static_cast<float>(config_.layernorm_eps);
   const BlockParameterIndex& p = layout_.block(l);
-  const LayerActivations& a = layers_[l];
-  const float* residual = layer_input(l);
+  const LayerActivations& a = s.layers[l];
+  const float* residual = layer_input(slot, l);
   // The row-parallel biases are added by one rank, before the sum over tp.
   const bool add_replicated_bias = tp_.rank() == 0;
   // Attention: residual_2 = residual + c_proj(attention(c_attn(ln_1(residual))))
@@ -199,38 +207,43 @@ void GPT2::block_forward(int l, int B) {
   k_.add(a.residual_3, a.residual_3, a.residual_2, static_cast<size_t>(BT) * C);
 }
 
-void GPT2::backward(float loss_scale, const std::function<void(size_t)>& grads_final_from) {
-  check(last_B_ > 0, "backward() without forward()");
+void GPT2::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from) {
+  const Slot& s = slots_.at(slot);
+  check(s.B > 0, "backward() without forward()");
   const auto report = [&](size_t offset) {
     if (grads_final_from) grads_final_from(offset);
   };
-  const int B = last_B_, T = config_.seq_len, C = config_.d_model, BT = B * T;
-  // Head: logits become dlogits in place, then through the tied wte and ln_f.
-  k_.cross_entropy_backward(logits_, lse_, targets_, vocab_start_, BT, vocab_valid_, vocab_shard_, loss_scale);
-  k_.matmul_backward(dln_, grad(layout_.wte()), nullptr, logits_, ln_f_, param(layout_.wte()), BT, C, vocab_shard_);
-  tp_.reduce_gradient_into_region(dln_, static_cast<size_t>(BT) * C);
-  k_.fill_zero(dresidual_, static_cast<size_t>(BT) * C);
-  k_.layernorm_backward(dresidual_, grad(layout_.ln_f_weight()), grad(layout_.ln_f_bias()), dln_,
-                        layer_input(config_.n_layer), param(layout_.ln_f_weight()), ln_f_mean_,
-                        ln_f_rstd_, BT, C);
-  report(layout_[layout_.ln_f_weight()].offset);
-  for (int l = config_.n_layer - 1; l >= 0; l--) {
-    block_backward(l, B, dresidual_);
+  const int B = s.B, T = config_.seq_len, C = config_.d_model, BT = B * T;
+  if (stage_.has_head) {
+    // Head: logits become dlogits in place, then through the tied wte and ln_f.
+    k_.cross_entropy_backward(s.logits, s.lse, s.targets, vocab_start_, BT, vocab_valid_, vocab_shard_, loss_scale);
+    k_.matmul_backward(dln_, grad(layout_.wte()), nullptr, s.logits, s.ln_f, param(layout_.wte()), BT, C,
+                       vocab_shard_);
+    tp_.reduce_gradient_into_region(dln_, static_cast<size_t>(BT) * C);
+    k_.fill_zero(dresidual_, static_cast<size_t>(BT) * C);
+    k_.layernorm_backward(dresidual_, grad(layout_.ln_f_weight()), grad(layout_.ln_f_bias()), dln_,
+                          stage_output(slot), param(layout_.ln_f_weight()), s.ln_f_mean, s.ln_f_rstd, BT, C);
+    report(layout_[layout_.ln_f_weight()].offset);
+  }  // else the pipeline put d loss / d output into dresidual_
+  for (int l = layout_.layers() - 1; l >= 0; l--) {
+    block_backward(s, slot, l, dresidual_);
     report(layout_[layout_.block(l).ln_1_weight].offset);
   }
-  // wte is tied: its gradient has the head's part and now the embedding's.
-  k_.embedding_backward(grad(layout_.wte()), dresidual_, tokens_, vocab_start_, vocab_shard_, B, T, C);
-  k_.positions_backward(grad(layout_.wpe()), dresidual_, B, T, C);
+  if (stage_.has_embedding) {
+    // wte is tied: its gradient has the head's part and now the embedding's.
+    k_.embedding_backward(grad(layout_.wte()), dresidual_, s.tokens, vocab_start_, vocab_shard_, B, T, C);
+    k_.positions_backward(grad(layout_.wpe()), dresidual_, B, T, C);
+  }
   report(0);
 }
 
 // dresidual holds d loss / d residual_3 of layer l on entry, and d loss / d (input of
 // layer l) on return: the skip connections pass it through, the branches add to it.
 // It is the same on every tp rank, so replicated parameters get the same gradients.
-void GPT2::block_backward(int l, int B, float* dresidual) {
-  const int T = config_.seq_len, C = config_.d_model, Cl = C_local_, BT = B * T;
+void GPT2::block_backward(const Slot& s, int slot, int l, float* dresidual) {
+  const int B = s.B, T = config_.seq_len, C = config_.d_model, Cl = C_local_, BT = B * T;
   const BlockParameterIndex& p = layout_.block(l);
-  const LayerActivations& a = layers_[l];
+  const LayerActivations& a = s.layers[l];
   float* dfc = dfc_;
   // MLP branch.
   k_.matmul_backward(dfc, grad(p.mlp_c_proj_weight), grad(p.mlp_c_proj_bias), dresidual, a.fc_gelu,
@@ -247,7 +260,7 @@ void GPT2::block_backward(int l, int B, float* dresidual) {
   k_.matmul_backward(dln_, grad(p.c_attn_weight), grad(p.c_attn_bias), dqkv_, a.ln_1, param(p.c_attn_weight), BT,
                      C, 3 * Cl);
   tp_.reduce_gradient_into_region(dln_, static_cast<size_t>(BT) * C);
-  k_.layernorm_backward(dresidual, grad(p.ln_1_weight), grad(p.ln_1_bias), dln_, layer_input(l),
+  k_.layernorm_backward(dresidual, grad(p.ln_1_weight), grad(p.ln_1_bias), dln_, layer_input(slot, l),
                         param(p.ln_1_weight), a.ln_1_mean, a.ln_1_rstd, BT, C);
 }
 

@@ -42,14 +42,17 @@ class GPT2 {
  public:
   // micro_batch: sequences per forward/backward (the activation buffers' size).
   // tp: the tensor-parallel group (default: one rank). buffer_multiple: the flat
-  // parameter and gradient buffers are padded to a multiple.
+  // parameter and gradient buffers are padded to a multiple. stage: the part of the
+  // model held here (pipeline parallelism; default all). slots: micro-batches whose
+  // activations can be alive at once (what the pipeline schedule needs).
   GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
-       size_t buffer_multiple = 1);
+       size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1);
 
   const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
   TensorParallel& tensor_parallel() { return tp_; }
   int micro_batch() const { return B_; }
+  int slots() const { return static_cast<int>(slots_.size()); }
   float* params() const { return params_.data(); }
   float* grads() const { return grads_.data(); }
   float* param(int index) const { return params_.data() + layout_[index].offset; }
@@ -66,18 +69,38 @@ class GPT2 {
   // The full canonical tensor (or its gradient), gathered over tp: collective.
   std::vector<float> get_parameter(const std::string& name, bool gradient = false);
 
-  // Runs the forward pass on tokens/targets [B, T] (host memory, B <= micro_batch)
-  // and keeps the activations for backward(). Returns the mean loss.
-  float forward(const int32_t* tokens, const int32_t* targets, int B);
+  // Runs this stage's forward pass for a micro-batch in activation slot `slot`, on
+  // tokens/targets [B, T] (host memory, B <= micro_batch): the first stage embeds the
+  // tokens; a later stage reads its input from stage_input(slot), where the pipeline
+  // put the previous stage's output. Keeps the activations for backward(). Returns the
+  // mean loss on the last stage, 0 elsewhere (the output is then stage_output(slot)).
+  float forward(int slot, const int32_t* tokens, const int32_t* targets, int B);
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
-  // batch of the last forward(). For a mean over G sequences: loss_scale = 1/(G*T).
+  // micro-batch in `slot`. For a mean over G sequences: loss_scale = 1/(G*T). A stage
+  // other than the last starts from output_gradient(), filled by the pipeline; a stage
+  // other than the first leaves d loss / d input in input_gradient().
   // grads_final_from(offset), if given, is called as soon as the gradients at
   // [offset, end) of the flat buffer are complete (the last layers come first), so that
   // their reduction can start while backward goes on.
-  void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {});
+  void backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from = {});
+  // One stage, one slot.
+  float forward(const int32_t* tokens, const int32_t* targets, int B) { return forward(0, tokens, targets, B); }
+  void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {}) {
+    backward(0, loss_scale, grads_final_from);
+  }
   void zero_grad();
 
-  // Activation floats held for one micro-batch (for the memory report).
+  bool first_stage() const { return stage_.has_embedding; }
+  bool last_stage() const { return stage_.has_head; }
+  // Hidden states [B, T, d] entering / leaving this stage for the micro-batch in `slot`.
+  float* stage_input(int slot) const { return slots_[slot].encoded; }
+  float* stage_output(int slot) const { return layer_input(slot, layout_.layers()); }
+  // Gradient buffers [B, T, d] of this stage's output (in) and input (out).
+  float* output_gradient() const { return dresidual_; }
+  const float* input_gradient() const { return dresidual_; }
+  size_t hidden_floats(int B) const { return static_cast<size_t>(B) * config_.seq_len * config_.d_model; }
+
+  // Activation floats held for all slots (for the memory report).
   size_t activation_floats() const { return activation_floats_; }
 
  private:
@@ -86,13 +109,23 @@ class GPT2 {
         *ln_2_rstd, *fc, *fc_gelu, *residual_3;
   };
 
-  void allocate_activations();
-  // The residual stream entering layer l.
-  float* layer_input(int l) const;
-  void block_forward(int l, int B);
-  void block_backward(int l, int B, float* dresidual);
+  // One micro-batch's activations.
+  struct Slot {
+    int32_t *tokens = nullptr, *targets = nullptr;
+    float *encoded = nullptr, *ln_f = nullptr, *ln_f_mean = nullptr, *ln_f_rstd = nullptr, *logits = nullptr,
+          *losses = nullptr, *row_max = nullptr, *sum_and_target = nullptr, *lse = nullptr;
+    std::vector<LayerActivations> layers;
+    int B = 0;
+  };
+
+  void allocate_activations(int slots);
+  // The residual stream entering local block l (l = layers(): the stage's output).
+  float* layer_input(int slot, int l) const;
+  void block_forward(const Slot& s, int slot, int l);
+  void block_backward(const Slot& s, int slot, int l, float* dresidual);
 
   ModelConfig config_;
+  StageSpec stage_;
   TensorParallel tp_;
   ParameterLayout layout_;
   int B_;
@@ -103,13 +136,9 @@ class GPT2 {
 
   DeviceBuffer activations_;  // one arena for everything below
   size_t activation_floats_ = 0;
-  int32_t *tokens_ = nullptr, *targets_ = nullptr;
-  float *encoded_ = nullptr, *ln_f_ = nullptr, *ln_f_mean_ = nullptr, *ln_f_rstd_ = nullptr,
-        *logits_ = nullptr, *losses_ = nullptr, *row_max_ = nullptr, *sum_and_target_ = nullptr, *lse_ = nullptr;
-  std::vector<LayerActivations> layers_;
-  // Backward scratch, shared by all layers.
+  std::vector<Slot> slots_;
+  // Backward scratch, shared by all layers and slots.
   float *dresidual_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr;
-  int last_B_ = 0;
   std::vector<float> host_losses_;
 };
 

@@ -12,13 +12,16 @@ size_t ParameterTensor::numel() const {
   return n;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& model, int tp_rank, int tp_size, size_t pad_to)
-    : tp_rank_(tp_rank), tp_size_(tp_size) {
+ParameterLayout::ParameterLayout(const ModelConfig& model, int tp_rank, int tp_size, size_t pad_to,
+                                 const StageSpec& stage)
+    : first_layer_(stage.first_layer), tp_rank_(tp_rank), tp_size_(tp_size) {
   const int64_t d = model.d_model, V = model.vocab_size, T = model.seq_len;
   check(model.n_head % tp_size == 0 && d % tp_size == 0, "tp must divide the heads");
-  wte_ = add("wte.weight", {V, d}, Sharding::rows, model.padded_vocab(tp_size));
-  wpe_ = add("wpe.weight", {T, d}, Sharding::replicated);
-  for (int i = 0; i < model.n_layer; i++) {
+  const int last_layer = stage.layers < 0 ? model.n_layer : stage.first_layer + stage.layers;
+  check(stage.first_layer >= 0 && last_layer <= model.n_layer, "stage layers out of range");
+  if (stage.has_embedding || stage.has_head) wte_ = add("wte.weight", {V, d}, Sharding::rows, model.padded_vocab(tp_size));
+  if (stage.has_embedding) wpe_ = add("wpe.weight", {T, d}, Sharding::replicated);
+  for (int i = stage.first_layer; i < last_layer; i++) {
     const std::string p = "h." + std::to_string(i) + ".";
     BlockParameterIndex b{};
     b.ln_1_weight = add(p + "ln_1.weight", {d}, Sharding::replicated);
@@ -35,8 +38,10 @@ ParameterLayout::ParameterLayout(const ModelConfig& model, int tp_rank, int tp_s
     b.mlp_c_proj_bias = add(p + "mlp.c_proj.bias", {d}, Sharding::replicated);
     blocks_.push_back(b);
   }
-  ln_f_weight_ = add("ln_f.weight", {d}, Sharding::replicated);
-  ln_f_bias_ = add("ln_f.bias", {d}, Sharding::replicated);
+  if (stage.has_head) {
+    ln_f_weight_ = add("ln_f.weight", {d}, Sharding::replicated);
+    ln_f_bias_ = add("ln_f.bias", {d}, Sharding::replicated);
+  }
   total_ = (total_ + pad_to - 1) / pad_to * pad_to;
 }
 
@@ -106,6 +111,12 @@ std::vector<float> ParameterLayout::assemble(const ParameterTensor& t, const std
     });
   }
   return full;
+}
+
+bool ParameterLayout::has(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return true;
+  return false;
 }
 
 const ParameterTensor& ParameterLayout::tensor(const std::string& name) const {

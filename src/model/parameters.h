@@ -34,6 +34,15 @@ struct ParameterTensor {
   bool sharded() const { return sharding != Sharding::replicated; }
 };
 
+// The part of the model that one pipeline stage holds: a contiguous range of blocks,
+// the embeddings on the first stage, the final LayerNorm and the tied head on the last.
+// The default is the whole model.
+struct StageSpec {
+  int first_layer = 0;
+  int layers = -1;  // -1: all
+  bool has_embedding = true, has_head = true;
+};
+
 // Where each parameter of one block lives, for the layer code.
 struct BlockParameterIndex {
   int ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_c_proj_weight, attn_c_proj_bias,
@@ -42,9 +51,11 @@ struct BlockParameterIndex {
 
 class ParameterLayout {
  public:
-  // The layout of tp rank `tp_rank` of `tp_size`. total_floats() is rounded up to a
-  // multiple of `pad_to` (data parallelism splits the buffer into equal blocks).
-  ParameterLayout(const ModelConfig& model, int tp_rank = 0, int tp_size = 1, size_t pad_to = 1);
+  // The layout of pipeline stage `stage` on tp rank `tp_rank` of `tp_size`.
+  // total_floats() is rounded up to a multiple of `pad_to` (data parallelism splits the
+  // buffer into equal blocks). wte sits on the first and on the last stage (tied).
+  ParameterLayout(const ModelConfig& model, int tp_rank = 0, int tp_size = 1, size_t pad_to = 1,
+                  const StageSpec& stage = {});
 
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
   const ParameterTensor& tensor(const std::string& name) const;
@@ -58,11 +69,16 @@ class ParameterLayout {
   // The full canonical tensor from every rank's shard, in tp rank order.
   std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& all_shards) const;
 
+  bool has(const std::string& name) const;
+  // Indices into tensors(); -1 where this stage does not hold the tensor.
   int wte() const { return wte_; }
   int wpe() const { return wpe_; }
   int ln_f_weight() const { return ln_f_weight_; }
   int ln_f_bias() const { return ln_f_bias_; }
-  const BlockParameterIndex& block(int layer) const { return blocks_[layer]; }
+  // Block `local` of this stage (global layer first_layer() + local).
+  const BlockParameterIndex& block(int local) const { return blocks_[local]; }
+  int first_layer() const { return first_layer_; }
+  int layers() const { return static_cast<int>(blocks_.size()); }
 
  private:
   int add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int64_t padded_rows = 0);
@@ -72,7 +88,7 @@ class ParameterLayout {
 
   std::vector<ParameterTensor> tensors_;
   std::vector<BlockParameterIndex> blocks_;
-  int wte_ = 0, wpe_ = 0, ln_f_weight_ = 0, ln_f_bias_ = 0;
+  int wte_ = -1, wpe_ = -1, ln_f_weight_ = -1, ln_f_bias_ = -1, first_layer_ = 0;
   int tp_rank_ = 0, tp_size_ = 1;
   size_t total_ = 0;
 };

@@ -4,49 +4,129 @@
 #include <cmath>
 
 #include "runtime/error.h"
+#include "runtime/timer.h"
 
 namespace trident {
 
+namespace {
+
+// Tags of the point-to-point transfers of micro-batch mb.
+int activation_tag(int mb) { return 2 * mb; }
+int gradient_tag(int mb) { return 2 * mb + 1; }
+
+void finish(RequestPtr& request) {
+  if (request) request->wait();
+  request.reset();
+}
+
+}  // namespace
+
 StepRunner::StepRunner(GPT2& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp,
-                       kernels::Kernels& k)
-    : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k) {}
+                       kernels::Kernels& k, PipelineLinks pipeline)
+    : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k), pipeline_(pipeline) {
+  if (pipeline_.pp != nullptr && pipeline_.pp->size() == 1) pipeline_.pp = nullptr;
+  activation_sends_.resize(model.slots());
+}
+
+void StepRunner::wait_for_neighbour(RequestPtr request) {
+  Timer idle;
+  request->wait();
+  pipeline_wait_s_ += idle.seconds();
+}
 
 double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch,
                                      int global_batch) {
   const int B = model_.micro_batch(), T = model_.config().seq_len;
   check(local_batch % B == 0, "local batch must be a multiple of the micro-batch");
-  const int micro_steps = local_batch / B;
+  const int micro_batches = local_batch / B, slots = model_.slots();
+  check(slots >= max_in_flight(pipeline_.schedule, stage(), stages(), micro_batches),
+        "the model has fewer activation slots than the schedule keeps in flight");
   // Gradients of the mean over the global batch: summed over dp, no division after.
   const float loss_scale = 1.0f / (static_cast<float>(global_batch) * T);
+  const size_t hidden = model_.hidden_floats(B);
   model_.zero_grad();
+  data_parallel_.start_backward(model_.grads());
+  pipeline_wait_s_ = 0;
   double loss_sum = 0;
-  for (int m = 0; m < micro_steps; m++) {
-    const size_t first = static_cast<size_t>(m) * B * T;
-    loss_sum += static_cast<double>(model_.forward(inputs + first, targets + first, B)) * B * T;
-    if (m + 1 < micro_steps) {
-      model_.backward(loss_scale);
-    } else {  // the last backward completes the gradients: reduce while it runs
-      data_parallel_.start_backward(model_.grads());
-      model_.backward(loss_scale, [this](size_t offset) { data_parallel_.gradients_final_from(offset); });
+  int backwards_done = 0;
+  for (const PipelineAction& action : stage_actions(pipeline_.schedule, stage(), stages(), micro_batches)) {
+    const int mb = action.micro_batch, slot = mb % slots;
+    const size_t first = static_cast<size_t>(mb) * B * T;
+    if (action.kind == PipelineAction::forward) {
+      finish(activation_sends_[slot]);  // the slot's last output must have left before we overwrite it
+      if (!model_.first_stage())
+        wait_for_neighbour(pipeline_.pp->recv_async({model_.stage_input(slot), hidden}, stage() - 1, activation_tag(mb)));
+      const float loss = model_.forward(slot, inputs + first, targets + first, B);
+      if (model_.last_stage()) loss_sum += static_cast<double>(loss) * B * T;
+      else activation_sends_[slot] = pipeline_.pp->send_async({model_.stage_output(slot), hidden}, stage() + 1, activation_tag(mb));
+    } else {
+      finish(gradient_send_);  // backward rewrites input_gradient(): the last one must have left
+      if (!model_.last_stage()) {
+        wait_for_neighbour(pipeline_.pp->recv_async({model_.output_gradient(), hidden}, stage() + 1, gradient_tag(mb)));
+      }
+      if (++backwards_done < micro_batches) {
+        model_.backward(slot, loss_scale);
+      } else {  // the last backward completes the gradients: reduce while it runs
+        // Everything but offset 0 (which holds the tied wte): that waits for the
+        // embedding sum below.
+        model_.backward(slot, loss_scale, [this](size_t offset) {
+          if (offset > 0) data_parallel_.gradients_final_from(offset);
+        });
+      }
+      if (!model_.first_stage())
+        gradient_send_ = pipeline_.pp->send_async({model_.input_gradient(), hidden}, stage() - 1, gradient_tag(mb));
     }
   }
+  for (RequestPtr& send : activation_sends_) finish(send);
+  finish(gradient_send_);
+  sync_tied_embedding();
+  data_parallel_.gradients_final_from(0);
   comm_wait_s_ = data_parallel_.finish_gradients();
+  if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);  // the last stage has it
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
+}
+
+double StepRunner::evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch) {
+  const int B = model_.micro_batch(), T = model_.config().seq_len;
+  const size_t hidden = model_.hidden_floats(B);
+  double loss_sum = 0;
+  for (int mb = 0; mb * B < local_batch; mb++) {
+    const size_t first = static_cast<size_t>(mb) * B * T;
+    if (!model_.first_stage()) pipeline_.pp->recv({model_.stage_input(0), hidden}, stage() - 1, activation_tag(mb));
+    const float loss = model_.forward(0, inputs + first, targets + first, B);
+    if (model_.last_stage()) loss_sum += static_cast<double>(loss) * B * T;
+    else pipeline_.pp->send({model_.stage_output(0), hidden}, stage() + 1, activation_tag(mb));
+  }
+  if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);
+  return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
+}
+
+// The tied wte lives on the first stage (embedding) and the last (head); each holds
+// part of its gradient. Summed between the two, as Megatron's embedding group does,
+// both copies take the same update and stay identical.
+void StepRunner::sync_tied_embedding() {
+  if (pipeline_.embedding == nullptr || model_.layout().wte() < 0) return;
+  const ParameterTensor& wte = model_.layout()[model_.layout().wte()];
+  pipeline_.embedding->all_reduce(std::span<float>(model_.grads() + wte.offset, wte.stored));
 }
 
 double StepRunner::gradient_norm_squared() {
   // Every parameter once: the shards of split tensors on each tp rank, replicated
-  // tensors (identical on all tp ranks) from tp rank 0 only; with ZeRO-1 each dp rank
-  // holds the reduced gradients of its own ranges.
+  // tensors (identical on all tp ranks) from tp rank 0 only, the tied wte from the first
+  // stage only; with ZeRO-1 each dp rank holds the reduced gradients of its own ranges.
   TensorParallel& tp = model_.tensor_parallel();
+  const ParameterLayout& layout = model_.layout();
   double sum = 0.0;
   for (const FlatRange& r : data_parallel_.owned())
-    for (const ParameterTensor& t : model_.layout().tensors()) {
+    for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (begin < end && (t.sharded() || tp.rank() == 0)) sum += k_.sum_squares(model_.grads() + begin, end - begin);
+      const bool tied_copy = layout.wte() >= 0 && &t == &layout[layout.wte()] && !model_.first_stage();
+      if (begin < end && (t.sharded() || tp.rank() == 0) && !tied_copy)
+        sum += k_.sum_squares(model_.grads() + begin, end - begin);
     }
   if (data_parallel_.zero()) sum = dp_.all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
+  if (pipeline_.pp != nullptr) sum = pipeline_.pp->all_reduce(sum);
   return sum;
 }
 

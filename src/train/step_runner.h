@@ -1,32 +1,53 @@
 // One optimizer step on one rank, in two halves that `train` and `verify` share:
-// gradients (micro-batches with accumulation, reduction over dp overlapped with the
-// last backward) and the update (global norm, clipping, AdamW, ZeRO-1 gather).
+// gradients (the pipeline schedule over micro-batches with gradient accumulation,
+// point-to-point transfers between neighbouring stages, the reduction over dp
+// overlapped with the last backward) and the update (global norm, clipping, AdamW,
+// ZeRO-1 gather).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "dist/data_parallel.h"
 #include "kernels/kernels.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"
+#include "pipeline/schedule.h"
 
 namespace trident {
 
+// How this rank's stage reaches the others.
+struct PipelineLinks {
+  Communicator* pp = nullptr;         // the pipeline group, stage = pp->rank(); null: one stage
+  Communicator* embedding = nullptr;  // first and last stage, to sum the tied wte's gradients
+  Schedule schedule = Schedule::one_f_one_b;
+};
+
 class StepRunner {
  public:
-  StepRunner(GPT2& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp, kernels::Kernels& k);
+  StepRunner(GPT2& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp, kernels::Kernels& k,
+             PipelineLinks pipeline = {});
 
   // inputs/targets: this rank's local_batch sequences [local_batch, T] of a global
   // batch of global_batch sequences. Returns the mean loss over the global batch.
   double compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
   // Clips by the global gradient norm and applies AdamW; returns the norm before clipping.
   GradientNorm update(double lr, double grad_clip);
+  // Forward passes only: the mean loss over the global batch.
+  double evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
 
-  // Seconds the last compute_gradients() waited for the data-parallel reduction.
+  // Of the last compute_gradients(): seconds spent waiting for the data-parallel
+  // reduction after backward, and waiting for neighbouring stages (the bubble).
   double comm_wait_s() const { return comm_wait_s_; }
+  double pipeline_wait_s() const { return pipeline_wait_s_; }
 
  private:
+  int stage() const { return pipeline_.pp != nullptr ? pipeline_.pp->rank() : 0; }
+  int stages() const { return pipeline_.pp != nullptr ? pipeline_.pp->size() : 1; }
+  // Waits for a transfer from a neighbour, counting the time as pipeline idle.
+  void wait_for_neighbour(RequestPtr request);
+  void sync_tied_embedding();
   // Squared global L2 norm of the step's gradients over the whole model.
   double gradient_norm_squared();
 
@@ -35,7 +56,10 @@ class StepRunner {
   DataParallel& data_parallel_;
   Communicator& dp_;
   kernels::Kernels& k_;
-  double comm_wait_s_ = 0;
+  PipelineLinks pipeline_;
+  double comm_wait_s_ = 0, pipeline_wait_s_ = 0;
+  std::vector<RequestPtr> activation_sends_;  // per slot: the output still on its way
+  RequestPtr gradient_send_;                  // input_gradient() still on its way
 };
 
 }  // namespace trident

@@ -17,6 +17,7 @@
 #include "runtime/memory.h"
 #include "runtime/timer.h"
 #include "train/metrics_log.h"
+#include "train/pipeline_plan.h"
 #include "train/step_runner.h"
 
 namespace trident {
@@ -28,19 +29,17 @@ constexpr uint64_t kTrainStream = 1, kValStream = 2;
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 // Mean loss over `batches` fixed validation batches (the same ones at every
-// evaluation), each rank taking its slice of every batch.
-double validation_loss(GPT2& model, const BatchSampler& sampler, int batches, int global_batch,
+// evaluation), each dp rank taking its slice of every batch.
+double validation_loss(StepRunner& runner, const BatchSampler& sampler, int batches, int global_batch,
                        ParallelState& parallel) {
-  const int local = global_batch / parallel.dims().dp, first_seq = parallel.coords().dp * local;
+  const int local = global_batch / parallel.dims().dp;
   std::vector<int32_t> inputs, targets;
   double total = 0;
-  for (int v = 0; v < batches; v++)
-    for (int first = 0; first < local; first += model.micro_batch()) {
-      const int n = std::min(model.micro_batch(), local - first);
-      sampler.fill(v, first_seq + first, n, inputs, targets);
-      total += static_cast<double>(model.forward(inputs.data(), targets.data(), n)) * n;
-    }
-  return parallel.dp().all_reduce(total) / (static_cast<double>(batches) * global_batch);
+  for (int v = 0; v < batches; v++) {
+    sampler.fill(v, parallel.coords().dp * local, local, inputs, targets);
+    total += runner.evaluate(inputs.data(), targets.data(), local, global_batch);
+  }
+  return total / batches;
 }
 
 // Fault injection for the timeout test: TRIDENT_TEST_STALL_RANK=r makes rank r stop
@@ -82,12 +81,13 @@ TrainResult train(const Config& config, ParallelState& parallel) {
 
   // ---- model and optimizer, every buffer allocated here, once ----
   Timer setup;
-  GPT2 model(mc, tc.micro_batch, *k, TensorParallel(parallel.tp()), dp);
+  const PipelinePlan plan = plan_pipeline(config, parallel, local_batch, tc.micro_batch);
+  GPT2 model(mc, tc.micro_batch, *k, TensorParallel(parallel.tp()), dp, plan.stage, plan.slots);
   model.init_parameters(tc.seed);
   DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), config.parallel.bucket_mb,
                              config.parallel.zero == 1, config.parallel.overlap);
   AdamW optimizer(model.layout(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay}, *k, data_parallel.owned());
-  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), *k);
+  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), *k, plan.links);
   const LearningRateSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
   double peak_gflops = config.log.peak_gflops;
   if (peak_gflops == 0) {
@@ -111,6 +111,11 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     std::printf("batch: %d sequences per step = %d dp x %d micro-batches x %d; %zu gradient buckets of <= %.0f MiB%s\n",
                 tc.global_batch, dp, local_batch / tc.micro_batch, tc.micro_batch, data_parallel.buckets().size(),
                 config.parallel.bucket_mb, config.parallel.overlap ? ", reduced during backward" : "");
+    if (parallel.dims().pp > 1)
+      std::printf("pipeline: %d stages, layers %s, schedule %s; stage 0 holds layers %d..%d and %d activation sets\n",
+                  parallel.dims().pp, config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
+                  config.parallel.schedule.c_str(), plan.stage.first_layer, plan.stage.first_layer + plan.stage.layers - 1,
+                  plan.slots);
     std::printf("device: %s, %d threads per rank, GEMM peak %.1f GFLOP/s per rank (%s); setup %.2f s\n",
                 k->name().c_str(), omp_get_max_threads(), peak_gflops,
                 config.log.peak_gflops > 0 ? "from config" : "measured", setup.seconds());
@@ -158,7 +163,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     const bool validate = config.log.val_every_steps > 0 && (step + 1) % config.log.val_every_steps == 0;
     if (have_val && (validate || last)) {
       const BatchSampler val_sampler(corpus.val, T, tc.seed, kValStream);
-      result.val_loss = validation_loss(model, val_sampler, config.log.val_batches, tc.global_batch, parallel);
+      result.val_loss = validation_loss(runner, val_sampler, config.log.val_batches, tc.global_batch, parallel);
       if (root) log.log_validation(step + 1, result.val_loss);
     }
   }

@@ -6,6 +6,7 @@
 #include "ckpt/hdf5_file.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"
+#include "train/pipeline_plan.h"
 #include "train/step_runner.h"
 #include "runtime/error.h"
 
@@ -23,6 +24,9 @@ double relative_error(const A& ours, const B& reference) {
   }
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
+
+// The error slot of a tensor that this pipeline stage does not hold.
+constexpr double kNotHere = -1.0;
 
 // max that keeps a NaN from either side, so a NaN anywhere fails the check.
 double nan_max(double a, double b) { return std::isnan(b) || b > a ? b : a; }
@@ -87,7 +91,11 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   require(local_batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
                                               ") must divide the per-rank batch " + std::to_string(local_batch));
   Hdf5Reader file(ref.path);
-  GPT2 model(ref.model, micro_batch, k, TensorParallel(parallel.tp()), dp);
+  Config config;
+  config.model = ref.model;
+  config.parallel = settings;
+  const PipelinePlan plan = plan_pipeline(config, parallel, local_batch, micro_batch);
+  GPT2 model(ref.model, micro_batch, k, TensorParallel(parallel.tp()), dp, plan.stage, plan.slots);
   for (const ParameterTensor& t : model.layout().tensors()) {
     const std::string name = "params/" + t.name;
     require(file.shape(name) == t.shape, ref.path + ": " + name + " has the wrong shape");
@@ -97,7 +105,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), settings.bucket_mb,
                              settings.zero == 1, settings.overlap);
   AdamW optimizer(model.layout(), {ref.beta1, ref.beta2, ref.adam_eps, ref.weight_decay}, k, data_parallel.owned());
-  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), k);
+  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), k, plan.links);
   const std::vector<double> step_losses = file.read_double("steps/loss");
   const std::vector<double> grad_norms = file.read_double("steps/grad_norm");
 
@@ -118,9 +126,13 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
       report.loss = loss;
       report.loss_reference = file.read_double("step0/loss").at(0);
       report.loss_error = std::abs(loss - report.loss_reference) / std::abs(report.loss_reference);
-      for (const ParameterTensor& t : model.layout().tensors())
-        report.tensors.push_back({t.name, relative_error(model.get_parameter(t.name, /*gradient=*/true),
-                                                         file.read_double("step0/grads/" + t.name)), 0.0});
+      const ParameterLayout whole_model(ref.model);
+      for (const ParameterTensor& t : whole_model.tensors()) {  // in order, including other stages' tensors
+        const bool here = model.layout().has(t.name);
+        report.tensors.push_back({t.name, here ? relative_error(model.get_parameter(t.name, /*gradient=*/true),
+                                                                file.read_double("step0/grads/" + t.name))
+                                               : kNotHere, 0.0});
+      }
     }
     const GradientNorm norm = runner.update(ref.lr, ref.grad_clip);
     report.max_step_loss_error = nan_max(report.max_step_loss_error,
@@ -129,7 +141,19 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
                                          std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
   }
   for (TensorError& e : report.tensors)
-    e.final_param = relative_error(model.get_parameter(e.name), file.read_double("final/params/" + e.name));
+    e.final_param = model.layout().has(e.name)
+                        ? relative_error(model.get_parameter(e.name), file.read_double("final/params/" + e.name))
+                        : kNotHere;
+  // Each stage measured the tensors it holds: the largest error of each over the world
+  // (a NaN is turned into +inf first, so that it survives the max).
+  std::vector<double> errors;
+  for (const TensorError& e : report.tensors)
+    for (double v : {e.gradient, e.final_param}) errors.push_back(std::isnan(v) ? INFINITY : v);
+  parallel.world().all_reduce(std::span<double>(errors), ReduceOp::max);
+  for (size_t i = 0; i < report.tensors.size(); i++) {
+    report.tensors[i].gradient = errors[2 * i];
+    report.tensors[i].final_param = errors[2 * i + 1];
+  }
   return report;
 }
 

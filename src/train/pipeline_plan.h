@@ -1,0 +1,31 @@
+// What this rank's pipeline stage holds and runs, from the config and the grid.
+#pragma once
+
+#include "config/config.h"
+#include "dist/parallel_state.h"
+#include "model/parameters.h"
+#include "pipeline/schedule.h"
+#include "train/step_runner.h"
+
+namespace trident {
+
+struct PipelinePlan {
+  StageSpec stage;
+  Schedule schedule = Schedule::one_f_one_b;
+  int micro_batches = 1;  // per step, on this dp rank
+  int slots = 1;          // activation sets the schedule keeps alive on this stage
+  PipelineLinks links;
+};
+
+inline PipelinePlan plan_pipeline(const Config& config, ParallelState& parallel, int local_batch, int micro_batch) {
+  PipelinePlan plan;
+  const int stage = parallel.coords().pp, stages = parallel.dims().pp;
+  plan.stage = stage_spec(config.model.n_layer, stage, stages, config.parallel.pp_layers);
+  plan.schedule = parse_schedule(config.parallel.schedule);
+  plan.micro_batches = local_batch / micro_batch;
+  plan.slots = max_in_flight(plan.schedule, stage, stages, plan.micro_batches);
+  plan.links = {&parallel.pp(), parallel.embedding(), plan.schedule};
+  return plan;
+}
+
+}  // namespace trident
