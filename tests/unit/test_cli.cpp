@@ -113,6 +113,9 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --parallel.dp=2", "3 ranks"},                            // world not dp*pp*tp
       {"train --parallel.tp=2", "not a multiple of tp*pp"},
       {"train --parallel.tp=3 --model.n_head=4", "parallel.tp (3) must divide model.n_head (4)"},
+      {"train --parallel.pp=3 --model.n_layer=2", "parallel.pp (3) exceeds model.n_layer (2)"},
+      {"train --parallel.pp=3 --parallel.pp_layers=2,1", "lists 2 stages but parallel.pp is 3"},
+      {"train --parallel.schedule=zigzag", "parallel.schedule"},
       {"train --train.global_batch=16", "multiple of dp (3)"},          // dp does not divide the batch
       {"verify --reference tests/data/gpt2_ref_a.h5", "multiple of dp (3)"},  // batch 4 over 3 ranks
       {"train --train.global_batch=6 --data.path=/nonexistent/text", "/nonexistent/text"},  // seen while loading
@@ -146,6 +149,14 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {3, h6, "--parallel.tp=3", "tp groups: {0,1,2}"},
       {6, h6, "--parallel.tp=6", "tp groups: {0,1,2,3,4,5}"},
       {6, h6, "--parallel.tp=3 --parallel.zero=1", "dp groups: {0,3} {1,4} {2,5}"},
+      {2, a, "--parallel.pp=2 --train.micro_batch=1", "pp groups: {0,1}"},
+      {4, a, "--parallel.pp=4 --train.micro_batch=1", "pp groups: {0,1,2,3}"},
+      {4, a, "--parallel.pp=4 --train.micro_batch=1 --parallel.schedule=gpipe", "pp groups: {0,1,2,3}"},
+      {2, a, "--parallel.pp=2 --parallel.pp_layers=1,3 --train.micro_batch=1", "pp groups: {0,1}"},
+      {4, a, "--parallel.pp=2 --train.micro_batch=1 --parallel.zero=1", "pp groups: {0,2} {1,3}"},      // dp 2
+      {4, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1", "pp groups: {0,2} {1,3}"},       // tp 2
+      {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --parallel.zero=1", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {6, h6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1", "pp groups: {0,3} {1,4} {2,5}"},
   };
   for (const Layout& l : layouts) {
     const CliRun r = run("verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
