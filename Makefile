@@ -104,11 +104,15 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) -std=c++20 -O3 $(NVCC_GENCODE) -I. -Isrc -Xcompiler -fopenmp -c $< -o $@
 
 # ---- the two commands --------------------------------------------------------------
-NP ?= 1
+# The default job: configs/tiny.ini on 8 ranks as (dp, tp, pp) = (2, 2, 2), one OpenMP
+# thread each (`make run NP=1` trains on one rank with every core).
+NP ?= 8
 RUN_CONFIG ?= configs/tiny.ini
+RUN_LAYOUT ?= $(if $(filter 8,$(NP)),--parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --train.micro_batch=2)
+MPIRUN ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -x OMP_NUM_THREADS=1
 run: deps
 	@$(MAKE) --no-print-directory all
-	$(BUILD)/trident train --config $(RUN_CONFIG)
+	$(if $(filter 1,$(NP)),,$(MPIRUN) -np $(NP)) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT)
 
 test: deps
 	@$(MAKE) --no-print-directory all

@@ -47,6 +47,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   model_.zero_grad();
   data_parallel_.start_backward(model_.grads());
   pipeline_wait_s_ = 0;
+  compute_s_ = 0;
   double loss_sum = 0;
   int backwards_done = 0;
   for (const PipelineAction& action : stage_actions(pipeline_.schedule, stage(), stages(), micro_batches)) {
@@ -56,7 +57,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       finish(activation_sends_[slot]);  // the slot's last output must have left before we overwrite it
       if (!model_.first_stage())
         wait_for_neighbour(pipeline_.pp->recv_async({model_.stage_input(slot), hidden}, stage() - 1, activation_tag(mb)));
+      Timer computing;
       const float loss = model_.forward(slot, inputs + first, targets + first, B);
+      compute_s_ += computing.seconds();
       if (model_.last_stage()) loss_sum += static_cast<double>(loss) * B * T;
       else activation_sends_[slot] = pipeline_.pp->send_async({model_.stage_output(slot), hidden}, stage() + 1, activation_tag(mb));
     } else {
@@ -64,6 +67,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       if (!model_.last_stage()) {
         wait_for_neighbour(pipeline_.pp->recv_async({model_.output_gradient(), hidden}, stage() + 1, gradient_tag(mb)));
       }
+      Timer computing;
       if (++backwards_done < micro_batches) {
         model_.backward(slot, loss_scale);
       } else {  // the last backward completes the gradients: reduce while it runs
@@ -73,6 +77,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
           if (offset > 0) data_parallel_.gradients_final_from(offset);
         });
       }
+      compute_s_ += computing.seconds();
       if (!model_.first_stage())
         gradient_send_ = pipeline_.pp->send_async({model_.input_gradient(), hidden}, stage() - 1, gradient_tag(mb));
     }

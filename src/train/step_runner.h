@@ -38,9 +38,11 @@ class StepRunner {
   double evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
 
   // Of the last compute_gradients(): seconds spent waiting for the data-parallel
-  // reduction after backward, and waiting for neighbouring stages (the bubble).
+  // reduction after backward, waiting for neighbouring stages, and computing (the
+  // forward and backward passes; the rest of the step is this stage's bubble).
   double comm_wait_s() const { return comm_wait_s_; }
   double pipeline_wait_s() const { return pipeline_wait_s_; }
+  double compute_s() const { return compute_s_; }
 
  private:
   int stage() const { return pipeline_.pp != nullptr ? pipeline_.pp->rank() : 0; }
@@ -57,7 +59,7 @@ class StepRunner {
   Communicator& dp_;
   kernels::Kernels& k_;
   PipelineLinks pipeline_;
-  double comm_wait_s_ = 0, pipeline_wait_s_ = 0;
+  double comm_wait_s_ = 0, pipeline_wait_s_ = 0, compute_s_ = 0;
   std::vector<RequestPtr> activation_sends_;  // per slot: the output still on its way
   RequestPtr gradient_send_;                  // input_gradient() still on its way
 };

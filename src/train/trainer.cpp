@@ -28,6 +28,12 @@ constexpr uint64_t kTrainStream = 1, kValStream = 2;
 
 double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
+std::string format_loss(double loss) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f", loss);
+  return text;
+}
+
 // Mean loss over `batches` fixed validation batches (the same ones at every
 // evaluation), each dp rank taking its slice of every batch.
 double validation_loss(StepRunner& runner, const BatchSampler& sampler, int batches, int global_batch,
@@ -171,7 +177,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
                 "dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",
                 tc.steps, format_duration(result.step_time_s).c_str(), result.first_loss, result.last_loss,
-                result.unigram_entropy, have_val ? std::to_string(result.val_loss).c_str() : "n/a",
+                result.unigram_entropy, have_val ? format_loss(result.val_loss).c_str() : "n/a",
                 result.step_time_s > 0 ? 100.0 * result.comm_wait_s / result.step_time_s : 0.0,
                 gib(static_cast<double>(peak_resident_bytes())), log.path().empty() ? "" : ", metrics in ",
                 log.path().c_str());

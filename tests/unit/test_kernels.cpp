@@ -452,18 +452,23 @@ TEST(KernelConventions, EmbeddingAndPositionsBackwardAccumulate) {
   for (size_t i = 0; i < dwte.size(); i++) EXPECT_DOUBLE_EQ(dwte[i], 2 * dwte1[i]);
   for (size_t i = 0; i < dwpe.size(); i++) EXPECT_DOUBLE_EQ(dwpe[i], 2 * dwpe1[i]);
 
-  // Rows of the shard that no in-shard token hits (row 2, token 3) keep their old
-  // contents exactly; the others get the old contents plus their sum.
-  Vec dwte_old = uniform(dwte.size());
-  Vec dwte_acc = dwte_old;
-  embedding_backward(dwte_acc.data(), dout.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
-  for (int r = 0; r < shard_rows; r++)
+  // The shard sits at its place in a table of the whole vocabulary [0, 10), filled with
+  // old contents: rows of other shards (tokens 0 and 9 among them) and shard rows that no
+  // token hits (row 2, token 3) keep them exactly; the others get their sum added.
+  const int vocab = 10;
+  const Vec table_old = uniform(static_cast<size_t>(vocab) * C);
+  Vec table = table_old;
+  embedding_backward(table.data() + static_cast<size_t>(vocab_start) * C, dout.data(), tokens.data(), vocab_start,
+                     shard_rows, B, T, C);
+  for (int tok = 0; tok < vocab; tok++)
     for (int c = 0; c < C; c++) {
-      const size_t k = static_cast<size_t>(r) * C + c;
-      if (r == 2)
-        EXPECT_EQ(dwte_acc[k], dwte_old[k]) << "untouched row " << r << " channel " << c;
+      const size_t k = static_cast<size_t>(tok) * C + c;
+      const int r = tok - vocab_start;
+      if (r < 0 || r >= shard_rows || r == 2)
+        EXPECT_EQ(table[k], table_old[k]) << "untouched row of token " << tok << " channel " << c;
       else
-        EXPECT_NEAR(dwte_acc[k], dwte_old[k] + dwte1[k], 1e-14) << "row " << r << " channel " << c;
+        EXPECT_NEAR(table[k], table_old[k] + dwte1[static_cast<size_t>(r) * C + c], 1e-14)
+            << "row of token " << tok << " channel " << c;
     }
 
   // add_positions adds wpe[t] to what is there.
