@@ -38,7 +38,7 @@ endif
 
 CPPFLAGS := -I. -Isrc $(HDF5_CFLAGS) -DOMPI_SKIP_MPICXX=1 -DTRIDENT_CXX='"$(CXX_BASE) $(shell $(CXX_BASE) -dumpfullversion)"'
 CXXFLAGS := -std=c++20 $(OPT_FLAGS) -fopenmp -Wall -Wextra -Wno-unknown-pragmas -MMD -MP
-LDLIBS := -ldnnl $(HDF5_LIBS) -lboost_program_options -fopenmp $(LINK_OPT)
+LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options -fopenmp $(LINK_OPT)
 
 # ---- CUDA (kernels/cuda/*.cu), compiled whenever nvcc is found ------------------------
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)

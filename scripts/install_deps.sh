@@ -12,6 +12,7 @@ packages=(
   libdnnl-dev                       # oneDNN: AVX-512 sgemm (ignores OPENBLAS_CORETYPE), bf16 later
   nlohmann-json3-dev                # metrics.jsonl, manifests
   libgtest-dev                      # tests
+  zlib1g-dev                        # CRC-32 of checkpoint files
   fortunes                          # the default training corpus
 )
 

@@ -34,6 +34,7 @@ po::options_description config_options(Config& c) {
   auto& t = c.train;
   auto& d = c.data;
   auto& l = c.log;
+  auto& ck = c.checkpoint;
   o.add_options()
       ("model.family", po::value(&m.family)->default_value(m.family), "model family (gpt2)")
       ("model.n_layer", po::value(&m.n_layer)->default_value(m.n_layer), "transformer blocks")
@@ -68,6 +69,12 @@ po::options_description config_options(Config& c) {
       ("data.path", po::value(&d.path)->default_value(d.path), "text file or directory of text files")
       ("data.tokenizer", po::value(&d.tokenizer)->default_value(d.tokenizer), "byte")
       ("data.val_fraction", po::value(&d.val_fraction)->default_value(d.val_fraction), "fraction of documents held out")
+      ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
+      ("checkpoint.every_steps", po::value(&ck.every_steps)->default_value(ck.every_steps), "save every N steps (0: on signals only)")
+      ("checkpoint.keep_last", po::value(&ck.keep_last)->default_value(ck.keep_last), "complete checkpoints kept (0: all)")
+      ("checkpoint.async", po::value(&ck.async)->default_value(ck.async), "write in the background")
+      ("checkpoint.load", po::value(&ck.load)->default_value(ck.load), "step directory to resume from (default: dir/latest)")
+      ("checkpoint.init_from", po::value(&ck.init_from)->default_value(ck.init_from), "exported HDF5 to initialize parameters from")
       ("log.run_dir", po::value(&l.run_dir)->default_value(l.run_dir), "directory of metrics.jsonl")
       ("log.every_steps", po::value(&l.every_steps)->default_value(l.every_steps), "log every N steps")
       ("log.val_every_steps", po::value(&l.val_every_steps)->default_value(l.val_every_steps), "validation every N steps (0: at the end)")
@@ -127,6 +134,9 @@ void Config::validate() const {
           "train.device must be cpu: this build has no CUDA path yet, got '" + train.device + "'");
   require(data.tokenizer == "byte", "data.tokenizer must be byte, got '" + data.tokenizer + "'");
   require(data.val_fraction >= 0 && data.val_fraction < 1, "data.val_fraction must lie in [0, 1)");
+  require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
+  require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
+  require(checkpoint.every_steps == 0 || !checkpoint.dir.empty(), "checkpoint.every_steps needs checkpoint.dir");
   positive(log.every_steps, "log.every_steps");
   require(log.val_every_steps >= 0, "log.val_every_steps must be >= 0");
   require(log.val_batches >= 0, "log.val_batches must be >= 0");

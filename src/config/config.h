@@ -68,6 +68,15 @@ struct DataConfig {
   double val_fraction = 0.05;                       // held-out tail of the documents
 };
 
+struct CheckpointConfig {
+  std::string dir;         // where step_NNNNNNNN/ directories go; empty: no checkpoints
+  int every_steps = 0;     // save every N steps (and at the end); 0: only on a signal
+  int keep_last = 3;       // complete checkpoints kept; 0: all
+  bool async = false;      // write node files in the background while training goes on
+  std::string load;        // a step directory to start from (default: dir/latest, if any)
+  std::string init_from;   // an exported HDF5 (params/<name>) to initialize the parameters
+};
+
 struct LogConfig {
   std::string run_dir = "runs/default";  // metrics.jsonl goes here
   int every_steps = 10;                  // print/log every N steps (and the last)
@@ -81,6 +90,7 @@ struct Config {
   ParallelConfig parallel;
   TrainConfig train;
   DataConfig data;
+  CheckpointConfig checkpoint;
   LogConfig log;
 
   // Checks values that cannot work; throws UsageError naming the key.

@@ -32,4 +32,13 @@ void run_collectively(const std::function<void()>& step) {
   throw AgreedUsageError(prefix + std::string(text.begin(), text.end()));
 }
 
+std::string broadcast_string(const std::string& text) {
+  int length = static_cast<int>(text.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string out = text;
+  out.resize(length);
+  MPI_Bcast(out.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return out;
+}
+
 }  // namespace trident

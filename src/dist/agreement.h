@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "runtime/error.h"
 
@@ -17,5 +18,8 @@ class AgreedUsageError : public UsageError {
 // Runs `step` on every rank of MPI_COMM_WORLD. If it throws UsageError on any rank,
 // every rank throws AgreedUsageError with the message of the lowest such rank.
 void run_collectively(const std::function<void()>& step);
+
+// Rank 0's `text` on every rank.
+std::string broadcast_string(const std::string& text);
 
 }  // namespace trident

@@ -66,6 +66,11 @@ class GPT2 {
   // Copies a named parameter in its full canonical shape from the host into this
   // rank's shard.
   void set_parameter(const std::string& name, const float* host, size_t count);
+  // The whole flat parameter buffer of this rank, to and from host memory.
+  void copy_parameters_to_host(float* host) const { k_.copy_to_host(host, params_.data(), params_.size() * sizeof(float)); }
+  void copy_parameters_from_host(const float* host) {
+    k_.copy_to_device(params_.data(), host, params_.size() * sizeof(float));
+  }
   // The full canonical tensor (or its gradient), gathered over tp: collective.
   std::vector<float> get_parameter(const std::string& name, bool gradient = false);
 

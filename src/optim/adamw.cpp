@@ -33,6 +33,22 @@ void AdamW::step(float* params, const float* grads, double lr, double grad_scale
   }
 }
 
+void AdamW::export_moments(std::vector<float>& m_full, std::vector<float>& v_full, size_t n) const {
+  m_full.assign(n, 0.0f);
+  v_full.assign(n, 0.0f);
+  for (const Segment& s : segments_) {
+    k_.copy_to_host(m_full.data() + s.offset, m_.data() + s.state_offset, s.size * sizeof(float));
+    k_.copy_to_host(v_full.data() + s.offset, v_.data() + s.state_offset, s.size * sizeof(float));
+  }
+}
+
+void AdamW::import_moments(const float* m_full, const float* v_full) {
+  for (const Segment& s : segments_) {
+    k_.copy_to_device(m_.data() + s.state_offset, m_full + s.offset, s.size * sizeof(float));
+    k_.copy_to_device(v_.data() + s.state_offset, v_full + s.offset, s.size * sizeof(float));
+  }
+}
+
 double clip_coefficient(double norm, double grad_clip) {
   return grad_clip > 0 ? std::min(1.0, grad_clip / (norm + 1e-6)) : 1.0;
 }

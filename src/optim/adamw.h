@@ -28,6 +28,11 @@ class AdamW {
   void step(float* params, const float* grads, double lr, double grad_scale);
 
   int steps_taken() const { return t_; }
+  void set_steps_taken(int t) { t_ = t; }
+  // The moments as buffers of the whole flat layout (zero outside the owned ranges), in
+  // host memory, and back (only the owned ranges are read): for checkpoints.
+  void export_moments(std::vector<float>& m_full, std::vector<float>& v_full, size_t n) const;
+  void import_moments(const float* m_full, const float* v_full);
   size_t state_floats() const { return m_.size() + v_.size(); }
 
  private:

@@ -3,9 +3,11 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
+#include "ckpt/checkpoint.h"
 #include "data/text_corpus.h"
 #include "dist/agreement.h"
 #include "dist/data_parallel.h"
@@ -46,6 +48,40 @@ double validation_loss(StepRunner& runner, const BatchSampler& sampler, int batc
     total += runner.evaluate(inputs.data(), targets.data(), local, global_batch);
   }
   return total / batches;
+}
+
+// SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) ask every
+// rank to finish its step, save a checkpoint and exit 0.
+volatile std::sig_atomic_t signal_received = 0;
+void on_stop_signal(int) { signal_received = 1; }
+
+bool stop_requested(ParallelState& parallel) {
+  return parallel.world().all_reduce(signal_received != 0 ? 1.0 : 0.0, ReduceOp::max) > 0;
+}
+
+// Where training starts: a checkpoint (checkpoint.load, else the latest under
+// checkpoint.dir, if any), or exported parameters (checkpoint.init_from), or step 0.
+int restore(const Config& config, ParallelState& parallel, GPT2& model, Checkpointer& checkpointer) {
+  const CheckpointConfig& cc = config.checkpoint;
+  std::string chosen;
+  run_collectively([&] {
+    if (!parallel.is_root()) return;
+    if (!cc.load.empty()) chosen = read_manifest(cc.load).dir;
+    else if (!cc.dir.empty())
+      if (auto latest = find_latest_checkpoint(cc.dir)) chosen = latest->dir;
+  });
+  chosen = broadcast_string(chosen);
+  if (!chosen.empty()) {
+    int step = 0;
+    run_collectively([&] { step = checkpointer.load(read_manifest(chosen, /*verify_files=*/false)); });
+    if (parallel.is_root()) std::printf("resumed from %s: continuing after step %d\n", chosen.c_str(), step);
+    return step;
+  }
+  if (!cc.init_from.empty()) {
+    run_collectively([&] { init_parameters_from(model, cc.init_from); });
+    if (parallel.is_root()) std::printf("parameters initialized from %s\n", cc.init_from.c_str());
+  }
+  return 0;
 }
 
 // Fault injection for the timeout test: TRIDENT_TEST_STALL_RANK=r makes rank r stop
@@ -94,6 +130,9 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                              config.parallel.zero == 1, config.parallel.overlap);
   AdamW optimizer(model.layout(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay}, *k, data_parallel.owned());
   StepRunner runner(model, optimizer, data_parallel, parallel.dp(), *k, plan.links);
+  const CheckpointConfig& cc = config.checkpoint;
+  Checkpointer checkpointer(config, parallel, model, optimizer, data_parallel);
+  const int start_step = restore(config, parallel, model, checkpointer);
   const LearningRateSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
   double peak_gflops = config.log.peak_gflops;
   if (peak_gflops == 0) {
@@ -127,6 +166,9 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                 config.log.peak_gflops > 0 ? "from config" : "measured", setup.seconds());
   }
 
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGUSR1, on_stop_signal);
+
   // ---- the loop ----
   MetricsLog log(root ? config.log.run_dir : "");
   const int T = mc.seq_len;
@@ -134,7 +176,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const double peak_total = peak_gflops * parallel.dims().world();
   std::vector<int32_t> inputs, targets;
   double time_per_step = 0;
-  for (int step = 0; step < tc.steps; step++) {
+  int last_saved = start_step;
+  for (int step = start_step; step < tc.steps; step++) {
     parallel.set_step(step);
     maybe_stall(parallel.rank(), step);
     Timer timer;
@@ -166,6 +209,20 @@ TrainResult train(const Config& config, ParallelState& parallel) {
       m.eta_s = time_per_step * (tc.steps - step - 1);
       log.log_step(m);
     }
+    checkpointer.poll();
+    const bool stop = stop_requested(parallel);
+    if (!cc.dir.empty() && ((cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last)) || stop)) {
+      checkpointer.save(step + 1);
+      last_saved = step + 1;
+      if (root && cc.async) std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1, checkpointer.last_stall_s());
+    }
+    if (stop) {
+      checkpointer.finish();
+      if (root)
+        std::printf("stopping after step %d on a signal%s\n", step + 1,
+                    cc.dir.empty() ? " (no checkpoint.dir: nothing saved)" : ", checkpoint saved");
+      return result;
+    }
     const bool validate = config.log.val_every_steps > 0 && (step + 1) % config.log.val_every_steps == 0;
     if (have_val && (validate || last)) {
       const BatchSampler val_sampler(corpus.val, T, tc.seed, kValStream);
@@ -173,6 +230,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
       if (root) log.log_validation(step + 1, result.val_loss);
     }
   }
+  checkpointer.finish();
+  (void)last_saved;
   if (root)
     std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
                 "dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",

@@ -1,0 +1,555 @@
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "ckpt/hdf5_file.h"
+#include "dist/agreement.h"
+#include "runtime/error.h"
+#include "runtime/timer.h"
+
+namespace fs = std::filesystem;
+
+namespace trident {
+
+namespace {
+
+constexpr const char* kFormat = "trident-checkpoint-v1";
+const char* const kKinds[] = {"params", "exp_avg", "exp_avg_sq"};
+
+std::string step_name(int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d", step);
+  return name;
+}
+
+std::string node_file_name(int node) {
+  char name[32];
+  std::snprintf(name, sizeof name, "node_%04d.h5", node);
+  return name;
+}
+
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::replicated: return "replicated";
+    case Sharding::rows: return "rows";
+    case Sharding::qkv_rows: return "qkv_rows";
+    case Sharding::columns: return "columns";
+  }
+  return "?";
+}
+
+uint32_t file_crc32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> buffer(8 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (in) {
+    in.read(buffer.data(), buffer.size());
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(in.gcount()));
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// fsync a file or a directory, so that a rename after it is durable.
+void sync_path(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  require(fd >= 0, "cannot open '" + path + "' to sync it");
+  const int rc = fsync(fd);
+  close(fd);
+  require(rc == 0, "cannot sync '" + path + "': " + std::strerror(errno));
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    require(out.good(), "cannot write '" + tmp + "' (disk full?)");
+  }
+  sync_path(tmp);
+  fs::rename(tmp, path);
+  sync_path(fs::path(path).parent_path().string());
+}
+
+// Fault injection for the tests: TRIDENT_TEST_ABORT_BEFORE_MANIFEST=1 kills the job
+// after every node file is written and before the manifest, as a crash there would.
+void maybe_abort_before_manifest() {
+  const char* abort_now = std::getenv("TRIDENT_TEST_ABORT_BEFORE_MANIFEST");
+  if (abort_now == nullptr || std::string(abort_now) != "1") return;
+  std::fprintf(stderr, "trident: TRIDENT_TEST_ABORT_BEFORE_MANIFEST set: aborting between the node files and the manifest\n");
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 9);
+}
+
+MPI_Comm mpi_comm(Communicator& c) { return dynamic_cast<MpiCommunicator&>(c).comm(); }
+
+// One rank's pieces: a JSON header, then the floats of every piece in order.
+struct Piece {
+  std::string kind, name, sharding;
+  std::vector<int64_t> shape;
+  int64_t padded_rows = 0, tp_rank = 0, tp_size = 1;
+  const float* data = nullptr;
+  size_t count = 0;
+};
+
+std::vector<char> pack(const std::vector<Piece>& pieces) {
+  nlohmann::json header = nlohmann::json::array();
+  size_t floats = 0;
+  for (const Piece& p : pieces) {
+    header.push_back({{"kind", p.kind}, {"name", p.name}, {"sharding", p.sharding}, {"shape", p.shape},
+                      {"padded_rows", p.padded_rows}, {"tp_rank", p.tp_rank}, {"tp_size", p.tp_size},
+                      {"count", p.count}});
+    floats += p.count;
+  }
+  const std::string text = header.dump();
+  const uint64_t length = text.size();
+  std::vector<char> blob(sizeof length + text.size() + floats * sizeof(float));
+  std::memcpy(blob.data(), &length, sizeof length);
+  std::memcpy(blob.data() + sizeof length, text.data(), text.size());
+  char* out = blob.data() + sizeof length + text.size();
+  for (const Piece& p : pieces) {
+    std::memcpy(out, p.data, p.count * sizeof(float));
+    out += p.count * sizeof(float);
+  }
+  return blob;
+}
+
+void write_blob(Hdf5Writer& file, const std::vector<char>& blob) {
+  uint64_t length = 0;
+  std::memcpy(&length, blob.data(), sizeof length);
+  const nlohmann::json header = nlohmann::json::parse(blob.begin() + sizeof length, blob.begin() + sizeof length + length);
+  const char* data = blob.data() + sizeof length + length;
+  for (const auto& p : header) {
+    const size_t count = p["count"];
+    const std::string path = "/" + p["kind"].get<std::string>() + "/" + p["name"].get<std::string>() + "/tp" +
+                             std::to_string(p["tp_rank"].get<int>()) + "of" + std::to_string(p["tp_size"].get<int>());
+    std::vector<float> values(count);
+    std::memcpy(values.data(), data, count * sizeof(float));  // aligned copy for HDF5
+    data += count * sizeof(float);
+    file.write_floats(path, values.data(), {static_cast<int64_t>(count)});
+    file.attr(path, "shape", p["shape"].get<std::vector<int64_t>>());
+    file.attr(path, "padded_rows", p["padded_rows"].get<int64_t>());
+    file.attr(path, "sharding", p["sharding"].get<std::string>());
+    file.attr(path, "tp_rank", p["tp_rank"].get<int64_t>());
+    file.attr(path, "tp_size", p["tp_size"].get<int64_t>());
+  }
+}
+
+nlohmann::json model_json(const ModelConfig& m) {
+  return {{"family", m.family},   {"n_layer", m.n_layer},   {"n_head", m.n_head},
+          {"d_model", m.d_model}, {"seq_len", m.seq_len},   {"vocab_size", m.vocab_size}};
+}
+
+}  // namespace
+
+// ---- reading ------------------------------------------------------------------------
+
+Manifest read_manifest(const std::string& step_dir, bool verify_files) {
+  const std::string path = (fs::path(step_dir) / "manifest.json").string();
+  std::ifstream in(path);
+  require(in.good(), "checkpoint '" + step_dir + "' is incomplete: no manifest.json");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw UsageError(path + ": not valid JSON (" + e.what() + ")");
+  }
+  require(j.value("format", "") == kFormat, path + ": format is not " + kFormat);
+  Manifest m;
+  m.dir = step_dir;
+  try {
+    m.step = j.at("step");
+    const auto& model = j.at("model");
+    m.model.family = model.at("family");
+    m.model.n_layer = model.at("n_layer");
+    m.model.n_head = model.at("n_head");
+    m.model.d_model = model.at("d_model");
+    m.model.seq_len = model.at("seq_len");
+    m.model.vocab_size = model.at("vocab_size");
+    const auto& layout = j.at("layout");
+    m.dims = {layout.at("dp"), layout.at("pp"), layout.at("tp")};
+    m.zero = layout.at("zero");
+    m.nodes = layout.at("nodes");
+    m.config_ini = j.value("config", "");
+    for (const auto& f : j.at("files")) m.files.push_back({f.at("name"), f.at("bytes"), f.at("crc32")});
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(path + ": missing or malformed field (" + e.what() + ")");
+  }
+  if (!verify_files) return m;
+  for (const ManifestFile& f : m.files) {
+    const std::string file = (fs::path(step_dir) / f.name).string();
+    require(fs::exists(file), path + " names " + f.name + ", which is missing");
+    require(fs::file_size(file) == f.bytes, file + " has " + std::to_string(fs::file_size(file)) + " bytes, the manifest says " +
+                                                std::to_string(f.bytes) + " (truncated?)");
+    require(file_crc32(file) == f.crc32, file + " does not match its CRC-32 in the manifest (corrupted)");
+  }
+  return m;
+}
+
+std::vector<std::string> complete_checkpoints(const std::string& dir) {
+  std::vector<std::string> steps;
+  if (!fs::is_directory(dir)) return steps;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().starts_with("step_") && fs::exists(e.path() / "manifest.json"))
+      steps.push_back(e.path().string());
+  std::sort(steps.begin(), steps.end());  // zero-padded step numbers sort in order
+  return steps;
+}
+
+std::optional<Manifest> find_latest_checkpoint(const std::string& dir, bool quiet) {
+  std::vector<std::string> candidates = complete_checkpoints(dir);
+  std::ifstream latest((fs::path(dir) / "latest").string());
+  std::string named;
+  if (latest >> named) {
+    const std::string path = (fs::path(dir) / named).string();
+    candidates.erase(std::remove(candidates.begin(), candidates.end(), path), candidates.end());
+    candidates.push_back(path);  // tried first
+  }
+  std::string problems;
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    try {
+      Manifest m = read_manifest(*it);
+      if (!problems.empty() && !quiet)
+        std::fprintf(stderr, "trident: warning: %sfalling back to the complete checkpoint %s\n", problems.c_str(), it->c_str());
+      return m;
+    } catch (const UsageError& e) {
+      problems += std::string(e.what()) + "; ";
+    }
+  }
+  if (!problems.empty()) throw UsageError("no loadable checkpoint in '" + dir + "': " + problems);
+  return std::nullopt;
+}
+
+namespace {
+
+// Where every shard of every tensor of a checkpoint is.
+struct ShardIndex {
+  struct Location {
+    std::string file, dataset;
+    int tp_rank, tp_size;
+  };
+  std::map<std::pair<std::string, std::string>, std::vector<Location>> shards;  // (kind, name) -> shards
+
+  explicit ShardIndex(const Manifest& m) {
+    for (const ManifestFile& f : m.files) {
+      const std::string path = (fs::path(m.dir) / f.name).string();
+      Hdf5Reader file(path);
+      for (const char* kind : kKinds) {
+        if (!file.has(std::string("/") + kind)) continue;
+        for (const std::string& name : file.members(std::string("/") + kind))
+          for (const std::string& shard : file.members(std::string("/") + kind + "/" + name)) {
+            const std::string dataset = std::string("/") + kind + "/" + name + "/" + shard;
+            shards[{kind, name}].push_back({path, dataset, static_cast<int>(file.attr_int(dataset, "tp_rank")),
+                                            static_cast<int>(file.attr_int(dataset, "tp_size"))});
+          }
+      }
+    }
+  }
+
+  // The full canonical tensor, assembled from its shards with the saved layout.
+  std::vector<float> canonical(const Manifest& m, const ParameterLayout& saved, const std::string& kind,
+                               const std::string& name) const {
+    const auto it = shards.find({kind, name});
+    require(it != shards.end(), m.dir + ": the checkpoint holds no " + kind + " of " + name);
+    const ParameterTensor& t = saved.tensor(name);
+    const int pieces = t.sharded() ? saved.tp_size() : 1;
+    std::vector<float> all(t.stored * pieces);
+    std::vector<bool> seen(pieces, false);
+    for (const Location& l : it->second) {
+      Hdf5Reader file(l.file);
+      const std::vector<float> data = file.read_float(l.dataset);
+      require(data.size() == t.stored && l.tp_rank < pieces, l.file + ": " + l.dataset + " has the wrong size");
+      std::copy(data.begin(), data.end(), all.begin() + l.tp_rank * t.stored);
+      seen[l.tp_rank] = true;
+    }
+    require(std::all_of(seen.begin(), seen.end(), [](bool s) { return s; }), m.dir + ": shards of " + name + " are missing");
+    return saved.assemble(t, all);
+  }
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Manifest& m, const std::string& kind) {
+  const ShardIndex index(m);
+  const ParameterLayout saved(m.model, 0, m.dims.tp);
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  const ParameterLayout whole(m.model);
+  for (const ParameterTensor& t : whole.tensors()) out.emplace_back(t.name, index.canonical(m, saved, kind, t.name));
+  return out;
+}
+
+// ---- writing ------------------------------------------------------------------------
+
+struct Checkpointer::Pending {
+  int step = 0;
+  std::string dir;                 // the step directory
+  std::vector<std::vector<char>> blobs;  // node leader: its ranks' pieces
+  std::thread writer;
+  std::atomic<bool> written{false};
+  std::string error;               // set by the writer on failure
+  ManifestFile file;
+  Timer since_start;
+};
+
+Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, GPT2& model, AdamW& optimizer,
+                           DataParallel& data_parallel)
+    : config_(config), parallel_(parallel), model_(model), optimizer_(optimizer), data_parallel_(data_parallel) {
+  int leader = parallel.node().rank() == 0 ? 1 : 0, before = 0;
+  MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  node_index_ = parallel.rank() == 0 ? 0 : before;
+}
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+void Checkpointer::save(int step) {
+  if (pending_) {
+    Timer waiting;
+    const int previous = pending_->step;
+    finish();
+    if (parallel_.is_root())
+      std::printf("checkpoint: step %d waited %.2f s for the checkpoint of step %d to finish writing\n", step,
+                  waiting.seconds(), previous);
+  }
+  Timer stall;
+  auto p = std::make_unique<Pending>();
+  p->step = step;
+  p->dir = (fs::path(config_.checkpoint.dir) / step_name(step)).string();
+  // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
+  //    moments in full (ZeRO-1 gathers them over dp first). dp rank 0 writes for all.
+  const size_t n = model_.layout().total_floats();
+  std::vector<float> params(n), m, v;
+  model_.copy_parameters_to_host(params.data());
+  optimizer_.export_moments(m, v, n);
+  data_parallel_.gather_parameters(m.data());
+  data_parallel_.gather_parameters(v.data());
+  std::vector<Piece> pieces;
+  const ParameterLayout& layout = model_.layout();
+  const bool writer = parallel_.coords().dp == 0;
+  for (const ParameterTensor& t : layout.tensors()) {
+    const bool replica = !t.sharded() && parallel_.coords().tp != 0;
+    const bool tied_copy = layout.wte() >= 0 && &t == &layout[layout.wte()] && !model_.first_stage();
+    if (!writer || replica || tied_copy) continue;
+    const float* sources[] = {params.data(), m.data(), v.data()};
+    for (int k = 0; k < 3; k++)
+      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0],
+                        t.sharded() ? layout.tp_rank() : 0, t.sharded() ? layout.tp_size() : 1, sources[k] + t.offset,
+                        t.stored});
+  }
+  std::vector<char> blob = pack(pieces);
+  // 2. Hand them to the node leader.
+  Communicator& node = parallel_.node();
+  const MPI_Comm comm = mpi_comm(node);
+  if (node.rank() == 0) {
+    p->blobs.push_back(std::move(blob));
+    for (int r = 1; r < node.size(); r++) {
+      uint64_t size = 0;
+      MPI_Recv(&size, 1, MPI_UINT64_T, r, 0, comm, MPI_STATUS_IGNORE);
+      std::vector<char> other(size);
+      for (uint64_t done = 0; done < size;) {  // in pieces below 2 GiB, MPI's int count
+        const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
+        MPI_Recv(other.data() + done, chunk, MPI_BYTE, r, 1, comm, MPI_STATUS_IGNORE);
+        done += chunk;
+      }
+      p->blobs.push_back(std::move(other));
+    }
+  } else {
+    const uint64_t size = blob.size();
+    MPI_Send(&size, 1, MPI_UINT64_T, 0, 0, comm);
+    for (uint64_t done = 0; done < size;) {
+      const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
+      MPI_Send(blob.data() + done, chunk, MPI_BYTE, 0, 1, comm);
+      done += chunk;
+    }
+  }
+  if (parallel_.is_root()) fs::create_directories(p->dir);
+  parallel_.world().barrier();  // the directory exists before any leader writes
+  // 3. The leader writes the node file, in the background with async.
+  pending_ = std::move(p);
+  if (node.rank() == 0) {
+    if (config_.checkpoint.async) pending_->writer = std::thread([this] { write_node_file(*pending_); });
+    else write_node_file(*pending_);
+  } else {
+    pending_->written = true;
+  }
+  last_stall_s_ = stall.seconds();
+  if (!config_.checkpoint.async) {
+    finish();
+    last_stall_s_ = stall.seconds();
+  }
+}
+
+void Checkpointer::write_node_file(Pending& p) {
+  const std::string name = node_file_name(node_index_);
+  const std::string path = (fs::path(p.dir) / name).string(), tmp = path + ".tmp";
+  try {
+    Hdf5Writer file(tmp);
+    file.attr("/", "format", std::string(kFormat));
+    file.attr("/", "step", static_cast<int64_t>(p.step));
+    for (const auto& blob : p.blobs) write_blob(file, blob);
+    file.close();
+    sync_path(tmp);
+    fs::rename(tmp, path);
+    p.file = {name, fs::file_size(path), file_crc32(path)};
+  } catch (const std::exception& e) {
+    p.error = e.what();
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+  }
+  p.blobs.clear();
+  p.written = true;
+}
+
+bool Checkpointer::poll() {
+  if (!pending_) return false;
+  const double written = parallel_.world().all_reduce(pending_->written ? 1.0 : 0.0, ReduceOp::sum);
+  if (written < parallel_.world().size()) return false;
+  complete(*pending_);
+  pending_.reset();
+  return true;
+}
+
+void Checkpointer::finish() {
+  if (!pending_) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  complete(*pending_);
+  pending_.reset();
+}
+
+void Checkpointer::complete(Pending& p) {
+  if (p.writer.joinable()) p.writer.join();
+  // Every leader reports its file (or its error) to rank 0.
+  const bool leader = parallel_.node().rank() == 0;
+  nlohmann::json report = leader ? nlohmann::json{{"name", p.file.name}, {"bytes", p.file.bytes}, {"crc32", p.file.crc32},
+                                                  {"error", p.error}}
+                                 : nlohmann::json(nullptr);
+  const std::string text = report.dump();
+  int length = static_cast<int>(text.size());
+  const int ranks = parallel_.world().size();
+  std::vector<int> lengths(ranks), offsets(ranks);
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<char> all;
+  if (parallel_.is_root()) {
+    for (int r = 0, total = 0; r < ranks; r++) offsets[r] = (total += lengths[r]) - lengths[r];
+    all.resize(offsets.back() + lengths.back());
+  }
+  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::string error;
+  if (parallel_.is_root()) {
+    Manifest m;
+    nlohmann::json files = nlohmann::json::array();
+    for (int r = 0; r < ranks; r++) {
+      const auto j = nlohmann::json::parse(all.begin() + offsets[r], all.begin() + offsets[r] + lengths[r]);
+      if (j.is_null()) continue;
+      if (!j["error"].get<std::string>().empty()) error += j["error"].get<std::string>() + "; ";
+      files.push_back({{"name", j["name"]}, {"bytes", j["bytes"]}, {"crc32", j["crc32"]}});
+    }
+    if (error.empty()) {
+      try {
+        maybe_abort_before_manifest();
+        const auto& par = config_.parallel;
+        const nlohmann::json manifest = {
+            {"format", kFormat},
+            {"step", p.step},
+            {"model", model_json(config_.model)},
+            {"layout", {{"dp", parallel_.dims().dp}, {"tp", parallel_.dims().tp}, {"pp", parallel_.dims().pp},
+                        {"zero", par.zero}, {"nodes", parallel_.nodes()}}},
+            {"state", {{"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},
+                       {"seed", config_.train.seed}, {"loss_scale", 1.0}}},
+            {"config", config_.to_ini()},
+            {"files", files}};
+        write_text_atomically((fs::path(p.dir) / "manifest.json").string(), manifest.dump(2));
+        write_text_atomically((fs::path(config_.checkpoint.dir) / "latest").string(), step_name(p.step) + "\n");
+        // Only now that the new one is complete: prune the oldest beyond keep_last.
+        const std::vector<std::string> complete = complete_checkpoints(config_.checkpoint.dir);
+        const int keep = config_.checkpoint.keep_last;
+        for (size_t i = 0; keep > 0 && i + keep < complete.size(); i++) fs::remove_all(complete[i]);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    if (!error.empty()) {
+      std::error_code ignored;
+      fs::remove_all(p.dir, ignored);  // the previous checkpoint stays the latest
+    }
+  }
+  // Every rank learns the verdict: a failed save is one clear error on every rank.
+  int failed = error.empty() ? 0 : static_cast<int>(error.size());
+  MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (failed > 0) {
+    error.resize(failed);
+    MPI_Bcast(error.data(), failed, MPI_CHAR, 0, MPI_COMM_WORLD);
+    throw AgreedUsageError("saving the checkpoint of step " + std::to_string(p.step) + " failed, the previous one is kept: " + error);
+  }
+  if (parallel_.is_root())
+    std::printf("checkpoint: step %d saved to %s (%.2f s from its start)\n", p.step, p.dir.c_str(), p.since_start.seconds());
+}
+
+// ---- loading ------------------------------------------------------------------------
+
+int Checkpointer::load(const Manifest& m) {
+  const ModelConfig& mc = config_.model;
+  require(m.model.n_layer == mc.n_layer && m.model.n_head == mc.n_head && m.model.d_model == mc.d_model &&
+              m.model.seq_len == mc.seq_len && m.model.vocab_size == mc.vocab_size,
+          "checkpoint " + m.dir + " holds a model L" + std::to_string(m.model.n_layer) + " H" +
+              std::to_string(m.model.n_head) + " d" + std::to_string(m.model.d_model) + " T" +
+              std::to_string(m.model.seq_len) + " V" + std::to_string(m.model.vocab_size) +
+              ", not the configured L" + std::to_string(mc.n_layer) + " H" + std::to_string(mc.n_head) + " d" +
+              std::to_string(mc.d_model) + " T" + std::to_string(mc.seq_len) + " V" + std::to_string(mc.vocab_size));
+  const ShardIndex index(m);
+  const ParameterLayout saved(m.model, 0, m.dims.tp);
+  const ParameterLayout& layout = model_.layout();
+  const size_t n = layout.total_floats();
+  std::vector<float> full[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+  for (const ParameterTensor& t : layout.tensors())
+    for (int k = 0; k < 3; k++) {
+      const std::vector<float> canonical = index.canonical(m, saved, kKinds[k], t.name);
+      const std::vector<float> shard = layout.shard_of(t, canonical.data());
+      std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
+    }
+  model_.copy_parameters_from_host(full[0].data());
+  optimizer_.import_moments(full[1].data(), full[2].data());
+  optimizer_.set_steps_taken(m.step);
+  return m.step;
+}
+
+void init_parameters_from(GPT2& model, const std::string& path) {
+  Hdf5Reader file(path);
+  for (const ParameterTensor& t : model.layout().tensors()) {
+    const std::string name = "params/" + t.name;
+    require(file.has(name), path + ": missing " + name);
+    require(file.shape(name) == t.shape, path + ": " + name + " has the wrong shape for this model");
+    const std::vector<float> values = file.read_float(name);
+    model.set_parameter(t.name, values.data(), values.size());
+  }
+}
+
+void export_checkpoint(const Manifest& m, const std::string& out) {
+  Hdf5Writer file(out);
+  file.attr("/", "format", std::string("trident-export-v1"));
+  file.attr("/", "model", std::string("gpt2"));
+  file.attr("/", "step", static_cast<int64_t>(m.step));
+  for (const auto& [key, value] : std::vector<std::pair<const char*, int>>{
+           {"n_layer", m.model.n_layer}, {"n_head", m.model.n_head}, {"d_model", m.model.d_model},
+           {"seq_len", m.model.seq_len}, {"vocab_size", m.model.vocab_size}})
+    file.attr("/", key, static_cast<int64_t>(value));
+  const ParameterLayout layout(m.model);
+  for (const auto& [name, values] : read_canonical(m, "params"))
+    file.write_floats("/params/" + name, values.data(), layout.tensor(name).shape);
+  file.close();
+}
+
+}  // namespace trident

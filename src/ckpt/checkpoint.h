@@ -1,0 +1,101 @@
+// Hierarchical checkpoints (DESIGN.md):
+//   <dir>/step_00001000/node_0000.h5 ... node_NNNN.h5   one file per node, written by its leader
+//   <dir>/step_00001000/manifest.json                     step, layout, config, files, checksums
+//   <dir>/latest                                          name of the newest complete step dir
+// The ranks of a node hand their pieces to the node leader over the node communicator,
+// so shared storage sees one writer per node. Every piece is a canonical tensor's shard:
+// the dataset /<kind>/<name>/tp<r>of<P> (kind: params, exp_avg, exp_avg_sq) holds tp
+// shard r of P, flat, with the tensor's global shape and sharding as attributes, so a
+// checkpoint loads under any (dp, tp, pp) and with ZeRO on or off.
+//
+// Durability: files are written under temporary names, synced, renamed; manifest.json
+// is renamed into place only after every node file is complete, and `latest` last. A
+// step directory without manifest.json does not count, so a crash at any instant leaves
+// the previous checkpoint loadable.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.h"
+#include "dist/data_parallel.h"
+#include "dist/parallel_state.h"
+#include "model/gpt2.h"
+#include "optim/adamw.h"
+
+namespace trident {
+
+struct ManifestFile {
+  std::string name;
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+
+// A complete checkpoint's description (manifest.json).
+struct Manifest {
+  std::string dir;  // the step directory
+  int step = 0;
+  ModelConfig model;
+  ParallelDims dims;
+  int zero = 0, nodes = 1;
+  std::string config_ini;
+  std::vector<ManifestFile> files;
+};
+
+// Reads and checks dir/manifest.json and every file it names (present, size, CRC-32).
+// UsageError naming the file and what is wrong.
+Manifest read_manifest(const std::string& step_dir, bool verify_files = true);
+// The newest complete checkpoint under `dir` (following `latest`, falling back to the
+// newest earlier complete step if `latest` is damaged, saying so on stderr); nullopt if
+// there is none.
+std::optional<Manifest> find_latest_checkpoint(const std::string& dir, bool quiet = false);
+// Complete step directories under `dir`, oldest first.
+std::vector<std::string> complete_checkpoints(const std::string& dir);
+// The full canonical tensors of `kind` (params, exp_avg, exp_avg_sq) of a checkpoint.
+std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Manifest& m, const std::string& kind);
+
+class Checkpointer {
+ public:
+  Checkpointer(const Config& config, ParallelState& parallel, GPT2& model, AdamW& optimizer,
+               DataParallel& data_parallel);
+  ~Checkpointer();
+
+  // Saves the state after `step` optimizer steps (collective). With async, the node
+  // files are written by a background thread and finished by poll()/finish().
+  void save(int step);
+  // Collective, every step while a save is pending: completes it once every node file
+  // is written (manifest, latest, pruning). Returns true if one was completed.
+  bool poll();
+  // Waits for a pending save and completes it (collective).
+  void finish();
+  // Restores a checkpoint (collective); returns its step.
+  int load(const Manifest& manifest);
+  double last_stall_s() const { return last_stall_s_; }
+
+ private:
+  struct Pending;
+  void write_node_file(Pending& p);
+  void complete(Pending& p);
+
+  const Config& config_;
+  ParallelState& parallel_;
+  GPT2& model_;
+  AdamW& optimizer_;
+  DataParallel& data_parallel_;
+  std::unique_ptr<Pending> pending_;
+  int node_index_ = 0;  // this node's file number: its leader's place among the leaders
+  double last_stall_s_ = 0;
+};
+
+// Initializes the model's parameters from an exported file (params/<name>, full tensors).
+void init_parameters_from(GPT2& model, const std::string& path);
+// Writes the parameters of a checkpoint as one HDF5 file of full tensors, params/<name>,
+// the layout of the reference files.
+void export_checkpoint(const Manifest& m, const std::string& out);
+
+}  // namespace trident
