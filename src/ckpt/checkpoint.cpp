@@ -83,11 +83,12 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   sync_path(fs::path(path).parent_path().string());
 }
 
-// Fault injection for the tests: TRIDENT_TEST_ABORT_BEFORE_MANIFEST=1 kills the job
-// after every node file is written and before the manifest, as a crash there would.
-void maybe_abort_before_manifest() {
-  const char* abort_now = std::getenv("TRIDENT_TEST_ABORT_BEFORE_MANIFEST");
-  if (abort_now == nullptr || std::string(abort_now) != "1") return;
+// Fault injection for the tests: TRIDENT_TEST_ABORT_BEFORE_MANIFEST=N kills the job
+// while saving step N, after every node file is written and before the manifest, as a
+// crash there would.
+void maybe_abort_before_manifest(int step) {
+  const char* abort_at = std::getenv("TRIDENT_TEST_ABORT_BEFORE_MANIFEST");
+  if (abort_at == nullptr || std::atoi(abort_at) != step) return;
   std::fprintf(stderr, "trident: TRIDENT_TEST_ABORT_BEFORE_MANIFEST set: aborting between the node files and the manifest\n");
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 9);
@@ -459,7 +460,7 @@ void Checkpointer::complete(Pending& p) {
     }
     if (error.empty()) {
       try {
-        maybe_abort_before_manifest();
+        maybe_abort_before_manifest(p.step);
         const auto& par = config_.parallel;
         const nlohmann::json manifest = {
             {"format", kFormat},

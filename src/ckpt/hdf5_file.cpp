@@ -232,8 +232,9 @@ void Hdf5Writer::attr(const std::string& object, const std::string& name, const 
 void Hdf5Writer::close() {
   const hid_t file = file_;
   file_ = -1;
-  require(H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0 && H5Fclose(file) >= 0,
-          path_ + ": cannot finish writing (disk full or file too large?)");
+  const bool flushed = H5Fflush(file, H5F_SCOPE_GLOBAL) >= 0;
+  const bool closed = H5Fclose(file) >= 0;
+  require(flushed && closed, path_ + ": cannot finish writing (disk full or file too large?)");
 }
 
 }  // namespace trident

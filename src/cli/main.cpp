@@ -6,10 +6,12 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <boost/version.hpp>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "cli/ckpt_command.h"
 #include "config/config.h"
 #include "dist/agreement.h"
 #include "dist/mpi_world.h"
@@ -32,6 +34,7 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train     train under the config (configs/tiny.ini, configs/gpt2-124m.ini, ...)\n"
     "  verify    --reference F.h5: run a reference's steps, compare loss, gradients, parameters\n"
+    "  ckpt      ls | inspect | export --checkpoint.dir=DIR: list, check, export checkpoints\n"
     "\n"
     "  trident <command> --help   options of a command\n"
     "  trident --version          what this build was made with\n";
@@ -119,6 +122,12 @@ int run_command(const std::string& command, const std::vector<std::string>& args
 int main(int argc, char** argv) {
   using namespace trident;
   keep_freed_memory();
+  // A file-size limit (ulimit -f) should fail the write with EFBIG and a clear error,
+  // not kill the process in the middle of a checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // A file whose write failed (disk full) may refuse to close; HDF5's exit handler would
+  // then crash trying again, so it is not installed (before HDF5's first use).
+  H5dont_atexit();
   MpiWorld world(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
   const std::string command = args.empty() ? "" : args[0];
@@ -130,6 +139,13 @@ int main(int argc, char** argv) {
     if (command == "--help" || command == "-h" || command == "help") {
       if (world.is_root()) std::printf("%s", kUsage);
       return 0;
+    }
+    if (command == "ckpt") {
+      int code = 0;
+      run_collectively([&] {
+        if (world.is_root()) code = run_ckpt_command({args.begin() + 1, args.end()});
+      });
+      return code;
     }
     require(command == "train" || command == "verify",
             command.empty() ? std::string("no command given") : "unknown command '" + command + "'");

@@ -73,8 +73,17 @@ int restore(const Config& config, ParallelState& parallel, GPT2& model, Checkpoi
   chosen = broadcast_string(chosen);
   if (!chosen.empty()) {
     int step = 0;
-    run_collectively([&] { step = checkpointer.load(read_manifest(chosen, /*verify_files=*/false)); });
-    if (parallel.is_root()) std::printf("resumed from %s: continuing after step %d\n", chosen.c_str(), step);
+    Timer loading;
+    double bytes = 0;
+    run_collectively([&] {
+      const Manifest m = read_manifest(chosen, /*verify_files=*/false);
+      for (const ManifestFile& f : m.files) bytes += static_cast<double>(f.bytes);
+      step = checkpointer.load(m);
+    });
+    parallel.world().barrier();
+    if (parallel.is_root())
+      std::printf("resumed from %s: continuing after step %d (%.3f GB of node files loaded in %.2f s)\n", chosen.c_str(),
+                  step, bytes / 1e9, loading.seconds());
     return step;
   }
   if (!cc.init_from.empty()) {

@@ -1,0 +1,117 @@
+#include "cli/ckpt_command.h"
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "ckpt/checkpoint.h"
+#include "runtime/error.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace trident {
+
+namespace {
+
+constexpr const char* kCkptUsage =
+    "usage: trident ckpt ls      --checkpoint.dir=DIR\n"
+    "       trident ckpt inspect --checkpoint.dir=DIR [--step=N]\n"
+    "       trident ckpt export  --checkpoint.dir=DIR [--step=N] --out=FILE.h5\n"
+    "  (default step: the newest complete checkpoint)\n";
+
+// The checkpoint of `step`, or the newest complete one.
+Manifest choose(const std::string& dir, int step) {
+  if (step >= 0) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", step);
+    return read_manifest((fs::path(dir) / name).string());
+  }
+  const std::optional<Manifest> latest = find_latest_checkpoint(dir);
+  require(latest.has_value(), "no complete checkpoint in '" + dir + "'");
+  return *latest;
+}
+
+double mib(double bytes) { return bytes / (1 << 20); }
+
+}  // namespace
+
+int run_ckpt_command(const std::vector<std::string>& args) {
+  const std::string action = args.empty() ? "" : args[0];
+  std::string dir, out;
+  int step = -1;
+  po::options_description options("Options of 'trident ckpt'");
+  options.add_options()("help,h", "show this help")("checkpoint.dir", po::value(&dir), "checkpoint directory")(
+      "step", po::value(&step), "step to inspect or export (default: newest complete)")(
+      "out", po::value(&out), "export: the HDF5 file to write");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(std::vector<std::string>(args.begin() + (args.empty() ? 0 : 1), args.end()))
+                  .options(options)
+                  .run(),
+              vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "\n" + kCkptUsage);
+  }
+  if (vm.count("help") || action == "--help" || action == "-h") {
+    std::printf("%s\n", kCkptUsage);
+    return 0;
+  }
+  require(action == "ls" || action == "inspect" || action == "export",
+          "ckpt needs ls, inspect or export, got '" + action + "'\n" + kCkptUsage);
+  require(!dir.empty(), "ckpt " + action + " needs --checkpoint.dir");
+  require(fs::is_directory(dir), "checkpoint directory '" + dir + "' does not exist");
+
+  if (action == "ls") {
+    std::string latest;
+    std::ifstream(fs::path(dir) / "latest") >> latest;
+    std::printf("%-16s %-10s %8s %6s %10s  %s\n", "checkpoint", "state", "step", "files", "MiB", "layout (dp tp pp, zero)");
+    std::vector<fs::path> steps;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory() && e.path().filename().string().starts_with("step_")) steps.push_back(e.path());
+    std::sort(steps.begin(), steps.end());
+    for (const fs::path& p : steps) {
+      const std::string name = p.filename().string();
+      try {
+        const Manifest m = read_manifest(p.string());
+        double bytes = 0;
+        for (const auto& f : m.files) bytes += f.bytes;
+        std::printf("%-16s %-10s %8d %6zu %10.1f  %d %d %d, %d%s\n", name.c_str(), "complete", m.step, m.files.size(),
+                    mib(bytes), m.dims.dp, m.dims.tp, m.dims.pp, m.zero, name == latest ? "   <- latest" : "");
+      } catch (const UsageError& e) {
+        std::printf("%-16s %-10s  (%s)\n", name.c_str(), "incomplete", e.what());
+      }
+    }
+    return 0;
+  }
+  const Manifest m = choose(dir, step);
+  if (action == "inspect") {
+    std::printf("checkpoint %s: step %d, gpt2 L%d H%d d%d T%d V%d, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n",
+                m.dir.c_str(), m.step, m.model.n_layer, m.model.n_head, m.model.d_model, m.model.seq_len,
+                m.model.vocab_size, m.dims.dp, m.dims.tp, m.dims.pp, m.zero, m.nodes);
+    for (const auto& f : m.files) std::printf("  %s: %.1f MiB, crc32 %08x, verified\n", f.name.c_str(), mib(f.bytes), f.crc32);
+    std::printf("%-28s %-16s %14s %14s\n", "tensor", "shape", "params rms", "exp_avg_sq rms");
+    const auto params = read_canonical(m, "params"), second = read_canonical(m, "exp_avg_sq");
+    const ParameterLayout layout(m.model);
+    for (size_t i = 0; i < params.size(); i++) {
+      const auto rms = [](const std::vector<float>& x) {
+        double s = 0;
+        for (float v : x) s += static_cast<double>(v) * v;
+        return std::sqrt(s / std::max<size_t>(1, x.size()));
+      };
+      std::string shape;
+      for (int64_t d : layout.tensor(params[i].first).shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+      std::printf("%-28s %-16s %14.4e %14.4e\n", params[i].first.c_str(), shape.c_str(), rms(params[i].second),
+                  rms(second[i].second));
+    }
+    return 0;
+  }
+  require(!out.empty(), "ckpt export needs --out=FILE.h5");
+  export_checkpoint(m, out);
+  std::printf("exported the parameters of %s (step %d) to %s\n", m.dir.c_str(), m.step, out.c_str());
+  return 0;
+}
+
+}  // namespace trident

@@ -1,0 +1,63 @@
+// Running build/trident (or mpirun ... build/trident) from a test, as a user would.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace trident {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline std::string trident_bin() {
+  const char* bin = std::getenv("TRIDENT_BIN");
+  return bin != nullptr ? bin : "build/trident";
+}
+
+// `env -u ...` for the variables that this test process got from MPI_Init: a child
+// mpirun (or singleton) that inherited them would take itself for part of our job.
+inline std::string without_mpi_environment() {
+  std::string cmd = "env";
+  for (char** e = environ; *e != nullptr; e++) {
+    const std::string var(*e);
+    const std::string name = var.substr(0, var.find('='));
+    const bool ours = name.rfind("OMPI_ALLOW_RUN_AS_ROOT", 0) == 0;
+    if (!ours && (name.rfind("OMPI_", 0) == 0 || name.rfind("PMIX_", 0) == 0 || name.rfind("ORTE_", 0) == 0))
+      cmd += " -u " + name;
+  }
+  return cmd;
+}
+
+// Runs `trident <args>` (under `launcher` if given) with a time limit. The launcher
+// may start with VAR=value assignments.
+inline CliRun run(const std::string& args, const std::string& launcher = "", int timeout_s = 120) {
+  const std::string out = testing::TempDir() + "trident_cli.out", err = testing::TempDir() + "trident_cli.err";
+  const std::string cmd = without_mpi_environment() + " timeout " + std::to_string(timeout_s) + " " + launcher + " " +
+                          trident_bin() + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+inline int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) n++;
+  return n;
+}
+
+
+}  // namespace trident

@@ -1,0 +1,223 @@
+// Checkpoints end to end, through the executable: bit-exact resume, resharding under
+// other layouts, async writes, signals, export/init_from, and every injected fault
+// (abort between files, flipped bytes, truncation, a missing file, another model, a
+// file-size limit) ending in one clear error or a fall back, never a lost checkpoint.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "ckpt/checkpoint.h"
+#include "cli_helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace trident {
+namespace {
+
+const std::string kTrain = "train --config configs/tiny.ini --model.n_layer=4 --train.global_batch=8 "
+                           "--log.every_steps=1 --log.val_batches=0 --log.peak_gflops=100 --train.micro_batch=2 ";
+const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np ";
+
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = testing::TempDir() + "trident_ckpt_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::string run_dir_flag(const std::string& dir) { return " --log.run_dir=" + dir + "_run "; }
+
+// step -> loss, from the per-step lines.
+std::map<int, double> losses(const std::string& out) {
+  std::map<int, double> result;
+  const std::regex line("step +([0-9]+)/[0-9]+ \\| loss ([0-9.]+)");
+  for (std::sregex_iterator i(out.begin(), out.end(), line), end; i != end; ++i)
+    result[std::stoi((*i)[1])] = std::stod((*i)[2]);
+  return result;
+}
+
+// Every tensor of every kind of two checkpoints, compared exactly.
+void expect_identical(const std::string& a, const std::string& b) {
+  const Manifest ma = read_manifest(a), mb = read_manifest(b);
+  for (const char* kind : {"params", "exp_avg", "exp_avg_sq"}) {
+    const auto ta = read_canonical(ma, kind), tb = read_canonical(mb, kind);
+    ASSERT_EQ(ta.size(), tb.size());
+    for (size_t i = 0; i < ta.size(); i++) EXPECT_EQ(ta[i].second, tb[i].second) << kind << " " << ta[i].first;
+  }
+}
+
+TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
+  for (const std::string layout : {std::string("1"), std::string("4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1")}) {
+    const std::string whole = fresh_dir("whole"), halves = fresh_dir("halves");
+    const std::string launcher = kMpirun + layout.substr(0, 1);
+    const std::string flags = layout.size() > 1 ? layout.substr(2) : "";
+    const CliRun a = run(kTrain + flags + " --train.steps=6 --checkpoint.every_steps=3 --checkpoint.dir=" + whole +
+                             run_dir_flag(whole), launcher);
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    const CliRun b1 = run(kTrain + flags + " --train.steps=3 --checkpoint.every_steps=3 --checkpoint.dir=" + halves +
+                              run_dir_flag(halves), launcher);
+    ASSERT_EQ(b1.exit_code, 0) << b1.err;
+    const CliRun b2 = run(kTrain + flags + " --train.steps=6 --checkpoint.every_steps=3 --checkpoint.dir=" + halves +
+                              run_dir_flag(halves), launcher);
+    ASSERT_EQ(b2.exit_code, 0) << b2.err;
+    EXPECT_NE(b2.out.find("resumed from " + halves + "/step_00000003"), std::string::npos) << b2.out;
+    EXPECT_EQ(losses(b2.out).begin()->first, 4) << "the resumed run starts at step 4";
+    expect_identical(whole + "/step_00000006", halves + "/step_00000006");
+  }
+}
+
+TEST(Checkpoint, SavedOnTwoNodesLoadsUnderOtherLayouts) {
+  const std::string saved = fresh_dir("reshard");
+  // (dp, tp, pp) = (2, 2, 2) with ZeRO-1, 8 ranks as 2 nodes of 4.
+  const CliRun save = run(kTrain + "--train.steps=3 --checkpoint.every_steps=3 --parallel.dp=2 --parallel.tp=2 "
+                                   "--parallel.pp=2 --parallel.zero=1 --parallel.ranks_per_node=4 --checkpoint.dir=" +
+                              saved + run_dir_flag(saved),
+                          kMpirun + "8", 180);
+  ASSERT_EQ(save.exit_code, 0) << save.err;
+  const Manifest m = read_manifest(saved + "/step_00000003");
+  EXPECT_EQ(m.files.size(), 2u);  // one file per node
+  EXPECT_EQ(m.nodes, 2);
+  std::map<int, double> reference;
+  for (const std::string layout : {"1 --parallel.dp=1", "8 --parallel.dp=4 --parallel.tp=2 --parallel.zero=1",
+                                   "8 --parallel.dp=1 --parallel.tp=2 --parallel.pp=4",
+                                   "4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=0"}) {
+    const std::string copy = fresh_dir("reshard_copy");
+    fs::copy(saved, copy, fs::copy_options::recursive);
+    const CliRun r = run(kTrain + layout.substr(2) + " --train.steps=5 --checkpoint.dir=" + copy + run_dir_flag(copy),
+                         kMpirun + layout.substr(0, 1), 180);
+    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
+    const auto l = losses(r.out);
+    ASSERT_EQ(l.size(), 2u) << layout << "\n" << r.out;
+    if (reference.empty()) reference = l;
+    for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference[step], 2e-4) << layout << " step " << step;
+  }
+}
+
+TEST(Checkpoint, AsyncWritesTheSameCheckpointsAndReportsTheStall) {
+  const std::string sync_dir = fresh_dir("sync"), async_dir = fresh_dir("async");
+  const CliRun s = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + sync_dir + run_dir_flag(sync_dir));
+  const CliRun a = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.async=true --checkpoint.dir=" +
+                       async_dir + run_dir_flag(async_dir));
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("training stalled"), std::string::npos) << a.out;
+  expect_identical(sync_dir + "/step_00000004", async_dir + "/step_00000004");
+  EXPECT_EQ(complete_checkpoints(async_dir).size(), 2u);
+}
+
+TEST(Checkpoint, CrashBetweenFilesKeepsThePreviousCheckpoint) {
+  const std::string dir = fresh_dir("crash");
+  const CliRun r = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir),
+                       "env TRIDENT_TEST_ABORT_BEFORE_MANIFEST=4 " + kMpirun + "2 -x TRIDENT_TEST_ABORT_BEFORE_MANIFEST", 120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(fs::exists(dir + "/step_00000004/node_0000.h5"));  // written, but never completed
+  EXPECT_FALSE(fs::exists(dir + "/step_00000004/manifest.json"));
+  const std::optional<Manifest> latest = find_latest_checkpoint(dir);
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->step, 2);
+  const CliRun ls = run("ckpt ls --checkpoint.dir=" + dir);
+  EXPECT_NE(ls.out.find("incomplete"), std::string::npos) << ls.out;
+  const CliRun resumed = run(kTrain + "--train.steps=3 --checkpoint.dir=" + dir + run_dir_flag(dir));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from " + dir + "/step_00000002"), std::string::npos) << resumed.out;
+}
+
+void flip_byte(const std::string& path, size_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char c = 0;
+  f.get(c);
+  f.seekp(offset);
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
+TEST(Checkpoint, DamagedFilesAreNamedAndLatestFallsBack) {
+  const std::string dir = fresh_dir("damaged");
+  ASSERT_EQ(run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir)).exit_code, 0);
+  const std::string node = dir + "/step_00000004/node_0000.h5";
+  const size_t size = fs::file_size(node);
+  flip_byte(node, size / 2);
+  // latest is damaged: fall back to step 2 and say so.
+  const CliRun fallback = run(kTrain + "--train.steps=3 --checkpoint.dir=" + dir + run_dir_flag(dir));
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.err;
+  EXPECT_NE(fallback.err.find("CRC-32"), std::string::npos) << fallback.err;
+  EXPECT_NE(fallback.err.find("falling back"), std::string::npos) << fallback.err;
+  EXPECT_NE(fallback.out.find("resumed from " + dir + "/step_00000002"), std::string::npos) << fallback.out;
+  // Asked for by name: one clear error naming the file, exit 2.
+  const CliRun named = run(kTrain + "--train.steps=5 --checkpoint.load=" + dir + "/step_00000004" + run_dir_flag(dir),
+                           kMpirun + "2", 60);
+  EXPECT_EQ(named.exit_code, 2) << named.err;
+  EXPECT_EQ(count(named.err, "trident: error:"), 1) << named.err;
+  EXPECT_NE(named.err.find("node_0000.h5 does not match its CRC-32"), std::string::npos) << named.err;
+  // Truncated.
+  fs::resize_file(node, size / 3);
+  const CliRun truncated = run("ckpt inspect --checkpoint.dir=" + dir + " --step=4");
+  EXPECT_EQ(truncated.exit_code, 2);
+  EXPECT_NE(truncated.err.find("truncated"), std::string::npos) << truncated.err;
+  // A manifest naming a file that is not there.
+  fs::remove(node);
+  const CliRun missing = run("ckpt export --checkpoint.dir=" + dir + " --step=4 --out=" + dir + "/x.h5");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("names node_0000.h5, which is missing"), std::string::npos) << missing.err;
+  // Another model shape.
+  const CliRun other = run(kTrain + "--model.d_model=64 --train.steps=3 --checkpoint.load=" + dir + "/step_00000002" +
+                           run_dir_flag(dir));
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("holds a model L4 H4 d128"), std::string::npos) << other.err;
+}
+
+TEST(Checkpoint, AFullDiskFailsTheSaveAndKeepsThePreviousOne) {
+  const std::string dir = fresh_dir("full");
+  ASSERT_EQ(run(kTrain + "--train.steps=2 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir)).exit_code, 0);
+  // Files of at most 6 MB: the next node file (about 10 MB) cannot be written.
+  const CliRun r = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir),
+                       "bash -c 'ulimit -f 6000; exec \"$@\"' --");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("saving the checkpoint of step 4 failed, the previous one is kept"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/step_00000004"));
+  EXPECT_EQ(find_latest_checkpoint(dir)->step, 2);
+}
+
+TEST(Checkpoint, SignalSavesAndExitsZero) {
+  const std::string dir = fresh_dir("signal");
+  const std::string out = dir + ".out";
+  const std::string cmd = without_mpi_environment() + " " + trident_bin() + " " + kTrain +
+                          "--train.steps=100000 --checkpoint.dir=" + dir + run_dir_flag(dir) + " >" + out + " 2>&1 & echo $!";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  int pid = 0;
+  ASSERT_EQ(fscanf(pipe, "%d", &pid), 1);
+  pclose(pipe);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  kill(pid, SIGUSR1);
+  for (int i = 0; i < 600 && kill(pid, 0) == 0; i++)  // not our child: wait until it is gone
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string text = slurp(out);
+  EXPECT_NE(text.find("on a signal, checkpoint saved"), std::string::npos) << text;
+  const std::optional<Manifest> m = find_latest_checkpoint(dir);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_GT(m->step, 0);
+  EXPECT_LT(m->step, 100000);
+}
+
+TEST(Checkpoint, ExportThenInitFrom) {
+  const std::string dir = fresh_dir("export"), again = fresh_dir("export_again");
+  ASSERT_EQ(run(kTrain + "--train.steps=2 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir)).exit_code, 0);
+  const std::string file = dir + "/exported.h5";
+  const CliRun e = run("ckpt export --checkpoint.dir=" + dir + " --out=" + file);
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  // lr 0: the parameters pass through a step unchanged, so the new checkpoint holds
+  // exactly what was exported.
+  const CliRun r = run(kTrain + "--train.steps=1 --train.lr=0 --train.min_lr=0 --checkpoint.every_steps=1 "
+                                "--checkpoint.init_from=" + file + " --checkpoint.dir=" + again + run_dir_flag(again));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("parameters initialized from"), std::string::npos);
+  const auto a = read_canonical(read_manifest(dir + "/step_00000002"), "params");
+  const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
+  for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
+}
+
+}  // namespace
+}  // namespace trident
