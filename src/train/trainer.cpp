@@ -113,6 +113,9 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
   const int local_batch = tc.global_batch / dp;
   std::unique_ptr<kernels::Kernels> k = kernels::make_cpu_kernels();
+  // From here on a stop signal is honoured at the next step's end.
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGUSR1, on_stop_signal);
 
   // ---- data: every rank reads the text and takes its slice of each global batch ----
   TextCorpus corpus;
@@ -175,9 +178,6 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                 config.log.peak_gflops > 0 ? "from config" : "measured", setup.seconds());
   }
 
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGUSR1, on_stop_signal);
-
   // ---- the loop ----
   MetricsLog log(root ? config.log.run_dir : "");
   const int T = mc.seq_len;
@@ -185,7 +185,6 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const double peak_total = peak_gflops * parallel.dims().world();
   std::vector<int32_t> inputs, targets;
   double time_per_step = 0;
-  int last_saved = start_step;
   for (int step = start_step; step < tc.steps; step++) {
     parallel.set_step(step);
     maybe_stall(parallel.rank(), step);
@@ -222,7 +221,6 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     const bool stop = stop_requested(parallel);
     if (!cc.dir.empty() && ((cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last)) || stop)) {
       checkpointer.save(step + 1);
-      last_saved = step + 1;
       if (root && cc.async) std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1, checkpointer.last_stall_s());
     }
     if (stop) {
@@ -240,7 +238,6 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     }
   }
   checkpointer.finish();
-  (void)last_saved;
   if (root)
     std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
                 "dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",

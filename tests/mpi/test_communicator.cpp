@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "mpi_test_helpers.h"
+
 #include <numeric>
 
 #include "dist/parallel_state.h"
@@ -10,11 +12,7 @@
 namespace trident {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using namespace testing_helpers;
 
 // dp = world: the dp group is the world.
 ParallelState data_parallel_state() { return ParallelState(ParallelDims::resolve(world_size(), 0, 1, 1), 0, 60); }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "mpi_test_helpers.h"
+
 #include <cmath>
 #include <map>
 
@@ -19,11 +21,7 @@
 namespace trident {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using namespace testing_helpers;
 
 ModelConfig four_layers() {
   ModelConfig m;
@@ -57,10 +55,7 @@ Trained train(Communicator* pp, Communicator* embedding, Schedule schedule) {
   Trained out;
   std::vector<int32_t> tokens(static_cast<size_t>(B) * m * T), targets(tokens.size());
   for (int step = 0; step < 3; step++) {
-    for (size_t i = 0; i < tokens.size(); i++) {
-      tokens[i] = static_cast<int32_t>(hash_key(step, 1, i) % mc.vocab_size);
-      targets[i] = static_cast<int32_t>(hash_key(step, 2, i) % mc.vocab_size);
-    }
+    random_tokens(step, mc.vocab_size, tokens, targets);
     out.losses.push_back(runner.compute_gradients(tokens.data(), targets.data(), B * m, B * m));
     runner.update(3e-3, 1.0);
   }
@@ -89,17 +84,9 @@ TEST_F(PipelineTest, SchedulesMatchOneRankAndEachOther) {
   // Parameters after 3 AdamW steps agree to float32 rounding (GPipe adds the
   // micro-batches' gradients in reverse order; Adam magnifies the last bits of tiny
   // gradients, as FORMAT.md notes for the reference).
-  const auto relative = [](const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-      diff += std::pow(static_cast<double>(a[i]) - b[i], 2);
-      norm += std::pow(static_cast<double>(b[i]), 2);
-    }
-    return std::sqrt(diff / norm);
-  };
   for (const auto& [name, values] : f1b.params) {
-    EXPECT_LT(relative(values, gpipe.params.at(name)), 1e-4) << name;
-    EXPECT_LT(relative(values, alone.params.at(name)), 1e-4) << name;
+    EXPECT_LT(relative_error(values, gpipe.params.at(name)), 1e-4) << name;
+    EXPECT_LT(relative_error(values, alone.params.at(name)), 1e-4) << name;
   }
   // The tied wte: the first stage's copy and the last stage's stay identical.
   if (world_size() > 1 && (parallel_->coords().pp == 0 || parallel_->coords().pp == world_size() - 1)) {

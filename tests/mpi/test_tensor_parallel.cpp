@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "mpi_test_helpers.h"
+
 #include <cmath>
 
 #include "dist/data_parallel.h"
@@ -17,11 +19,7 @@
 namespace trident {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using namespace testing_helpers;
 
 // A model whose heads divide by 1..4 and 6, and whose vocabulary (71) leaves whole
 // padding shards at tp = 4 (V padded to 256: shards 2 and 3 hold no real word).
@@ -35,25 +33,13 @@ ModelConfig small_model() {
   return m;
 }
 
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    diff += std::pow(static_cast<double>(a[i]) - b[i], 2);
-    norm += std::pow(static_cast<double>(b[i]), 2);
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
 struct Batch {
   std::vector<int32_t> tokens, targets;
 };
 
 Batch random_batch(int B, int T, int V, uint64_t seed) {
-  Batch b;
-  for (int i = 0; i < B * T; i++) {
-    b.tokens.push_back(static_cast<int32_t>(hash_key(seed, 1, i) % V));
-    b.targets.push_back(static_cast<int32_t>(hash_key(seed, 2, i) % V));
-  }
+  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  random_tokens(seed, V, b.tokens, b.targets);
   return b;
 }
 
