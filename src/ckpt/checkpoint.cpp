@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,6 +93,13 @@ void maybe_abort_before_manifest(int step) {
   std::fprintf(stderr, "trident: TRIDENT_TEST_ABORT_BEFORE_MANIFEST set: aborting between the node files and the manifest\n");
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 9);
+}
+
+// TRIDENT_TEST_KILL_DURING_WRITE=N: the node leader saving step N kills itself
+// (SIGKILL, as `kill -9` would) halfway through its node file.
+void maybe_kill_mid_write(int step) {
+  const char* kill_at = std::getenv("TRIDENT_TEST_KILL_DURING_WRITE");
+  if (kill_at != nullptr && std::atoi(kill_at) == step) raise(SIGKILL);
 }
 
 MPI_Comm mpi_comm(Communicator& c) { return dynamic_cast<MpiCommunicator&>(c).comm(); }
@@ -400,7 +408,10 @@ void Checkpointer::write_node_file(Pending& p) {
     Hdf5Writer file(tmp);
     file.attr("/", "format", std::string(kFormat));
     file.attr("/", "step", static_cast<int64_t>(p.step));
-    for (const auto& blob : p.blobs) write_blob(file, blob);
+    for (const auto& blob : p.blobs) {
+      write_blob(file, blob);
+      maybe_kill_mid_write(p.step);
+    }
     file.close();
     sync_path(tmp);
     fs::rename(tmp, path);

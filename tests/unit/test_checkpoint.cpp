@@ -125,6 +125,20 @@ TEST(Checkpoint, CrashBetweenFilesKeepsThePreviousCheckpoint) {
   EXPECT_NE(resumed.out.find("resumed from " + dir + "/step_00000002"), std::string::npos) << resumed.out;
 }
 
+TEST(Checkpoint, KilledWriterMidFileKeepsThePreviousCheckpoint) {
+  const std::string dir = fresh_dir("killed");
+  const CliRun r = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.async=true --checkpoint.dir=" +
+                           dir + run_dir_flag(dir),
+                       "env TRIDENT_TEST_KILL_DURING_WRITE=4 " + kMpirun + "2 -x TRIDENT_TEST_KILL_DURING_WRITE", 120);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(fs::exists(dir + "/step_00000004/node_0000.h5.tmp"));  // half written
+  EXPECT_FALSE(fs::exists(dir + "/step_00000004/manifest.json"));
+  EXPECT_EQ(find_latest_checkpoint(dir)->step, 2);
+  const CliRun resumed = run(kTrain + "--train.steps=4 --checkpoint.dir=" + dir + run_dir_flag(dir), kMpirun + "2");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from " + dir + "/step_00000002"), std::string::npos) << resumed.out;
+}
+
 void flip_byte(const std::string& path, size_t offset) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(offset);
