@@ -113,7 +113,7 @@ struct Piece {
   size_t count = 0;
 };
 
-std::vector<char> pack(const std::vector<Piece>& pieces) {
+void pack(const std::vector<Piece>& pieces, std::vector<char>& blob) {
   nlohmann::json header = nlohmann::json::array();
   size_t floats = 0;
   for (const Piece& p : pieces) {
@@ -124,7 +124,7 @@ std::vector<char> pack(const std::vector<Piece>& pieces) {
   }
   const std::string text = header.dump();
   const uint64_t length = text.size();
-  std::vector<char> blob(sizeof length + text.size() + floats * sizeof(float));
+  blob.resize(sizeof length + text.size() + floats * sizeof(float));  // keeps its capacity
   std::memcpy(blob.data(), &length, sizeof length);
   std::memcpy(blob.data() + sizeof length, text.data(), text.size());
   char* out = blob.data() + sizeof length + text.size();
@@ -132,7 +132,6 @@ std::vector<char> pack(const std::vector<Piece>& pieces) {
     std::memcpy(out, p.data, p.count * sizeof(float));
     out += p.count * sizeof(float);
   }
-  return blob;
 }
 
 void write_blob(Hdf5Writer& file, const std::vector<char>& blob) {
@@ -304,7 +303,6 @@ std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Man
 struct Checkpointer::Pending {
   int step = 0;
   std::string dir;                 // the step directory
-  std::vector<std::vector<char>> blobs;  // node leader: its ranks' pieces
   std::thread writer;
   std::atomic<bool> written{false};
   std::string error;               // set by the writer on failure
@@ -318,6 +316,60 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, GPT2& 
   int leader = parallel.node().rank() == 0 ? 1 : 0, before = 0;
   MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   node_index_ = parallel.rank() == 0 ? 0 : before;
+  // Touch every host buffer of a save now, once: fresh pages are slow here, and the
+  // first checkpoint should stall training no longer than the later ones.
+  if (!config.checkpoint.dir.empty()) collect_at_node_leader();
+}
+
+void Checkpointer::collect_at_node_leader() {
+  // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
+  //    moments in full (ZeRO-1 gathers them over dp first). dp rank 0 writes for all.
+  const size_t n = model_.layout().total_floats();
+  host_params_.resize(n);
+  model_.copy_parameters_to_host(host_params_.data());
+  optimizer_.export_moments(host_m_, host_v_, n);
+  data_parallel_.gather_parameters(host_m_.data());
+  data_parallel_.gather_parameters(host_v_.data());
+  std::vector<Piece> pieces;
+  const ParameterLayout& layout = model_.layout();
+  const bool writer = parallel_.coords().dp == 0;
+  for (const ParameterTensor& t : layout.tensors()) {
+    const bool replica = !t.sharded() && parallel_.coords().tp != 0;
+    const bool tied_copy = layout.wte() >= 0 && &t == &layout[layout.wte()] && !model_.first_stage();
+    if (!writer || replica || tied_copy) continue;
+    const float* sources[] = {host_params_.data(), host_m_.data(), host_v_.data()};
+    for (int k = 0; k < 3; k++)
+      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0],
+                        t.sharded() ? layout.tp_rank() : 0, t.sharded() ? layout.tp_size() : 1, sources[k] + t.offset,
+                        t.stored});
+  }
+  // 2. Hand them to the node leader. The buffers keep their memory between saves.
+  Communicator& node = parallel_.node();
+  const MPI_Comm comm = mpi_comm(node);
+  node_blobs_.resize(node.rank() == 0 ? node.size() : 1);
+  pack(pieces, node_blobs_[0]);
+  if (node.rank() == 0) {
+    for (int r = 1; r < node.size(); r++) {
+      uint64_t size = 0;
+      MPI_Recv(&size, 1, MPI_UINT64_T, r, 0, comm, MPI_STATUS_IGNORE);
+      std::vector<char>& other = node_blobs_[r];
+      other.resize(size);
+      for (uint64_t done = 0; done < size;) {  // in pieces below 2 GiB, MPI's int count
+        const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
+        MPI_Recv(other.data() + done, chunk, MPI_BYTE, r, 1, comm, MPI_STATUS_IGNORE);
+        done += chunk;
+      }
+    }
+  } else {
+    const std::vector<char>& blob = node_blobs_[0];
+    const uint64_t size = blob.size();
+    MPI_Send(&size, 1, MPI_UINT64_T, 0, 0, comm);
+    for (uint64_t done = 0; done < size;) {
+      const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
+      MPI_Send(blob.data() + done, chunk, MPI_BYTE, 0, 1, comm);
+      done += chunk;
+    }
+  }
 }
 
 Checkpointer::~Checkpointer() {
@@ -337,53 +389,8 @@ void Checkpointer::save(int step) {
   auto p = std::make_unique<Pending>();
   p->step = step;
   p->dir = (fs::path(config_.checkpoint.dir) / step_name(step)).string();
-  // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
-  //    moments in full (ZeRO-1 gathers them over dp first). dp rank 0 writes for all.
-  const size_t n = model_.layout().total_floats();
-  std::vector<float> params(n), m, v;
-  model_.copy_parameters_to_host(params.data());
-  optimizer_.export_moments(m, v, n);
-  data_parallel_.gather_parameters(m.data());
-  data_parallel_.gather_parameters(v.data());
-  std::vector<Piece> pieces;
-  const ParameterLayout& layout = model_.layout();
-  const bool writer = parallel_.coords().dp == 0;
-  for (const ParameterTensor& t : layout.tensors()) {
-    const bool replica = !t.sharded() && parallel_.coords().tp != 0;
-    const bool tied_copy = layout.wte() >= 0 && &t == &layout[layout.wte()] && !model_.first_stage();
-    if (!writer || replica || tied_copy) continue;
-    const float* sources[] = {params.data(), m.data(), v.data()};
-    for (int k = 0; k < 3; k++)
-      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0],
-                        t.sharded() ? layout.tp_rank() : 0, t.sharded() ? layout.tp_size() : 1, sources[k] + t.offset,
-                        t.stored});
-  }
-  std::vector<char> blob = pack(pieces);
-  // 2. Hand them to the node leader.
+  collect_at_node_leader();
   Communicator& node = parallel_.node();
-  const MPI_Comm comm = mpi_comm(node);
-  if (node.rank() == 0) {
-    p->blobs.push_back(std::move(blob));
-    for (int r = 1; r < node.size(); r++) {
-      uint64_t size = 0;
-      MPI_Recv(&size, 1, MPI_UINT64_T, r, 0, comm, MPI_STATUS_IGNORE);
-      std::vector<char> other(size);
-      for (uint64_t done = 0; done < size;) {  // in pieces below 2 GiB, MPI's int count
-        const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
-        MPI_Recv(other.data() + done, chunk, MPI_BYTE, r, 1, comm, MPI_STATUS_IGNORE);
-        done += chunk;
-      }
-      p->blobs.push_back(std::move(other));
-    }
-  } else {
-    const uint64_t size = blob.size();
-    MPI_Send(&size, 1, MPI_UINT64_T, 0, 0, comm);
-    for (uint64_t done = 0; done < size;) {
-      const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
-      MPI_Send(blob.data() + done, chunk, MPI_BYTE, 0, 1, comm);
-      done += chunk;
-    }
-  }
   if (parallel_.is_root()) fs::create_directories(p->dir);
   parallel_.world().barrier();  // the directory exists before any leader writes
   // 3. The leader writes the node file, in the background with async.
@@ -408,7 +415,7 @@ void Checkpointer::write_node_file(Pending& p) {
     Hdf5Writer file(tmp);
     file.attr("/", "format", std::string(kFormat));
     file.attr("/", "step", static_cast<int64_t>(p.step));
-    for (const auto& blob : p.blobs) {
+    for (const auto& blob : node_blobs_) {
       write_blob(file, blob);
       maybe_kill_mid_write(p.step);
     }
@@ -421,7 +428,6 @@ void Checkpointer::write_node_file(Pending& p) {
     std::error_code ignored;
     fs::remove(tmp, ignored);
   }
-  p.blobs.clear();
   p.written = true;
 }
 

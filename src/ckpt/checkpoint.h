@@ -79,6 +79,8 @@ class Checkpointer {
 
  private:
   struct Pending;
+  // Copies this rank's pieces to host memory and gathers the node's at its leader.
+  void collect_at_node_leader();
   void write_node_file(Pending& p);
   void complete(Pending& p);
 
@@ -88,6 +90,9 @@ class Checkpointer {
   AdamW& optimizer_;
   DataParallel& data_parallel_;
   std::unique_ptr<Pending> pending_;
+  // Host buffers reused by every save: this rank's state, and (leader) the node's pieces.
+  std::vector<float> host_params_, host_m_, host_v_;
+  std::vector<std::vector<char>> node_blobs_;
   int node_index_ = 0;  // this node's file number: its leader's place among the leaders
   double last_stall_s_ = 0;
 };

@@ -19,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "runtime/stop_signal.h"
 #include "train/trainer.h"
 #include "train/verify.h"
 
@@ -121,6 +122,7 @@ int run_command(const std::string& command, const std::vector<std::string>& args
 
 int main(int argc, char** argv) {
   using namespace trident;
+  start_stop_signal_thread();  // first: every later thread inherits the blocked signals
   keep_freed_memory();
   // A file-size limit (ulimit -f) should fail the write with EFBIG and a clear error,
   // not kill the process in the middle of a checkpoint.

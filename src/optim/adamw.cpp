@@ -34,7 +34,7 @@ void AdamW::step(float* params, const float* grads, double lr, double grad_scale
 }
 
 void AdamW::export_moments(std::vector<float>& m_full, std::vector<float>& v_full, size_t n) const {
-  m_full.assign(n, 0.0f);
+  m_full.assign(n, 0.0f);  // keeps its capacity
   v_full.assign(n, 0.0f);
   for (const Segment& s : segments_) {
     k_.copy_to_host(m_full.data() + s.offset, m_.data() + s.state_offset, s.size * sizeof(float));

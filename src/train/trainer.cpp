@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "runtime/stop_signal.h"
 #include "runtime/timer.h"
 #include "train/metrics_log.h"
 #include "train/pipeline_plan.h"
@@ -51,12 +52,9 @@ double validation_loss(StepRunner& runner, const BatchSampler& sampler, int batc
 }
 
 // SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) ask every
-// rank to finish its step, save a checkpoint and exit 0.
-volatile std::sig_atomic_t signal_received = 0;
-void on_stop_signal(int) { signal_received = 1; }
-
+// rank to finish its step, save a checkpoint and exit 0: a signal on any rank counts.
 bool stop_requested(ParallelState& parallel) {
-  return parallel.world().all_reduce(signal_received != 0 ? 1.0 : 0.0, ReduceOp::max) > 0;
+  return parallel.world().all_reduce(stop_signal_received() ? 1.0 : 0.0, ReduceOp::max) > 0;
 }
 
 // Where training starts: a checkpoint (checkpoint.load, else the latest under
@@ -113,9 +111,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
   const int local_batch = tc.global_batch / dp;
   std::unique_ptr<kernels::Kernels> k = kernels::make_cpu_kernels();
-  // From here on a stop signal is honoured at the next step's end.
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGUSR1, on_stop_signal);
+  enable_graceful_stop();  // from here on a stop signal is honoured at the next step's end
 
   // ---- data: every rank reads the text and takes its slice of each global batch ----
   TextCorpus corpus;
