@@ -2,10 +2,6 @@
 // of kChunk rows; a chunk only multiplies against the keys it can see (0 .. its last
 // row), so the GEMMs skip most of the masked upper triangle. q, k and v are read in
 // place from the fused qkv tensor through leading dimensions (3C), with no copies.
-//
-// The (batch, head) pairs run one after another, each GEMM on all threads and the
-// softmax rows split over the threads: oneDNN 2.6's sgemm is not safe to call from
-// several threads at once (concurrent calls corrupted its heap here, 2 runs in 10).
 #include <omp.h>
 
 #include <algorithm>
@@ -28,6 +24,7 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
   const int hd = C / NH;
   const T scale = T(1) / std::sqrt(T(hd));
   const int ld = 3 * C;
+#pragma omp parallel for schedule(dynamic)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
     const T* q = qkv + static_cast<size_t>(b) * T_ * ld + h * hd;
@@ -39,7 +36,6 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
       const int r1 = std::min(r0 + kChunk, T_), rows = r1 - r0;
       T* s = p + static_cast<size_t>(r0) * T_;
       gemm<T>(false, true, rows, r1, hd, scale, q + static_cast<size_t>(r0) * ld, ld, k, ld, T(0), s, T_);
-#pragma omp parallel for schedule(static)
       for (int i = 0; i < rows; i++) {
         T* row = s + static_cast<size_t>(i) * T_;
         const int visible = r0 + i + 1;
@@ -67,9 +63,10 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
   const int hd = C / NH;
   const T scale = T(1) / std::sqrt(T(hd));
   const int ld = 3 * C;
-  static std::vector<T> dscores;  // one chunk of dP / dS, reused across calls
-  dscores.resize(static_cast<size_t>(kChunk) * T_);
+#pragma omp parallel for schedule(dynamic)
   for (int bh = 0; bh < B * NH; bh++) {
+    static thread_local std::vector<T> dscores;  // one chunk of dP / dS, reused
+    dscores.resize(static_cast<size_t>(kChunk) * T_);
     const int b = bh / NH, h = bh % NH;
     const size_t head = static_cast<size_t>(b) * T_ * ld + h * hd;
     const T *q = qkv + head, *k = q + C, *v = q + 2 * C;
@@ -87,7 +84,6 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
       T* ds = dscores.data();
       gemm<T>(false, true, rows, r1, hd, T(1), dOc, C, v, ld, T(0), ds, r1);      // dP = dO V^T
       gemm<T>(true, false, r1, hd, rows, T(1), pc, T_, dOc, C, beta, dv, ld);     // dV += P^T dO
-#pragma omp parallel for schedule(static)
       for (int i = 0; i < rows; i++) {                                           // dS = P (dP - <P,dP>)
         const T* prow = pc + static_cast<size_t>(i) * T_;
         T* drow = ds + static_cast<size_t>(i) * r1;
