@@ -105,9 +105,6 @@ class Kernels {
                             float grad_scale) = 0;
   // sum of x[i]^2, accumulated in double
   virtual double sum_squares(const float* x, size_t n) = 0;
-  // x *= s
-  virtual void scale(float* x, size_t n, float s) = 0;
-
   // Measured rate of this backend's GEMM on n x n float matrices, in GFLOP/s, over
   // about `seconds`: the peak that MFU and the benchmarks compare against.
   virtual double measure_gemm_gflops(int n, double seconds) = 0;

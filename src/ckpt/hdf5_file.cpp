@@ -199,11 +199,6 @@ void Hdf5Writer::write_floats(const std::string& dataset, const float* data, con
   write_dataset(file_, path_, dataset, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, shape);
 }
 
-void Hdf5Writer::write_ints(const std::string& dataset, const int32_t* data, const std::vector<int64_t>& shape) {
-  ensure_groups(dataset);
-  write_dataset(file_, path_, dataset, H5T_STD_I32LE, H5T_NATIVE_INT32, data, shape);
-}
-
 void Hdf5Writer::attr(const std::string& object, const std::string& name, int64_t value) {
   attr(object, name, std::vector<int64_t>{value});
 }

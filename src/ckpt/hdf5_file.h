@@ -55,7 +55,6 @@ class Hdf5Writer {
   Hdf5Writer& operator=(const Hdf5Writer&) = delete;
 
   void write_floats(const std::string& dataset, const float* data, const std::vector<int64_t>& shape);
-  void write_ints(const std::string& dataset, const int32_t* data, const std::vector<int64_t>& shape);
   // Attributes on `object` ("/" for the root).
   void attr(const std::string& object, const std::string& name, int64_t value);
   void attr(const std::string& object, const std::string& name, double value);

@@ -27,7 +27,6 @@ class ParallelState {
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
   Communicator& node() { return *node_; }
-  Communicator& axis(Axis a) { return a == Axis::tp ? tp() : a == Axis::dp ? dp() : pp(); }
   // The first and last pipeline stage of this rank's (dp, tp) column, which both hold
   // the tied embedding; null on other stages and when pp == 1.
   Communicator* embedding() { return embedding_.get(); }

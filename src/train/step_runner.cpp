@@ -28,12 +28,6 @@ StepRunner::StepRunner(GPT2& model, AdamW& optimizer, DataParallel& data_paralle
   activation_sends_.resize(model.slots());
 }
 
-void StepRunner::wait_for_neighbour(RequestPtr request) {
-  Timer idle;
-  request->wait();
-  pipeline_wait_s_ += idle.seconds();
-}
-
 double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch,
                                      int global_batch) {
   const int B = model_.micro_batch(), T = model_.config().seq_len;
@@ -46,7 +40,6 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   const size_t hidden = model_.hidden_floats(B);
   model_.zero_grad();
   data_parallel_.start_backward(model_.grads());
-  pipeline_wait_s_ = 0;
   compute_s_ = 0;
   double loss_sum = 0;
   int backwards_done = 0;
@@ -56,7 +49,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
     if (action.kind == PipelineAction::forward) {
       finish(activation_sends_[slot]);  // the slot's last output must have left before we overwrite it
       if (!model_.first_stage())
-        wait_for_neighbour(pipeline_.pp->recv_async({model_.stage_input(slot), hidden}, stage() - 1, activation_tag(mb)));
+        pipeline_.pp->recv({model_.stage_input(slot), hidden}, stage() - 1, activation_tag(mb));
       Timer computing;
       const float loss = model_.forward(slot, inputs + first, targets + first, B);
       compute_s_ += computing.seconds();
@@ -65,7 +58,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
     } else {
       finish(gradient_send_);  // backward rewrites input_gradient(): the last one must have left
       if (!model_.last_stage()) {
-        wait_for_neighbour(pipeline_.pp->recv_async({model_.output_gradient(), hidden}, stage() + 1, gradient_tag(mb)));
+        pipeline_.pp->recv({model_.output_gradient(), hidden}, stage() + 1, gradient_tag(mb));
       }
       Timer computing;
       if (++backwards_done < micro_batches) {

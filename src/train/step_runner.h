@@ -38,17 +38,14 @@ class StepRunner {
   double evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
 
   // Of the last compute_gradients(): seconds spent waiting for the data-parallel
-  // reduction after backward, waiting for neighbouring stages, and computing (the
-  // forward and backward passes; the rest of the step is this stage's bubble).
+  // reduction after backward, and computing (the forward and backward passes; the
+  // rest of the step is this stage's share of the pipeline bubble).
   double comm_wait_s() const { return comm_wait_s_; }
-  double pipeline_wait_s() const { return pipeline_wait_s_; }
   double compute_s() const { return compute_s_; }
 
  private:
   int stage() const { return pipeline_.pp != nullptr ? pipeline_.pp->rank() : 0; }
   int stages() const { return pipeline_.pp != nullptr ? pipeline_.pp->size() : 1; }
-  // Waits for a transfer from a neighbour, counting the time as pipeline idle.
-  void wait_for_neighbour(RequestPtr request);
   void sync_tied_embedding();
   // Squared global L2 norm of the step's gradients over the whole model.
   double gradient_norm_squared();
@@ -59,7 +56,7 @@ class StepRunner {
   Communicator& dp_;
   kernels::Kernels& k_;
   PipelineLinks pipeline_;
-  double comm_wait_s_ = 0, pipeline_wait_s_ = 0, compute_s_ = 0;
+  double comm_wait_s_ = 0, compute_s_ = 0;
   std::vector<RequestPtr> activation_sends_;  // per slot: the output still on its way
   RequestPtr gradient_send_;                  // input_gradient() still on its way
 };
