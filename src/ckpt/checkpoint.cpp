@@ -266,6 +266,15 @@ struct ShardIndex {
     }
   }
 
+  // The dataset of one shard, if the checkpoint has it.
+  const Location* find(const std::string& kind, const std::string& name, int tp_rank, int tp_size) const {
+    const auto it = shards.find({kind, name});
+    if (it == shards.end()) return nullptr;
+    for (const Location& l : it->second)
+      if (l.tp_rank == tp_rank && l.tp_size == tp_size) return &l;
+    return nullptr;
+  }
+
   // The full canonical tensor, assembled from its shards with the saved layout.
   std::vector<float> canonical(const Manifest& m, const ParameterLayout& saved, const std::string& kind,
                                const std::string& name) const {
@@ -532,8 +541,20 @@ int Checkpointer::load(const Manifest& m) {
   const ParameterLayout& layout = model_.layout();
   const size_t n = layout.total_floats();
   std::vector<float> full[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+  std::map<std::string, std::unique_ptr<Hdf5Reader>> readers;  // one open file each
   for (const ParameterTensor& t : layout.tensors())
     for (int k = 0; k < 3; k++) {
+      // Same tensor-parallel size: this rank's shard is a dataset of its own. Otherwise
+      // assemble the full tensor from the saved shards and cut the new shard from it.
+      if (const auto* own = index.find(kKinds[k], t.name, t.sharded() ? layout.tp_rank() : 0,
+                                       t.sharded() ? layout.tp_size() : 1)) {
+        auto& reader = readers[own->file];
+        if (!reader) reader = std::make_unique<Hdf5Reader>(own->file);
+        const std::vector<float> shard = reader->read_float(own->dataset);
+        require(shard.size() == t.stored, own->file + ": " + own->dataset + " has the wrong size");
+        std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
+        continue;
+      }
       const std::vector<float> canonical = index.canonical(m, saved, kKinds[k], t.name);
       const std::vector<float> shard = layout.shard_of(t, canonical.data());
       std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
