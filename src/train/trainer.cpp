@@ -192,8 +192,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     const double dt = timer.seconds();
     result.step_time_s += dt;
     result.comm_wait_s += runner.comm_wait_s();
-    time_per_step = step == 0 ? dt : 0.9 * time_per_step + 0.1 * dt;
-    if (step == 0) result.first_loss = loss;
+    time_per_step = step == start_step ? dt : 0.9 * time_per_step + 0.1 * dt;
+    if (step == start_step) result.first_loss = loss;
     result.last_loss = loss;
     result.tokens_per_s = tokens_per_step / dt;
     result.mfu = mc.flops_per_token() * tokens_per_step / dt / (peak_total * 1e9);
