@@ -242,24 +242,26 @@ std::optional<Manifest> find_latest_checkpoint(const std::string& dir, bool quie
 
 namespace {
 
-// Where every shard of every tensor of a checkpoint is.
+// Where every shard of every tensor of a checkpoint is; the node files stay open.
 struct ShardIndex {
   struct Location {
-    std::string file, dataset;
+    const Hdf5Reader* file;
+    std::string dataset;
     int tp_rank, tp_size;
   };
+  std::vector<std::unique_ptr<Hdf5Reader>> files;
   std::map<std::pair<std::string, std::string>, std::vector<Location>> shards;  // (kind, name) -> shards
 
   explicit ShardIndex(const Manifest& m) {
     for (const ManifestFile& f : m.files) {
-      const std::string path = (fs::path(m.dir) / f.name).string();
-      Hdf5Reader file(path);
+      files.push_back(std::make_unique<Hdf5Reader>((fs::path(m.dir) / f.name).string()));
+      const Hdf5Reader& file = *files.back();
       for (const char* kind : kKinds) {
         if (!file.has(std::string("/") + kind)) continue;
         for (const std::string& name : file.members(std::string("/") + kind))
           for (const std::string& shard : file.members(std::string("/") + kind + "/" + name)) {
             const std::string dataset = std::string("/") + kind + "/" + name + "/" + shard;
-            shards[{kind, name}].push_back({path, dataset, static_cast<int>(file.attr_int(dataset, "tp_rank")),
+            shards[{kind, name}].push_back({&file, dataset, static_cast<int>(file.attr_int(dataset, "tp_rank")),
                                             static_cast<int>(file.attr_int(dataset, "tp_size"))});
           }
       }
@@ -285,9 +287,8 @@ struct ShardIndex {
     std::vector<float> all(t.stored * pieces);
     std::vector<bool> seen(pieces, false);
     for (const Location& l : it->second) {
-      Hdf5Reader file(l.file);
-      const std::vector<float> data = file.read_float(l.dataset);
-      require(data.size() == t.stored && l.tp_rank < pieces, l.file + ": " + l.dataset + " has the wrong size");
+      const std::vector<float> data = l.file->read_float(l.dataset);
+      require(data.size() == t.stored && l.tp_rank < pieces, l.file->path() + ": " + l.dataset + " has the wrong size");
       std::copy(data.begin(), data.end(), all.begin() + l.tp_rank * t.stored);
       seen[l.tp_rank] = true;
     }
@@ -541,17 +542,14 @@ int Checkpointer::load(const Manifest& m) {
   const ParameterLayout& layout = model_.layout();
   const size_t n = layout.total_floats();
   std::vector<float> full[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
-  std::map<std::string, std::unique_ptr<Hdf5Reader>> readers;  // one open file each
   for (const ParameterTensor& t : layout.tensors())
     for (int k = 0; k < 3; k++) {
       // Same tensor-parallel size: this rank's shard is a dataset of its own. Otherwise
       // assemble the full tensor from the saved shards and cut the new shard from it.
       if (const auto* own = index.find(kKinds[k], t.name, t.sharded() ? layout.tp_rank() : 0,
                                        t.sharded() ? layout.tp_size() : 1)) {
-        auto& reader = readers[own->file];
-        if (!reader) reader = std::make_unique<Hdf5Reader>(own->file);
-        const std::vector<float> shard = reader->read_float(own->dataset);
-        require(shard.size() == t.stored, own->file + ": " + own->dataset + " has the wrong size");
+        const std::vector<float> shard = own->file->read_float(own->dataset);
+        require(shard.size() == t.stored, own->file->path() + ": " + own->dataset + " has the wrong size");
         std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
         continue;
       }

@@ -42,21 +42,22 @@ bool Hdf5Reader::has(const std::string& object) const {
   }
 }
 
-hid_t Hdf5Reader::open_attr(const std::string& name) const {
-  require(H5Aexists(file_, name.c_str()) > 0, path_ + ": missing attribute '" + name + "'");
-  const hid_t attr = H5Aopen(file_, name.c_str(), H5P_DEFAULT);
-  require(attr >= 0, path_ + ": cannot open attribute '" + name + "'");
+hid_t Hdf5Reader::open_attr(const std::string& object, const std::string& name) const {
+  const std::string where = object == "/" ? "'" + name + "'" : "'" + name + "' of '" + object + "'";
+  require(H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0,
+          path_ + ": missing attribute " + where);
+  const hid_t attr = H5Aopen_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT);
+  require(attr >= 0, path_ + ": cannot open attribute " + where);
   return attr;
 }
 
 std::vector<int64_t> Hdf5Reader::attr_ints(const std::string& object, const std::string& name) const {
-  require(H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0,
-          path_ + ": missing attribute '" + name + "' of '" + object + "'");
-  Handle attr{H5Aopen_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  Handle attr{open_attr(object, name), H5Aclose};
   Handle space{H5Aget_space(attr.id), H5Sclose};
   const hssize_t n = H5Sget_simple_extent_npoints(space.id);
   std::vector<int64_t> values(n > 0 ? n : 0);
-  require(H5Aread(attr.id, H5T_NATIVE_INT64, values.data()) >= 0, path_ + ": cannot read attribute '" + name + "'");
+  require(H5Aread(attr.id, H5T_NATIVE_INT64, values.data()) >= 0,
+          path_ + ": attribute '" + name + "' is not an integer");
   return values;
 }
 
@@ -66,15 +67,29 @@ int64_t Hdf5Reader::attr_int(const std::string& object, const std::string& name)
   return v[0];
 }
 
+double Hdf5Reader::attr_double(const std::string& object, const std::string& name) const {
+  Handle attr{open_attr(object, name), H5Aclose};
+  double value = 0;
+  require(H5Aread(attr.id, H5T_NATIVE_DOUBLE, &value) >= 0, path_ + ": attribute '" + name + "' is not a number");
+  return value;
+}
+
 std::string Hdf5Reader::attr_string(const std::string& object, const std::string& name) const {
-  require(H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0,
-          path_ + ": missing attribute '" + name + "' of '" + object + "'");
-  Handle attr{H5Aopen_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
+  Handle attr{open_attr(object, name), H5Aclose};
   Handle type{H5Aget_type(attr.id), H5Tclose};
-  const size_t size = H5Tget_size(type.id);
-  std::string value(size, '\0');
-  require(H5Tis_variable_str(type.id) <= 0 && H5Aread(attr.id, type.id, value.data()) >= 0,
-          path_ + ": cannot read attribute '" + name + "'");
+  require(H5Tget_class(type.id) == H5T_STRING, path_ + ": attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(type.id) > 0) {
+    Handle memtype{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(memtype.id, H5T_VARIABLE);
+    H5Tset_cset(memtype.id, H5Tget_cset(type.id));  // h5py writes UTF-8; HDF5 won't convert
+    char* value = nullptr;
+    require(H5Aread(attr.id, memtype.id, &value) >= 0, path_ + ": cannot read attribute '" + name + "'");
+    std::string result = value != nullptr ? value : "";
+    H5free_memory(value);
+    return result;
+  }
+  std::string value(H5Tget_size(type.id), '\0');
+  require(H5Aread(attr.id, type.id, value.data()) >= 0, path_ + ": cannot read attribute '" + name + "'");
   return value.substr(0, value.find('\0'));
 }
 
@@ -91,40 +106,6 @@ std::vector<std::string> Hdf5Reader::members(const std::string& group) const {
     names.push_back(name);
   }
   return names;
-}
-
-int64_t Hdf5Reader::attr_int(const std::string& name) const {
-  Handle attr{open_attr(name), H5Aclose};
-  int64_t value = 0;
-  require(H5Aread(attr.id, H5T_NATIVE_INT64, &value) >= 0, path_ + ": attribute '" + name + "' is not an integer");
-  return value;
-}
-
-double Hdf5Reader::attr_double(const std::string& name) const {
-  Handle attr{open_attr(name), H5Aclose};
-  double value = 0;
-  require(H5Aread(attr.id, H5T_NATIVE_DOUBLE, &value) >= 0, path_ + ": attribute '" + name + "' is not a number");
-  return value;
-}
-
-std::string Hdf5Reader::attr_string(const std::string& name) const {
-  Handle attr{open_attr(name), H5Aclose};
-  Handle type{H5Aget_type(attr.id), H5Tclose};
-  require(H5Tget_class(type.id) == H5T_STRING, path_ + ": attribute '" + name + "' is not a string");
-  if (H5Tis_variable_str(type.id) > 0) {
-    Handle memtype{H5Tcopy(H5T_C_S1), H5Tclose};
-    H5Tset_size(memtype.id, H5T_VARIABLE);
-    H5Tset_cset(memtype.id, H5Tget_cset(type.id));  // h5py writes UTF-8; HDF5 won't convert
-    char* value = nullptr;
-    require(H5Aread(attr.id, memtype.id, &value) >= 0, path_ + ": cannot read attribute '" + name + "'");
-    std::string result = value != nullptr ? value : "";
-    H5free_memory(value);
-    return result;
-  }
-  const size_t size = H5Tget_size(type.id);
-  std::string value(size, '\0');
-  require(H5Aread(attr.id, type.id, value.data()) >= 0, path_ + ": cannot read attribute '" + name + "'");
-  return value.substr(0, value.find('\0'));
 }
 
 std::vector<int64_t> Hdf5Reader::shape(const std::string& dataset) const {

@@ -21,13 +21,16 @@ class Hdf5Reader {
   const std::string& path() const { return path_; }
   bool has(const std::string& object) const;
 
-  int64_t attr_int(const std::string& name) const;
-  double attr_double(const std::string& name) const;
-  std::string attr_string(const std::string& name) const;
+  // Attributes of the root group.
+  int64_t attr_int(const std::string& name) const { return attr_int("/", name); }
+  double attr_double(const std::string& name) const { return attr_double("/", name); }
+  std::string attr_string(const std::string& name) const { return attr_string("/", name); }
 
   std::vector<int64_t> shape(const std::string& dataset) const;
   std::vector<int64_t> attr_ints(const std::string& object, const std::string& name) const;
+  // Attributes of `object` (a group or dataset path).
   int64_t attr_int(const std::string& object, const std::string& name) const;
+  double attr_double(const std::string& object, const std::string& name) const;
   std::string attr_string(const std::string& object, const std::string& name) const;
   // Names of the members of a group ("/" for the root).
   std::vector<std::string> members(const std::string& group) const;
@@ -38,7 +41,7 @@ class Hdf5Reader {
  private:
   template <typename T>
   std::vector<T> read(const std::string& dataset, hid_t memtype) const;
-  hid_t open_attr(const std::string& name) const;
+  hid_t open_attr(const std::string& object, const std::string& name) const;
 
   std::string path_;
   hid_t file_ = -1;

@@ -9,7 +9,7 @@
 namespace trident {
 
 DataParallel::DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap)
-    : dp_(dp), n_(n), zero_(zero && dp.size() > 1), overlap_(overlap) {
+    : dp_(dp), zero_(zero && dp.size() > 1), overlap_(overlap) {
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
   // Buckets from the end, each a multiple of dp floats; the first takes the remainder.

@@ -44,7 +44,6 @@ class DataParallel {
   void start_bucket(size_t b);
 
   Communicator& dp_;
-  size_t n_;
   bool zero_, overlap_;
   std::vector<FlatRange> buckets_, owned_;
   std::vector<float> shard_;  // ZeRO-1: reduce-scatter output, block of each bucket in order

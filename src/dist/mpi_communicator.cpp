@@ -97,20 +97,19 @@ RequestPtr MpiCommunicator::started(MPI_Request request, CommOp op, size_t count
   return std::make_unique<MpiRequest>(request, op, count, *this, watchdog_);
 }
 
-RequestPtr MpiCommunicator::all_reduce_async(std::span<float> data, ReduceOp op) {
-  stats_.add(CommOp::all_reduce, data.size_bytes());
+RequestPtr MpiCommunicator::start_all_reduce(void* data, size_t count, size_t bytes, MPI_Datatype type, ReduceOp op) {
+  stats_.add(CommOp::all_reduce, bytes);
   MPI_Request r;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, mpi_op(op), comm_, &r),
-            "MPI_Iallreduce");
-  return started(r, CommOp::all_reduce, data.size());
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, mpi_op(op), comm_, &r), "MPI_Iallreduce");
+  return started(r, CommOp::all_reduce, count);
+}
+
+RequestPtr MpiCommunicator::all_reduce_async(std::span<float> data, ReduceOp op) {
+  return start_all_reduce(data.data(), data.size(), data.size_bytes(), MPI_FLOAT, op);
 }
 
 RequestPtr MpiCommunicator::all_reduce_async(std::span<double> data, ReduceOp op) {
-  stats_.add(CommOp::all_reduce, data.size_bytes());
-  MPI_Request r;
-  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_DOUBLE, mpi_op(op), comm_, &r),
-            "MPI_Iallreduce");
-  return started(r, CommOp::all_reduce, data.size());
+  return start_all_reduce(data.data(), data.size(), data.size_bytes(), MPI_DOUBLE, op);
 }
 
 RequestPtr MpiCommunicator::reduce_scatter_async(std::span<const float> in, std::span<float> out) {

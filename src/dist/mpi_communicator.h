@@ -33,6 +33,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   RequestPtr started(MPI_Request request, CommOp op, size_t count);
+  RequestPtr start_all_reduce(void* data, size_t count, size_t bytes, MPI_Datatype type, ReduceOp op);
 
   MPI_Comm comm_;
   std::string name_;

@@ -35,7 +35,7 @@ double nan_max(double a, double b) { return std::isnan(b) || b > a ? b : a; }
 
 Reference load_reference(const std::string& path) {
   Hdf5Reader file(path);
-  const std::string format = file.has("/") ? file.attr_string("format") : "";
+  const std::string format = file.attr_string("format");
   require(format == "trident-reference-v1",
           path + ": format is '" + format + "', expected 'trident-reference-v1'");
   require(file.attr_string("model") == "gpt2", path + ": only gpt2 references are supported");
