@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
     }
     const GradientNorm norm = clip_gradients(*k, model.grads(), model.layout().total_floats(), 1.0);
     optimizer.step(model.params(), model.grads(), 1e-4, norm.clip_coefficient);
+    model.parameters_changed();
   };
   train_step();  // warm-up: first use of every buffer and of oneDNN's JIT kernels
   Timer timer;

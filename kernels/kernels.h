@@ -1,14 +1,22 @@
 // The compute-kernel API of trident: one interface, implemented by kernels/cpu
-// (BLAS + vectorized C++) and, later, kernels/cuda. Kernels know no ranks, no layers
-// and no files; the model calls them through a `Kernels&` so one model runs on
-// either device.
+// (BLAS + vectorized C++) and kernels/cuda (cuBLASLt + CUDA). Kernels know no ranks, no
+// layers and no files; the model calls them through a `Kernels&` so one model runs on
+// either device, in either precision.
 //
-// Conventions (all tensors row-major, float32, in the backend's memory):
+// Conventions (all tensors row-major, in the backend's memory):
 //   N = rows (B*T tokens), C = channels, OC = output channels, V = real vocabulary,
 //   Vp = padded vocabulary (row stride of logits and of wte), NH = heads.
 //   Outputs named `out`/`dinp` are overwritten unless the comment says "+=".
 //   Gradients of parameters (dweight, dbias, dwte, ...) are always accumulated (+=),
 //   so gradient accumulation over micro-batches needs no extra buffer.
+//
+// Precision (mixed precision as Megatron's --bf16 does it):
+//   - float*: fp32 always: master parameters, their gradients, optimizer state, and the
+//     statistics (LayerNorm mean/rstd, attention row statistics, loss partials, losses).
+//   - Act*: activations, their gradients, and the compute copy of the weights that the
+//     layers read, in the backend's activation type: fp32, or bf16 with
+//     Precision::bf16 (GEMMs then take bf16 inputs and accumulate in fp32).
+//     Act is opaque: only the backend reads it; sizes are in elements.
 #pragma once
 
 #include <cstddef>
@@ -16,12 +24,21 @@
 #include <memory>
 #include <string>
 
+#include "kernels/dtype.h"
+
 namespace trident::kernels {
+
+const char* precision_name(Precision p);
+Precision parse_precision(const std::string& name);  // "fp32" or "bf16"; UsageError otherwise
 
 class Kernels {
  public:
   virtual ~Kernels() = default;
   virtual std::string name() const = 0;
+  virtual Precision precision() const = 0;
+  // How Act elements are stored (what communication of activations sends).
+  virtual DType activation_type() const = 0;
+  size_t activation_bytes(size_t elements) const { return elements * dtype_bytes(activation_type()); }
 
   // ---- memory (device memory of this backend) ----
   // Returns zero-filled memory that stays valid until free(); pages are touched
@@ -30,54 +47,63 @@ class Kernels {
   virtual void free(void* p) = 0;
   virtual void copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
-  virtual void fill_zero(float* p, size_t n) = 0;
+  virtual void fill_zero(void* p, size_t bytes) = 0;
+  // Waits until the device has finished all work issued so far (a no-op on the CPU).
+  virtual void synchronize() = 0;
+  // compute[i] = master[i] in the activation type: the weights the layers read.
+  virtual void cast_to_activation(Act* compute, const float* master, size_t n) = 0;
+  // host[i] = x[i] as float, for tests and the host side of the pipeline check.
+  virtual void activations_to_host(float* host, const Act* x, size_t n) = 0;
+  virtual void activations_from_host(Act* x, const float* host, size_t n) = 0;
 
   // ---- embeddings (the token table may be a vocabulary shard) ----
   // out[b,t,:] = wte_shard[tokens[b,t] - vocab_start,:] when the token lies in the shard's
   // rows [vocab_start, vocab_start + shard_rows), else 0 (another shard supplies it).
-  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte_shard, int vocab_start,
+  virtual void embedding_forward(Act* out, const int32_t* tokens, const Act* wte_shard, int vocab_start,
                                  int shard_rows, int B, int T, int C) = 0;
   // dwte_shard[tokens[b,t] - vocab_start,:] += dout[b,t,:] for the shard's tokens
-  virtual void embedding_backward(float* dwte_shard, const float* dout, const int32_t* tokens, int vocab_start,
+  virtual void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, int vocab_start,
                                   int shard_rows, int B, int T, int C) = 0;
   // out[b,t,:] += wpe[t,:]
-  virtual void add_positions(float* out, const float* wpe, int B, int T, int C) = 0;
+  virtual void add_positions(Act* out, const Act* wpe, int B, int T, int C) = 0;
   // dwpe[t,:] += sum over b of dout[b,t,:]
-  virtual void positions_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
+  virtual void positions_backward(float* dwpe, const Act* dout, int B, int T, int C) = 0;
 
   // ---- LayerNorm over the last dimension (biased variance) ----
   // Saves mean and 1/std per row for the backward pass.
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C, float eps) = 0;
+  virtual void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp,
+                                 const Act* weight, const Act* bias, int N, int C, float eps) = 0;
   // dinp += ..., dweight += ..., dbias += ...  (dinp accumulates: it is the residual stream)
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
+  virtual void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                                  const Act* inp, const Act* weight, const float* mean,
                                   const float* rstd, int N, int C) = 0;
 
   // ---- linear layer: out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null) ----
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  virtual void matmul_forward(Act* out, const Act* inp, const Act* weight, const Act* bias,
                               int N, int C, int OC) = 0;
   // dinp = dout @ weight (overwritten; skipped when null); dweight += dout^T @ inp;
   // dbias += column sums of dout (skipped when null).
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+  virtual void matmul_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                               const Act* inp, const Act* weight, int N, int C, int OC) = 0;
 
   // ---- causal self-attention on the fused qkv[B,T,3C] (q | k | v, head h = cols h*hd..) ----
-  // out[B,T,C] = softmax(q k^T / sqrt(hd), causal) v per head; probs[B,NH,T,T] saved
-  // for the backward pass (only its lower triangle is written and read).
-  virtual void attention_forward(float* out, float* probs, const float* qkv, int B, int T, int C,
-                                 int NH) = 0;
-  // dqkv = gradient w.r.t. qkv (overwritten).
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* probs, int B, int T, int C, int NH) = 0;
+  // out[B,T,C] = softmax(q k^T / sqrt(hd), causal) v per head. `stats` keeps what the
+  // backward pass needs besides qkv and out, attention_stats_floats() of it: the CPU
+  // keeps the probabilities (lower triangle of [B,NH,T,T]); CUDA, flash-attention
+  // style, only each row's log-sum-exp [B,NH,T], and recomputes the rest.
+  virtual size_t attention_stats_floats(int B, int T, int NH) const = 0;
+  virtual void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int C, int NH) = 0;
+  // dqkv = gradient w.r.t. qkv (overwritten); out is the forward's output.
+  virtual void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
+                                  const float* stats, int B, int T, int C, int NH) = 0;
 
   // ---- GELU, tanh approximation ----
-  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  virtual void gelu_forward(Act* out, const Act* inp, size_t n) = 0;
   // dinp = gelu'(inp) * dout (overwritten)
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+  virtual void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) = 0;
 
   // out = a + b
-  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
+  virtual void add(Act* out, const Act* a, const Act* b, size_t n) = 0;
 
   // ---- softmax cross-entropy, vocabulary-parallel ----
   // Each rank holds logits[N, Vs] for the vocabulary ids [vocab_start, vocab_start + Vs),
@@ -85,16 +111,16 @@ class Kernels {
   // The full-vocabulary softmax is assembled from per-shard partials combined by the
   // caller: row max (all-reduce max), then sum of exp and the target's logit (all-reduce
   // sum), so the full logits are never gathered.
-  virtual void logits_row_max(float* row_max, const float* logits, int N, int valid, int Vs) = 0;
+  virtual void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) = 0;
   // sum_and_target[i] = sum_j exp(logits[i,j] - row_max[i]) over the shard's valid columns;
   // sum_and_target[N + i] = logits[i, targets[i] - vocab_start] if the target is in the shard, else 0.
-  virtual void logits_sum_exp_and_target(float* sum_and_target, const float* logits, const float* row_max,
+  virtual void logits_sum_exp_and_target(float* sum_and_target, const Act* logits, const float* row_max,
                                          const int32_t* targets, int vocab_start, int N, int valid, int Vs) = 0;
   // losses[i] = lse[i] - target logit, lse[i] = row_max[i] + log(sum[i]), from the combined partials.
   virtual void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
                                   int N) = 0;
   // logits replaced in place by dloss * (softmax - onehot) on the shard; padded columns get 0.
-  virtual void cross_entropy_backward(float* logits_to_dlogits, const float* lse, const int32_t* targets,
+  virtual void cross_entropy_backward(Act* logits_to_dlogits, const float* lse, const int32_t* targets,
                                       int vocab_start, int N, int valid, int Vs, float dloss) = 0;
 
   // ---- optimizer ----
@@ -105,12 +131,32 @@ class Kernels {
                             float grad_scale) = 0;
   // sum of x[i]^2, accumulated in double
   virtual double sum_squares(const float* x, size_t n) = 0;
-  // Measured rate of this backend's GEMM on n x n float matrices, in GFLOP/s, over
+  // Measured rate of this backend's GEMM on n x n matrices of the activation type, in GFLOP/s, over
   // about `seconds`: the peak that MFU and the benchmarks compare against.
   virtual double measure_gemm_gflops(int n, double seconds) = 0;
 };
 
 // The CPU backend (kernels/cpu). Threads: OpenMP's one pool, shared with the GEMM library.
-std::unique_ptr<Kernels> make_cpu_kernels();
+// Precision::bf16 emulates mixed precision: activations stay in float memory but every
+// activation a kernel writes, and the compute copy of the weights, is rounded to bf16,
+// so the model's mixed-precision path runs, and is tested, without a GPU.
+std::unique_ptr<Kernels> make_cpu_kernels(Precision precision = Precision::fp32);
+
+// The CUDA backend (kernels/cuda), on the current device; UsageError when this build has
+// no CUDA or the machine no GPU.
+std::unique_ptr<Kernels> make_cuda_kernels(Precision precision);
+bool cuda_compiled_in();
+// Makes GPU (local_rank mod GPUs on the machine) this process's device; UsageError
+// without CUDA or GPUs.
+void select_cuda_device(int local_rank);
+
+// "cpu" or "cuda".
+std::unique_ptr<Kernels> make_kernels(const std::string& device, Precision precision);
+
+// For code that knows its backend stores fp32 (the CPU backend, its tests).
+inline Act* as_act(float* p) { return reinterpret_cast<Act*>(p); }
+inline const Act* as_act(const float* p) { return reinterpret_cast<const Act*>(p); }
+inline float* as_float(Act* p) { return reinterpret_cast<float*>(p); }
+inline const float* as_float(const Act* p) { return reinterpret_cast<const float*>(p); }
 
 }  // namespace trident::kernels

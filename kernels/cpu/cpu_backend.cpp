@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "../bf16.h"
 #include "../kernels.h"
 #include "cpu_kernels.h"
 
@@ -12,9 +13,14 @@ namespace trident::kernels {
 
 namespace {
 
+// Precision::bf16 rounds what the kernels write (see make_cpu_kernels in kernels.h).
 class CpuKernels final : public Kernels {
  public:
-  std::string name() const override { return "cpu"; }
+  explicit CpuKernels(Precision precision) : precision_(precision) {}
+
+  std::string name() const override { return precision_ == Precision::fp32 ? "cpu" : "cpu (bf16 emulated)"; }
+  Precision precision() const override { return precision_; }
+  DType activation_type() const override { return DType::f32; }
 
   void* alloc(size_t bytes) override {
     constexpr size_t kAlign = 64;  // one cache line, one AVX-512 vector
@@ -26,72 +32,102 @@ class CpuKernels final : public Kernels {
   void free(void* p) override { std::free(p); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void fill_zero(float* p, size_t n) override {
+  void fill_zero(void* p, size_t bytes) override {
+    const size_t n = bytes / sizeof(float);
+    float* f = static_cast<float*>(p);
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) p[i] = 0.0f;
+    for (size_t i = 0; i < n; i++) f[i] = 0.0f;
+    std::memset(f + n, 0, bytes - n * sizeof(float));
+  }
+  void synchronize() override {}
+  void cast_to_activation(Act* compute, const float* master, size_t n) override {
+    if (as_float(compute) != master) std::memcpy(as_float(compute), master, n * sizeof(float));
+    written(compute, n);
+  }
+  void activations_to_host(float* host, const Act* x, size_t n) override { std::memcpy(host, x, n * sizeof(float)); }
+  void activations_from_host(Act* x, const float* host, size_t n) override {
+    std::memcpy(x, host, n * sizeof(float));
+    written(x, n);
   }
 
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte_shard, int vocab_start, int shard_rows,
+  void embedding_forward(Act* out, const int32_t* tokens, const Act* wte_shard, int vocab_start, int shard_rows,
                          int B, int T, int C) override {
-    cpu::embedding_forward(out, tokens, wte_shard, vocab_start, shard_rows, B, T, C);
+    cpu::embedding_forward(f(out), tokens, f(wte_shard), vocab_start, shard_rows, B, T, C);
+    written(out, static_cast<size_t>(B) * T * C);
   }
-  void embedding_backward(float* dwte_shard, const float* dout, const int32_t* tokens, int vocab_start,
+  void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, int vocab_start,
                           int shard_rows, int B, int T, int C) override {
-    cpu::embedding_backward(dwte_shard, dout, tokens, vocab_start, shard_rows, B, T, C);
+    cpu::embedding_backward(dwte_shard, f(dout), tokens, vocab_start, shard_rows, B, T, C);
   }
-  void add_positions(float* out, const float* wpe, int B, int T, int C) override {
-    cpu::add_positions(out, wpe, B, T, C);
+  void add_positions(Act* out, const Act* wpe, int B, int T, int C) override {
+    cpu::add_positions(f(out), f(wpe), B, T, C);
+    written(out, static_cast<size_t>(B) * T * C);
   }
-  void positions_backward(float* dwpe, const float* dout, int B, int T, int C) override {
-    cpu::positions_backward(dwpe, dout, B, T, C);
+  void positions_backward(float* dwpe, const Act* dout, int B, int T, int C) override {
+    cpu::positions_backward(dwpe, f(dout), B, T, C);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                         const float* bias, int N, int C, float eps) override {
-    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight, const Act* bias,
+                         int N, int C, float eps) override {
+    cpu::layernorm_forward(f(out), mean, rstd, f(inp), f(weight), f(bias), N, C, eps);
+    written(out, static_cast<size_t>(N) * C);
   }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                          const Act* weight, const float* mean, const float* rstd, int N, int C) override {
+    cpu::layernorm_backward(f(dinp), dweight, dbias, f(dout), f(inp), f(weight), mean, rstd, N, C);
+    written(dinp, static_cast<size_t>(N) * C);
   }
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override {
-    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  void matmul_forward(Act* out, const Act* inp, const Act* weight, const Act* bias, int N, int C,
+                      int OC) override {
+    cpu::matmul_forward(f(out), f(inp), f(weight), f(bias), N, C, OC);
+    written(out, static_cast<size_t>(N) * OC);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  void matmul_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                       const Act* weight, int N, int C, int OC) override {
+    cpu::matmul_backward(f(dinp), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC);
+    if (dinp != nullptr) written(dinp, static_cast<size_t>(N) * C);
   }
-  void attention_forward(float* out, float* probs, const float* qkv, int B, int T, int C,
-                         int NH) override {
-    cpu::attention_forward(out, probs, qkv, B, T, C, NH);
+  size_t attention_stats_floats(int B, int T, int NH) const override {
+    return static_cast<size_t>(B) * NH * T * T;  // the probabilities
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
+  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int C, int NH) override {
+    cpu::attention_forward(f(out), stats, f(qkv), B, T, C, NH);
+    written(out, static_cast<size_t>(B) * T * C);
+  }
+  void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* /*out*/, const float* stats,
                           int B, int T, int C, int NH) override {
-    cpu::attention_backward(dqkv, dout, qkv, probs, B, T, C, NH);
+    cpu::attention_backward(f(dqkv), f(dout), f(qkv), stats, B, T, C, NH);
+    written(dqkv, static_cast<size_t>(B) * T * 3 * C);
   }
-  void gelu_forward(float* out, const float* inp, size_t n) override { cpu::gelu_forward(out, inp, n); }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
-    cpu::gelu_backward(dinp, inp, dout, n);
+  void gelu_forward(Act* out, const Act* inp, size_t n) override {
+    cpu::gelu_forward(f(out), f(inp), n);
+    written(out, n);
   }
-  void add(float* out, const float* a, const float* b, size_t n) override {
+  void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) override {
+    cpu::gelu_backward(f(dinp), f(inp), f(dout), n);
+    written(dinp, n);
+  }
+  void add(Act* out, const Act* a, const Act* b, size_t n) override {
+    float* o = f(out);
+    const float *x = f(a), *y = f(b);
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+    written(out, n);
   }
-  void logits_row_max(float* row_max, const float* logits, int N, int valid, int Vs) override {
-    cpu::logits_row_max(row_max, logits, N, valid, Vs);
+  void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) override {
+    cpu::logits_row_max(row_max, f(logits), N, valid, Vs);
   }
-  void logits_sum_exp_and_target(float* sum_and_target, const float* logits, const float* row_max,
+  void logits_sum_exp_and_target(float* sum_and_target, const Act* logits, const float* row_max,
                                  const int32_t* targets, int vocab_start, int N, int valid, int Vs) override {
-    cpu::logits_sum_exp_and_target(sum_and_target, logits, row_max, targets, vocab_start, N, valid, Vs);
+    cpu::logits_sum_exp_and_target(sum_and_target, f(logits), row_max, targets, vocab_start, N, valid, Vs);
   }
   void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
                           int N) override {
     cpu::cross_entropy_loss(losses, lse, row_max, sum_and_target, N);
   }
-  void cross_entropy_backward(float* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start,
+  void cross_entropy_backward(Act* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start,
                               int N, int valid, int Vs, float dloss) override {
-    cpu::cross_entropy_backward(logits_to_dlogits, lse, targets, vocab_start, N, valid, Vs, dloss);
+    cpu::cross_entropy_backward(f(logits_to_dlogits), lse, targets, vocab_start, N, valid, Vs, dloss);
+    written(logits_to_dlogits, static_cast<size_t>(N) * Vs);
   }
   void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int t,
@@ -113,10 +149,23 @@ class CpuKernels final : public Kernels {
     } while (elapsed < seconds);
     return 2.0 * n * n * static_cast<double>(n) * reps / elapsed / 1e9;
   }
+
+ private:
+  static float* f(Act* p) { return as_float(p); }
+  static const float* f(const Act* p) { return as_float(p); }
+  // An activation output is complete: in bf16 emulation, round it as bf16 storage would.
+  void written(Act* out, size_t n) {
+    if (precision_ == Precision::fp32) return;
+    float* x = f(out);
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);
+  }
+
+  Precision precision_;
 };
 
 }  // namespace
 
-std::unique_ptr<Kernels> make_cpu_kernels() { return std::make_unique<CpuKernels>(); }
+std::unique_ptr<Kernels> make_cpu_kernels(Precision precision) { return std::make_unique<CpuKernels>(precision); }
 
 }  // namespace trident::kernels

@@ -65,7 +65,9 @@ po::options_description config_options(Config& c) {
       ("train.beta2", po::value(&t.beta2)->default_value(t.beta2), "AdamW beta2")
       ("train.adam_eps", po::value(&t.adam_eps)->default_value(t.adam_eps), "AdamW epsilon")
       ("train.seed", po::value(&t.seed)->default_value(t.seed), "seed of initialization and data order")
-      ("train.device", po::value(&t.device)->default_value(t.device), "cpu (cuda comes later)")
+      ("train.device", po::value(&t.device)->default_value(t.device), "cpu or cuda")
+      ("train.precision", po::value(&t.precision)->default_value(t.precision),
+       "fp32, bf16 (bf16 compute, fp32 master weights; emulated on cpu) or auto (bf16 on cuda)")
       ("data.path", po::value(&d.path)->default_value(d.path), "text file or directory of text files")
       ("data.tokenizer", po::value(&d.tokenizer)->default_value(d.tokenizer), "byte")
       ("data.val_fraction", po::value(&d.val_fraction)->default_value(d.val_fraction), "fraction of documents held out")
@@ -130,8 +132,9 @@ void Config::validate() const {
   require(train.beta1 >= 0 && train.beta1 < 1, "train.beta1 must lie in [0, 1)");
   require(train.beta2 >= 0 && train.beta2 < 1, "train.beta2 must lie in [0, 1)");
   positive(train.adam_eps, "train.adam_eps");
-  require(train.device == "cpu",
-          "train.device must be cpu: this build has no CUDA path yet, got '" + train.device + "'");
+  require(train.device == "cpu" || train.device == "cuda", "train.device must be cpu or cuda, got '" + train.device + "'");
+  require(train.precision == "auto" || train.precision == "fp32" || train.precision == "bf16",
+          "train.precision must be fp32, bf16 or auto, got '" + train.precision + "'");
   require(data.tokenizer == "byte", "data.tokenizer must be byte, got '" + data.tokenizer + "'");
   require(data.val_fraction >= 0 && data.val_fraction < 1, "data.val_fraction must lie in [0, 1)");
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
@@ -179,10 +182,11 @@ std::string Config::to_ini() const {
 CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args) {
   CommandLine cl;
   cl.command = command;
-  std::string config_file;
+  std::string config_file, device;
   po::options_description general("Options of 'trident " + command + "'");
   general.add_options()("help,h", "show this help")(
-      "config", po::value(&config_file), "INI file of settings (flags given too win)");
+      "config", po::value(&config_file), "INI file of settings (flags given too win)")(
+      "device", po::value(&device), "cpu or cuda: shorthand for --train.device");
   if (command == "verify")
     general.add_options()("reference", po::value(&cl.reference)->required(),
                           "reference HDF5 file (shared/reference/FORMAT.md)");
@@ -210,6 +214,7 @@ CommandLine parse_command_line(const std::string& command, const std::vector<std
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + " (see 'trident " + command + " --help')");
   }
+  if (!device.empty()) cl.config.train.device = device;
   cl.config.validate();
   return cl;
 }

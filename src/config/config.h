@@ -57,9 +57,12 @@ struct TrainConfig {
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   uint64_t seed = 1234;     // initialization and data order
-  std::string device = "cpu";
+  std::string device = "cpu";       // cpu | cuda
+  std::string precision = "auto";   // fp32 | bf16 (fp32 master weights) | auto: bf16 on cuda, fp32 on cpu
 
   int accumulation_steps(int dp) const { return global_batch / dp / micro_batch; }
+  // precision with "auto" resolved for the device
+  std::string resolved_precision() const { return precision != "auto" ? precision : device == "cuda" ? "bf16" : "fp32"; }
 };
 
 struct DataConfig {

@@ -12,7 +12,18 @@
 #include <span>
 #include <string>
 
+#include "kernels/dtype.h"
+
 namespace trident {
+
+// A buffer of activations in the kernel backend's storage type (float, or bf16 under
+// mixed precision on CUDA): what tensor- and pipeline-parallel layers exchange.
+struct ActivationSpan {
+  kernels::Act* data;
+  size_t count;  // elements
+  kernels::DType type;
+  size_t bytes() const { return count * kernels::dtype_bytes(type); }
+};
 
 enum class ReduceOp { sum, max };
 
@@ -65,6 +76,9 @@ class Communicator {
   virtual RequestPtr all_gather_async(std::span<float> data) = 0;
   virtual RequestPtr send_async(std::span<const float> data, int peer, int tag) = 0;
   virtual RequestPtr recv_async(std::span<float> data, int peer, int tag) = 0;
+  virtual RequestPtr all_reduce_async(ActivationSpan data, ReduceOp op = ReduceOp::sum) = 0;
+  virtual RequestPtr send_async(ActivationSpan data, int peer, int tag) = 0;
+  virtual RequestPtr recv_async(ActivationSpan data, int peer, int tag) = 0;
   virtual void broadcast(std::span<float> data, int root) = 0;
   virtual void barrier() = 0;
 
@@ -79,6 +93,9 @@ class Communicator {
   void all_gather(std::span<float> data) { all_gather_async(data)->wait(); }
   void send(std::span<const float> data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
   void recv(std::span<float> data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
+  void all_reduce(ActivationSpan data, ReduceOp op = ReduceOp::sum) { all_reduce_async(data, op)->wait(); }
+  void send(ActivationSpan data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
+  void recv(ActivationSpan data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

@@ -146,6 +146,28 @@ RequestPtr MpiCommunicator::recv_async(std::span<float> data, int peer, int tag)
   return started(r, CommOp::recv, data.size());
 }
 
+namespace {
+
+std::span<float> host_floats(ActivationSpan data) {
+  check(data.type == kernels::DType::f32,
+        "the MPI backend moves float activations only; bf16 activations live on a GPU and go through NCCL");
+  return {reinterpret_cast<float*>(data.data), data.count};
+}
+
+}  // namespace
+
+RequestPtr MpiCommunicator::all_reduce_async(ActivationSpan data, ReduceOp op) {
+  return all_reduce_async(host_floats(data), op);
+}
+
+RequestPtr MpiCommunicator::send_async(ActivationSpan data, int peer, int tag) {
+  return send_async(std::span<const float>(host_floats(data)), peer, tag);
+}
+
+RequestPtr MpiCommunicator::recv_async(ActivationSpan data, int peer, int tag) {
+  return recv_async(host_floats(data), peer, tag);
+}
+
 void MpiCommunicator::broadcast(std::span<float> data, int root) {
   stats_.add(CommOp::broadcast, data.size_bytes());
   MPI_Request r;

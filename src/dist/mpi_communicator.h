@@ -28,6 +28,10 @@ class MpiCommunicator final : public Communicator {
   RequestPtr all_gather_async(std::span<float> data) override;
   RequestPtr send_async(std::span<const float> data, int peer, int tag) override;
   RequestPtr recv_async(std::span<float> data, int peer, int tag) override;
+  // Host activations are float (the CPU backend stores bf16-emulated values in floats).
+  RequestPtr all_reduce_async(ActivationSpan data, ReduceOp op) override;
+  RequestPtr send_async(ActivationSpan data, int peer, int tag) override;
+  RequestPtr recv_async(ActivationSpan data, int peer, int tag) override;
   void broadcast(std::span<float> data, int root) override;
   void barrier() override;
 

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "dist/nccl_communicator.h"
+#include "kernels/kernels.h"
 #include "runtime/error.h"
 
 namespace trident {
@@ -16,27 +18,12 @@ MPI_Comm split(int color, int key) {
 
 }  // namespace
 
-ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s)
+ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s, const std::string& device)
     : dims_(dims), watchdog_(std::make_shared<Watchdog>(Watchdog{timeout_s, -1})) {
   world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", watchdog_);
   check(world_->size() == dims.world(), "ParallelState: the grid does not match the world size");
   const int rank = world_->rank();
   coords_ = dims.coords(rank);
-  // Ranks of one group share every other coordinate: the group's first rank is its color.
-  const auto group_of = [&](Axis axis) {
-    RankCoords first = coords_;
-    (axis == Axis::tp ? first.tp : axis == Axis::dp ? first.dp : first.pp) = 0;
-    return std::make_unique<MpiCommunicator>(split(dims.rank_of(first), coords_[axis]), axis_name(axis), watchdog_);
-  };
-  tp_ = group_of(Axis::tp);
-  dp_ = group_of(Axis::dp);
-  pp_ = group_of(Axis::pp);
-  // Every rank takes part in the split; those of neither end stage get no communicator.
-  const bool end_stage = dims.pp > 1 && (coords_.pp == 0 || coords_.pp == dims.pp - 1);
-  RankCoords column = coords_;
-  column.pp = 0;
-  MPI_Comm embedding = split(end_stage ? dims.rank_of(column) : MPI_UNDEFINED, coords_.pp);
-  if (end_stage) embedding_ = std::make_unique<MpiCommunicator>(embedding, "embedding", watchdog_);
   MPI_Comm node;
   if (ranks_per_node > 0) {
     node = split(rank / ranks_per_node, rank);
@@ -47,6 +34,34 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   node_ = std::make_unique<MpiCommunicator>(node, "node", watchdog_);
   // Count the nodes: one leader (node rank 0) each.
   nodes_ = static_cast<int>(world_->all_reduce(node_->rank() == 0 ? 1.0 : 0.0));
+
+  const bool cuda = device == "cuda";
+  if (cuda) {
+    kernels::select_cuda_device(node_->rank());  // before any NCCL communicator exists
+    require(dims.world() == 1 || nccl_compiled_in(),
+            "device cuda on " + std::to_string(dims.world()) +
+                " ranks needs NCCL, which this build lacks (rebuild with NCCL_HOME=/path/to/nccl)");
+  }
+  const auto make = [&](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
+    auto mpi = std::make_unique<MpiCommunicator>(comm, name, watchdog_);
+    if (!cuda || mpi->size() == 1) return mpi;  // one rank: every collective is the identity, no NCCL needed
+    return make_nccl_communicator(std::move(mpi), watchdog_);
+  };
+  // Ranks of one group share every other coordinate: the group's first rank is its color.
+  const auto group_of = [&](Axis axis) {
+    RankCoords first = coords_;
+    (axis == Axis::tp ? first.tp : axis == Axis::dp ? first.dp : first.pp) = 0;
+    return make(split(dims.rank_of(first), coords_[axis]), axis_name(axis));
+  };
+  tp_ = group_of(Axis::tp);
+  dp_ = group_of(Axis::dp);
+  pp_ = group_of(Axis::pp);
+  // Every rank takes part in the split; those of neither end stage get no communicator.
+  const bool end_stage = dims.pp > 1 && (coords_.pp == 0 || coords_.pp == dims.pp - 1);
+  RankCoords column = coords_;
+  column.pp = 0;
+  MPI_Comm embedding = split(end_stage ? dims.rank_of(column) : MPI_UNDEFINED, coords_.pp);
+  if (end_stage) embedding_ = make(embedding, "embedding");
 }
 
 std::string ParallelState::describe() const {

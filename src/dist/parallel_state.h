@@ -2,6 +2,9 @@
 // (ranks sharing a machine, or `ranks_per_node` consecutive ranks when set, so that one
 // machine can stand in for several nodes), and the world. Passed to whatever needs to
 // communicate, never reached through globals.
+// With device "cuda" each rank first takes the GPU of its node rank, and the tp, dp, pp
+// and embedding groups move device memory through NCCL (communicators made from the
+// MPI groups); the world and node groups stay on MPI: they carry host data only.
 #pragma once
 
 #include <memory>
@@ -15,7 +18,7 @@ namespace trident {
 
 class ParallelState {
  public:
-  ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s);
+  ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s, const std::string& device = "cpu");
 
   const ParallelDims& dims() const { return dims_; }
   const RankCoords& coords() const { return coords_; }
@@ -41,7 +44,8 @@ class ParallelState {
   ParallelDims dims_;
   RankCoords coords_;
   std::shared_ptr<Watchdog> watchdog_;
-  std::unique_ptr<MpiCommunicator> world_, tp_, dp_, pp_, node_, embedding_;
+  std::unique_ptr<MpiCommunicator> world_, node_;
+  std::unique_ptr<Communicator> tp_, dp_, pp_, embedding_;
   int nodes_ = 1;
 };
 

@@ -1,6 +1,9 @@
 // GPT-2 with explicit forward and backward passes, layer by layer, over the kernel API
 // (kernels/kernels.h), so the same model runs on any backend. It owns its parameters,
 // gradients and one micro-batch of activations, all allocated once at construction.
+// Mixed precision: parameters and gradients are fp32; the layers read a compute copy
+// of the weights in the activation type (bf16 or fp32; with fp32 the copy is the
+// parameters themselves), refreshed whenever the parameters change.
 // Under tensor parallelism each rank holds its shard (model/parameters.h): heads and MLP
 // columns split Megatron-style, the vocabulary split for the embedding and the loss.
 #pragma once
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "dist/communicator.h"
 #include "kernels/kernels.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel.h"
@@ -57,6 +61,9 @@ class GPT2 {
   float* grads() const { return grads_.data(); }
   float* param(int index) const { return params_.data() + layout_[index].offset; }
   float* grad(int index) const { return grads_.data() + layout_[index].offset; }
+  // Call after writing params() directly (the optimizer does): the compute copy of the
+  // weights is refreshed before the next forward pass.
+  void parameters_changed() { weights_stale_ = true; }
 
   // GPT-2 initialization from a seed: normal(0, 0.02) weights and embeddings, residual
   // projections scaled by 1/sqrt(2 n_layer), zero biases, unit LayerNorm gains. Each
@@ -70,6 +77,7 @@ class GPT2 {
   void copy_parameters_to_host(float* host) const { k_.copy_to_host(host, params_.data(), params_.size() * sizeof(float)); }
   void copy_parameters_from_host(const float* host) {
     k_.copy_to_device(params_.data(), host, params_.size() * sizeof(float));
+    parameters_changed();
   }
   // The full canonical tensor (or its gradient), gathered over tp: collective.
   std::vector<float> get_parameter(const std::string& name, bool gradient = false);
@@ -98,36 +106,44 @@ class GPT2 {
   bool first_stage() const { return stage_.has_embedding; }
   bool last_stage() const { return stage_.has_head; }
   // Hidden states [B, T, d] entering / leaving this stage for the micro-batch in `slot`.
-  float* stage_input(int slot) const { return slots_[slot].encoded; }
-  float* stage_output(int slot) const { return layer_input(slot, layout_.layers()); }
+  ActivationSpan stage_input(int slot, int B) const { return hidden(slots_[slot].encoded, B); }
+  ActivationSpan stage_output(int slot, int B) const { return hidden(layer_input(slot, layout_.layers()), B); }
   // Gradient buffers [B, T, d] of this stage's output (in) and input (out).
-  float* output_gradient() const { return dresidual_; }
-  const float* input_gradient() const { return dresidual_; }
-  size_t hidden_floats(int B) const { return static_cast<size_t>(B) * config_.seq_len * config_.d_model; }
+  ActivationSpan output_gradient(int B) const { return hidden(dresidual_, B); }
+  ActivationSpan input_gradient(int B) const { return hidden(dresidual_, B); }
 
-  // Activation floats held for all slots (for the memory report).
-  size_t activation_floats() const { return activation_floats_; }
+  // Activation bytes held for all slots, and of the weights' compute copy (for the memory report).
+  size_t activation_bytes() const { return activation_bytes_; }
+  size_t compute_weight_bytes() const { return weights_.size() * sizeof(float); }
 
  private:
+  using Act = kernels::Act;
+  // Activations (Act) and the fp32 statistics kept with them.
   struct LayerActivations {
-    float *ln_1, *ln_1_mean, *ln_1_rstd, *qkv, *atty, *probs, *residual_2, *ln_2, *ln_2_mean,
-        *ln_2_rstd, *fc, *fc_gelu, *residual_3;
+    Act *ln_1, *qkv, *atty, *residual_2, *ln_2, *fc, *fc_gelu, *residual_3;
+    float *ln_1_mean, *ln_1_rstd, *attention_stats, *ln_2_mean, *ln_2_rstd;
   };
 
   // One micro-batch's activations.
   struct Slot {
     int32_t *tokens = nullptr, *targets = nullptr;
-    float *encoded = nullptr, *ln_f = nullptr, *ln_f_mean = nullptr, *ln_f_rstd = nullptr, *logits = nullptr,
-          *losses = nullptr, *row_max = nullptr, *sum_and_target = nullptr, *lse = nullptr;
+    Act *encoded = nullptr, *ln_f = nullptr, *logits = nullptr;
+    float *ln_f_mean = nullptr, *ln_f_rstd = nullptr, *losses = nullptr, *row_max = nullptr,
+          *sum_and_target = nullptr, *lse = nullptr;
     std::vector<LayerActivations> layers;
     int B = 0;
   };
 
   void allocate_activations(int slots);
   // The residual stream entering local block l (l = layers(): the stage's output).
-  float* layer_input(int slot, int l) const;
+  Act* layer_input(int slot, int l) const;
+  // The compute copy of parameter `index` (what the layers read).
+  const Act* weight(int index) const { return kernels::offset(weights_act_, layout_[index].offset, act_type_); }
+  ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
+  ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * config_.seq_len * config_.d_model); }
+  void refresh_weights();
   void block_forward(const Slot& s, int slot, int l);
-  void block_backward(const Slot& s, int slot, int l, float* dresidual);
+  void block_backward(const Slot& s, int slot, int l, Act* dresidual);
 
   ModelConfig config_;
   StageSpec stage_;
@@ -138,12 +154,16 @@ class GPT2 {
   // This rank's share: channels of attention (heads) and of the MLP, vocabulary rows.
   int C_local_, heads_local_, vocab_shard_, vocab_start_, vocab_valid_;
   DeviceBuffer params_, grads_;
+  kernels::DType act_type_;
+  DeviceBuffer weights_;  // the compute copy, when it is not params_ itself
+  Act* weights_act_;
+  bool weights_stale_ = true;
 
   DeviceBuffer activations_;  // one arena for everything below
-  size_t activation_floats_ = 0;
+  size_t activation_bytes_ = 0;
   std::vector<Slot> slots_;
   // Backward scratch, shared by all layers and slots.
-  float *dresidual_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr;
+  Act *dresidual_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr;
   std::vector<float> host_losses_;
 };
 

@@ -22,21 +22,24 @@ class TensorParallel {
   int size() const { return size_; }
 
   // Forward of a row-parallel layer: sum the partial outputs of all ranks.
-  void reduce_from_region(float* x, size_t n) { all_reduce(x, n, ReduceOp::sum); }
+  void reduce_from_region(ActivationSpan x) { all_reduce(x); }
   // Backward of a column-parallel layer's input (its forward copied the replicated
   // input into the region): each rank's d(input) covers its shard of the weight; sum them.
-  void reduce_gradient_into_region(float* dx, size_t n) { all_reduce(dx, n, ReduceOp::sum); }
+  void reduce_gradient_into_region(ActivationSpan dx) { all_reduce(dx); }
   // Vocabulary-parallel softmax: combine per-shard row maxima, and per-shard sums.
   void max_over_vocab_shards(float* x, size_t n) { all_reduce(x, n, ReduceOp::max); }
   void sum_over_vocab_shards(float* x, size_t n) { all_reduce(x, n, ReduceOp::sum); }
   // Vocabulary-parallel embedding: each row comes from the one shard that owns its token.
-  void sum_embedding_shards(float* x, size_t n) { all_reduce(x, n, ReduceOp::sum); }
+  void sum_embedding_shards(ActivationSpan x) { all_reduce(x); }
 
   Communicator* communicator() const { return tp_; }
 
  private:
   void all_reduce(float* x, size_t n, ReduceOp op) {
     if (tp_ != nullptr) tp_->all_reduce(std::span<float>(x, n), op);
+  }
+  void all_reduce(ActivationSpan x) {
+    if (tp_ != nullptr) tp_->all_reduce(x, ReduceOp::sum);
   }
 
   Communicator* tp_ = nullptr;

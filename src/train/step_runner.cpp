@@ -37,7 +37,6 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
         "the model has fewer activation slots than the schedule keeps in flight");
   // Gradients of the mean over the global batch: summed over dp, no division after.
   const float loss_scale = 1.0f / (static_cast<float>(global_batch) * T);
-  const size_t hidden = model_.hidden_floats(B);
   model_.zero_grad();
   data_parallel_.start_backward(model_.grads());
   compute_s_ = 0;
@@ -49,16 +48,16 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
     if (action.kind == PipelineAction::forward) {
       finish(activation_sends_[slot]);  // the slot's last output must have left before we overwrite it
       if (!model_.first_stage())
-        pipeline_.pp->recv({model_.stage_input(slot), hidden}, stage() - 1, activation_tag(mb));
+        pipeline_.pp->recv(model_.stage_input(slot, B), stage() - 1, activation_tag(mb));
       Timer computing;
       const float loss = model_.forward(slot, inputs + first, targets + first, B);
       compute_s_ += computing.seconds();
       if (model_.last_stage()) loss_sum += static_cast<double>(loss) * B * T;
-      else activation_sends_[slot] = pipeline_.pp->send_async({model_.stage_output(slot), hidden}, stage() + 1, activation_tag(mb));
+      else activation_sends_[slot] = pipeline_.pp->send_async(model_.stage_output(slot, B), stage() + 1, activation_tag(mb));
     } else {
       finish(gradient_send_);  // backward rewrites input_gradient(): the last one must have left
       if (!model_.last_stage()) {
-        pipeline_.pp->recv({model_.output_gradient(), hidden}, stage() + 1, gradient_tag(mb));
+        pipeline_.pp->recv(model_.output_gradient(B), stage() + 1, gradient_tag(mb));
       }
       Timer computing;
       if (++backwards_done < micro_batches) {
@@ -72,7 +71,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       }
       compute_s_ += computing.seconds();
       if (!model_.first_stage())
-        gradient_send_ = pipeline_.pp->send_async({model_.input_gradient(), hidden}, stage() - 1, gradient_tag(mb));
+        gradient_send_ = pipeline_.pp->send_async(model_.input_gradient(B), stage() - 1, gradient_tag(mb));
     }
   }
   for (RequestPtr& send : activation_sends_) finish(send);
@@ -86,14 +85,13 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
 
 double StepRunner::evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch) {
   const int B = model_.micro_batch(), T = model_.config().seq_len;
-  const size_t hidden = model_.hidden_floats(B);
   double loss_sum = 0;
   for (int mb = 0; mb * B < local_batch; mb++) {
     const size_t first = static_cast<size_t>(mb) * B * T;
-    if (!model_.first_stage()) pipeline_.pp->recv({model_.stage_input(0), hidden}, stage() - 1, activation_tag(mb));
+    if (!model_.first_stage()) pipeline_.pp->recv(model_.stage_input(0, B), stage() - 1, activation_tag(mb));
     const float loss = model_.forward(0, inputs + first, targets + first, B);
     if (model_.last_stage()) loss_sum += static_cast<double>(loss) * B * T;
-    else pipeline_.pp->send({model_.stage_output(0), hidden}, stage() + 1, activation_tag(mb));
+    else pipeline_.pp->send(model_.stage_output(0, B), stage() + 1, activation_tag(mb));
   }
   if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
@@ -134,6 +132,7 @@ GradientNorm StepRunner::update(double lr, double grad_clip) {
   norm.clip_coefficient = clip_coefficient(norm.norm, grad_clip);
   optimizer_.step(model_.params(), model_.grads(), lr, norm.clip_coefficient);
   data_parallel_.gather_parameters(model_.params());
+  model_.parameters_changed();
   return norm;
 }
 

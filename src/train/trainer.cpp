@@ -110,7 +110,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const bool root = parallel.is_root();
   const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
   const int local_batch = tc.global_batch / dp;
-  std::unique_ptr<kernels::Kernels> k = kernels::make_cpu_kernels();
+  std::unique_ptr<kernels::Kernels> k =
+      kernels::make_kernels(tc.device, kernels::parse_precision(tc.resolved_precision()));
   enable_graceful_stop();  // from here on a stop signal is honoured at the next step's end
 
   // ---- data: every rank reads the text and takes its slice of each global batch ----
@@ -159,7 +160,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                 "activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
                 gib(floats * 4), gib(floats * 4), gib(static_cast<double>(optimizer.state_floats()) * 4),
                 data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "",
-                gib(static_cast<double>(model.activation_floats()) * 4), tc.micro_batch,
+                gib(static_cast<double>(model.activation_bytes())), tc.micro_batch,
                 gib(static_cast<double>(resident_bytes())));
     std::printf("batch: %d sequences per step = %d dp x %d micro-batches x %d; %zu gradient buckets of <= %.0f MiB%s\n",
                 tc.global_batch, dp, local_batch / tc.micro_batch, tc.micro_batch, data_parallel.buckets().size(),

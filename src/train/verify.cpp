@@ -76,9 +76,14 @@ double VerifyReport::max_final_param_error() const {
 
 bool VerifyReport::passed() const {
   // Written so that a NaN anywhere fails.
-  return loss_error <= kLossTolerance && max_step_loss_error <= kLossTolerance &&
-         max_grad_norm_error <= kGradientTolerance && max_gradient_error() <= kGradientTolerance &&
-         max_final_param_error() <= kParamTolerance && !tensors.empty();
+  return loss_error <= tolerance.loss && max_step_loss_error <= tolerance.loss &&
+         max_grad_norm_error <= tolerance.gradient && max_gradient_error() <= tolerance.gradient &&
+         max_final_param_error() <= tolerance.param && !tensors.empty();
+}
+
+VerifyReport::Tolerances VerifyReport::tolerances_for(kernels::Precision precision) {
+  if (precision == kernels::Precision::bf16) return {kBf16LossTolerance, kBf16GradientTolerance, kBf16ParamTolerance};
+  return {kLossTolerance, kGradientTolerance, kParamTolerance};
 }
 
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
@@ -110,6 +115,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   const std::vector<double> grad_norms = file.read_double("steps/grad_norm");
 
   VerifyReport report;
+  report.tolerance = VerifyReport::tolerances_for(k.precision());
   const int T = ref.model.seq_len;
   std::vector<int32_t> inputs(static_cast<size_t>(local_batch) * T), targets(inputs.size());
   for (int step = 0; step < ref.steps; step++) {

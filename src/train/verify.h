@@ -37,6 +37,17 @@ struct VerifyReport {
 
   // Tolerances that a correct float32 implementation meets with margin (FORMAT.md).
   static constexpr double kLossTolerance = 1e-5, kGradientTolerance = 1e-4, kParamTolerance = 1e-3;
+  // Under bf16 compute (8 significant bits, relative rounding 2^-9) the loss moves by
+  // ~1e-5 and the gradients by ~1e-2 (measured on the CPU's exact bf16 emulation). The
+  // final parameters' bound is loose for one tensor: the key part of c_attn.bias has an
+  // analytically zero gradient (softmax ignores a shift of every key), so AdamW moves
+  // it by +-lr on rounding noise, 0.08-0.14 relative; the rest stay under 2e-2.
+  static constexpr double kBf16LossTolerance = 5e-3, kBf16GradientTolerance = 5e-2, kBf16ParamTolerance = 0.25;
+  struct Tolerances {
+    double loss, gradient, param;
+  };
+  static Tolerances tolerances_for(kernels::Precision precision);
+  Tolerances tolerance = tolerances_for(kernels::Precision::fp32);  // of the run's precision
   bool passed() const;
 };
 

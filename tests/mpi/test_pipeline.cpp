@@ -36,7 +36,7 @@ ModelConfig four_layers() {
 struct Trained {
   std::vector<double> losses;
   std::map<std::string, std::vector<float>> params;  // the tensors this stage holds
-  size_t activation_floats = 0;
+  size_t activation_bytes = 0;
 };
 
 // Three steps of 4 micro-batches of 2 sequences, on `pp` (null: one stage).
@@ -60,7 +60,7 @@ Trained train(Communicator* pp, Communicator* embedding, Schedule schedule) {
     runner.update(3e-3, 1.0);
   }
   for (const ParameterTensor& t : model.layout().tensors()) out.params[t.name] = model.get_parameter(t.name);
-  out.activation_floats = model.activation_floats();
+  out.activation_bytes = model.activation_bytes();
   return out;
 }
 
@@ -95,7 +95,7 @@ TEST_F(PipelineTest, SchedulesMatchOneRankAndEachOther) {
     EXPECT_EQ(wte, first);
   }
   // 1F1B keeps at most p - s micro-batches alive, GPipe all 4.
-  if (world_size() > 1 && parallel_->coords().pp == world_size() - 1) EXPECT_LT(f1b.activation_floats, gpipe.activation_floats);
+  if (world_size() > 1 && parallel_->coords().pp == world_size() - 1) EXPECT_LT(f1b.activation_bytes, gpipe.activation_bytes);
 }
 
 }  // namespace

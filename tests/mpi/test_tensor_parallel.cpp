@@ -117,6 +117,7 @@ TEST_F(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
   for (int r = 0; r < shard_rows; r++)
     if (first_row + r >= mc.vocab_size)
       for (int c = 0; c < mc.d_model; c++) sharded.params()[wte.offset + r * mc.d_model + c] = 5.0f;
+  sharded.parameters_changed();
   GPT2 whole(mc, B, *k_);
   whole.init_parameters(8);
   const Batch batch = random_batch(B, T, mc.vocab_size, 5);

@@ -40,6 +40,7 @@ TEST(AdamW, FollowsFormatMdForEveryTensor) {
     for (const auto& tensor : layout.tensors())
       for (size_t i = 0; i < tensor.numel(); i++) model.grads()[tensor.offset + i] = normal(rng);
     opt.step(model.params(), model.grads(), lr, scale);
+    model.parameters_changed();
     for (const auto& tensor : layout.tensors()) {
       const double wd = tensor.shape.size() >= 2 ? s.weight_decay : 0.0;  // FORMAT.md: 2+ dims only
       for (size_t i = tensor.offset; i < tensor.offset + tensor.numel(); i++) {

@@ -1,0 +1,31 @@
+// Picks the kernel backend at run time: `--train.device=cpu|cuda`, `--train.precision`.
+#include "kernels/kernels.h"
+
+#include "runtime/error.h"
+
+namespace trident::kernels {
+
+const char* precision_name(Precision p) { return p == Precision::fp32 ? "fp32" : "bf16"; }
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  throw UsageError("precision must be fp32 or bf16, got '" + name + "'");
+}
+
+#ifndef TRIDENT_CUDA
+bool cuda_compiled_in() { return false; }
+std::unique_ptr<Kernels> make_cuda_kernels(Precision) {
+  throw UsageError("device cuda: this build has no CUDA path (nvcc was not found when it was built; "
+                   "rebuild with CUDA_HOME=/path/to/cuda)");
+}
+void select_cuda_device(int) { make_cuda_kernels(Precision::bf16); }
+#endif
+
+std::unique_ptr<Kernels> make_kernels(const std::string& device, Precision precision) {
+  if (device == "cpu") return make_cpu_kernels(precision);
+  if (device == "cuda") return make_cuda_kernels(precision);
+  throw UsageError("device must be cpu or cuda, got '" + device + "'");
+}
+
+}  // namespace trident::kernels
