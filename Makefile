@@ -44,12 +44,12 @@ LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options -fopenmp $(LINK_OPT)
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRCS),)
-  CPPFLAGS += -DTRIDENT_CUDA
+  CPPFLAGS += -DTRIDENT_CUDA -I$(CUDA_HOME)/include
   CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
-  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt
   ifeq ($(HAVE_NCCL),yes)
     CPPFLAGS += -DTRIDENT_NCCL -I$(NCCL_HOME)/include
-    LDLIBS += -L$(NCCL_HOME)/lib64 -lnccl
+    LDLIBS += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl
   endif
 endif
 endif
@@ -63,6 +63,9 @@ MPI_TEST_SRCS := $(wildcard tests/mpi/*.cpp)
 MPI_TEST_OBJS := $(MPI_TEST_SRCS:%.cpp=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard benchmarks/*.cpp)
 BENCH_BINS := $(BENCH_SRCS:benchmarks/%.cpp=$(BUILD)/bench/%)
+# GPU benchmarks (benchmarks/gpu/*.cpp) exist in CUDA builds only.
+GPU_BENCH_SRCS := $(if $(CUDA_OBJS),$(wildcard benchmarks/gpu/*.cpp))
+BENCH_BINS += $(GPU_BENCH_SRCS:benchmarks/gpu/%.cpp=$(BUILD)/bench/%)
 
 .PHONY: all deps run test bench clean check-deps summary
 all: summary $(BUILD)/trident $(BUILD)/tests/unit_tests $(BUILD)/tests/mpi_tests $(BENCH_BINS)
@@ -95,13 +98,17 @@ $(BUILD)/bench/%: $(BUILD)/benchmarks/%.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/bench/%: $(BUILD)/benchmarks/gpu/%.o $(BUILD)/libtrident.a
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++20 -O3 $(NVCC_GENCODE) -I. -Isrc -Xcompiler -fopenmp -c $< -o $@
+	$(NVCC) -std=c++20 -O3 -lineinfo $(NVCC_GENCODE) -I. -Isrc -MMD -MP -c $< -o $@
 
 # ---- the two commands --------------------------------------------------------------
 # The default job: configs/tiny.ini on 8 ranks as (dp, tp, pp) = (2, 2, 2), one OpenMP

@@ -47,6 +47,7 @@ class Kernels {
   virtual void free(void* p) = 0;
   virtual void copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;
   // Waits until the device has finished all work issued so far (a no-op on the CPU).
   virtual void synchronize() = 0;

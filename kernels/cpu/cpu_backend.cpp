@@ -32,6 +32,7 @@ class CpuKernels final : public Kernels {
   void free(void* p) override { std::free(p); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void fill_zero(void* p, size_t bytes) override {
     const size_t n = bytes / sizeof(float);
     float* f = static_cast<float*>(p);

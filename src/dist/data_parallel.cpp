@@ -8,8 +8,9 @@
 
 namespace trident {
 
-DataParallel::DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap)
-    : dp_(dp), zero_(zero && dp.size() > 1), overlap_(overlap) {
+DataParallel::DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap,
+                           kernels::Kernels* memory)
+    : dp_(dp), zero_(zero && dp.size() > 1), overlap_(overlap), memory_(memory) {
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
   // Buckets from the end, each a multiple of dp floats; the first takes the remainder.
@@ -25,12 +26,24 @@ DataParallel::DataParallel(Communicator& dp, size_t n, double bucket_mb, bool ze
     return;
   }
   const size_t rank = dp.rank();
+  size_t shard_floats = 0;
   for (const FlatRange& b : buckets_) {
     const size_t block = b.size() / ranks;
-    shard_offset_.push_back(shard_.size());
+    shard_offset_.push_back(shard_floats);
     owned_.push_back({b.begin + rank * block, b.begin + (rank + 1) * block});
-    shard_.resize(shard_.size() + block);
+    shard_floats += block;
   }
+  if (memory_ != nullptr) {
+    shard_ = static_cast<float*>(memory_->alloc(shard_floats * sizeof(float)));
+  } else {
+    host_shard_.resize(shard_floats);
+    shard_ = host_shard_.data();
+  }
+}
+
+DataParallel::~DataParallel() {
+  pending_.clear();  // waits for what is in flight
+  if (memory_ != nullptr && shard_ != nullptr) memory_->free(shard_);
 }
 
 void DataParallel::start_backward(float* grads) {
@@ -44,7 +57,7 @@ void DataParallel::start_bucket(size_t b) {
   std::span<float> data(grads_ + r.begin, r.size());
   if (dp_.size() == 1) return;
   if (zero_)
-    pending_.push_back(dp_.reduce_scatter_async(data, {shard_.data() + shard_offset_[b], r.size() / dp_.size()}));
+    pending_.push_back(dp_.reduce_scatter_async(data, {shard_ + shard_offset_[b], r.size() / dp_.size()}));
   else
     pending_.push_back(dp_.all_reduce_async(data));
 }
@@ -63,8 +76,11 @@ double DataParallel::finish_gradients() {
   const double waited = waiting.seconds();
   pending_.clear();
   if (zero_) {
-    for (size_t b = 0; b < buckets_.size(); b++)
-      std::memcpy(grads_ + owned_[b].begin, shard_.data() + shard_offset_[b], owned_[b].size() * sizeof(float));
+    for (size_t b = 0; b < buckets_.size(); b++) {
+      const size_t bytes = owned_[b].size() * sizeof(float);
+      if (memory_ != nullptr) memory_->copy_on_device(grads_ + owned_[b].begin, shard_ + shard_offset_[b], bytes);
+      else std::memcpy(grads_ + owned_[b].begin, shard_ + shard_offset_[b], bytes);
+    }
   }
   grads_ = nullptr;
   return waited;

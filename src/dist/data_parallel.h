@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "kernels/kernels.h"
 #include "runtime/flat_range.h"
 
 namespace trident {
@@ -21,7 +22,13 @@ class DataParallel {
  public:
   // n: floats in the gradient buffer, a multiple of dp's size. overlap = false starts
   // every bucket only when backward is complete (for measuring what overlap buys).
-  DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap = true);
+  // memory: the backend whose memory holds the gradients (ZeRO's shard goes there too);
+  // null: host memory.
+  DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap = true,
+               kernels::Kernels* memory = nullptr);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
 
   bool zero() const { return zero_; }
   const std::vector<FlatRange>& buckets() const { return buckets_; }
@@ -46,7 +53,11 @@ class DataParallel {
   Communicator& dp_;
   bool zero_, overlap_;
   std::vector<FlatRange> buckets_, owned_;
-  std::vector<float> shard_;  // ZeRO-1: reduce-scatter output, block of each bucket in order
+  kernels::Kernels* memory_;
+  // ZeRO-1: reduce-scatter output, the block of each bucket in order (in `memory_`, or
+  // host_shard_ without one)
+  float* shard_ = nullptr;
+  std::vector<float> host_shard_;
   std::vector<size_t> shard_offset_;
   float* grads_ = nullptr;
   size_t next_bucket_ = 0;  // buckets are started from the last one down

@@ -1,17 +1,345 @@
+// The NCCL backend: collectives and point-to-point transfers on device memory, on a
+// communication stream of their own that waits (through an event) for the work already
+// issued to the compute stream, so the data-parallel reduction of the last layers runs
+// while backward computes the first ones. A wait polls the operation's completion event
+// and ncclCommGetAsyncError; past parallel.timeout_s it names the operation, group,
+// rank and step, aborts the NCCL communicator (so no kernel spins on) and the job.
+// Host buffers (a loss, a gathered parameter) are staged through device memory.
+// Point-to-point transfers go through two more NCCL communicators, one per direction
+// (towards higher ranks: activations; towards lower ranks: gradients): NCCL matches
+// sends and receives by their order on a stream, and under 1F1B a stage sends its next
+// activation before it receives the previous gradient, which on one stream would wait
+// for each other.
 #include "dist/nccl_communicator.h"
 
 #include "runtime/error.h"
 
-#ifndef TRIDENT_NCCL
+#ifdef TRIDENT_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/cuda/stream.h"
+#include "runtime/timer.h"
+
+namespace trident {
+
+namespace {
+
+#define NCCL_CHECK(call)                                                                            \
+  do {                                                                                              \
+    const ncclResult_t nccl_check_result_ = (call);                                                 \
+    if (nccl_check_result_ != ncclSuccess)                                                          \
+      ::trident::fail(std::string("NCCL: ") + ncclGetErrorString(nccl_check_result_) + " in " + #call); \
+  } while (0)
+
+#define CUDA_CHECK(call)                                                                        \
+  do {                                                                                          \
+    const cudaError_t cuda_check_error_ = (call);                                               \
+    if (cuda_check_error_ != cudaSuccess)                                                       \
+      ::trident::fail(std::string("CUDA: ") + cudaGetErrorString(cuda_check_error_) + " in " + #call); \
+  } while (0)
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
+ncclDataType_t nccl_type(kernels::DType type) { return type == kernels::DType::f32 ? ncclFloat32 : ncclBfloat16; }
+
+bool on_host(const void* p) {
+  cudaPointerAttributes attributes{};
+  CUDA_CHECK(cudaPointerGetAttributes(&attributes, p));
+  return attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost;
+}
+
+class NcclCommunicator;
+
+// A started operation: complete when its event on the communication stream has fired.
+class NcclRequest final : public Request {
+ public:
+  NcclRequest(NcclCommunicator& comm, ncclComm_t nccl, CommOp op, size_t count, cudaEvent_t done,
+              void* host_out = nullptr, const void* staged = nullptr, size_t bytes = 0)
+      : comm_(comm), nccl_(nccl), op_(op), count_(count), done_(done), host_out_(host_out), staged_(staged),
+        bytes_(bytes) {}
+  ~NcclRequest() override {
+    try {
+      if (!complete_) wait();
+    } catch (const std::exception& e) {  // a destructor must not throw: report and end the job
+      std::fprintf(stderr, "trident: internal error: %s\n", e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    cudaEventDestroy(done_);
+  }
+  bool test() override;
+  void wait() override;
+
+ private:
+  [[noreturn]] void abort_stuck(double waited);
+  void completed();
+
+  NcclCommunicator& comm_;
+  ncclComm_t nccl_;  // the communicator it runs on
+  CommOp op_;
+  size_t count_;
+  cudaEvent_t done_;
+  void* host_out_;       // host buffer to fill from the staging buffer on completion
+  const void* staged_;
+  size_t bytes_;
+  bool complete_ = false;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<MpiCommunicator> group, std::shared_ptr<Watchdog> watchdog, bool point_to_point)
+      : group_(std::move(group)), watchdog_(std::move(watchdog)) {
+    collectives_ = make_channel();
+    if (point_to_point) {
+      towards_higher_ = make_channel();
+      towards_lower_ = make_channel();
+    }
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  }
+  ~NcclCommunicator() override {
+    for (Channel* c : {&collectives_, &towards_higher_, &towards_lower_}) {
+      if (c->comm == nullptr) continue;
+      cudaStreamSynchronize(c->stream);
+      ncclCommDestroy(c->comm);
+      cudaStreamDestroy(c->stream);
+    }
+    cudaEventDestroy(ready_);
+    if (staging_ != nullptr) cudaFree(staging_);
+  }
+
+  const std::string& name() const override { return group_->name(); }
+  int rank() const override { return group_->rank(); }
+  int size() const override { return group_->size(); }
+  const Watchdog& watchdog() const { return *watchdog_; }
+  // Ends every NCCL communicator of the group, so that no kernel waits on forever.
+  void abort_all() {
+    for (Channel* c : {&collectives_, &towards_higher_, &towards_lower_})
+      if (c->comm != nullptr) ncclCommAbort(c->comm);
+  }
+
+  RequestPtr all_reduce_async(std::span<float> data, ReduceOp op) override {
+    return all_reduce(data.data(), data.size(), data.size_bytes(), ncclFloat32, op);
+  }
+  RequestPtr all_reduce_async(std::span<double> data, ReduceOp op) override {
+    return all_reduce(data.data(), data.size(), data.size_bytes(), ncclFloat64, op);
+  }
+  RequestPtr all_reduce_async(ActivationSpan data, ReduceOp op) override {
+    return all_reduce(data.data, data.count, data.bytes(), nccl_type(data.type), op);
+  }
+  RequestPtr reduce_scatter_async(std::span<const float> in, std::span<float> out) override {
+    check(in.size() == out.size() * size(), "reduce_scatter: input must hold size() blocks of the output's size");
+    check(!on_host(in.data()) && !on_host(out.data()), "NCCL reduce_scatter needs device buffers");
+    stats_.add(CommOp::reduce_scatter, in.size_bytes());
+    after_compute(collectives_);
+    NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat32, ncclSum, collectives_.comm,
+                                 collectives_.stream));
+    return finished(collectives_, CommOp::reduce_scatter, in.size());
+  }
+  RequestPtr all_gather_async(std::span<float> data) override {
+    check(data.size() % size() == 0, "all_gather: buffer must hold size() equal blocks");
+    stats_.add(CommOp::all_gather, data.size_bytes());
+    const size_t block = data.size() / size();
+    float* device = stage_in(data.data(), data.size_bytes());
+    after_compute(collectives_);
+    NCCL_CHECK(ncclAllGather(device + rank() * block, device, block, ncclFloat32, collectives_.comm,
+                             collectives_.stream));
+    return finished_staged(CommOp::all_gather, data.size(), data.data(), device, data.size_bytes());
+  }
+  RequestPtr send_async(std::span<const float> data, int peer, int tag) override {
+    return send(data.data(), data.size(), data.size_bytes(), ncclFloat32, peer, tag);
+  }
+  RequestPtr recv_async(std::span<float> data, int peer, int tag) override {
+    return recv(data.data(), data.size(), data.size_bytes(), ncclFloat32, peer, tag);
+  }
+  RequestPtr send_async(ActivationSpan data, int peer, int tag) override {
+    return send(data.data, data.count, data.bytes(), nccl_type(data.type), peer, tag);
+  }
+  RequestPtr recv_async(ActivationSpan data, int peer, int tag) override {
+    return recv(data.data, data.count, data.bytes(), nccl_type(data.type), peer, tag);
+  }
+  void broadcast(std::span<float> data, int root) override {
+    stats_.add(CommOp::broadcast, data.size_bytes());
+    float* device = stage_in(data.data(), data.size_bytes());
+    after_compute(collectives_);
+    NCCL_CHECK(ncclBroadcast(device, device, data.size(), ncclFloat32, root, collectives_.comm, collectives_.stream));
+    finished_staged(CommOp::broadcast, data.size(), data.data(), device, data.size_bytes())->wait();
+  }
+  void barrier() override {
+    stats_.add(CommOp::barrier, 0);
+    group_->barrier();
+  }
+
+ private:
+  RequestPtr all_reduce(void* data, size_t count, size_t bytes, ncclDataType_t type, ReduceOp op) {
+    stats_.add(CommOp::all_reduce, bytes);
+    void* device = stage_in(data, bytes);
+    after_compute(collectives_);
+    NCCL_CHECK(ncclAllReduce(device, device, count, type, nccl_op(op), collectives_.comm, collectives_.stream));
+    return finished_staged(CommOp::all_reduce, count, data, device, bytes);
+  }
+  // NCCL matches point-to-point calls by their order per channel, not by tag: the
+  // pipeline issues each direction's transfers between two stages in the same order on
+  // both sides.
+  RequestPtr send(const void* data, size_t count, size_t bytes, ncclDataType_t type, int peer, int /*tag*/) {
+    check(!on_host(data), "NCCL send needs a device buffer");
+    stats_.add(CommOp::send, bytes);
+    Channel& c = channel_to(peer);
+    after_compute(c);
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclSend(data, count, type, peer, c.comm, c.stream));
+    NCCL_CHECK(ncclGroupEnd());
+    return finished(c, CommOp::send, count);
+  }
+  RequestPtr recv(void* data, size_t count, size_t bytes, ncclDataType_t type, int peer, int /*tag*/) {
+    check(!on_host(data), "NCCL recv needs a device buffer");
+    stats_.add(CommOp::recv, bytes);
+    // Data from a lower rank travels towards higher ranks, and the other way round.
+    Channel& c = peer < rank() ? towards_higher_ : towards_lower_;
+    check(c.comm != nullptr, "NCCL: point-to-point on the " + name() + " group, made without it");
+    after_compute(c);
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclRecv(data, count, type, peer, c.comm, c.stream));
+    NCCL_CHECK(ncclGroupEnd());
+    return finished(c, CommOp::recv, count);
+  }
+
+  // One NCCL communicator over the group and the stream its operations run on.
+  struct Channel {
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  Channel make_channel() {
+    ncclUniqueId id;
+    if (group_->rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group_->comm()) == MPI_SUCCESS, "MPI_Bcast of the NCCL id");
+    Channel c;
+    NCCL_CHECK(ncclCommInitRank(&c.comm, group_->size(), id, group_->rank()));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+    return c;
+  }
+  Channel& channel_to(int peer) {
+    Channel& c = peer > rank() ? towards_higher_ : towards_lower_;
+    check(c.comm != nullptr, "NCCL: point-to-point on the " + name() + " group, made without it");
+    return c;
+  }
+
+  // The channel's stream waits for everything issued to the compute stream so far.
+  void after_compute(const Channel& c) {
+    CUDA_CHECK(cudaEventRecord(ready_, kernels::cuda::compute_stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(c.stream, ready_, 0));
+  }
+  RequestPtr finished(const Channel& c, CommOp op, size_t count, void* host_out = nullptr,
+                      const void* staged = nullptr, size_t bytes = 0) {
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, c.stream));
+    return std::make_unique<NcclRequest>(*this, c.comm, op, count, done, host_out, staged, bytes);
+  }
+  // A collective on `data`, which ran on `device`: a staging copy when they differ.
+  RequestPtr finished_staged(CommOp op, size_t count, void* data, void* device, size_t bytes) {
+    if (device == data) return finished(collectives_, op, count);
+    return finished(collectives_, op, count, data, device, bytes);
+  }
+  // A device copy of a host buffer (the buffer itself when it is device memory).
+  template <typename E>
+  E* stage_in(E* data, size_t bytes) {
+    if (!on_host(data)) return data;
+    check(!staged_in_use_, "NCCL: one host-memory operation at a time per communicator");
+    if (bytes > staging_bytes_) {
+      if (staging_ != nullptr) CUDA_CHECK(cudaFree(staging_));
+      CUDA_CHECK(cudaMalloc(&staging_, bytes));
+      staging_bytes_ = bytes;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, collectives_.stream));
+    staged_in_use_ = true;
+    return static_cast<E*>(staging_);
+  }
+
+  friend class NcclRequest;
+  std::unique_ptr<MpiCommunicator> group_;
+  std::shared_ptr<Watchdog> watchdog_;
+  Channel collectives_, towards_higher_, towards_lower_;
+  cudaEvent_t ready_ = nullptr;
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+  bool staged_in_use_ = false;
+};
+
+bool NcclRequest::test() {
+  if (complete_) return true;
+  const cudaError_t state = cudaEventQuery(done_);
+  if (state == cudaSuccess) {
+    completed();
+    return true;
+  }
+  if (state != cudaErrorNotReady) CUDA_CHECK(state);
+  ncclResult_t async_error = ncclSuccess;
+  NCCL_CHECK(ncclCommGetAsyncError(nccl_, &async_error));
+  if (async_error != ncclSuccess && async_error != ncclInProgress)
+    fail(std::string("NCCL: ") + comm_op_name(op_) + " on the " + comm_.name() +
+         " group failed: " + ncclGetErrorString(async_error));
+  return false;
+}
+
+void NcclRequest::wait() {
+  Timer timer;
+  for (long spins = 0; !test(); spins++) {
+    if (spins % 64 == 0 && timer.seconds() > comm_.watchdog().timeout_s) abort_stuck(timer.seconds());
+    if (spins > 1000) sched_yield();
+  }
+}
+
+void NcclRequest::completed() {
+  complete_ = true;
+  if (staged_ == nullptr) return;
+  if (host_out_ != nullptr) CUDA_CHECK(cudaMemcpy(host_out_, staged_, bytes_, cudaMemcpyDeviceToHost));
+  comm_.staged_in_use_ = false;
+}
+
+void NcclRequest::abort_stuck(double waited) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::fprintf(stderr,
+               "trident: rank %d (%s): timeout: NCCL %s of %zu elements on the %s group (rank %d of %d) "
+               "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
+               world_rank, host, comm_op_name(op_), count_, comm_.name().c_str(), comm_.rank(), comm_.size(), waited,
+               comm_.watchdog().step);
+  std::fflush(stderr);
+  comm_.abort_all();  // frees the GPU from the stuck kernels
+  MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
+  std::_Exit(kExitTimeout);
+}
+
+}  // namespace
+
+bool nccl_compiled_in() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<MpiCommunicator> group,
+                                                     std::shared_ptr<Watchdog> watchdog, bool point_to_point) {
+  return std::make_unique<NcclCommunicator>(std::move(group), std::move(watchdog), point_to_point);
+}
+
+}  // namespace trident
+
+#else  // no NCCL in this build
+
 namespace trident {
 
 bool nccl_compiled_in() { return false; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<MpiCommunicator> group,
-                                                     std::shared_ptr<Watchdog>) {
+                                                     std::shared_ptr<Watchdog>, bool) {
   throw UsageError("the " + group->name() +
                    " group needs NCCL, which this build lacks (rebuild with NCCL_HOME=/path/to/nccl)");
 }
 
 }  // namespace trident
+
 #endif

@@ -45,7 +45,7 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   const auto make = [&](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
     auto mpi = std::make_unique<MpiCommunicator>(comm, name, watchdog_);
     if (!cuda || mpi->size() == 1) return mpi;  // one rank: every collective is the identity, no NCCL needed
-    return make_nccl_communicator(std::move(mpi), watchdog_);
+    return make_nccl_communicator(std::move(mpi), watchdog_, /*point_to_point=*/name == "pp");
   };
   // Ranks of one group share every other coordinate: the group's first rank is its color.
   const auto group_of = [&](Axis axis) {

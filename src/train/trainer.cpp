@@ -136,7 +136,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   GPT2 model(mc, tc.micro_batch, *k, TensorParallel(parallel.tp()), dp, plan.stage, plan.slots);
   model.init_parameters(tc.seed);
   DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), config.parallel.bucket_mb,
-                             config.parallel.zero == 1, config.parallel.overlap);
+                             config.parallel.zero == 1, config.parallel.overlap, k.get());
   AdamW optimizer(model.layout(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay}, *k, data_parallel.owned());
   StepRunner runner(model, optimizer, data_parallel, parallel.dp(), *k, plan.links);
   const CheckpointConfig& cc = config.checkpoint;
@@ -147,7 +147,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   if (peak_gflops == 0) {
     // Measured on rank 0 with the others idle at the broadcast, so ranks sharing the
     // machine do not slow each other down.
-    if (root) peak_gflops = k->measure_gemm_gflops(1024, 0.3);
+    // A GPU needs large matrices to reach its peak; a CPU core is there at 1024.
+    if (root) peak_gflops = k->measure_gemm_gflops(tc.device == "cuda" ? 8192 : 1024, tc.device == "cuda" ? 1.0 : 0.3);
     peak_gflops = parallel.world().all_reduce(peak_gflops, ReduceOp::max);
   }
   if (root) {
@@ -156,10 +157,15 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                 "tensors), %.1f MFLOP/token\n",
                 mc.n_layer, mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size, mc.padded_vocab(parallel.dims().tp),
                 floats / 1e6, parallel.dims().tp, mc.flops_per_token() / 1e6);
-    std::printf("memory per rank: parameters %.3f GiB, gradients %.3f GiB, optimizer state %.3f GiB%s, "
-                "activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
-                gib(floats * 4), gib(floats * 4), gib(static_cast<double>(optimizer.state_floats()) * 4),
-                data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "",
+    const std::string compute_copy =
+        model.compute_weight_bytes() == 0
+            ? ""
+            : " + " + std::to_string(gib(static_cast<double>(model.compute_weight_bytes()))).substr(0, 5) +
+                  " GiB bf16 compute copy";
+    std::printf("memory per rank: parameters %.3f GiB (fp32)%s, gradients %.3f GiB, "
+                "optimizer state %.3f GiB%s, activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
+                gib(floats * 4), compute_copy.c_str(), gib(floats * 4),
+                gib(static_cast<double>(optimizer.state_floats()) * 4), data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "",
                 gib(static_cast<double>(model.activation_bytes())), tc.micro_batch,
                 gib(static_cast<double>(resident_bytes())));
     std::printf("batch: %d sequences per step = %d dp x %d micro-batches x %d; %zu gradient buckets of <= %.0f MiB%s\n",
@@ -170,8 +176,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                   parallel.dims().pp, config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
                   config.parallel.schedule.c_str(), plan.stage.first_layer, plan.stage.first_layer + plan.stage.layers - 1,
                   plan.slots);
-    std::printf("device: %s, %d threads per rank, GEMM peak %.1f GFLOP/s per rank (%s); setup %.2f s\n",
-                k->name().c_str(), omp_get_max_threads(), peak_gflops,
+    std::printf("device: %s, %s, %d threads per rank, GEMM peak %.1f GFLOP/s per rank (%s); setup %.2f s\n",
+                k->name().c_str(), kernels::precision_name(k->precision()), omp_get_max_threads(), peak_gflops,
                 config.log.peak_gflops > 0 ? "from config" : "measured", setup.seconds());
   }
 

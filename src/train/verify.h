@@ -37,7 +37,7 @@ struct VerifyReport {
 
   // Tolerances that a correct float32 implementation meets with margin (FORMAT.md).
   static constexpr double kLossTolerance = 1e-5, kGradientTolerance = 1e-4, kParamTolerance = 1e-3;
-  // Under bf16 compute (8 significant bits, relative rounding 2^-9) the loss moves by
+  // Under bf16 compute (8 significant bits, relative rounding error up to 2^-8) the loss moves by
   // ~1e-5 and the gradients by ~1e-2 (measured on the CPU's exact bf16 emulation). The
   // final parameters' bound is loose for one tensor: the key part of c_attn.bias has an
   // analytically zero gradient (softmax ignores a shift of every key), so AdamW moves

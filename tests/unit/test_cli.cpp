@@ -43,12 +43,25 @@ TEST(Cli, BadInputExitsTwoWithOneMessage) {
       {"verify --reference /nonexistent.h5", "/nonexistent.h5"},
       {"verify --reference " + not_hdf5, "not HDF5"},
       {"verify --reference tests/data/gpt2_ref_a.h5 --train.micro_batch=3", "must divide"},
+      {"train --train.precision=fp16", "train.precision"},
+      {"train --device=tpu", "train.device"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun r = run(args);
     EXPECT_EQ(r.exit_code, 2) << "trident " << args << "\n" << r.err;
     EXPECT_EQ(count(r.err, "trident: error:"), 1) << "trident " << args << "\n" << r.err;
     EXPECT_NE(r.err.find(expected), std::string::npos) << "trident " << args << "\n" << r.err;
+  }
+}
+
+TEST(Cli, CudaWithoutAGpuIsBadInputOnEveryRank) {
+  if (std::getenv("TRIDENT_TEST_HAVE_GPU") != nullptr) GTEST_SKIP() << "this machine has a GPU";
+  for (const std::string launcher : {"", "mpirun --oversubscribe --allow-run-as-root -np 2"}) {
+    const CliRun r = run("verify --reference tests/data/gpt2_ref_a.h5 --device=cuda", launcher, 60);
+    EXPECT_EQ(r.exit_code, 2) << launcher << "\n" << r.err;
+    // A CUDA build finds no GPU here; a build without nvcc has no CUDA path.
+    EXPECT_TRUE(r.err.find("no usable GPU") != std::string::npos || r.err.find("no CUDA path") != std::string::npos)
+        << r.err;
   }
 }
 
@@ -110,6 +123,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1", "pp groups: {0,2} {1,3}"},       // tp 2
       {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --parallel.zero=1", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
       {6, h6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1", "pp groups: {0,3} {1,4} {2,5}"},
+      // Mixed precision (bf16 emulated on the CPU) in the 3D grid, against bf16 tolerances.
+      {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.precision=bf16", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
   };
   for (const Layout& l : layouts) {
     const CliRun r = run("verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,

@@ -1,0 +1,422 @@
+// The CUDA kernels against the CPU kernels, then timed.
+//
+// Part 1 runs every kernel of kernels/kernels.h on both backends with fresh random
+// inputs (the same values on both: rounded to bf16 first when the GPU computes in bf16)
+// and prints ||gpu - cpu|| / ||cpu|| per output. Tolerances: 1e-5 in fp32, 1e-2 in bf16;
+// a NaN never passes. Part 2 times the GPU kernels at GPT-2 124M's shapes (batch 16 x
+// 1024), with the flash attention against the naive three-kernel one.
+//
+//   build/bench/kernel_check [--seed N] [--no-timing]    exit 1 when a check fails
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "kernels/cuda/naive_attention.h"
+#include "kernels/kernels.h"
+
+using namespace trident::kernels;
+
+namespace {
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    diff += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  const double e = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  return std::isnan(e) ? INFINITY : e;
+}
+
+// One precision's comparison: inputs are made on the host, copied to the GPU, and the
+// same host vectors are the CPU backend's buffers.
+class Comparison {
+ public:
+  Comparison(Kernels& cpu, Kernels& gpu, uint64_t seed) : cpu_(cpu), gpu_(gpu), rng_(seed) {}
+  ~Comparison() { release(); }
+
+  bool bf16() const { return gpu_.precision() == Precision::bf16; }
+  double tolerance() const { return bf16() ? 1e-2 : 1e-5; }
+
+  // Random N(0, scale^2) values, representable in the GPU's activation type.
+  std::vector<float> input(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = bf16() ? round_to_bf16(normal(rng_)) : normal(rng_);
+    return v;
+  }
+  std::vector<int32_t> ids(size_t n, int below) {
+    std::uniform_int_distribution<int32_t> pick(0, below - 1);
+    std::vector<int32_t> v(n);
+    for (int32_t& x : v) x = pick(rng_);
+    return v;
+  }
+
+  Act* act(const std::vector<float>& host) {
+    Act* p = static_cast<Act*>(keep(gpu_.alloc(gpu_.activation_bytes(host.size()))));
+    gpu_.activations_from_host(p, host.data(), host.size());
+    return p;
+  }
+  Act* act(size_t n) { return static_cast<Act*>(keep(gpu_.alloc(gpu_.activation_bytes(n)))); }
+  float* f32(const std::vector<float>& host) {
+    float* p = f32(host.size());
+    gpu_.copy_to_device(p, host.data(), host.size() * sizeof(float));
+    return p;
+  }
+  float* f32(size_t n) { return static_cast<float*>(keep(gpu_.alloc(n * sizeof(float)))); }
+  int32_t* i32(const std::vector<int32_t>& host) {
+    auto* p = static_cast<int32_t*>(keep(gpu_.alloc(host.size() * sizeof(int32_t))));
+    gpu_.copy_to_device(p, host.data(), host.size() * sizeof(int32_t));
+    return p;
+  }
+  std::vector<float> host(const Act* p, size_t n) {
+    std::vector<float> v(n);
+    gpu_.activations_to_host(v.data(), p, n);
+    return v;
+  }
+  std::vector<float> host(const float* p, size_t n) {
+    std::vector<float> v(n);
+    gpu_.copy_to_host(v.data(), p, n * sizeof(float));
+    return v;
+  }
+
+  // Records one output's error; `tolerance` < 0: the precision's default.
+  void compare(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& cpu,
+               double tolerance = -1) {
+    const double limit = tolerance >= 0 ? tolerance : this->tolerance();
+    const double e = relative_error(gpu, cpu);
+    const bool ok = e <= limit;
+    failures_ += ok ? 0 : 1;
+    std::printf("| %-38s | %-4s | %10.3e | %7.0e | %s |\n", what.c_str(), precision_name(gpu_.precision()), e, limit,
+                ok ? "ok" : "FAIL");
+  }
+  void release() {
+    for (void* p : allocations_) gpu_.free(p);
+    allocations_.clear();
+  }
+  int failures() const { return failures_; }
+
+ private:
+  void* keep(void* p) {
+    allocations_.push_back(p);
+    return p;
+  }
+
+  Kernels& cpu_;
+  Kernels& gpu_;
+  std::mt19937_64 rng_;
+  std::vector<void*> allocations_;
+  int failures_ = 0;
+};
+
+void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
+  const int B = 2, T = 200, C = 256, N = B * T;  // T not a multiple of any tile
+  {  // the compute copy of the weights: bit-exact round to nearest even
+    std::vector<float> master(4096);
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (float& x : master) x = normal(rng);
+    Act* g = c.act(master.size());
+    gpu.cast_to_activation(g, c.f32(master), master.size());
+    std::vector<float> want(master);
+    if (c.bf16())
+      for (float& x : want) x = round_to_bf16(x);
+    c.compare("cast_to_activation (exact)", c.host(g, master.size()), want, 0.0);
+  }
+  {  // embeddings of a vocabulary shard [64, 264) of 300 ids
+    const int start = 64, rows = 200;
+    const auto tokens = c.ids(N, 300);
+    auto wte = c.input(static_cast<size_t>(rows) * C), wpe = c.input(static_cast<size_t>(T) * C);
+    std::vector<float> out(static_cast<size_t>(N) * C);
+    Act* g_out = c.act(out.size());
+    int32_t* g_tokens = c.i32(tokens);
+    gpu.embedding_forward(g_out, g_tokens, c.act(wte), start, rows, B, T, C);
+    cpu.embedding_forward(as_act(out.data()), tokens.data(), as_act(wte.data()), start, rows, B, T, C);
+    c.compare("embedding_forward", c.host(g_out, out.size()), out);
+    gpu.add_positions(g_out, c.act(wpe), B, T, C);
+    cpu.add_positions(as_act(out.data()), as_act(wpe.data()), B, T, C);
+    c.compare("add_positions", c.host(g_out, out.size()), out);
+    const auto dout = c.input(out.size());
+    auto dwte = c.input(wte.size()), dwpe = c.input(wpe.size());
+    float *g_dwte = c.f32(dwte), *g_dwpe = c.f32(dwpe);
+    Act* g_dout = c.act(dout);
+    gpu.embedding_backward(g_dwte, g_dout, g_tokens, start, rows, B, T, C);
+    cpu.embedding_backward(dwte.data(), as_act(dout.data()), tokens.data(), start, rows, B, T, C);
+    c.compare("embedding_backward (dwte +=)", c.host(g_dwte, dwte.size()), dwte);
+    gpu.positions_backward(g_dwpe, g_dout, B, T, C);
+    cpu.positions_backward(dwpe.data(), as_act(dout.data()), B, T, C);
+    c.compare("positions_backward (dwpe +=)", c.host(g_dwpe, dwpe.size()), dwpe);
+    c.release();
+  }
+  for (int width : {256, 1600}) {  // LayerNorm; 1600 (GPT-2 XL) needs > 48 KiB of shared memory
+    const int rows = width == 256 ? N : 64;
+    const size_t n = static_cast<size_t>(rows) * width;
+    const auto inp = c.input(n, 2.0f), weight = c.input(width), bias = c.input(width), dout = c.input(n);
+    auto dinp = c.input(n), dweight = c.input(width), dbias = c.input(width);
+    std::vector<float> out(n), mean(rows), rstd(rows);
+    Act *g_out = c.act(n), *g_inp = c.act(inp), *g_weight = c.act(weight), *g_dinp = c.act(dinp);
+    float *g_mean = c.f32(rows), *g_rstd = c.f32(rows), *g_dweight = c.f32(dweight), *g_dbias = c.f32(dbias);
+    gpu.layernorm_forward(g_out, g_mean, g_rstd, g_inp, g_weight, c.act(bias), rows, width, 1e-5f);
+    cpu.layernorm_forward(as_act(out.data()), mean.data(), rstd.data(), as_act(inp.data()), as_act(weight.data()),
+                          as_act(bias.data()), rows, width, 1e-5f);
+    const std::string at = " C=" + std::to_string(width);
+    c.compare("layernorm_forward out" + at, c.host(g_out, n), out);
+    c.compare("layernorm_forward mean" + at, c.host(g_mean, rows), mean, 1e-5);
+    c.compare("layernorm_forward rstd" + at, c.host(g_rstd, rows), rstd, 1e-5);
+    gpu.layernorm_backward(g_dinp, g_dweight, g_dbias, c.act(dout), g_inp, g_weight, g_mean, g_rstd, rows, width);
+    cpu.layernorm_backward(as_act(dinp.data()), dweight.data(), dbias.data(), as_act(dout.data()),
+                           as_act(inp.data()), as_act(weight.data()), mean.data(), rstd.data(), rows, width);
+    c.compare("layernorm_backward dinp +=" + at, c.host(g_dinp, n), dinp);
+    c.compare("layernorm_backward dweight +=" + at, c.host(g_dweight, width), dweight);
+    c.compare("layernorm_backward dbias +=" + at, c.host(g_dbias, width), dbias);
+    c.release();
+  }
+  // Matmuls: an aligned shape and an odd one (cuBLASLt picks other algorithms).
+  for (const auto& [rows, in, outc] : std::vector<std::tuple<int, int, int>>{{N, C, 3 * C}, {301, 203, 333}}) {
+    const size_t n_in = static_cast<size_t>(rows) * in, n_out = static_cast<size_t>(rows) * outc;
+    const auto inp = c.input(n_in), weight = c.input(static_cast<size_t>(outc) * in, 0.05f), bias = c.input(outc);
+    std::vector<float> out(n_out), dinp(n_in);
+    Act *g_out = c.act(n_out), *g_inp = c.act(inp), *g_weight = c.act(weight);
+    const std::string at = " " + std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(outc);
+    gpu.matmul_forward(g_out, g_inp, g_weight, c.act(bias), rows, in, outc);
+    cpu.matmul_forward(as_act(out.data()), as_act(inp.data()), as_act(weight.data()), as_act(bias.data()), rows, in,
+                       outc);
+    c.compare("matmul_forward +bias" + at, c.host(g_out, n_out), out);
+    gpu.matmul_forward(g_out, g_inp, g_weight, nullptr, rows, in, outc);
+    cpu.matmul_forward(as_act(out.data()), as_act(inp.data()), as_act(weight.data()), nullptr, rows, in, outc);
+    c.compare("matmul_forward" + at, c.host(g_out, n_out), out);
+    const auto dout = c.input(n_out);
+    auto dweight = c.input(weight.size()), dbias = c.input(outc);
+    Act* g_dinp = c.act(n_in);
+    float *g_dweight = c.f32(dweight), *g_dbias = c.f32(dbias);
+    gpu.matmul_backward(g_dinp, g_dweight, g_dbias, c.act(dout), g_inp, g_weight, rows, in, outc);
+    cpu.matmul_backward(as_act(dinp.data()), dweight.data(), dbias.data(), as_act(dout.data()), as_act(inp.data()),
+                        as_act(weight.data()), rows, in, outc);
+    c.compare("matmul_backward dinp" + at, c.host(g_dinp, n_in), dinp);
+    c.compare("matmul_backward dweight +=" + at, c.host(g_dweight, dweight.size()), dweight);
+    c.compare("matmul_backward dbias +=" + at, c.host(g_dbias, outc), dbias);
+    c.release();
+  }
+  for (int heads : {8, 4, 2}) {  // head dims 32, 64, 128: each kernel instance
+    const size_t n_qkv = static_cast<size_t>(N) * 3 * C, n_out = static_cast<size_t>(N) * C;
+    const auto qkv = c.input(n_qkv), dout = c.input(n_out);
+    std::vector<float> out(n_out), probs(cpu.attention_stats_floats(B, T, heads)), dqkv(n_qkv);
+    Act *g_out = c.act(n_out), *g_qkv = c.act(qkv), *g_dqkv = c.act(n_qkv);
+    float* g_stats = c.f32(gpu.attention_stats_floats(B, T, heads));
+    const std::string at = " hd=" + std::to_string(C / heads) + " T=" + std::to_string(T);
+    gpu.attention_forward(g_out, g_stats, g_qkv, B, T, C, heads);
+    cpu.attention_forward(as_act(out.data()), probs.data(), as_act(qkv.data()), B, T, C, heads);
+    c.compare("attention_forward" + at, c.host(g_out, n_out), out);
+    gpu.attention_backward(g_dqkv, c.act(dout), g_qkv, g_out, g_stats, B, T, C, heads);
+    cpu.attention_backward(as_act(dqkv.data()), as_act(dout.data()), as_act(qkv.data()), as_act(out.data()),
+                           probs.data(), B, T, C, heads);
+    c.compare("attention_backward dqkv" + at, c.host(g_dqkv, n_qkv), dqkv);
+    c.release();
+  }
+  {  // GELU and the residual add
+    const size_t n = static_cast<size_t>(N) * 4 * C;
+    const auto inp = c.input(n, 2.0f), dout = c.input(n), other = c.input(n);
+    std::vector<float> out(n), dinp(n);
+    Act *g_out = c.act(n), *g_inp = c.act(inp);
+    gpu.gelu_forward(g_out, g_inp, n);
+    cpu.gelu_forward(as_act(out.data()), as_act(inp.data()), n);
+    c.compare("gelu_forward", c.host(g_out, n), out);
+    Act* g_dinp = c.act(n);
+    gpu.gelu_backward(g_dinp, g_inp, c.act(dout), n);
+    cpu.gelu_backward(as_act(dinp.data()), as_act(inp.data()), as_act(dout.data()), n);
+    c.compare("gelu_backward", c.host(g_dinp, n), dinp);
+    gpu.add(g_out, g_inp, c.act(other), n);
+    cpu.add(as_act(out.data()), as_act(inp.data()), as_act(other.data()), n);
+    c.compare("add", c.host(g_out, n), out);
+    c.release();
+  }
+  {  // cross-entropy on the second shard [512, 1024) of a 1000-word vocabulary
+    const int Vs = 512, start = 512, valid = 1000 - start;
+    const auto logits = c.input(static_cast<size_t>(N) * Vs, 3.0f);
+    const auto targets = c.ids(N, 1000);
+    std::vector<float> row_max(N), sums(2 * N), losses(N), lse(N), dlogits(logits);
+    Act* g_logits = c.act(logits);
+    int32_t* g_targets = c.i32(targets);
+    float *g_max = c.f32(N), *g_sums = c.f32(2 * N), *g_losses = c.f32(N), *g_lse = c.f32(N);
+    gpu.logits_row_max(g_max, g_logits, N, valid, Vs);
+    cpu.logits_row_max(row_max.data(), as_act(logits.data()), N, valid, Vs);
+    c.compare("logits_row_max", c.host(g_max, N), row_max, 1e-6);
+    gpu.logits_sum_exp_and_target(g_sums, g_logits, g_max, g_targets, start, N, valid, Vs);
+    cpu.logits_sum_exp_and_target(sums.data(), as_act(logits.data()), row_max.data(), targets.data(), start, N, valid,
+                                  Vs);
+    c.compare("logits_sum_exp_and_target", c.host(g_sums, 2 * N), sums, 1e-5);
+    gpu.cross_entropy_loss(g_losses, g_lse, g_max, g_sums, N);
+    cpu.cross_entropy_loss(losses.data(), lse.data(), row_max.data(), sums.data(), N);
+    c.compare("cross_entropy_loss", c.host(g_losses, N), losses, 1e-5);
+    gpu.cross_entropy_backward(g_logits, g_lse, g_targets, start, N, valid, Vs, 0.01f);
+    cpu.cross_entropy_backward(as_act(dlogits.data()), lse.data(), targets.data(), start, N, valid, Vs, 0.01f);
+    c.compare("cross_entropy_backward", c.host(g_logits, dlogits.size()), dlogits);
+    c.release();
+  }
+  {  // optimizer: fp32 everywhere
+    const size_t n = 1 << 20;
+    std::vector<float> param(n), grad(n), m(n), v(n);
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (size_t i = 0; i < n; i++) {
+      param[i] = normal(rng);
+      grad[i] = normal(rng);
+      m[i] = 0.1f * normal(rng);
+      v[i] = 0.01f * std::abs(normal(rng));
+    }
+    float *g_param = c.f32(param), *g_grad = c.f32(grad), *g_m = c.f32(m), *g_v = c.f32(v);
+    gpu.adamw_update(g_param, g_grad, g_m, g_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
+    cpu.adamw_update(param.data(), grad.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
+    c.compare("adamw_update params", c.host(g_param, n), param, 1e-6);
+    c.compare("adamw_update exp_avg_sq", c.host(g_v, n), v, 1e-6);
+    const double want = cpu.sum_squares(grad.data(), n), got = gpu.sum_squares(g_grad, n);
+    c.compare("sum_squares", {static_cast<float>(got)}, {static_cast<float>(want)}, 1e-6);
+    c.release();
+  }
+}
+
+// Mean seconds of `run` on the GPU over enough repetitions to fill ~0.2 s.
+double time_gpu(Kernels& gpu, const std::function<void()>& run) {
+  run();
+  gpu.synchronize();
+  using clock = std::chrono::steady_clock;
+  int reps = 0;
+  const auto start = clock::now();
+  double elapsed = 0;
+  do {
+    run();
+    reps++;
+    gpu.synchronize();
+    elapsed = std::chrono::duration<double>(clock::now() - start).count();
+  } while (elapsed < 0.2 || reps < 3);
+  return elapsed / reps;
+}
+
+void timing_table(Kernels& gpu) {
+  const int B = 16, T = 1024, C = 768, NH = 12, Vp = 50304, N = B * T;
+  const DType type = gpu.activation_type();
+  const auto act = [&](size_t n) { return static_cast<Act*>(gpu.alloc(gpu.activation_bytes(n))); };
+  const auto f32 = [&](size_t n) { return static_cast<float*>(gpu.alloc(n * sizeof(float))); };
+  std::vector<void*> keep;
+  const auto A = [&](size_t n) { Act* p = act(n); keep.push_back(p); return p; };
+  const auto F = [&](size_t n) { float* p = f32(n); keep.push_back(p); return p; };
+  Act *x = A(static_cast<size_t>(N) * C), *qkv = A(static_cast<size_t>(N) * 3 * C), *fc = A(static_cast<size_t>(N) * 4 * C);
+  Act *fc2 = A(static_cast<size_t>(N) * 4 * C), *w = A(static_cast<size_t>(Vp) * C), *bias = A(4 * C);
+  Act *out = A(static_cast<size_t>(N) * C), *dout = A(static_cast<size_t>(N) * C), *dqkv = A(static_cast<size_t>(N) * 3 * C);
+  Act* logits = A(static_cast<size_t>(N) * Vp);
+  float *stats = F(static_cast<size_t>(B) * NH * T), *mean = F(N), *rstd = F(N), *dw = F(static_cast<size_t>(Vp) * C);
+  float *db = F(Vp), *row_max = F(N), *sums = F(2 * N), *losses = F(N), *lse = F(N);
+  int32_t* targets = reinterpret_cast<int32_t*>(F(N));
+  {  // small values, not zeros: realistic power draw and softmax
+    std::vector<float> values(static_cast<size_t>(N) * 4 * C);
+    for (size_t i = 0; i < values.size(); i++) values[i] = 0.02f * static_cast<float>(static_cast<int>((i * 7919) % 101) - 50) / 50.0f;
+    for (Act* p : {x, out, dout}) gpu.activations_from_host(p, values.data(), static_cast<size_t>(N) * C);
+    gpu.activations_from_host(qkv, values.data(), static_cast<size_t>(N) * 3 * C);
+    gpu.activations_from_host(fc, values.data(), static_cast<size_t>(N) * 4 * C);
+    gpu.activations_from_host(w, values.data(), static_cast<size_t>(Vp) * C > values.size() ? values.size() : static_cast<size_t>(Vp) * C);
+  }
+  std::printf("\n| kernel at B=16 T=1024 C=768 NH=12 (%s) | ms | rate |\n|---|---:|---:|\n", precision_name(gpu.precision()));
+  const auto row = [&](const char* what, double seconds, double amount, const char* unit) {
+    std::printf("| %-44s | %8.3f | %8.1f %s |\n", what, seconds * 1e3, amount / seconds / 1e12, unit);
+  };
+  const auto gemm_flops = [](double m, double k, double n) { return 2.0 * m * k * n; };
+  row("matmul_forward qkv (16384x768x2304)", time_gpu(gpu, [&] { gpu.matmul_forward(qkv, x, w, bias, N, C, 3 * C); }),
+      gemm_flops(N, C, 3 * C), "TFLOP/s");
+  row("matmul_forward fc (16384x768x3072)", time_gpu(gpu, [&] { gpu.matmul_forward(fc, x, w, bias, N, C, 4 * C); }),
+      gemm_flops(N, C, 4 * C), "TFLOP/s");
+  row("matmul_backward fc (dinp + dweight + dbias)",
+      time_gpu(gpu, [&] { gpu.matmul_backward(x, dw, db, fc, x, w, N, C, 4 * C); }), 2 * gemm_flops(N, C, 4 * C),
+      "TFLOP/s");
+  row("matmul_forward lm head (16384x768x50304)",
+      time_gpu(gpu, [&] { gpu.matmul_forward(logits, x, w, nullptr, N, C, Vp); }), gemm_flops(N, C, Vp), "TFLOP/s");
+  const double act_bytes = static_cast<double>(gpu.activation_bytes(static_cast<size_t>(N) * C));
+  row("layernorm_forward", time_gpu(gpu, [&] { gpu.layernorm_forward(out, mean, rstd, x, w, bias, N, C, 1e-5f); }),
+      2 * act_bytes * 1e3, "GB/s");
+  row("layernorm_backward", time_gpu(gpu, [&] { gpu.layernorm_backward(x, dw, db, dout, out, w, mean, rstd, N, C); }),
+      4 * act_bytes * 1e3, "GB/s");
+  const double fc_bytes = 4 * act_bytes;
+  row("gelu_forward", time_gpu(gpu, [&] { gpu.gelu_forward(fc2, fc, static_cast<size_t>(N) * 4 * C); }),
+      2 * fc_bytes * 1e3, "GB/s");
+  row("gelu_backward", time_gpu(gpu, [&] { gpu.gelu_backward(fc2, fc, fc2, static_cast<size_t>(N) * 4 * C); }),
+      3 * fc_bytes * 1e3, "GB/s");
+  // Attention: causal, so half of the 4*B*NH*T^2*hd multiply-adds of the two products.
+  const double attention_flops = 2.0 * B * NH * static_cast<double>(T) * T * (C / NH);
+  const double flash_fwd = time_gpu(gpu, [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
+  const double flash_bwd =
+      time_gpu(gpu, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+  float* probs = F(static_cast<size_t>(B) * NH * T * T);
+  float* dprobs = F(static_cast<size_t>(B) * NH * T * T);
+  const double naive_fwd =
+      time_gpu(gpu, [&] { cuda::naive_attention_forward(type, out, probs, qkv, B, T, C, NH); });
+  const double naive_bwd =
+      time_gpu(gpu, [&] { cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, B, T, C, NH); });
+  row("attention_forward, flash", flash_fwd, attention_flops, "TFLOP/s");
+  row("attention_forward, naive three kernels", naive_fwd, attention_flops, "TFLOP/s");
+  row("attention_backward, flash", flash_bwd, 2.5 * attention_flops, "TFLOP/s");
+  row("attention_backward, naive three kernels", naive_bwd, 2.5 * attention_flops, "TFLOP/s");
+  std::printf("| flash vs naive: forward %.1fx, backward %.1fx faster (target >= 3x) | | |\n", naive_fwd / flash_fwd,
+              naive_bwd / flash_bwd);
+  {
+    std::vector<int32_t> t(N);
+    for (int i = 0; i < N; i++) t[i] = (i * 31) % 50257;
+    gpu.copy_to_device(targets, t.data(), t.size() * sizeof(int32_t));
+  }
+  const double logits_bytes = static_cast<double>(gpu.activation_bytes(static_cast<size_t>(N) * Vp));
+  row("cross-entropy (max, sum, loss, backward)", time_gpu(gpu, [&] {
+        gpu.logits_row_max(row_max, logits, N, 50257, Vp);
+        gpu.logits_sum_exp_and_target(sums, logits, row_max, targets, 0, N, 50257, Vp);
+        gpu.cross_entropy_loss(losses, lse, row_max, sums, N);
+        gpu.cross_entropy_backward(logits, lse, targets, 0, N, 50257, Vp, 1e-5f);
+      }),
+      4 * logits_bytes * 1e3, "GB/s");
+  const size_t params = 124'475'904;
+  float *p = F(params), *g = F(params), *m = F(params), *v = F(params);
+  row("adamw_update (124M fp32)", time_gpu(gpu, [&] { gpu.adamw_update(p, g, m, v, params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); }),
+      7.0 * 4 * params * 1e3, "GB/s");
+  row("sum_squares (124M fp32)", time_gpu(gpu, [&] { gpu.sum_squares(g, params); }), 4.0 * params * 1e3, "GB/s");
+  for (void* ptr : keep) gpu.free(ptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  bool timing = true;
+  for (int i = 1; i < argc; i++) {
+    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = std::stoull(argv[++i]);
+    else if (std::strcmp(argv[i], "--no-timing") == 0) timing = false;
+  }
+  try {
+    select_cuda_device(0);
+    auto cpu = make_cpu_kernels(Precision::fp32);
+    int failures = 0;
+    std::printf("kernel check, seed %llu: ||gpu - cpu|| / ||cpu|| on the same inputs\n\n",
+                static_cast<unsigned long long>(seed));
+    std::printf("| %-38s | prec | rel. error | toler. | |\n|---|---|---:|---:|---|\n", "kernel, output");
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      auto gpu = make_cuda_kernels(precision);
+      Comparison comparison(*cpu, *gpu, seed);
+      check_all(*cpu, *gpu, comparison);
+      failures += comparison.failures();
+    }
+    std::printf("\n%s: %d failed\n", failures == 0 ? "PASS" : "FAIL", failures);
+    if (timing)
+      for (Precision precision : {Precision::bf16, Precision::fp32}) {
+        auto gpu = make_cuda_kernels(precision);
+        std::printf("GEMM peak (8192^3, %s): %.1f TFLOP/s\n", precision_name(precision),
+                    gpu->measure_gemm_gflops(8192, 1.0) / 1e3);
+        timing_table(*gpu);
+      }
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_check: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,265 @@
+// The CUDA implementation of kernels/kernels.h: one class over the activation type T
+// (float, or bf16 for mixed precision), dispatching to the launchers of
+// cuda_kernels.cuh on the compute stream.
+#include <chrono>
+#include <vector>
+
+#include "../bf16.h"
+#include "../kernels.h"
+#include "cuda_kernels.cuh"
+
+namespace trident::kernels {
+
+namespace {
+
+using cuda::bf16;
+using cuda::compute_stream;
+
+// Device memory that grows on demand (scratch of the backward kernels).
+class Scratch {
+ public:
+  ~Scratch() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  template <typename E>
+  E* get(size_t count) {
+    const size_t bytes = count * sizeof(E);
+    if (bytes > bytes_) {
+      if (data_ != nullptr) {
+        CUDA_CHECK(cudaStreamSynchronize(compute_stream()));  // kernels may still use the old one
+        CUDA_CHECK(cudaFree(data_));
+      }
+      CUDA_CHECK(cudaMalloc(&data_, bytes));
+      bytes_ = bytes;
+    }
+    return static_cast<E*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+template <typename T>
+class CudaKernels final : public Kernels {
+ public:
+  CudaKernels() {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
+  }
+
+  std::string name() const override { return name_; }
+  Precision precision() const override { return std::is_same_v<T, float> ? Precision::fp32 : Precision::bf16; }
+  DType activation_type() const override { return std::is_same_v<T, float> ? DType::f32 : DType::bf16; }
+
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+      size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      throw UsageError("out of GPU memory: " + std::to_string(bytes >> 20) + " MiB requested, " +
+                       std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total >> 20) +
+                       " (a smaller train.micro_batch needs less)");
+    }
+    CUDA_CHECK(e);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+    return p;
+  }
+  void free(void* p) override {
+    CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+    CUDA_CHECK(cudaFree(p));
+  }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(compute_stream()));  // the host buffer may go away
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream()));
+  }
+  void fill_zero(void* p, size_t bytes) override { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_stream())); }
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(compute_stream())); }
+  void cast_to_activation(Act* compute, const float* master, size_t n) override {
+    if (static_cast<const void*>(compute) == static_cast<const void*>(master)) return;
+    cuda::cast(t(compute), master, n);
+  }
+  void activations_to_host(float* host, const Act* x, size_t n) override {
+    if constexpr (std::is_same_v<T, float>) {
+      copy_to_host(host, x, n * sizeof(float));
+    } else {
+      std::vector<uint16_t> bits(n);
+      copy_to_host(bits.data(), x, n * sizeof(uint16_t));
+      for (size_t i = 0; i < n; i++) host[i] = bf16_bits_to_float(bits[i]);
+    }
+  }
+  void activations_from_host(Act* x, const float* host, size_t n) override {
+    if constexpr (std::is_same_v<T, float>) {
+      copy_to_device(x, host, n * sizeof(float));
+    } else {
+      std::vector<uint16_t> bits(n);
+      for (size_t i = 0; i < n; i++) bits[i] = float_to_bf16_bits(host[i]);
+      copy_to_device(x, bits.data(), n * sizeof(uint16_t));
+    }
+  }
+
+  void embedding_forward(Act* out, const int32_t* tokens, const Act* wte_shard, int vocab_start, int shard_rows,
+                         int B, int T_, int C) override {
+    cuda::embedding_forward(t(out), tokens, t(wte_shard), vocab_start, shard_rows, B, T_, C);
+  }
+  void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, int vocab_start, int shard_rows,
+                          int B, int T_, int C) override {
+    // Group the positions by token on the host (B*T ids), so that each row's gradient
+    // is one block's ordered sum: deterministic, no atomics.
+    const size_t BT = static_cast<size_t>(B) * T_;
+    host_tokens_.resize(BT);
+    copy_to_host(host_tokens_.data(), tokens, BT * sizeof(int32_t));
+    std::vector<int32_t> count(shard_rows + 1, 0);
+    for (int32_t token : host_tokens_)
+      if (token >= vocab_start && token < vocab_start + shard_rows) count[token - vocab_start]++;
+    std::vector<int32_t> rows, starts{0};
+    for (int r = 0; r < shard_rows; r++)
+      if (count[r] > 0) {
+        rows.push_back(r);
+        starts.push_back(starts.back() + count[r]);
+      }
+    std::vector<int32_t> slot(shard_rows, -1), positions(starts.back());
+    for (size_t i = 0; i < rows.size(); i++) slot[rows[i]] = starts[i];
+    for (size_t p = 0; p < BT; p++) {
+      const int32_t token = host_tokens_[p];
+      if (token >= vocab_start && token < vocab_start + shard_rows) positions[slot[token - vocab_start]++] = static_cast<int32_t>(p);
+    }
+    std::vector<int32_t> packed;  // rows | starts | positions, one upload
+    packed.insert(packed.end(), rows.begin(), rows.end());
+    packed.insert(packed.end(), starts.begin(), starts.end());
+    packed.insert(packed.end(), positions.begin(), positions.end());
+    int32_t* device = index_scratch_.get<int32_t>(3 * BT + 2);  // the most it can hold: one size every step
+    copy_to_device(device, packed.data(), packed.size() * sizeof(int32_t));
+    const int distinct = static_cast<int>(rows.size());
+    cuda::embedding_backward(dwte_shard, t(dout), device, device + distinct, device + 2 * distinct + 1, distinct, C);
+  }
+  void add_positions(Act* out, const Act* wpe, int B, int T_, int C) override {
+    cuda::add_positions(t(out), t(wpe), B, T_, C);
+  }
+  void positions_backward(float* dwpe, const Act* dout, int B, int T_, int C) override {
+    cuda::positions_backward(dwpe, t(dout), B, T_, C);
+  }
+  void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight, const Act* bias, int N,
+                         int C, float eps) override {
+    cuda::layernorm_forward(t(out), mean, rstd, t(inp), t(weight), t(bias), N, C, eps);
+  }
+  void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp, const Act* weight,
+                          const float* mean, const float* rstd, int N, int C) override {
+    float* scratch = scratch_.get<float>(cuda::layernorm_backward_scratch_floats(N, C));
+    cuda::layernorm_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), mean, rstd, N, C, scratch);
+  }
+  void matmul_forward(Act* out, const Act* inp, const Act* weight, const Act* bias, int N, int C, int OC) override {
+    cuda::gemm<T, T>(false, true, N, OC, C, t(inp), t(weight), t(out), t(bias), false);
+  }
+  void matmul_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp, const Act* weight,
+                       int N, int C, int OC) override {
+    if (dinp != nullptr) cuda::gemm<T, T>(false, false, N, C, OC, t(dout), t(weight), t(dinp), nullptr, false);
+    cuda::gemm<T, float>(true, false, OC, C, N, t(dout), t(inp), dweight, nullptr, true);  // fp32 gradients
+    if (dbias != nullptr) cuda::column_sums(dbias, t(dout), N, OC);
+  }
+  size_t attention_stats_floats(int B, int T_, int NH) const override {
+    return static_cast<size_t>(B) * NH * T_;  // each row's log-sum-exp
+  }
+  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T_, int C, int NH) override {
+    cuda::attention_forward(t(out), stats, t(qkv), B, T_, C, NH);
+  }
+  void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out, const float* stats, int B,
+                          int T_, int C, int NH) override {
+    float* delta = scratch_.get<float>(static_cast<size_t>(B) * NH * T_);
+    cuda::attention_backward(t(dqkv), t(dout), t(qkv), t(out), stats, B, T_, C, NH, delta);
+  }
+  void gelu_forward(Act* out, const Act* inp, size_t n) override { cuda::gelu_forward(t(out), t(inp), n); }
+  void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) override {
+    cuda::gelu_backward(t(dinp), t(inp), t(dout), n);
+  }
+  void add(Act* out, const Act* a, const Act* b, size_t n) override { cuda::add(t(out), t(a), t(b), n); }
+  void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) override {
+    cuda::logits_row_max(row_max, t(logits), N, valid, Vs);
+  }
+  void logits_sum_exp_and_target(float* sum_and_target, const Act* logits, const float* row_max,
+                                 const int32_t* targets, int vocab_start, int N, int valid, int Vs) override {
+    cuda::logits_sum_exp_and_target(sum_and_target, t(logits), row_max, targets, vocab_start, N, valid, Vs);
+  }
+  void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
+                          int N) override {
+    cuda::cross_entropy_loss(losses, lse, row_max, sum_and_target, N);
+  }
+  void cross_entropy_backward(Act* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start, int N,
+                              int valid, int Vs, float dloss) override {
+    cuda::cross_entropy_backward(t(logits_to_dlogits), lse, targets, vocab_start, N, valid, Vs, dloss);
+  }
+  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int step, float grad_scale) override {
+    cuda::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+  }
+  double sum_squares(const float* x, size_t n) override {
+    double* partials = norm_scratch_.get<double>(cuda::sum_squares_partials());
+    cuda::sum_squares(partials, x, n);
+    double total = 0;
+    copy_to_host(&total, partials, sizeof total);
+    return total;
+  }
+  double measure_gemm_gflops(int n, double seconds) override {
+    const size_t elements = static_cast<size_t>(n) * n;
+    T* a = static_cast<T*>(alloc(3 * elements * sizeof(T)));
+    T *b = a + elements, *c = b + elements;
+    std::vector<float> values(2 * elements);  // not zeros: tensor cores draw less power on zeros
+    for (size_t i = 0; i < values.size(); i++) values[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    activations_from_host(reinterpret_cast<Act*>(a), values.data(), values.size());
+    cuda::gemm<T, T>(false, true, n, n, n, a, b, c, nullptr, false);  // warm-up, algorithm choice
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    int reps = 0;
+    double elapsed = 0;
+    const auto wall = std::chrono::steady_clock::now();
+    CUDA_CHECK(cudaEventRecord(start, compute_stream()));
+    do {
+      for (int i = 0; i < 10; i++) cuda::gemm<T, T>(false, true, n, n, n, a, b, c, nullptr, false);
+      reps += 10;
+      synchronize();
+      elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
+    } while (elapsed < seconds);
+    CUDA_CHECK(cudaEventRecord(stop, compute_stream()));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    free(a);
+    return 2.0 * n * n * static_cast<double>(n) * reps / (ms / 1e3) / 1e9;
+  }
+
+ private:
+  static T* t(Act* p) { return reinterpret_cast<T*>(p); }
+  static const T* t(const Act* p) { return reinterpret_cast<const T*>(p); }
+
+  std::string name_;
+  Scratch scratch_, index_scratch_, norm_scratch_;
+  std::vector<int32_t> host_tokens_;
+};
+
+}  // namespace
+
+std::unique_ptr<Kernels> make_cuda_kernels(Precision precision) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  require(e == cudaSuccess && devices > 0, std::string("device cuda: no usable GPU on this machine (") +
+                                               (e == cudaSuccess ? "0 devices" : cudaGetErrorString(e)) + ")");
+  if (precision == Precision::fp32) return std::make_unique<CudaKernels<float>>();
+  return std::make_unique<CudaKernels<bf16>>();
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,82 @@
+// The CUDA kernels behind kernels/cuda/cuda_backend.cu, as launchers over the element
+// type T of activations (float, or bf16 under mixed precision). Semantics of each:
+// kernels/kernels.h. All run on compute_stream().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_common.cuh"
+
+namespace trident::kernels::cuda {
+
+// Row-major C[M,N] = op(A)[M,K] @ op(B)[K,N] (+ bias[N] on every row) (+ C when
+// `accumulate`), through cuBLASLt with fp32 accumulation. TC is T, or float for
+// parameter gradients.
+template <typename T, typename TC>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
+          bool accumulate);
+// bias_grad[j] += sum over rows of x[N,OC] column j, in fp32 and a fixed order.
+template <typename T>
+void column_sums(float* bias_grad, const T* x, int N, int OC);
+
+template <typename T>
+void cast(T* out, const float* in, size_t n);
+template <typename T>
+void to_float(float* out, const T* in, size_t n);
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte_shard, int vocab_start, int shard_rows, int B,
+                       int T_, int C);
+// positions_of: for every token of the shard with a row in `rows`, its positions in
+// order (CSR: row_starts[i]..row_starts[i+1]); built on the host so that the sum is
+// deterministic.
+template <typename T>
+void embedding_backward(float* dwte_shard, const T* dout, const int32_t* rows, const int32_t* row_starts,
+                        const int32_t* positions, int distinct_rows, int C);
+template <typename T>
+void add_positions(T* out, const T* wpe, int B, int T_, int C);
+template <typename T>
+void positions_backward(float* dwpe, const T* dout, int B, int T_, int C);
+
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
+                       float eps);
+// scratch: layernorm_backward_scratch_floats(N, C) floats of device memory.
+size_t layernorm_backward_scratch_floats(int N, int C);
+template <typename T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int N, int C, float* scratch);
+
+// Flash attention: lse[B,NH,T] is each query row's log-sum-exp (of the scaled scores).
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH);
+// scratch: B*NH*T floats (the rows' dO . O).
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_, int C,
+                        int NH, float* scratch);
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, size_t n);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+template <typename T>
+void add(T* out, const T* a, const T* b, size_t n);
+
+template <typename T>
+void logits_row_max(float* row_max, const T* logits, int N, int valid, int Vs);
+template <typename T>
+void logits_sum_exp_and_target(float* sum_and_target, const T* logits, const float* row_max, const int32_t* targets,
+                               int vocab_start, int N, int valid, int Vs);
+void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target, int N);
+template <typename T>
+void cross_entropy_backward(T* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start, int N,
+                            int valid, int Vs, float dloss);
+
+void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int t, float grad_scale);
+// Partial sums of squares into `partials` (sum_squares_partials() doubles), then one
+// block adds them in order: the result lands in partials[0].
+int sum_squares_partials();
+void sum_squares(double* partials, const float* x, size_t n);
+
+}  // namespace trident::kernels::cuda

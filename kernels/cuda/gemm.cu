@@ -1,0 +1,148 @@
+// GEMM through cuBLASLt: bf16 (or fp32) inputs, fp32 accumulation, optional fused bias,
+// fp32 or input-typed output. Algorithms are chosen once per shape and cached.
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "cuda_kernels.cuh"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+template <typename T>
+constexpr cudaDataType_t data_type() {
+  return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+constexpr size_t kWorkspaceBytes = 32u << 20;  // what cuBLASLt's fastest Hopper kernels ask for
+
+void* workspace() {
+  static void* w = [] {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, kWorkspaceBytes));
+    return p;
+  }();
+  return w;
+}
+
+// The largest power of two (up to 256) that divides the address: what the algorithm
+// may assume about each operand.
+unsigned alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  unsigned align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// One matmul problem: its descriptors and the chosen algorithm.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, bool, bool, unsigned, unsigned, unsigned, unsigned>;
+
+template <typename T, typename TC>
+const Plan& plan_for(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
+                     bool accumulate) {
+  static std::map<PlanKey, Plan> plans;
+  static std::mutex mutex;
+  const PlanKey key{trans_a, trans_b, M, N, K, static_cast<int>(data_type<T>()), static_cast<int>(data_type<TC>()),
+                    bias != nullptr, accumulate, alignment_of(A), alignment_of(B), alignment_of(C),
+                    bias != nullptr ? alignment_of(bias) : 256u};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = plans.find(key);
+  if (found != plans.end()) return found->second;
+
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is
+  // our B and its "B" our A, with m = N, n = M.
+  Plan p;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  if (bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = data_type<T>();
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+  }
+  // Stored shapes (column-major rows x cols, leading dimension).
+  if (trans_b) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, data_type<T>(), K, N, K));
+  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, data_type<T>(), N, K, N));
+  if (trans_a) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, data_type<T>(), M, K, M));
+  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, data_type<T>(), K, M, K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, data_type<TC>(), N, M, N));
+
+  cublasLtMatmulPreference_t preference;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const size_t workspace_bytes = kWorkspaceBytes;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace_bytes, sizeof workspace_bytes));
+  const uint32_t align_a = alignment_of(B), align_b = alignment_of(A), align_c = alignment_of(C);
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof align_a));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof align_b));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof align_c));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                    sizeof align_c));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.c, p.c, preference, 1, &result,
+                                              &found_count));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+  check(found_count > 0, "cuBLASLt found no algorithm for a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                             std::to_string(K) + " matmul");
+  p.algo = result.algo;
+  return plans.emplace(key, p).first->second;
+}
+
+template <typename T>
+__global__ void column_sums_kernel(float* bias_grad, const T* x, int N, int OC) {
+  // A block of 32 x 32 threads owns 32 columns; each thread sums every 32nd row of its
+  // column, then the 32 partial sums are added in order.
+  __shared__ float partial[32][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.0f;
+  if (col < OC)
+    for (int row = threadIdx.y; row < N; row += 32) sum += to_float(x[static_cast<size_t>(row) * OC + col]);
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < OC) {
+    float total = 0.0f;
+    for (int i = 0; i < 32; i++) total += partial[i][threadIdx.x];
+    bias_grad[col] += total;
+  }
+}
+
+}  // namespace
+
+template <typename T, typename TC>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
+          bool accumulate) {
+  const Plan& p = plan_for(trans_a, trans_b, M, N, K, A, B, C, bias, accumulate);
+  if (bias != nullptr)
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+                              workspace(), kWorkspaceBytes, compute_stream()));
+}
+
+template <typename T>
+void column_sums(float* bias_grad, const T* x, int N, int OC) {
+  column_sums_kernel<<<blocks_for(OC, 32), dim3(32, 32), 0, compute_stream()>>>(bias_grad, x, N, OC);
+  CUDA_CHECK_LAUNCH();
+}
+
+template void gemm<float, float>(bool, bool, int, int, int, const float*, const float*, float*, const float*, bool);
+template void gemm<bf16, bf16>(bool, bool, int, int, int, const bf16*, const bf16*, bf16*, const bf16*, bool);
+template void gemm<bf16, float>(bool, bool, int, int, int, const bf16*, const bf16*, float*, const bf16*, bool);
+template void column_sums<float>(float*, const float*, int, int);
+template void column_sums<bf16>(float*, const bf16*, int, int);
+
+}  // namespace trident::kernels::cuda

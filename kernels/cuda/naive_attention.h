@@ -1,0 +1,16 @@
+// The naive three-kernel causal attention (scores, softmax, weighted sum; backward:
+// dP, softmax backward, dQ/dK/dV), with the T x T matrices in memory: the baseline that
+// benchmarks/gpu/kernel_check compares the flash-attention kernels against. Plain C++.
+#pragma once
+
+#include "kernels/dtype.h"
+
+namespace trident::kernels::cuda {
+
+// probs: B*NH*T*T floats.
+void naive_attention_forward(DType type, Act* out, float* probs, const Act* qkv, int B, int T, int C, int NH);
+// dprobs: B*NH*T*T floats of scratch.
+void naive_attention_backward(DType type, Act* dqkv, float* dprobs, const Act* dout, const Act* qkv,
+                              const float* probs, int B, int T, int C, int NH);
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,164 @@
+// Mixed precision without a GPU: the bf16 rounding that both backends use, the CPU's
+// bf16 emulation (every activation a kernel writes is a bf16 value), fp32 master
+// weights behind a bf16 compute copy, the whole model against the float64 reference
+// under bf16 tolerances, and the choice of backend at run time.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "kernels/bf16.h"
+#include "kernels/kernels.h"
+#include "model/gpt2.h"
+#include "runtime/error.h"
+#include "train/verify.h"
+
+namespace trident {
+namespace {
+
+using kernels::as_act;
+using kernels::bf16_bits_to_float;
+using kernels::float_to_bf16_bits;
+using kernels::Precision;
+using kernels::round_to_bf16;
+
+float from_bits(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bf16_bits(-2.0f), 0xc000);
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
+  EXPECT_EQ(float_to_bf16_bits(1.0f + 0x1p-8f), 0x3f80);
+  // 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even): up.
+  EXPECT_EQ(float_to_bf16_bits(1.0f + 3 * 0x1p-8f), 0x3f82);
+  // Just above the halfway point rounds up.
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x3f808001u)), 0x3f81);
+  EXPECT_EQ(float_to_bf16_bits(from_bits(0x3f807fffu)), 0x3f80);
+  // The largest finite floats round to infinity, as IEEE rounding does.
+  EXPECT_EQ(float_to_bf16_bits(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(float_to_bf16_bits(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(float_to_bf16_bits(-std::numeric_limits<float>::infinity()), 0xff80);
+  // A NaN whose payload sits in the low bits stays a NaN (truncation would make it inf).
+  EXPECT_TRUE(std::isnan(bf16_bits_to_float(float_to_bf16_bits(from_bits(0x7f800001u)))));
+  EXPECT_TRUE(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  // Subnormals and zero keep their sign.
+  EXPECT_EQ(float_to_bf16_bits(-0.0f), 0x8000);
+  EXPECT_EQ(bf16_bits_to_float(float_to_bf16_bits(0x1p-130f)), 0x1p-130f);
+}
+
+TEST(Bf16, RelativeRoundingErrorIsAtMostTwoToTheMinusEight) {
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  for (int i = 0; i < 100000; i++) {
+    const float x = normal(rng), r = round_to_bf16(x);
+    ASSERT_LE(std::abs(r - x), std::abs(x) * 0x1p-8f) << x;  // 8 significant bits
+    ASSERT_EQ(round_to_bf16(r), r);  // idempotent
+  }
+}
+
+bool all_bf16(const std::vector<float>& v) {
+  for (float x : v)
+    if (round_to_bf16(x) != x) return false;
+  return true;
+}
+
+TEST(CpuBf16Emulation, KernelOutputsAreBf16Values) {
+  auto k = kernels::make_cpu_kernels(Precision::bf16);
+  EXPECT_EQ(k->precision(), Precision::bf16);
+  EXPECT_EQ(k->activation_type(), kernels::DType::f32);  // bf16 values in float storage
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int N = 16, C = 32, OC = 48;
+  std::vector<float> inp(N * C), weight(OC * C), bias(OC), out(N * OC), gelu(N * OC), ln(N * C), mean(N), rstd(N);
+  for (auto* v : {&inp, &weight, &bias})
+    for (float& x : *v) x = round_to_bf16(normal(rng));
+  k->matmul_forward(as_act(out.data()), as_act(inp.data()), as_act(weight.data()), as_act(bias.data()), N, C, OC);
+  EXPECT_TRUE(all_bf16(out));
+  k->gelu_forward(as_act(gelu.data()), as_act(out.data()), gelu.size());
+  EXPECT_TRUE(all_bf16(gelu));
+  k->layernorm_forward(as_act(ln.data()), mean.data(), rstd.data(), as_act(inp.data()), as_act(weight.data()),
+                       as_act(bias.data()), N, C, 1e-5f);
+  EXPECT_TRUE(all_bf16(ln));
+  EXPECT_FALSE(all_bf16(rstd));  // statistics stay fp32
+  // The same kernel in fp32 writes values that are not all bf16.
+  auto fp32 = kernels::make_cpu_kernels(Precision::fp32);
+  fp32->matmul_forward(as_act(out.data()), as_act(inp.data()), as_act(weight.data()), as_act(bias.data()), N, C, OC);
+  EXPECT_FALSE(all_bf16(out));
+}
+
+ModelConfig small_model() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 32;
+  m.seq_len = 16;
+  m.vocab_size = 64;
+  return m;
+}
+
+TEST(MixedPrecision, MasterWeightsKeepUpdatesSmallerThanBf16Resolution) {
+  auto k = kernels::make_cpu_kernels(Precision::bf16);
+  GPT2 model(small_model(), 2, *k);
+  EXPECT_GT(model.compute_weight_bytes(), 0u);  // a separate compute copy
+  model.init_parameters(3);
+  const size_t n = model.layout().total_floats();
+  for (size_t i = 0; i < n; i++) model.params()[i] = round_to_bf16(model.params()[i]);
+  model.parameters_changed();
+  std::vector<int32_t> tokens(2 * 16), targets(2 * 16);
+  for (size_t i = 0; i < tokens.size(); i++) {
+    tokens[i] = static_cast<int32_t>((i * 7) % 64);
+    targets[i] = static_cast<int32_t>((i * 5 + 3) % 64);
+  }
+  const float before = model.forward(tokens.data(), targets.data(), 2);
+  // A step of 2^-12 relative: the fp32 master moves, its bf16 copy (resolution 2^-8 to
+  // 2^-7 relative) does not, so the loss is bit-identical ...
+  for (size_t i = 0; i < n; i++) model.params()[i] *= 1.0f + 0x1p-12f;
+  model.parameters_changed();
+  EXPECT_EQ(model.forward(tokens.data(), targets.data(), 2), before);
+  EXPECT_FALSE(all_bf16(std::vector<float>(model.params(), model.params() + n)));
+  // ... and 31 more such steps add up in the master until the copy moves too.
+  for (int step = 0; step < 31; step++)
+    for (size_t i = 0; i < n; i++) model.params()[i] *= 1.0f + 0x1p-12f;
+  model.parameters_changed();
+  EXPECT_NE(model.forward(tokens.data(), targets.data(), 2), before);
+}
+
+TEST(MixedPrecision, Fp32ComputeReadsTheParametersThemselves) {
+  auto k = kernels::make_cpu_kernels(Precision::fp32);
+  GPT2 model(small_model(), 1, *k);
+  EXPECT_EQ(model.compute_weight_bytes(), 0u);
+}
+
+TEST(MixedPrecision, Bf16ModelMatchesTheReferenceWithinBf16Tolerances) {
+  const Reference ref = load_reference("tests/data/gpt2_ref_a.h5");
+  auto k = kernels::make_cpu_kernels(Precision::bf16);
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
+  EXPECT_EQ(r.tolerance.gradient, VerifyReport::kBf16GradientTolerance);
+  EXPECT_TRUE(r.passed()) << "loss " << r.loss_error << " grads " << r.max_gradient_error() << " params "
+                          << r.max_final_param_error();
+  // Really rounded: the errors are those of bf16, far above a float32 run's.
+  EXPECT_GT(r.max_gradient_error(), VerifyReport::kGradientTolerance);
+  EXPECT_LT(r.max_gradient_error(), 2e-2);
+  EXPECT_LT(r.loss_error, 1e-3);
+}
+
+TEST(Dispatch, PicksTheBackendByName) {
+  EXPECT_EQ(kernels::make_kernels("cpu", Precision::fp32)->name(), "cpu");
+  EXPECT_EQ(kernels::make_kernels("cpu", Precision::bf16)->precision(), Precision::bf16);
+  EXPECT_THROW(kernels::make_kernels("tpu", Precision::fp32), UsageError);
+  EXPECT_EQ(kernels::parse_precision("bf16"), Precision::bf16);
+  EXPECT_THROW(kernels::parse_precision("fp16"), UsageError);
+  // This machine has no GPU (CI's neither): asking for CUDA is bad input, not a crash.
+  if (std::getenv("TRIDENT_TEST_HAVE_GPU") == nullptr)
+    EXPECT_THROW(kernels::make_kernels("cuda", Precision::bf16), UsageError);
+}
+
+}  // namespace
+}  // namespace trident
