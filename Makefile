@@ -114,19 +114,21 @@ $(BUILD)/%.o: %.cu
 # The default job: configs/tiny.ini on 8 ranks as (dp, tp, pp) = (2, 2, 2), one OpenMP
 # thread each (`make run NP=1` trains on one rank with every core).
 NP ?= 8
+# Parallel compile jobs of `make run` and `make test` (nvcc is the long pole).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_CONFIG ?= configs/tiny.ini
 RUN_LAYOUT ?= $(if $(filter 8,$(NP)),--parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --train.micro_batch=2)
 MPIRUN ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -x OMP_NUM_THREADS=1
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	$(if $(filter 1,$(NP)),,$(MPIRUN) -np $(NP)) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT)
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash tests/run_tests.sh $(BUILD)
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash benchmarks/run_benchmarks.sh $(BUILD)
 
 clean:

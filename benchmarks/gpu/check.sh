@@ -10,14 +10,14 @@
 #
 #   bash benchmarks/gpu/check.sh [OUT_DIR]      (default runs/gpu_check; the log is OUT_DIR/check.log)
 #
-# Where the build dependencies (MPI, HDF5, Boost.PO, oneDNN) are not installed and
-# cannot be, stage them first with benchmarks/gpu/stage_deps.sh on a Debian machine and
-# carry .gpu_deps along: this script then unpacks and uses them.
+# Where the build dependencies (MPI, HDF5, Boost.PO, oneDNN) are missing and cannot be
+# installed, make a bundle first on a Debian machine with nvcc (benchmarks/gpu/bundle.sh)
+# and carry .gpu_bundle along: this script then runs its executables instead of building.
 set -uo pipefail
+cd "$(dirname "$0")/../.."
 out=${1:-runs/gpu_check}
 mkdir -p "$out"
 exec > >(tee "$out/check.log") 2>&1
-cd "$(dirname "$0")/../.."
 started=$(date +%s)
 step() { echo; echo "=== $* ($(( $(date +%s) - started )) s)"; }
 
@@ -25,25 +25,27 @@ step "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || { echo "no GPU"; exit 2; }
 nvcc --version | tail -1
 
-if [ -d .gpu_deps ] && ! command -v mpicxx >/dev/null; then
-  step "unpacking the staged dependencies"
-  source benchmarks/gpu/use_staged_deps.sh .gpu_deps /tmp/trident_deps || exit 2
+if [ -d .gpu_bundle ] && ! command -v mpicxx >/dev/null; then
+  step "using the executables of .gpu_bundle (built elsewhere by bundle.sh)"
+  source benchmarks/gpu/bundle_env.sh .gpu_bundle
+  build=.gpu_bundle/build
+else
+  step "build"
+  make -j"$(nproc)" all 2>&1 | grep -E "error|trident build|nvcc:|^  MPI" || true
+  build=build
 fi
-
-step "build"
-make -j"$(nproc)" all 2>&1 | grep -E "error|warning: unused|trident build|nvcc:|^  MPI" || true
-[ -x build/trident ] && [ -x build/bench/kernel_check ] || { echo "build failed"; exit 2; }
-build/trident --version
+[ -x $build/trident ] && [ -x $build/bench/kernel_check ] || { echo "no executables: the build failed"; exit 2; }
+$build/trident --version
 
 status=0
 step "kernels: CUDA against CPU, then timings"
-build/bench/kernel_check || status=1
+$build/bench/kernel_check || status=1
 
 step "verify on the references with --device=cuda"
 for precision in bf16 fp32; do
-  build/trident verify --reference tests/data/gpt2_ref_a.h5 --device=cuda --train.precision=$precision || status=1
+  $build/trident verify --reference tests/data/gpt2_ref_a.h5 --device=cuda --train.precision=$precision || status=1
 done
-build/trident verify --reference tests/data/gpt2_ref_h6_v101.h5 --device=cuda || status=1
+$build/trident verify --reference tests/data/gpt2_ref_h6_v101.h5 --device=cuda || status=1
 
 step "50 steps of gpt2-124m, batch 16 x 1024, bf16"
 data=/usr/share/games/fortunes
@@ -52,7 +54,7 @@ if [ ! -d "$data" ]; then  # any text will do for speed: this repository's
   mkdir -p "$data"
   cat README.md src/*/*.h src/*/*.cpp kernels/*/*.cpp kernels/*/*.cu > "$data/corpus.txt"
 fi
-build/trident train --config configs/gpt2-124m.ini --device=cuda --train.steps=50 --train.global_batch=16 \
+$build/trident train --config configs/gpt2-124m.ini --device=cuda --train.steps=50 --train.global_batch=16 \
   --train.micro_batch=16 --train.warmup_steps=5 --data.path="$data" --log.run_dir="$out/train" \
   --log.val_batches=0 --log.every_steps=5 || status=1
 

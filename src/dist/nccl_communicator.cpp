@@ -67,7 +67,9 @@ class NcclRequest final : public Request {
     try {
       if (!complete_) wait();
     } catch (const std::exception& e) {  // a destructor must not throw: report and end the job
-      std::fprintf(stderr, "trident: internal error: %s\n", e.what());
+      int world_rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+      std::fprintf(stderr, "trident: rank %d: internal error: %s\n", world_rank, e.what());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     cudaEventDestroy(done_);
