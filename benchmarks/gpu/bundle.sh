@@ -4,13 +4,14 @@
 # CUDA, by nvcc here) and every shared library they load that is not glibc or CUDA's,
 # plus Open MPI's plugins and help files, relocated with OPAL_PREFIX.
 #
-#   bash benchmarks/gpu/bundle.sh [DIR]     (default .gpu_bundle; keep it out of git)
+#   bash benchmarks/gpu/bundle.sh      -> .gpu_bundle.tar.xz (about 21 MB; git ignores it)
 #
-# check.sh uses DIR when it exists. The CUDA libraries (cudart, cuBLASLt, NCCL) come from
-# the GPU machine: they are large and tied to its driver.
+# check.sh unpacks and uses it where mpicxx is missing. The CUDA libraries (cudart,
+# cuBLASLt, NCCL) come from the GPU machine: they are large and tied to its driver. The
+# libraries here need glibc 2.36 or newer (Debian 12, Ubuntu 24.04).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:-.gpu_bundle}
+out=.gpu_bundle
 command -v nvcc >/dev/null || { echo "bundle.sh: needs nvcc here, to build the CUDA path"; exit 2; }
 # A portable x86-64 baseline (AVX2), not this machine's -march=native.
 build=build-bundle
@@ -24,6 +25,7 @@ strip --strip-debug "$out/build/trident" "$out/build/bench/kernel_check"
 ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi
 mkdir -p "$out/usr/lib/x86_64-linux-gnu" "$out/usr/share"
 cp -r "$ompi_lib" "$out/usr/lib/x86_64-linux-gnu/"
+rm -rf "$out/usr/lib/x86_64-linux-gnu/openmpi/include"
 cp -r /usr/share/openmpi "$out/usr/share/"
 
 # The libraries of the executables and of Open MPI's plugins, minus glibc and CUDA.
@@ -33,5 +35,7 @@ for f in "$out"/build/trident "$out"/build/bench/kernel_check "$out"/usr/lib/x86
 done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] || cp -L "$path" "$out/lib/$name"
 done
-du -sh "$out"
-echo "bundle.sh: $out ready; carry it to the GPU machine and run: bash benchmarks/gpu/check.sh"
+tar -cJf "$out.tar.xz" "$out"
+rm -rf "$out"
+ls -la "$out.tar.xz"
+echo "bundle.sh: carry $out.tar.xz to the GPU machine and run there: bash benchmarks/gpu/check.sh"

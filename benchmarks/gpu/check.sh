@@ -12,7 +12,7 @@
 #
 # Where the build dependencies (MPI, HDF5, Boost.PO, oneDNN) are missing and cannot be
 # installed, make a bundle first on a Debian machine with nvcc (benchmarks/gpu/bundle.sh)
-# and carry .gpu_bundle along: this script then runs its executables instead of building.
+# and carry .gpu_bundle.tar.xz along: this script then runs its executables instead.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-runs/gpu_check}
@@ -25,10 +25,11 @@ step "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || { echo "no GPU"; exit 2; }
 nvcc --version | tail -1
 
-if [ -d .gpu_bundle ] && ! command -v mpicxx >/dev/null; then
-  step "using the executables of .gpu_bundle (built elsewhere by bundle.sh)"
-  source benchmarks/gpu/bundle_env.sh .gpu_bundle
-  build=.gpu_bundle/build
+if [ -f .gpu_bundle.tar.xz ] && ! command -v mpicxx >/dev/null; then
+  step "using the executables of .gpu_bundle.tar.xz (built elsewhere by bundle.sh)"
+  tar -C /tmp -xJf .gpu_bundle.tar.xz
+  source benchmarks/gpu/bundle_env.sh /tmp/.gpu_bundle
+  build=/tmp/.gpu_bundle/build
 else
   step "build"
   make -j"$(nproc)" all 2>&1 | grep -E "error|trident build|nvcc:|^  MPI" || true

@@ -8,6 +8,7 @@
 //
 //   build/bench/kernel_check [--seed N] [--no-timing]    exit 1 when a check fails
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -204,13 +205,19 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("matmul_backward dbias +=" + at, c.host(g_dbias, outc), dbias);
     c.release();
   }
-  for (int heads : {8, 4, 2}) {  // head dims 32, 64, 128: each kernel instance
+  // Head dims 32, 64, 128: each kernel instance; in bf16 both the tensor-core and the
+  // scalar kernels.
+  std::vector<const char*> attention_kernels = {"scalar"};
+  if (c.bf16()) attention_kernels.insert(attention_kernels.begin(), "tensor_core");
+  for (const char* kernel : attention_kernels)
+  for (int heads : {8, 4, 2}) {
+    setenv("TRIDENT_CUDA_ATTENTION", kernel, 1);
     const size_t n_qkv = static_cast<size_t>(N) * 3 * C, n_out = static_cast<size_t>(N) * C;
     const auto qkv = c.input(n_qkv), dout = c.input(n_out);
     std::vector<float> out(n_out), probs(cpu.attention_stats_floats(B, T, heads)), dqkv(n_qkv);
     Act *g_out = c.act(n_out), *g_qkv = c.act(qkv), *g_dqkv = c.act(n_qkv);
     float* g_stats = c.f32(gpu.attention_stats_floats(B, T, heads));
-    const std::string at = " hd=" + std::to_string(C / heads) + " T=" + std::to_string(T);
+    const std::string at = std::string(" ") + kernel + " hd=" + std::to_string(C / heads) + " T=" + std::to_string(T);
     gpu.attention_forward(g_out, g_stats, g_qkv, B, T, C, heads);
     cpu.attention_forward(as_act(out.data()), probs.data(), as_act(qkv.data()), B, T, C, heads);
     c.compare("attention_forward" + at, c.host(g_out, n_out), out);
@@ -219,6 +226,7 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
                            probs.data(), B, T, C, heads);
     c.compare("attention_backward dqkv" + at, c.host(g_dqkv, n_qkv), dqkv);
     c.release();
+    unsetenv("TRIDENT_CUDA_ATTENTION");
   }
   {  // GELU and the residual add
     const size_t n = static_cast<size_t>(N) * 4 * C;
@@ -348,18 +356,29 @@ void timing_table(Kernels& gpu) {
       3 * fc_bytes * 1e3, "GB/s");
   // Attention: causal, so half of the 4*B*NH*T^2*hd multiply-adds of the two products.
   const double attention_flops = 2.0 * B * NH * static_cast<double>(T) * T * (C / NH);
+  // The path training takes (tensor cores in bf16), then the scalar kernels.
   const double flash_fwd = time_gpu(gpu, [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
   const double flash_bwd =
       time_gpu(gpu, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+  setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
+  const double scalar_fwd = time_gpu(gpu, [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
+  const double scalar_bwd =
+      time_gpu(gpu, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+  unsetenv("TRIDENT_CUDA_ATTENTION");
   float* probs = F(static_cast<size_t>(B) * NH * T * T);
   float* dprobs = F(static_cast<size_t>(B) * NH * T * T);
   const double naive_fwd =
       time_gpu(gpu, [&] { cuda::naive_attention_forward(type, out, probs, qkv, B, T, C, NH); });
   const double naive_bwd =
       time_gpu(gpu, [&] { cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, B, T, C, NH); });
-  row("attention_forward, flash", flash_fwd, attention_flops, "TFLOP/s");
+  const bool tensor_cores = gpu.precision() == Precision::bf16;
+  row(tensor_cores ? "attention_forward, flash (tensor cores)" : "attention_forward, flash", flash_fwd,
+      attention_flops, "TFLOP/s");
+  if (tensor_cores) row("attention_forward, flash (scalar)", scalar_fwd, attention_flops, "TFLOP/s");
   row("attention_forward, naive three kernels", naive_fwd, attention_flops, "TFLOP/s");
-  row("attention_backward, flash", flash_bwd, 2.5 * attention_flops, "TFLOP/s");
+  row(tensor_cores ? "attention_backward, flash (tensor cores)" : "attention_backward, flash", flash_bwd,
+      2.5 * attention_flops, "TFLOP/s");
+  if (tensor_cores) row("attention_backward, flash (scalar)", scalar_bwd, 2.5 * attention_flops, "TFLOP/s");
   row("attention_backward, naive three kernels", naive_bwd, 2.5 * attention_flops, "TFLOP/s");
   std::printf("| flash vs naive: forward %.1fx, backward %.1fx faster (target >= 3x) | | |\n", naive_fwd / flash_fwd,
               naive_bwd / flash_bwd);

@@ -6,6 +6,9 @@
 // and the result is deterministic.
 //
 // qkv[B,T,3C]: head h's q, k, v are columns h*hd, C + h*hd, 2C + h*hd; hd <= HD.
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda_kernels.cuh"
 
 namespace trident::kernels::cuda {
@@ -255,8 +258,15 @@ void check_head_dim(int C, int NH) {
 
 }  // namespace
 
+bool use_tensor_core_attention(int C, int NH) {
+  const char* choice = std::getenv("TRIDENT_CUDA_ATTENTION");
+  return tensor_core_attention_supports(C, NH) && (choice == nullptr || std::strcmp(choice, "scalar") != 0);
+}
+
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+  if constexpr (std::is_same_v<T, bf16>)
+    if (use_tensor_core_attention(C, NH)) return tensor_core_attention_forward(out, lse, qkv, B, T_, C, NH);
   check_head_dim(C, NH);
   const int hd = C / NH;
   if (hd <= 32) forward_with<32>(out, lse, qkv, B, T_, C, NH);
@@ -272,6 +282,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   const size_t rows = static_cast<size_t>(B) * NH * T_;
   row_dot_kernel<T><<<blocks_for(rows, 256), 256, 0, compute_stream()>>>(scratch, dout, out, B, T_, C, NH, hd);
   CUDA_CHECK_LAUNCH();
+  if constexpr (std::is_same_v<T, bf16>)
+    if (use_tensor_core_attention(C, NH))
+      return tensor_core_attention_backward(dqkv, dout, qkv, lse, scratch, B, T_, C, NH);
   if (hd <= 32) backward_with<32>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH);
   else if (hd <= 64) backward_with<64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH);
   else backward_with<128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH);

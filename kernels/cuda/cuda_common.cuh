@@ -9,18 +9,10 @@
 
 #include <string>
 
-#include "kernels/cuda/stream.h"
+#include "kernels/cuda/cuda_host.h"
 #include "runtime/error.h"
 
 namespace trident::kernels::cuda {
-
-// fail() adds the host, file and line; the caller's catch adds the rank.
-#define CUDA_CHECK(call)                                                                        \
-  do {                                                                                          \
-    const cudaError_t cuda_check_error_ = (call);                                               \
-    if (cuda_check_error_ != cudaSuccess)                                                       \
-      ::trident::fail(std::string("CUDA: ") + cudaGetErrorString(cuda_check_error_) + " in " + #call); \
-  } while (0)
 
 #define CUBLAS_CHECK(call)                                                                          \
   do {                                                                                              \

@@ -48,12 +48,22 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
                         const float* mean, const float* rstd, int N, int C, float* scratch);
 
 // Flash attention: lse[B,NH,T] is each query row's log-sum-exp (of the scaled scores).
+// bf16 with head dimension 32, 64 or 128 runs on tensor cores (attention_tensor_core.cu)
+// unless TRIDENT_CUDA_ATTENTION=scalar; everything else on the scalar kernels
+// (attention.cu).
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH);
 // scratch: B*NH*T floats (the rows' dO . O).
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_, int C,
                         int NH, float* scratch);
+
+bool use_tensor_core_attention(int C, int NH);
+bool tensor_core_attention_supports(int C, int NH);
+void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH);
+// delta: each query row's dO . O (from attention_backward).
+void tensor_core_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+                                    const float* delta, int B, int T_, int C, int NH);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);

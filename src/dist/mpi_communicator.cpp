@@ -50,30 +50,9 @@ class MpiRequest final : public Request {
     return done != 0;
   }
 
-  void wait() override {
-    Timer timer;
-    for (long spins = 0; !test(); spins++) {
-      if (spins % 64 == 0 && timer.seconds() > watchdog_->timeout_s) abort_stuck(timer.seconds());
-      if (spins > 1000) sched_yield();  // let a rank sharing this core run
-    }
-  }
+  void wait() override { wait_bounded([this] { return test(); }, "", op_, count_, comm_, *watchdog_); }
 
  private:
-  [[noreturn]] void abort_stuck(double waited) const {
-    char host[256] = "?";
-    gethostname(host, sizeof host - 1);
-    int world_rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    std::fprintf(stderr,
-                 "trident: rank %d (%s): timeout: %s of %zu elements on the %s group (rank %d of %d) "
-                 "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
-                 world_rank, host, comm_op_name(op_), count_, comm_.name().c_str(), comm_.rank(),
-                 comm_.size(), waited, watchdog_->step);
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
-    std::_Exit(kExitTimeout);
-  }
-
   MPI_Request request_;
   CommOp op_;
   size_t count_;
@@ -82,6 +61,29 @@ class MpiRequest final : public Request {
 };
 
 }  // namespace
+
+void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp op, size_t count,
+                  const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort) {
+  Timer timer;
+  for (long spins = 0; !done(); spins++) {
+    if (spins % 64 == 0 && timer.seconds() > watchdog.timeout_s) {
+      char host[256] = "?";
+      gethostname(host, sizeof host - 1);
+      int world_rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+      std::fprintf(stderr,
+                   "trident: rank %d (%s): timeout: %s%s of %zu elements on the %s group (rank %d of %d) "
+                   "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
+                   world_rank, host, backend, comm_op_name(op), count, group.name().c_str(), group.rank(),
+                   group.size(), timer.seconds(), watchdog.step);
+      std::fflush(stderr);
+      if (before_abort) before_abort();
+      MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
+      std::_Exit(kExitTimeout);
+    }
+    if (spins > 1000) sched_yield();  // let a rank sharing this core run
+  }
+}
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::shared_ptr<Watchdog> watchdog)
     : comm_(comm), name_(std::move(name)), watchdog_(std::move(watchdog)) {

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 
 #include "dist/communicator.h"
@@ -47,5 +48,12 @@ class MpiCommunicator final : public Communicator {
 
 // Exit code of a job aborted by the watchdog.
 inline constexpr int kExitTimeout = 3;
+
+// The wait of every backend: polls `done` (which makes progress) until it returns true.
+// Past the watchdog's bound it names the operation, the group, this rank and the step on
+// stderr, calls `before_abort` (NCCL aborts its communicators there), and aborts the job
+// with kExitTimeout.
+void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp op, size_t count,
+                  const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort = {});
 
 }  // namespace trident

@@ -18,14 +18,11 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
-#include "kernels/cuda/stream.h"
-#include "runtime/timer.h"
+#include "kernels/cuda/cuda_host.h"
 
 namespace trident {
 
@@ -36,13 +33,6 @@ namespace {
     const ncclResult_t nccl_check_result_ = (call);                                                 \
     if (nccl_check_result_ != ncclSuccess)                                                          \
       ::trident::fail(std::string("NCCL: ") + ncclGetErrorString(nccl_check_result_) + " in " + #call); \
-  } while (0)
-
-#define CUDA_CHECK(call)                                                                        \
-  do {                                                                                          \
-    const cudaError_t cuda_check_error_ = (call);                                               \
-    if (cuda_check_error_ != cudaSuccess)                                                       \
-      ::trident::fail(std::string("CUDA: ") + cudaGetErrorString(cuda_check_error_) + " in " + #call); \
   } while (0)
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
@@ -78,7 +68,6 @@ class NcclRequest final : public Request {
   void wait() override;
 
  private:
-  [[noreturn]] void abort_stuck(double waited);
   void completed();
 
   NcclCommunicator& comm_;
@@ -289,11 +278,8 @@ bool NcclRequest::test() {
 }
 
 void NcclRequest::wait() {
-  Timer timer;
-  for (long spins = 0; !test(); spins++) {
-    if (spins % 64 == 0 && timer.seconds() > comm_.watchdog().timeout_s) abort_stuck(timer.seconds());
-    if (spins > 1000) sched_yield();
-  }
+  // On a timeout, abort NCCL first: that frees the GPU from the stuck kernels.
+  wait_bounded([this] { return test(); }, "NCCL ", op_, count_, comm_, comm_.watchdog(), [this] { comm_.abort_all(); });
 }
 
 void NcclRequest::completed() {
@@ -301,22 +287,6 @@ void NcclRequest::completed() {
   if (staged_ == nullptr) return;
   if (host_out_ != nullptr) CUDA_CHECK(cudaMemcpy(host_out_, staged_, bytes_, cudaMemcpyDeviceToHost));
   comm_.staged_in_use_ = false;
-}
-
-void NcclRequest::abort_stuck(double waited) {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  std::fprintf(stderr,
-               "trident: rank %d (%s): timeout: NCCL %s of %zu elements on the %s group (rank %d of %d) "
-               "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
-               world_rank, host, comm_op_name(op_), count_, comm_.name().c_str(), comm_.rank(), comm_.size(), waited,
-               comm_.watchdog().step);
-  std::fflush(stderr);
-  comm_.abort_all();  // frees the GPU from the stuck kernels
-  MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
-  std::_Exit(kExitTimeout);
 }
 
 }  // namespace
