@@ -258,6 +258,16 @@ void check_head_dim(int C, int NH) {
 
 }  // namespace
 
+// One block row per (batch, head): CUDA's grid y is at most 65535.
+void check_attention_grid(int B, int NH) {
+  check(static_cast<long>(B) * NH <= 65535, "CUDA attention: micro-batch x heads per rank must be <= 65535, got " +
+                                                std::to_string(static_cast<long>(B) * NH));
+}
+
+namespace {
+
+}  // namespace
+
 bool use_tensor_core_attention(int C, int NH) {
   const char* choice = std::getenv("TRIDENT_CUDA_ATTENTION");
   return tensor_core_attention_supports(C, NH) && (choice == nullptr || std::strcmp(choice, "scalar") != 0);
@@ -265,6 +275,7 @@ bool use_tensor_core_attention(int C, int NH) {
 
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH) {
+  check_attention_grid(B, NH);
   if constexpr (std::is_same_v<T, bf16>)
     if (use_tensor_core_attention(C, NH)) return tensor_core_attention_forward(out, lse, qkv, B, T_, C, NH);
   check_head_dim(C, NH);
@@ -277,6 +288,7 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_, int C,
                         int NH, float* scratch) {
+  check_attention_grid(B, NH);
   check_head_dim(C, NH);
   const int hd = C / NH;
   const size_t rows = static_cast<size_t>(B) * NH * T_;

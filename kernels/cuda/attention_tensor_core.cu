@@ -3,305 +3,47 @@
 // Same contract as attention.cu (whose scalar kernels serve fp32 and other head dims):
 // the forward keeps each query row's log-sum-exp; the backward recomputes the
 // probabilities in two kernels, one owning dK/dV of 64 key rows, one owning dQ of 64
-// query rows, so there are no atomics.
-//
-// A block is 4 warps over 64 rows, each warp owning 16; tiles of 64 keys (or queries)
-// stream through shared memory. Rows of bf16 tiles are padded by 8 elements and rows of
-// fp32 tiles by 4, which keeps every 16 x 16 fragment 32-byte aligned (WMMA's rule) and
-// spreads rows over the shared-memory banks.
+// query rows, so there are no atomics. The kernels: attention_tensor_core_kernels.cuh.
 #include <mma.h>
 
+#include <algorithm>
+
 #include "cuda_kernels.cuh"
+
+#define TRIDENT_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 
 namespace trident::kernels::cuda {
 
 namespace {
 
-using namespace nvcuda;
+#include "attention_tensor_core_kernels.cuh"
 
-constexpr int kRows = 64;      // rows per block and per tile
-constexpr int kWarps = 4;      // 16 rows each
-constexpr int kThreads = 32 * kWarps;
-constexpr int kLdS = kRows + 4;  // fp32 [16][64] score tiles
-constexpr int kLdP = kRows + 8;  // bf16 [16][64] probability tiles
-
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBt = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;  // a transposed operand
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-template <int HD>
-struct Tiles {
-  static constexpr int kLd = HD + 8;   // bf16 [64][HD] tiles
-  static constexpr int kLdO = HD + 4;  // fp32 [16][HD] per-warp tiles
-  static constexpr size_t tile_bytes = size_t(kRows) * kLd * sizeof(bf16);
-  static constexpr size_t scores_bytes = size_t(16) * kLdS * sizeof(float);  // per warp
-  static constexpr size_t probs_bytes = size_t(16) * kLdP * sizeof(bf16);    // per warp
-  static constexpr size_t out_bytes = size_t(16) * kLdO * sizeof(float);     // per warp
-};
-
-// Rows [first, first + 64) of one head's column block (q, k or v; or dO) into a bf16
-// tile, zeros past the sequence. 16-byte loads: hd and the row stride are multiples of 8.
-template <int HD>
-__device__ void load_rows(bf16* tile, const bf16* base, size_t row_stride, size_t column, size_t batch_row, int first,
-                          int T_) {
-  constexpr int chunks = kRows * HD / 8;
-  for (int idx = threadIdx.x; idx < chunks; idx += kThreads) {
-    const int r = idx / (HD / 8), c = (idx % (HD / 8)) * 8, row = first + r;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row < T_) v = *reinterpret_cast<const uint4*>(base + (batch_row + row) * row_stride + column + c);
-    *reinterpret_cast<uint4*>(tile + r * Tiles<HD>::kLd + c) = v;
-  }
-}
-
-// C[16][64] (fp32, ld kLdS) = A[16][HD] (rows of a tile) x B[64][HD]^T (a tile).
-template <int HD>
-__device__ void scores(float* out, const bf16* a, const bf16* b) {
-  constexpr int ld = Tiles<HD>::kLd;
-  for (int n = 0; n < kRows / 16; n++) {
-    FragC c;
-    wmma::fill_fragment(c, 0.0f);
-    for (int k = 0; k < HD / 16; k++) {
-      FragA fa;
-      FragBt fb;
-      wmma::load_matrix_sync(fa, a + k * 16, ld);
-      wmma::load_matrix_sync(fb, b + n * 16 * ld + k * 16, ld);
-      wmma::mma_sync(c, fa, fb, c);
-    }
-    wmma::store_matrix_sync(out + n * 16, c, kLdS, wmma::mem_row_major);
-  }
-}
-
-// acc[n] += P[16][64] (bf16, ld kLdP) x B[64][HD] (a tile), n over HD/16 column blocks.
-template <int HD>
-__device__ void accumulate(FragC (&acc)[HD / 16], const bf16* p, const bf16* b) {
-  constexpr int ld = Tiles<HD>::kLd;
-  for (int k = 0; k < kRows / 16; k++) {
-    FragA fa;
-    wmma::load_matrix_sync(fa, p + k * 16, kLdP);
-    for (int n = 0; n < HD / 16; n++) {
-      FragB fb;
-      wmma::load_matrix_sync(fb, b + k * 16 * ld + n * 16, ld);
-      wmma::mma_sync(acc[n], fa, fb, acc[n]);
-    }
-  }
-}
-
-// Writes a warp's 16 x hd accumulators as bf16 rows of dqkv/out (through shared `stage`).
-template <int HD>
-__device__ void store_rows(bf16* dst, size_t row_stride, size_t column, size_t batch_row, int first, int T_,
-                           FragC (&acc)[HD / 16], float* stage) {
-  constexpr int ldo = Tiles<HD>::kLdO;
-  for (int n = 0; n < HD / 16; n++) wmma::store_matrix_sync(stage + n * 16, acc[n], ldo, wmma::mem_row_major);
-  __syncwarp();
-  const int lane = threadIdx.x % 32;
-  for (int idx = lane; idx < 16 * HD; idx += 32) {
-    const int r = idx / HD, d = idx % HD;
-    if (first + r < T_) dst[(batch_row + first + r) * row_stride + column + d] = __float2bfloat16_rn(stage[r * ldo + d]);
-  }
-}
-
-template <int HD>
-__global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C,
-                                                              int NH) {
-  using L = Tiles<HD>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = reinterpret_cast<bf16*>(smem + L::tile_bytes);
-  bf16* vs = reinterpret_cast<bf16*>(smem + 2 * L::tile_bytes);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* mine = smem + 3 * L::tile_bytes + warp * (L::scores_bytes + L::probs_bytes + L::out_bytes);
-  float* ss = reinterpret_cast<float*>(mine);
-  bf16* ps = reinterpret_cast<bf16*>(mine + L::scores_bytes);
-  float* os = reinterpret_cast<float*>(mine + L::scores_bytes + L::probs_bytes);
-
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = blockIdx.x * kRows;
-  const size_t stride = 3 * static_cast<size_t>(C), batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = static_cast<size_t>(h) * HD, k_col = C + q_col, v_col = 2 * static_cast<size_t>(C) + q_col;
-  const float scale = rsqrtf(static_cast<float>(HD));
-  load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
-  for (int i = lane; i < 16 * L::kLdO; i += 32) os[i] = 0.0f;
-  // Lanes 2r and 2r+1 share the warp's row r, 32 columns each.
-  const int r = lane / 2, half = lane % 2, c0 = half * 32, qi = q0 + warp * 16 + r;
-  float m = -INFINITY, l = 0.0f;
-  for (int kt = 0; kt <= q0; kt += kRows) {  // every tile holds a key <= each of the block's rows
-    __syncthreads();
-    load_rows<HD>(ks, qkv, stride, k_col, batch_row, kt, T_);
-    load_rows<HD>(vs, qkv, stride, v_col, batch_row, kt, T_);
-    __syncthreads();
-    scores<HD>(ss, qs + warp * 16 * L::kLd, ks);
-    __syncwarp();
-    float* srow = ss + r * kLdS;
-    float tile_max = -INFINITY;
-    for (int c = c0; c < c0 + 32; c++) {
-      const float s = kt + c <= qi ? srow[c] * scale : -INFINITY;
-      srow[c] = s;
-      tile_max = fmaxf(tile_max, s);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max), correction = __expf(m - m_new);
-    float sum = 0.0f;
-    for (int c = c0; c < c0 + 32; c++) {
-      const float p = __expf(srow[c] - m_new);
-      ps[r * kLdP + c] = __float2bfloat16_rn(p);
-      sum += p;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * correction + sum;
-    m = m_new;
-    for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); d++) os[r * L::kLdO + d] *= correction;
-    __syncwarp();
-    FragC acc[HD / 16];
-    for (int n = 0; n < HD / 16; n++) wmma::load_matrix_sync(acc[n], os + n * 16, L::kLdO, wmma::mem_row_major);
-    accumulate<HD>(acc, ps, vs);
-    for (int n = 0; n < HD / 16; n++) wmma::store_matrix_sync(os + n * 16, acc[n], L::kLdO, wmma::mem_row_major);
-    __syncwarp();
-  }
-  if (qi >= T_) return;
-  const float inv_l = 1.0f / l;
-  bf16* o_row = out + (batch_row + qi) * static_cast<size_t>(C) + q_col;
-  for (int d = half * (HD / 2); d < (half + 1) * (HD / 2); d++) o_row[d] = __float2bfloat16_rn(os[r * L::kLdO + d] * inv_l);
-  if (half == 0) lse[static_cast<size_t>(bh) * T_ + qi] = m + logf(l);
-}
-
-// dK, dV of 64 key rows: over the query tiles at and after them,
-// P^T = exp(scale K Q^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta) scale,
-// dK += dS^T Q.
-template <int HD>
-__global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                  const float* lse, const float* delta, int T_, int C,
-                                                                  int NH) {
-  using L = Tiles<HD>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* ks = reinterpret_cast<bf16*>(smem);
-  bf16* vs = reinterpret_cast<bf16*>(smem + L::tile_bytes);
-  bf16* qs = reinterpret_cast<bf16*>(smem + 2 * L::tile_bytes);
-  bf16* dos = reinterpret_cast<bf16*>(smem + 3 * L::tile_bytes);
-  float* lse_s = reinterpret_cast<float*>(smem + 4 * L::tile_bytes);
-  float* delta_s = lse_s + kRows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* mine = smem + 4 * L::tile_bytes + 2 * kRows * sizeof(float) +
-                        warp * (2 * L::scores_bytes + 2 * L::probs_bytes);
-  float* pt = reinterpret_cast<float*>(mine);                      // P^T, fp32
-  float* dpt = reinterpret_cast<float*>(mine + L::scores_bytes);  // dP^T
-  bf16* pt16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes);
-  bf16* dst16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes + L::probs_bytes);
-
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * kRows;
-  const size_t stride = 3 * static_cast<size_t>(C), batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = static_cast<size_t>(h) * HD, k_col = C + q_col, v_col = 2 * static_cast<size_t>(C) + q_col;
-  const float scale = rsqrtf(static_cast<float>(HD));
-  load_rows<HD>(ks, qkv, stride, k_col, batch_row, k0, T_);
-  load_rows<HD>(vs, qkv, stride, v_col, batch_row, k0, T_);
-  FragC dk[HD / 16], dv[HD / 16];
-  for (int n = 0; n < HD / 16; n++) {
-    wmma::fill_fragment(dk[n], 0.0f);
-    wmma::fill_fragment(dv[n], 0.0f);
-  }
-  const int r = lane / 2, c0 = (lane % 2) * 32, kj = k0 + warp * 16 + r;
-  for (int qt = k0; qt < T_; qt += kRows) {  // earlier queries see none of these keys
-    __syncthreads();
-    load_rows<HD>(qs, qkv, stride, q_col, batch_row, qt, T_);
-    load_rows<HD>(dos, dout, C, q_col, batch_row, qt, T_);
-    for (int i = threadIdx.x; i < kRows; i += kThreads) {
-      const bool valid = qt + i < T_;
-      lse_s[i] = valid ? lse[static_cast<size_t>(bh) * T_ + qt + i] : 0.0f;
-      delta_s[i] = valid ? delta[static_cast<size_t>(bh) * T_ + qt + i] : 0.0f;
-    }
-    __syncthreads();
-    scores<HD>(pt, ks + warp * 16 * L::kLd, qs);   // S^T = K Q^T
-    scores<HD>(dpt, vs + warp * 16 * L::kLd, dos);  // dP^T = V dO^T
-    __syncwarp();
-    for (int c = c0; c < c0 + 32; c++) {
-      const int qi = qt + c;
-      const float p = qi >= kj && qi < T_ ? __expf(pt[r * kLdS + c] * scale - lse_s[c]) : 0.0f;
-      pt16[r * kLdP + c] = __float2bfloat16_rn(p);
-      dst16[r * kLdP + c] = __float2bfloat16_rn(p * (dpt[r * kLdS + c] - delta_s[c]) * scale);
-    }
-    __syncwarp();
-    accumulate<HD>(dv, pt16, dos);
-    accumulate<HD>(dk, dst16, qs);
-  }
-  __syncwarp();
-  const int first = k0 + warp * 16;
-  store_rows<HD>(dqkv, stride, k_col, batch_row, first, T_, dk, pt);  // pt + dpt hold 16 x (HD + 4) floats
-  __syncwarp();
-  store_rows<HD>(dqkv, stride, v_col, batch_row, first, T_, dv, pt);
-}
-
-// dQ of 64 query rows: over the key tiles up to them, P = exp(scale Q K^T - lse),
-// dP = dO V^T, dS = P (dP - delta) scale, dQ += dS K.
-template <int HD>
-__global__ void __launch_bounds__(kThreads) tc_backward_q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                 const float* lse, const float* delta, int T_, int C,
-                                                                 int NH) {
-  using L = Tiles<HD>;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* dos = reinterpret_cast<bf16*>(smem + L::tile_bytes);
-  bf16* ks = reinterpret_cast<bf16*>(smem + 2 * L::tile_bytes);
-  bf16* vs = reinterpret_cast<bf16*>(smem + 3 * L::tile_bytes);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* mine = smem + 4 * L::tile_bytes + warp * (2 * L::scores_bytes + L::probs_bytes);
-  float* st = reinterpret_cast<float*>(mine);
-  float* dpt = reinterpret_cast<float*>(mine + L::scores_bytes);
-  bf16* ds16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes);
-
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = blockIdx.x * kRows;
-  const size_t stride = 3 * static_cast<size_t>(C), batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = static_cast<size_t>(h) * HD, k_col = C + q_col, v_col = 2 * static_cast<size_t>(C) + q_col;
-  const float scale = rsqrtf(static_cast<float>(HD));
-  load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
-  load_rows<HD>(dos, dout, C, q_col, batch_row, q0, T_);
-  const int r = lane / 2, c0 = (lane % 2) * 32, qi = q0 + warp * 16 + r;
-  const float row_lse = qi < T_ ? lse[static_cast<size_t>(bh) * T_ + qi] : 0.0f;
-  const float row_delta = qi < T_ ? delta[static_cast<size_t>(bh) * T_ + qi] : 0.0f;
-  FragC dq[HD / 16];
-  for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(dq[n], 0.0f);
-  for (int kt = 0; kt <= q0; kt += kRows) {
-    __syncthreads();
-    load_rows<HD>(ks, qkv, stride, k_col, batch_row, kt, T_);
-    load_rows<HD>(vs, qkv, stride, v_col, batch_row, kt, T_);
-    __syncthreads();
-    scores<HD>(st, qs + warp * 16 * L::kLd, ks);    // S = Q K^T
-    scores<HD>(dpt, dos + warp * 16 * L::kLd, vs);  // dP = dO V^T
-    __syncwarp();
-    for (int c = c0; c < c0 + 32; c++) {
-      const float p = kt + c <= qi && qi < T_ ? __expf(st[r * kLdS + c] * scale - row_lse) : 0.0f;
-      ds16[r * kLdP + c] = __float2bfloat16_rn(p * (dpt[r * kLdS + c] - row_delta) * scale);
-    }
-    __syncwarp();
-    accumulate<HD>(dq, ds16, ks);
-  }
-  __syncwarp();
-  store_rows<HD>(dqkv, stride, q_col, batch_row, q0 + warp * 16, T_, dq, st);
-}
-
-template <int HD>
-size_t forward_shared() {
-  using L = Tiles<HD>;
-  return 3 * L::tile_bytes + kWarps * (L::scores_bytes + L::probs_bytes + L::out_bytes);
-}
-template <int HD>
-size_t backward_kv_shared() {
-  using L = Tiles<HD>;
-  return 4 * L::tile_bytes + 2 * kRows * sizeof(float) + kWarps * (2 * L::scores_bytes + 2 * L::probs_bytes);
-}
-template <int HD>
-size_t backward_q_shared() {
-  using L = Tiles<HD>;
-  return 4 * L::tile_bytes + kWarps * (2 * L::scores_bytes + L::probs_bytes);
-}
-
+// Raises a kernel's dynamic shared-memory limit, once per kernel.
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
+  static bool done = false;
+  if (done) return;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done = true;
+}
+
+size_t max_shared_per_block() {
+  static size_t bytes = [] {
+    int device = 0, value = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return static_cast<size_t>(value);
+  }();
+  return bytes;
+}
+
+template <int HD>
+bool fits_shared() {
+  return std::max({forward_shared<HD>(), backward_kv_shared<HD>(), backward_q_shared<HD>()}) <= max_shared_per_block();
 }
 
 template <int HD>
 void forward_with(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH) {
-  // The per-warp output stage of the backward kernels reuses two score tiles.
-  static_assert(Tiles<HD>::out_bytes <= 2 * Tiles<HD>::scores_bytes, "stage does not fit");
   const size_t shared = forward_shared<HD>();
   allow_shared(tc_forward_kernel<HD>, shared);
   tc_forward_kernel<HD><<<dim3(blocks_for(T_, kRows), B * NH), kThreads, shared, compute_stream()>>>(out, lse, qkv,
@@ -325,8 +67,13 @@ void backward_with(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* l
 }  // namespace
 
 bool tensor_core_attention_supports(int C, int NH) {
-  const int hd = C / NH;
-  return C % NH == 0 && (hd == 32 || hd == 64 || hd == 128) && C % 8 == 0;
+  if (C % NH != 0 || C % 8 != 0) return false;
+  switch (C / NH) {  // head dim 128 needs ~120 KB of shared memory: more than sm_86/89 allow
+    case 32: return fits_shared<32>();
+    case 64: return fits_shared<64>();
+    case 128: return fits_shared<128>();
+    default: return false;
+  }
 }
 
 void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH) {

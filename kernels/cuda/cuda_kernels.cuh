@@ -59,6 +59,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                         int NH, float* scratch);
 
 bool use_tensor_core_attention(int C, int NH);
+void check_attention_grid(int B, int NH);
 bool tensor_core_attention_supports(int C, int NH);
 void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH);
 // delta: each query row's dO . O (from attention_backward).

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "dist/parallel_state.h"
+#include "kernels/kernels.h"
 
 namespace trident {
 namespace {
@@ -28,6 +29,21 @@ TEST(Communicator, AllReduceSumAndMax) {
   EXPECT_DOUBLE_EQ(c.all_reduce(static_cast<double>(r), ReduceOp::max), n - 1.0);
   EXPECT_EQ(c.stats().calls[static_cast<int>(CommOp::all_reduce)], 2u);
   EXPECT_EQ(c.stats().bytes[static_cast<int>(CommOp::all_reduce)], 1000 * 4 + 8u);
+}
+
+TEST(Communicator, ActivationsTravelInTheirStorageType) {
+  ParallelState ps = data_parallel_state();
+  Communicator& c = ps.dp();
+  const int n = c.size(), r = c.rank();
+  std::vector<float> x(64, static_cast<float>(r + 1));
+  c.all_reduce(ActivationSpan{kernels::as_act(x.data()), x.size(), kernels::DType::f32});
+  EXPECT_EQ(x, std::vector<float>(64, n * (n + 1) / 2.0f));
+  EXPECT_EQ(c.stats().bytes[static_cast<int>(CommOp::all_reduce)], 64 * 4u);
+  // Host memory holds float activations only; bf16 ones live on a GPU and go through NCCL.
+  std::vector<uint16_t> bf16(64);
+  EXPECT_THROW(c.all_reduce(ActivationSpan{reinterpret_cast<kernels::Act*>(bf16.data()), bf16.size(),
+                                           kernels::DType::bf16}),
+               std::runtime_error);
 }
 
 TEST(Communicator, ReduceScatterThenAllGather) {
