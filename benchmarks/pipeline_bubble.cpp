@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
       GPT2 model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, p, ""), max_in_flight(schedule, stage, p, m));
       model.init_parameters(1);
-      DataParallel dp(parallel.dp(), model.layout().total_floats(), 25, false);
+      DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
       AdamW optimizer(model.layout(), {}, *k, dp.owned());
       StepRunner runner(model, optimizer, dp, parallel.dp(), *k, {&parallel.pp(), parallel.embedding(), schedule});
       std::vector<int32_t> tokens(static_cast<size_t>(m) * B * T), targets(tokens.size());

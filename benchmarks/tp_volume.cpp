@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   const int B = config.train.micro_batch, T = mc.seq_len, G = config.train.global_batch;
   GPT2 model(mc, B, *k, TensorParallel(parallel.tp()));
   model.init_parameters(1);
-  DataParallel dp(parallel.dp(), model.layout().total_floats(), 25, false);
+  DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
   AdamW optimizer(model.layout(), {}, *k, dp.owned());
   StepRunner runner(model, optimizer, dp, parallel.dp(), *k);
   std::vector<int32_t> tokens(static_cast<size_t>(G) * T), targets(tokens.size());

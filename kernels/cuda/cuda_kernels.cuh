@@ -23,8 +23,6 @@ void column_sums(float* bias_grad, const T* x, int N, int OC);
 template <typename T>
 void cast(T* out, const float* in, size_t n);
 template <typename T>
-void to_float(float* out, const T* in, size_t n);
-template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte_shard, int vocab_start, int shard_rows, int B,
                        int T_, int C);
 // positions_of: for every token of the shard with a row in `rows`, its positions in

@@ -15,12 +15,6 @@ __global__ void cast_kernel(T* out, const float* in, size_t n) {
 }
 
 template <typename T>
-__global__ void to_float_kernel(float* out, const T* in, size_t n) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = to_float(in[i]);
-}
-
-template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte_shard, int vocab_start,
                                          int shard_rows, size_t BT, int C) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
@@ -98,10 +92,6 @@ void cast(T* out, const float* in, size_t n) {
   TRIDENT_LAUNCH(cast_kernel<T>, n, out, in, n);
 }
 template <typename T>
-void to_float(float* out, const T* in, size_t n) {
-  TRIDENT_LAUNCH(to_float_kernel<T>, n, out, in, n);
-}
-template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const T* wte_shard, int vocab_start, int shard_rows, int B,
                        int T_, int C) {
   const size_t BT = static_cast<size_t>(B) * T_;
@@ -139,7 +129,6 @@ void add(T* out, const T* a, const T* b, size_t n) {
 
 #define TRIDENT_INSTANTIATE(T)                                                                             \
   template void cast<T>(T*, const float*, size_t);                                                         \
-  template void to_float<T>(float*, const T*, size_t);                                                     \
   template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, int, int, int);               \
   template void embedding_backward<T>(float*, const T*, const int32_t*, const int32_t*, const int32_t*, int, int); \
   template void add_positions<T>(T*, const T*, int, int, int);                                             \

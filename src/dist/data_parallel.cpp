@@ -1,15 +1,14 @@
 #include "dist/data_parallel.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "runtime/error.h"
 #include "runtime/timer.h"
 
 namespace trident {
 
-DataParallel::DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap,
-                           kernels::Kernels* memory)
+DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
+                           bool overlap)
     : dp_(dp), zero_(zero && dp.size() > 1), overlap_(overlap), memory_(memory) {
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
@@ -33,17 +32,12 @@ DataParallel::DataParallel(Communicator& dp, size_t n, double bucket_mb, bool ze
     owned_.push_back({b.begin + rank * block, b.begin + (rank + 1) * block});
     shard_floats += block;
   }
-  if (memory_ != nullptr) {
-    shard_ = static_cast<float*>(memory_->alloc(shard_floats * sizeof(float)));
-  } else {
-    host_shard_.resize(shard_floats);
-    shard_ = host_shard_.data();
-  }
+  shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
 }
 
 DataParallel::~DataParallel() {
   pending_.clear();  // waits for what is in flight
-  if (memory_ != nullptr && shard_ != nullptr) memory_->free(shard_);
+  if (shard_ != nullptr) memory_.free(shard_);
 }
 
 void DataParallel::start_backward(float* grads) {
@@ -76,11 +70,8 @@ double DataParallel::finish_gradients() {
   const double waited = waiting.seconds();
   pending_.clear();
   if (zero_) {
-    for (size_t b = 0; b < buckets_.size(); b++) {
-      const size_t bytes = owned_[b].size() * sizeof(float);
-      if (memory_ != nullptr) memory_->copy_on_device(grads_ + owned_[b].begin, shard_ + shard_offset_[b], bytes);
-      else std::memcpy(grads_ + owned_[b].begin, shard_ + shard_offset_[b], bytes);
-    }
+    for (size_t b = 0; b < buckets_.size(); b++)
+      memory_.copy_on_device(grads_ + owned_[b].begin, shard_ + shard_offset_[b], owned_[b].size() * sizeof(float));
   }
   grads_ = nullptr;
   return waited;

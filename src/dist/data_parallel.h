@@ -20,12 +20,11 @@ namespace trident {
 
 class DataParallel {
  public:
-  // n: floats in the gradient buffer, a multiple of dp's size. overlap = false starts
-  // every bucket only when backward is complete (for measuring what overlap buys).
-  // memory: the backend whose memory holds the gradients (ZeRO's shard goes there too);
-  // null: host memory.
-  DataParallel(Communicator& dp, size_t n, double bucket_mb, bool zero, bool overlap = true,
-               kernels::Kernels* memory = nullptr);
+  // memory: the kernel backend whose memory holds the gradients (ZeRO's shard goes
+  // there too). n: floats in the gradient buffer, a multiple of dp's size. overlap =
+  // false starts every bucket only when backward is complete (for measuring what
+  // overlap buys).
+  DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero, bool overlap = true);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -53,11 +52,8 @@ class DataParallel {
   Communicator& dp_;
   bool zero_, overlap_;
   std::vector<FlatRange> buckets_, owned_;
-  kernels::Kernels* memory_;
-  // ZeRO-1: reduce-scatter output, the block of each bucket in order (in `memory_`, or
-  // host_shard_ without one)
-  float* shard_ = nullptr;
-  std::vector<float> host_shard_;
+  kernels::Kernels& memory_;
+  float* shard_ = nullptr;  // ZeRO-1: reduce-scatter output, the block of each bucket in order
   std::vector<size_t> shard_offset_;
   float* grads_ = nullptr;
   size_t next_bucket_ = 0;  // buckets are started from the last one down

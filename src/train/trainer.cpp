@@ -135,8 +135,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const PipelinePlan plan = plan_pipeline(config, parallel, local_batch, tc.micro_batch);
   GPT2 model(mc, tc.micro_batch, *k, TensorParallel(parallel.tp()), dp, plan.stage, plan.slots);
   model.init_parameters(tc.seed);
-  DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), config.parallel.bucket_mb,
-                             config.parallel.zero == 1, config.parallel.overlap, k.get());
+  DataParallel data_parallel(parallel.dp(), *k, model.layout().total_floats(), config.parallel.bucket_mb,
+                             config.parallel.zero == 1, config.parallel.overlap);
   AdamW optimizer(model.layout(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay}, *k, data_parallel.owned());
   StepRunner runner(model, optimizer, data_parallel, parallel.dp(), *k, plan.links);
   const CheckpointConfig& cc = config.checkpoint;

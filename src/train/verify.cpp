@@ -107,8 +107,8 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
     const std::vector<float> values = file.read_float(name);
     model.set_parameter(t.name, values.data(), values.size());
   }
-  DataParallel data_parallel(parallel.dp(), model.layout().total_floats(), settings.bucket_mb,
-                             settings.zero == 1, settings.overlap, &k);
+  DataParallel data_parallel(parallel.dp(), k, model.layout().total_floats(), settings.bucket_mb,
+                             settings.zero == 1, settings.overlap);
   AdamW optimizer(model.layout(), {ref.beta1, ref.beta2, ref.adam_eps, ref.weight_decay}, k, data_parallel.owned());
   StepRunner runner(model, optimizer, data_parallel, parallel.dp(), k, plan.links);
   const std::vector<double> step_losses = file.read_double("steps/loss");

@@ -80,7 +80,7 @@ TEST(DataParallelTraining, SameParametersAsOneRank) {
     const int local = global_batch / dp.size();
     GPT2 model(mc, local, *k, TensorParallel{}, dp.size());
     model.init_parameters(5);
-    DataParallel data_parallel(dp, model.layout().total_floats(), 0.001, zero);
+    DataParallel data_parallel(dp, *k, model.layout().total_floats(), 0.001, zero);
     AdamW optimizer(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, data_parallel.owned());
     StepRunner runner(model, optimizer, data_parallel, dp, *k);
     std::vector<double> losses;

@@ -49,7 +49,7 @@ Trained train(Communicator* pp, Communicator* embedding, Schedule schedule) {
   MpiCommunicator self(MPI_COMM_SELF, "self", watchdog);
   GPT2 model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, stages, ""), max_in_flight(schedule, stage, stages, m));
   model.init_parameters(21);
-  DataParallel dp(self, model.layout().total_floats(), 0.001, false);
+  DataParallel dp(self, *k, model.layout().total_floats(), 0.001, false);
   AdamW opt(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, dp.owned());
   StepRunner runner(model, opt, dp, self, *k, {pp, embedding, schedule});
   Trained out;

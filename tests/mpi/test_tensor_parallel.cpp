@@ -88,7 +88,7 @@ TEST_F(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
   GPT2 whole(mc, B, *k_), sharded(mc, B, *k_, TensorParallel(parallel_->tp()));
   for (GPT2* model : {&whole, &sharded}) {
     model->init_parameters(4);
-    DataParallel dp(self, model->layout().total_floats(), 1, false);
+    DataParallel dp(self, *k_, model->layout().total_floats(), 1, false);
     AdamW opt(model->layout(), {}, *k_, dp.owned());
     StepRunner runner(*model, opt, dp, self, *k_);
     runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B, B);
@@ -136,7 +136,7 @@ TEST_F(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
   GPT2 model(mc, B, *k_, TensorParallel(parallel_->tp()));
   model.init_parameters(1);
-  DataParallel dp(parallel_->dp(), model.layout().total_floats(), 1, false);
+  DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
   AdamW opt(model.layout(), {}, *k_, dp.owned());
   StepRunner runner(model, opt, dp, parallel_->dp(), *k_);
   const Batch batch = random_batch(B * micro_steps, T, mc.vocab_size, 2);
