@@ -52,15 +52,15 @@ __device__ void load_rows(bf16* tile, const bf16* base, size_t row_stride, size_
 template <int HD>
 __device__ void scores(float* out, const bf16* a, const bf16* b) {
   constexpr int ld = Tiles<HD>::kLd;
+  FragA fa[HD / 16];  // the 16 rows of A, loaded once for the 4 column blocks
+  for (int k = 0; k < HD / 16; k++) wmma::load_matrix_sync(fa[k], a + k * 16, ld);
   for (int n = 0; n < kRows / 16; n++) {
     FragC c;
     wmma::fill_fragment(c, 0.0f);
     for (int k = 0; k < HD / 16; k++) {
-      FragA fa;
       FragBt fb;
-      wmma::load_matrix_sync(fa, a + k * 16, ld);
       wmma::load_matrix_sync(fb, b + n * 16 * ld + k * 16, ld);
-      wmma::mma_sync(c, fa, fb, c);
+      wmma::mma_sync(c, fa[k], fb, c);
     }
     wmma::store_matrix_sync(out + n * 16, c, kLdS, wmma::mem_row_major);
   }
@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
   const float scale = rsqrtf(static_cast<float>(HD));
   load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
   for (int i = lane; i < 16 * L::kLdO; i += 32) os[i] = 0.0f;
-  // Lanes 2r and 2r+1 share the warp's row r, 32 columns each.
-  const int r = lane / 2, side = lane % 2, c0 = side * 32, qi = q0 + warp * 16 + r;
+  // Lanes 2r and 2r+1 share the warp's row r, alternate columns each (fewer bank conflicts).
+  const int r = lane / 2, side = lane % 2, qi = q0 + warp * 16 + r;
   float m = -INFINITY, l = 0.0f;
   for (int kt = 0; kt <= q0; kt += kRows) {  // every tile holds a key <= each of the block's rows
     __syncthreads();
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
     __syncwarp();
     float* srow = ss + r * kLdS;
     float tile_max = -INFINITY;
-    for (int c = c0; c < c0 + 32; c++) {
+    for (int c = side; c < kRows; c += 2) {
       const float s = kt + c <= qi ? srow[c] * scale : -INFINITY;
       srow[c] = s;
       tile_max = fmaxf(tile_max, s);
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     const float m_new = fmaxf(m, tile_max), correction = __expf(m - m_new);
     float sum = 0.0f;
-    for (int c = c0; c < c0 + 32; c++) {
+    for (int c = side; c < kRows; c += 2) {
       const float p = __expf(srow[c] - m_new);
       ps[r * kLdP + c] = __float2bfloat16_rn(p);
       sum += p;
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l = l * correction + sum;
     m = m_new;
-    for (int d = side * (HD / 2); d < (side + 1) * (HD / 2); d++) os[r * L::kLdO + d] *= correction;
+    for (int d = side; d < HD; d += 2) os[r * L::kLdO + d] *= correction;
     __syncwarp();
     FragC acc[HD / 16];
     for (int n = 0; n < HD / 16; n++) wmma::load_matrix_sync(acc[n], os + n * 16, L::kLdO, wmma::mem_row_major);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
   if (qi >= T_) return;
   const float inv_l = 1.0f / l;
   bf16* o_row = out + (batch_row + qi) * static_cast<size_t>(C) + q_col;
-  for (int d = side * (HD / 2); d < (side + 1) * (HD / 2); d++) o_row[d] = __float2bfloat16_rn(os[r * L::kLdO + d] * inv_l);
+  for (int d = side; d < HD; d += 2) o_row[d] = __float2bfloat16_rn(os[r * L::kLdO + d] * inv_l);
   if (side == 0) lse[static_cast<size_t>(bh) * T_ + qi] = m + logf(l);
 }
 
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, co
     wmma::fill_fragment(dk[n], 0.0f);
     wmma::fill_fragment(dv[n], 0.0f);
   }
-  const int r = lane / 2, c0 = (lane % 2) * 32, kj = k0 + warp * 16 + r;
+  const int r = lane / 2, side = lane % 2, kj = k0 + warp * 16 + r;
   for (int qt = k0; qt < T_; qt += kRows) {  // earlier queries see none of these keys
     __syncthreads();
     load_rows<HD>(qs, qkv, stride, q_col, batch_row, qt, T_);
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, co
     scores<HD>(pt, ks + warp * 16 * L::kLd, qs);   // S^T = K Q^T
     scores<HD>(dpt, vs + warp * 16 * L::kLd, dos);  // dP^T = V dO^T
     __syncwarp();
-    for (int c = c0; c < c0 + 32; c++) {
+    for (int c = side; c < kRows; c += 2) {
       const int qi = qt + c;
       const float p = qi >= kj && qi < T_ ? __expf(pt[r * kLdS + c] * scale - lse_s[c]) : 0.0f;
       pt16[r * kLdP + c] = __float2bfloat16_rn(p);
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads) tc_backward_q_kernel(bf16* dqkv, con
   const float scale = rsqrtf(static_cast<float>(HD));
   load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
   load_rows<HD>(dos, dout, C, q_col, batch_row, q0, T_);
-  const int r = lane / 2, c0 = (lane % 2) * 32, qi = q0 + warp * 16 + r;
+  const int r = lane / 2, side = lane % 2, qi = q0 + warp * 16 + r;
   const float row_lse = qi < T_ ? lse[static_cast<size_t>(bh) * T_ + qi] : 0.0f;
   const float row_delta = qi < T_ ? delta[static_cast<size_t>(bh) * T_ + qi] : 0.0f;
   FragC dq[HD / 16];
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kThreads) tc_backward_q_kernel(bf16* dqkv, con
     scores<HD>(st, qs + warp * 16 * L::kLd, ks);    // S = Q K^T
     scores<HD>(dpt, dos + warp * 16 * L::kLd, vs);  // dP = dO V^T
     __syncwarp();
-    for (int c = c0; c < c0 + 32; c++) {
+    for (int c = side; c < kRows; c += 2) {
       const float p = kt + c <= qi && qi < T_ ? __expf(st[r * kLdS + c] * scale - row_lse) : 0.0f;
       ds16[r * kLdP + c] = __float2bfloat16_rn(p * (dpt[r * kLdS + c] - row_delta) * scale);
     }

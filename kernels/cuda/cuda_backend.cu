@@ -167,7 +167,8 @@ class CudaKernels final : public Kernels {
                        int N, int C, int OC) override {
     if (dinp != nullptr) cuda::gemm<T, T>(false, false, N, C, OC, t(dout), t(weight), t(dinp), nullptr, false);
     cuda::gemm<T, float>(true, false, OC, C, N, t(dout), t(inp), dweight, nullptr, true);  // fp32 gradients
-    if (dbias != nullptr) cuda::column_sums(dbias, t(dout), N, OC);
+    if (dbias != nullptr)
+      cuda::column_sums(dbias, t(dout), N, OC, scratch_.get<float>(cuda::column_sums_scratch_floats(OC)));
   }
   size_t attention_stats_floats(int B, int T_, int NH) const override {
     return static_cast<size_t>(B) * NH * T_;  // each row's log-sum-exp

@@ -16,9 +16,11 @@ namespace trident::kernels::cuda {
 template <typename T, typename TC>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
           bool accumulate);
-// bias_grad[j] += sum over rows of x[N,OC] column j, in fp32 and a fixed order.
+// bias_grad[j] += sum over rows of x[N,OC] column j, in fp32 and a fixed order (row
+// chunks on separate blocks, then their sums); scratch: column_sums_scratch_floats(OC).
+size_t column_sums_scratch_floats(int OC);
 template <typename T>
-void column_sums(float* bias_grad, const T* x, int N, int OC);
+void column_sums(float* bias_grad, const T* x, int N, int OC, float* scratch);
 
 template <typename T>
 void cast(T* out, const float* in, size_t n);

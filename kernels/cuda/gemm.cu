@@ -102,22 +102,35 @@ const Plan& plan_for(bool trans_a, bool trans_b, int M, int N, int K, const T* A
   return plans.emplace(key, p).first->second;
 }
 
+constexpr int kRowChunks = 32;  // column sums: row ranges summed by separate blocks
+
+// Block (x, y) of 32 x 32 threads sums 32 columns over row chunk y: each thread every
+// 32nd row of the chunk, then the 32 partial sums in order, into partials[y][col].
 template <typename T>
-__global__ void column_sums_kernel(float* bias_grad, const T* x, int N, int OC) {
-  // A block of 32 x 32 threads owns 32 columns; each thread sums every 32nd row of its
-  // column, then the 32 partial sums are added in order.
+__global__ void column_sums_kernel(float* partials, const T* x, int N, int OC) {
   __shared__ float partial[32][33];
   const int col = blockIdx.x * 32 + threadIdx.x;
+  const int chunk = (N + kRowChunks - 1) / kRowChunks, first = blockIdx.y * chunk;
+  const int last = min(N, first + chunk);
   float sum = 0.0f;
   if (col < OC)
-    for (int row = threadIdx.y; row < N; row += 32) sum += to_float(x[static_cast<size_t>(row) * OC + col]);
+    for (int row = first + threadIdx.y; row < last; row += 32) sum += to_float(x[static_cast<size_t>(row) * OC + col]);
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < OC) {
     float total = 0.0f;
     for (int i = 0; i < 32; i++) total += partial[i][threadIdx.x];
-    bias_grad[col] += total;
+    partials[static_cast<size_t>(blockIdx.y) * OC + col] = total;
   }
+}
+
+// bias_grad[col] += the chunks' sums, in order (deterministic).
+__global__ void add_column_partials_kernel(float* bias_grad, const float* partials, int OC) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= OC) return;
+  float total = 0.0f;
+  for (int c = 0; c < kRowChunks; c++) total += partials[static_cast<size_t>(c) * OC + col];
+  bias_grad[col] += total;
 }
 
 }  // namespace
@@ -133,16 +146,20 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
                               workspace(), kWorkspaceBytes, compute_stream()));
 }
 
+size_t column_sums_scratch_floats(int OC) { return static_cast<size_t>(kRowChunks) * OC; }
+
 template <typename T>
-void column_sums(float* bias_grad, const T* x, int N, int OC) {
-  column_sums_kernel<<<blocks_for(OC, 32), dim3(32, 32), 0, compute_stream()>>>(bias_grad, x, N, OC);
+void column_sums(float* bias_grad, const T* x, int N, int OC, float* scratch) {
+  column_sums_kernel<<<dim3(blocks_for(OC, 32), kRowChunks), dim3(32, 32), 0, compute_stream()>>>(scratch, x, N, OC);
+  CUDA_CHECK_LAUNCH();
+  add_column_partials_kernel<<<blocks_for(OC, 256), 256, 0, compute_stream()>>>(bias_grad, scratch, OC);
   CUDA_CHECK_LAUNCH();
 }
 
 template void gemm<float, float>(bool, bool, int, int, int, const float*, const float*, float*, const float*, bool);
 template void gemm<bf16, bf16>(bool, bool, int, int, int, const bf16*, const bf16*, bf16*, const bf16*, bool);
 template void gemm<bf16, float>(bool, bool, int, int, int, const bf16*, const bf16*, float*, const bf16*, bool);
-template void column_sums<float>(float*, const float*, int, int);
-template void column_sums<bf16>(float*, const bf16*, int, int);
+template void column_sums<float>(float*, const float*, int, int, float*);
+template void column_sums<bf16>(float*, const bf16*, int, int, float*);
 
 }  // namespace trident::kernels::cuda
