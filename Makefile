@@ -117,11 +117,13 @@ NP ?= 8
 # Parallel compile jobs of `make run` and `make test` (nvcc is the long pole).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 RUN_CONFIG ?= configs/tiny.ini
+# `make run DEVICE=cuda NP=1`: the default job on one GPU.
+DEVICE ?= cpu
 RUN_LAYOUT ?= $(if $(filter 8,$(NP)),--parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --train.micro_batch=2)
 MPIRUN ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -x OMP_NUM_THREADS=1
 run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
-	$(if $(filter 1,$(NP)),,$(MPIRUN) -np $(NP)) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT)
+	$(if $(filter 1,$(NP)),,$(MPIRUN) -np $(NP)) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT) --device=$(DEVICE)
 
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
