@@ -1,7 +1,7 @@
 // The communication interface of trident: the collectives and point-to-point
 // operations on typed views (element counts, never bytes), one communicator per group
 // of the rank grid. Backends: MPI on host memory (mpi_communicator.cpp); NCCL on device
-// memory comes with the CUDA path. Every wait is bounded by the watchdog's timeout: a
+// memory (nccl_communicator.cpp). Every wait is bounded by the watchdog's timeout: a
 // rank stuck past it names the operation, the group, its rank and the step, and aborts
 // the whole job instead of hanging.
 #pragma once
