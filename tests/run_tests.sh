@@ -45,6 +45,18 @@ for np in 2 3 4; do
   run "mpi_tests, $np ranks" timeout 600 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$build/tests/mpi_tests"
 done
 
+# CUDA builds: the GPU check's comparison program, run against the CPU backend (its
+# harness, checked without a GPU).
+if [ -x "$build/bench/kernel_check" ]; then
+  echo "=== kernel_check --cpu-self-check"
+  if "$build/bench/kernel_check" --cpu-self-check --seed 1 > "$log" 2>&1 && grep -q '^PASS: 0 failed' "$log"; then
+    passed=$((passed + 1))
+  else
+    cat "$log"
+    failed=$((failed + 1))
+  fi
+fi
+
 echo
 echo "tests took $((SECONDS - start)) s"
 echo "$passed passed, $failed failed"

@@ -7,6 +7,8 @@
 // 1024), with the flash attention against the naive three-kernel one.
 //
 //   build/bench/kernel_check [--seed N] [--no-timing]    exit 1 when a check fails
+//   build/bench/kernel_check --cpu-self-check            the CPU backend in place of the
+//       GPU's (bf16 emulated): checks this program itself where there is no GPU
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -102,6 +104,18 @@ class Comparison {
     for (void* p : allocations_) gpu_.free(p);
     allocations_.clear();
   }
+  // One group of checks. An exception (a CUDA error, say) counts as a failure and the
+  // next group still runs.
+  void run(const char* group, const std::function<void()>& checks) {
+    try {
+      checks();
+    } catch (const std::exception& e) {
+      failures_++;
+      std::printf("| %-38s | %-4s | %10s | %7s | FAIL: %s |\n", group, precision_name(gpu_.precision()), "error", "",
+                  e.what());
+    }
+    release();
+  }
   int failures() const { return failures_; }
 
  private:
@@ -130,7 +144,7 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
       for (float& x : want) x = round_to_bf16(x);
     c.compare("cast_to_activation (exact)", c.host(g, master.size()), want, 0.0);
   }
-  {  // embeddings of a vocabulary shard [64, 264) of 300 ids
+  c.run("embeddings", [&] {  // a vocabulary shard [64, 264) of 300 ids
     const int start = 64, rows = 200;
     const auto tokens = c.ids(N, 300);
     auto wte = c.input(static_cast<size_t>(rows) * C), wpe = c.input(static_cast<size_t>(T) * C);
@@ -153,9 +167,8 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     gpu.positions_backward(g_dwpe, g_dout, B, T, C);
     cpu.positions_backward(dwpe.data(), as_act(dout.data()), B, T, C);
     c.compare("positions_backward (dwpe +=)", c.host(g_dwpe, dwpe.size()), dwpe);
-    c.release();
-  }
-  for (int width : {256, 1600}) {  // LayerNorm; 1600 (GPT-2 XL): 50 columns per lane, not a multiple of 32
+  });
+  for (int width : {256, 1600}) c.run("layernorm", [&] {  // LayerNorm; 1600 (GPT-2 XL): 50 columns per lane, not a multiple of 32
     const int rows = width == 256 ? N : 64;
     const size_t n = static_cast<size_t>(rows) * width;
     const auto inp = c.input(n, 2.0f), weight = c.input(width), bias = c.input(width), dout = c.input(n);
@@ -176,10 +189,9 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("layernorm_backward dinp +=" + at, c.host(g_dinp, n), dinp);
     c.compare("layernorm_backward dweight +=" + at, c.host(g_dweight, width), dweight);
     c.compare("layernorm_backward dbias +=" + at, c.host(g_dbias, width), dbias);
-    c.release();
-  }
+  });
   // Matmuls: an aligned shape and an odd one (cuBLASLt picks other algorithms).
-  for (const auto& [rows, in, outc] : std::vector<std::tuple<int, int, int>>{{N, C, 3 * C}, {301, 203, 333}}) {
+  for (const auto& [rows, in, outc] : std::vector<std::tuple<int, int, int>>{{N, C, 3 * C}, {301, 203, 333}}) c.run("matmul", [&] {
     const size_t n_in = static_cast<size_t>(rows) * in, n_out = static_cast<size_t>(rows) * outc;
     const auto inp = c.input(n_in), weight = c.input(static_cast<size_t>(outc) * in, 0.05f), bias = c.input(outc);
     std::vector<float> out(n_out), dinp(n_in);
@@ -202,14 +214,13 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("matmul_backward dinp" + at, c.host(g_dinp, n_in), dinp);
     c.compare("matmul_backward dweight +=" + at, c.host(g_dweight, dweight.size()), dweight);
     c.compare("matmul_backward dbias +=" + at, c.host(g_dbias, outc), dbias);
-    c.release();
-  }
+  });
   // Head dims 32, 64, 128: each kernel instance; in bf16 both the tensor-core and the
   // scalar kernels.
   std::vector<const char*> attention_kernels = {"scalar"};
   if (c.bf16()) attention_kernels.insert(attention_kernels.begin(), "tensor_core");
   for (const char* kernel : attention_kernels)
-  for (int heads : {8, 4, 2}) {
+  for (int heads : {8, 4, 2}) c.run("attention", [&] {
     setenv("TRIDENT_CUDA_ATTENTION", kernel, 1);
     const size_t n_qkv = static_cast<size_t>(N) * 3 * C, n_out = static_cast<size_t>(N) * C;
     const auto qkv = c.input(n_qkv), dout = c.input(n_out);
@@ -224,10 +235,9 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     cpu.attention_backward(as_act(dqkv.data()), as_act(dout.data()), as_act(qkv.data()), as_act(out.data()),
                            probs.data(), B, T, C, heads);
     c.compare("attention_backward dqkv" + at, c.host(g_dqkv, n_qkv), dqkv);
-    c.release();
-    unsetenv("TRIDENT_CUDA_ATTENTION");
-  }
-  {  // GELU and the residual add
+  });
+  unsetenv("TRIDENT_CUDA_ATTENTION");
+  c.run("gelu, add", [&] {
     const size_t n = static_cast<size_t>(N) * 4 * C;
     const auto inp = c.input(n, 2.0f), dout = c.input(n), other = c.input(n);
     std::vector<float> out(n), dinp(n);
@@ -242,9 +252,8 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     gpu.add(g_out, g_inp, c.act(other), n);
     cpu.add(as_act(out.data()), as_act(inp.data()), as_act(other.data()), n);
     c.compare("add", c.host(g_out, n), out);
-    c.release();
-  }
-  {  // cross-entropy on the second shard [512, 1024) of a 1000-word vocabulary
+  });
+  c.run("cross-entropy", [&] {  // on the second shard [512, 1024) of a 1000-word vocabulary
     const int Vs = 512, start = 512, valid = 1000 - start;
     const auto logits = c.input(static_cast<size_t>(N) * Vs, 3.0f);
     const auto targets = c.ids(N, 1000);
@@ -265,9 +274,8 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     gpu.cross_entropy_backward(g_logits, g_lse, g_targets, start, N, valid, Vs, 0.01f);
     cpu.cross_entropy_backward(as_act(dlogits.data()), lse.data(), targets.data(), start, N, valid, Vs, 0.01f);
     c.compare("cross_entropy_backward", c.host(g_logits, dlogits.size()), dlogits);
-    c.release();
-  }
-  {  // optimizer: fp32 everywhere
+  });
+  c.run("optimizer", [&] {  // fp32 everywhere
     const size_t n = 1 << 20;
     std::vector<float> param(n), grad(n), m(n), v(n);
     std::mt19937_64 rng(11);
@@ -285,8 +293,7 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("adamw_update exp_avg_sq", c.host(g_v, n), v, 1e-6);
     const double want = cpu.sum_squares(grad.data(), n), got = gpu.sum_squares(g_grad, n);
     c.compare("sum_squares", {static_cast<float>(got)}, {static_cast<float>(want)}, 1e-6);
-    c.release();
-  }
+  });
 }
 
 // Mean seconds of `run` on the GPU over enough repetitions to fill ~0.2 s.
@@ -406,26 +413,30 @@ void timing_table(Kernels& gpu) {
 
 int main(int argc, char** argv) {
   uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  bool timing = true;
+  bool timing = true, self_check = false;
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = std::stoull(argv[++i]);
     else if (std::strcmp(argv[i], "--no-timing") == 0) timing = false;
+    else if (std::strcmp(argv[i], "--cpu-self-check") == 0) self_check = true;
   }
+  const auto under_test = [&](Precision precision) {
+    return self_check ? make_cpu_kernels(precision) : make_cuda_kernels(precision);
+  };
   try {
-    select_cuda_device(0);
+    if (!self_check) select_cuda_device(0);
     auto cpu = make_cpu_kernels(Precision::fp32);
     int failures = 0;
     std::printf("kernel check, seed %llu: ||gpu - cpu|| / ||cpu|| on the same inputs\n\n",
                 static_cast<unsigned long long>(seed));
     std::printf("| %-38s | prec | rel. error | toler. | |\n|---|---|---:|---:|---|\n", "kernel, output");
     for (Precision precision : {Precision::fp32, Precision::bf16}) {
-      auto gpu = make_cuda_kernels(precision);
+      auto gpu = under_test(precision);
       Comparison comparison(*gpu, seed);
       check_all(*cpu, *gpu, comparison);
       failures += comparison.failures();
     }
     std::printf("\n%s: %d failed\n", failures == 0 ? "PASS" : "FAIL", failures);
-    if (timing)
+    if (timing && !self_check)
       for (Precision precision : {Precision::bf16, Precision::fp32}) {
         auto gpu = make_cuda_kernels(precision);
         std::printf("GEMM peak (8192^3, %s): %.1f TFLOP/s\n", precision_name(precision),
