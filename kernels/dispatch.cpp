@@ -14,12 +14,16 @@ Precision parse_precision(const std::string& name) {
 }
 
 #ifndef TRIDENT_CUDA
-bool cuda_compiled_in() { return false; }
-std::unique_ptr<Kernels> make_cuda_kernels(Precision) {
+namespace {
+[[noreturn]] void no_cuda() {
   throw UsageError("device cuda: this build has no CUDA path (nvcc was not found when it was built; "
                    "rebuild with CUDA_HOME=/path/to/cuda)");
 }
-void select_cuda_device(int) { make_cuda_kernels(Precision::bf16); }
+}  // namespace
+
+bool cuda_compiled_in() { return false; }
+std::unique_ptr<Kernels> make_cuda_kernels(Precision) { no_cuda(); }
+void select_cuda_device(int) { no_cuda(); }
 #endif
 
 std::unique_ptr<Kernels> make_kernels(const std::string& device, Precision precision) {

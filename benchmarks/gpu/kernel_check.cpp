@@ -316,11 +316,9 @@ double time_gpu(Kernels& gpu, const std::function<void()>& run) {
 void timing_table(Kernels& gpu) {
   const int B = 16, T = 1024, C = 768, NH = 12, Vp = 50304, N = B * T;
   const DType type = gpu.activation_type();
-  const auto act = [&](size_t n) { return static_cast<Act*>(gpu.alloc(gpu.activation_bytes(n))); };
-  const auto f32 = [&](size_t n) { return static_cast<float*>(gpu.alloc(n * sizeof(float))); };
-  std::vector<void*> keep;
-  const auto A = [&](size_t n) { Act* p = act(n); keep.push_back(p); return p; };
-  const auto F = [&](size_t n) { float* p = f32(n); keep.push_back(p); return p; };
+  std::vector<void*> keep;  // freed at the end
+  const auto A = [&](size_t n) { return static_cast<Act*>(keep.emplace_back(gpu.alloc(gpu.activation_bytes(n)))); };
+  const auto F = [&](size_t n) { return static_cast<float*>(keep.emplace_back(gpu.alloc(n * sizeof(float)))); };
   Act *x = A(static_cast<size_t>(N) * C), *qkv = A(static_cast<size_t>(N) * 3 * C), *fc = A(static_cast<size_t>(N) * 4 * C);
   Act *fc2 = A(static_cast<size_t>(N) * 4 * C), *w = A(static_cast<size_t>(Vp) * C), *bias = A(4 * C);
   Act *out = A(static_cast<size_t>(N) * C), *dout = A(static_cast<size_t>(N) * C), *dqkv = A(static_cast<size_t>(N) * 3 * C);

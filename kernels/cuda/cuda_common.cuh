@@ -14,12 +14,7 @@
 
 namespace trident::kernels::cuda {
 
-#define CUBLAS_CHECK(call)                                                                          \
-  do {                                                                                              \
-    const cublasStatus_t cublas_check_status_ = (call);                                             \
-    if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS)                                              \
-      ::trident::fail(std::string("cuBLASLt: ") + cublasLt_status_name(cublas_check_status_) + " in " + #call); \
-  } while (0)
+#define CUBLAS_CHECK(call) TRIDENT_CHECK_STATUS("cuBLASLt", call, CUBLAS_STATUS_SUCCESS, cublasLt_status_name)
 
 // Checks a kernel launch (configuration errors surface here, faults at the next sync).
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

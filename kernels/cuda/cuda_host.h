@@ -9,14 +9,16 @@
 
 #include "runtime/error.h"
 
-// Checks a CUDA runtime call; fail() adds the host, file and line, and the caller's
-// catch the rank.
-#define CUDA_CHECK(call)                                                                                \
-  do {                                                                                                  \
-    const cudaError_t cuda_check_error_ = (call);                                                       \
-    if (cuda_check_error_ != cudaSuccess)                                                               \
-      ::trident::fail(std::string("CUDA: ") + cudaGetErrorString(cuda_check_error_) + " in " + #call); \
+// Checks a library call that returns a status: `ok` is its success value, `describe`
+// names a status. fail() adds the host, file and line, and the caller's catch the rank.
+#define TRIDENT_CHECK_STATUS(library, call, ok, describe)                                          \
+  do {                                                                                             \
+    const auto trident_status_ = (call);                                                           \
+    if (trident_status_ != (ok))                                                                   \
+      ::trident::fail(std::string(library ": ") + describe(trident_status_) + " in " + #call);     \
   } while (0)
+
+#define CUDA_CHECK(call) TRIDENT_CHECK_STATUS("CUDA", call, cudaSuccess, cudaGetErrorString)
 
 namespace trident::kernels::cuda {
 

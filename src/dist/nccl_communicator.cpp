@@ -28,12 +28,7 @@ namespace trident {
 
 namespace {
 
-#define NCCL_CHECK(call)                                                                            \
-  do {                                                                                              \
-    const ncclResult_t nccl_check_result_ = (call);                                                 \
-    if (nccl_check_result_ != ncclSuccess)                                                          \
-      ::trident::fail(std::string("NCCL: ") + ncclGetErrorString(nccl_check_result_) + " in " + #call); \
-  } while (0)
+#define NCCL_CHECK(call) TRIDENT_CHECK_STATUS("NCCL", call, ncclSuccess, ncclGetErrorString)
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
 ncclDataType_t nccl_type(kernels::DType type) { return type == kernels::DType::f32 ? ncclFloat32 : ncclBfloat16; }

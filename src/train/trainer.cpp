@@ -157,14 +157,13 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                 "tensors), %.1f MFLOP/token\n",
                 mc.n_layer, mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size, mc.padded_vocab(parallel.dims().tp),
                 floats / 1e6, parallel.dims().tp, mc.flops_per_token() / 1e6);
-    const std::string compute_copy =
-        model.compute_weight_bytes() == 0
-            ? ""
-            : " + " + std::to_string(gib(static_cast<double>(model.compute_weight_bytes()))).substr(0, 5) +
-                  " GiB bf16 compute copy";
+    char compute_copy[64] = "";  // none under fp32: the layers read the parameters
+    if (model.compute_weight_bytes() > 0)
+      std::snprintf(compute_copy, sizeof compute_copy, " + %.3f GiB bf16 compute copy",
+                    gib(static_cast<double>(model.compute_weight_bytes())));
     std::printf("memory per rank: parameters %.3f GiB (fp32)%s, gradients %.3f GiB, "
                 "optimizer state %.3f GiB%s, activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
-                gib(floats * 4), compute_copy.c_str(), gib(floats * 4),
+                gib(floats * 4), compute_copy, gib(floats * 4),
                 gib(static_cast<double>(optimizer.state_floats()) * 4), data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "",
                 gib(static_cast<double>(model.activation_bytes())), tc.micro_batch,
                 gib(static_cast<double>(resident_bytes())));

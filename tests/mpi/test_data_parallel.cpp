@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "mpi_test_helpers.h"
+#include "tests/model_shapes.h"
 
 #include <cmath>
 
@@ -66,12 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelVerify,
 // trains the whole global batch alone (over MPI_COMM_SELF).
 TEST(DataParallelTraining, SameParametersAsOneRank) {
   const int n = world_size();
-  ModelConfig mc;
-  mc.n_layer = 2;
-  mc.n_head = 2;
-  mc.d_model = 32;
-  mc.seq_len = 8;
-  mc.vocab_size = 50;
+  const ModelConfig mc = gpt2_shape(2, 2, 32, 8, 50);
   const int global_batch = 2 * n, T = mc.seq_len;
   std::vector<int32_t> tokens(static_cast<size_t>(global_batch) * T), targets(tokens.size());
   auto k = kernels::make_cpu_kernels();

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "mpi_test_helpers.h"
+#include "tests/model_shapes.h"
 
 #include <cmath>
 #include <map>
@@ -23,15 +24,7 @@ namespace {
 
 using namespace testing_helpers;
 
-ModelConfig four_layers() {
-  ModelConfig m;
-  m.n_layer = 4;
-  m.n_head = 2;
-  m.d_model = 32;
-  m.seq_len = 8;
-  m.vocab_size = 61;
-  return m;
-}
+ModelConfig four_layers() { return gpt2_shape(4, 2, 32, 8, 61); }
 
 struct Trained {
   std::vector<double> losses;

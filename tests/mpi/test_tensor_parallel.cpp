@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include "mpi_test_helpers.h"
+#include "tests/model_shapes.h"
 
 #include <cmath>
 
@@ -23,15 +24,7 @@ using namespace testing_helpers;
 
 // A model whose heads divide by 1..4 and 6, and whose vocabulary (71) leaves whole
 // padding shards at tp = 4 (V padded to 256: shards 2 and 3 hold no real word).
-ModelConfig small_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 12;
-  m.d_model = 48;
-  m.seq_len = 8;
-  m.vocab_size = 71;
-  return m;
-}
+ModelConfig small_model() { return gpt2_shape(2, 12, 48, 8, 71); }
 
 struct Batch {
   std::vector<int32_t> tokens, targets;

@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "model/gpt2.h"
 #include "runtime/error.h"
+#include "tests/model_shapes.h"
 #include "train/verify.h"
 
 namespace trident {
@@ -92,15 +93,7 @@ TEST(CpuBf16Emulation, KernelOutputsAreBf16Values) {
   EXPECT_FALSE(all_bf16(out));
 }
 
-ModelConfig small_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 32;
-  m.seq_len = 16;
-  m.vocab_size = 64;
-  return m;
-}
+ModelConfig small_model() { return gpt2_shape(2, 2, 32, 16, 64); }
 
 TEST(MixedPrecision, MasterWeightsKeepUpdatesSmallerThanBf16Resolution) {
   auto k = kernels::make_cpu_kernels(Precision::bf16);

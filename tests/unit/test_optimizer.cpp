@@ -9,19 +9,12 @@
 #include "model/gpt2.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "tests/model_shapes.h"
 
 namespace trident {
 namespace {
 
-ModelConfig tiny_model() {
-  ModelConfig m;
-  m.n_layer = 1;
-  m.n_head = 2;
-  m.d_model = 8;
-  m.seq_len = 4;
-  m.vocab_size = 11;
-  return m;
-}
+ModelConfig tiny_model() { return gpt2_shape(1, 2, 8, 4, 11); }
 
 TEST(AdamW, FollowsFormatMdForEveryTensor) {
   auto k = kernels::make_cpu_kernels();
