@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi_communicator.h"
-#include "dist/mpi_world.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_world.h"
 #include "runtime/memory.h"
 
 using namespace trident;

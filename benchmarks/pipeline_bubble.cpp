@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "config/config.h"
-#include "dist/data_parallel.h"
-#include "dist/mpi_world.h"
-#include "dist/parallel_state.h"
+#include "parallel/data_parallel.h"
+#include "parallel/mpi_world.h"
+#include "parallel/parallel_state.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"
 #include "pipeline/schedule.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi_world.h"
+#include "parallel/mpi_world.h"
 
 namespace {
 

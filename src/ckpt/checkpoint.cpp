@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/hdf5_file.h"
-#include "dist/agreement.h"
+#include "parallel/agreement.h"
 #include "runtime/error.h"
 #include "runtime/timer.h"
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "dist/data_parallel.h"
-#include "dist/parallel_state.h"
+#include "parallel/data_parallel.h"
+#include "parallel/parallel_state.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"
 

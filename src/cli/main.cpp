@@ -13,9 +13,9 @@
 
 #include "cli/ckpt_command.h"
 #include "config/config.h"
-#include "dist/agreement.h"
-#include "dist/mpi_world.h"
-#include "dist/parallel_state.h"
+#include "parallel/agreement.h"
+#include "parallel/mpi_world.h"
+#include "parallel/parallel_state.h"
 #include "kernels/kernels.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dist/parallel_dims.h"
+#include "parallel/parallel_dims.h"
 #include <vector>
 
 namespace trident {

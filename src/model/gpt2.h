@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "kernels/kernels.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel.h"

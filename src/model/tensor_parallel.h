@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <span>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace trident {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "config/config.h"
-#include "dist/parallel_state.h"
+#include "parallel/parallel_state.h"
 #include "model/parameters.h"
 #include "pipeline/schedule.h"
 #include "train/step_runner.h"

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/data_parallel.h"
+#include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
 #include "kernels/kernels.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"

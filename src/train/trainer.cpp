@@ -9,8 +9,8 @@
 
 #include "ckpt/checkpoint.h"
 #include "data/text_corpus.h"
-#include "dist/agreement.h"
-#include "dist/data_parallel.h"
+#include "parallel/agreement.h"
+#include "parallel/data_parallel.h"
 #include "kernels/kernels.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "config/config.h"
-#include "dist/parallel_state.h"
+#include "parallel/parallel_state.h"
 
 namespace trident {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "dist/parallel_state.h"
+#include "parallel/parallel_state.h"
 #include "kernels/kernels.h"
 
 namespace trident {

@@ -7,7 +7,7 @@
 
 #include <numeric>
 
-#include "dist/parallel_state.h"
+#include "parallel/parallel_state.h"
 #include "kernels/kernels.h"
 
 namespace trident {

@@ -9,9 +9,9 @@
 
 #include <cmath>
 
-#include "dist/data_parallel.h"
-#include "dist/mpi_communicator.h"
-#include "dist/parallel_state.h"
+#include "parallel/data_parallel.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/parallel_state.h"
 #include "model/gpt2.h"
 #include "optim/adamw.h"
 #include "runtime/random.h"

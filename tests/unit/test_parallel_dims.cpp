@@ -2,7 +2,7 @@
 // and layouts that cannot work.
 #include <gtest/gtest.h>
 
-#include "dist/parallel_dims.h"
+#include "parallel/parallel_dims.h"
 #include "runtime/error.h"
 
 namespace trident {

@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace trident {
 

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "kernels/kernels.h"
 #include "runtime/flat_range.h"
 

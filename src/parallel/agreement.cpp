@@ -1,4 +1,4 @@
-#include "dist/agreement.h"
+#include "parallel/agreement.h"
 
 #include <mpi.h>
 

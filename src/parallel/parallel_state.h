@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "dist/communicator.h"
-#include "dist/mpi_communicator.h"
-#include "dist/parallel_dims.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/parallel_dims.h"
 
 namespace trident {
 

@@ -1,4 +1,4 @@
-#include "dist/mpi_world.h"
+#include "parallel/mpi_world.h"
 
 #include <mpi.h>
 

@@ -1,8 +1,8 @@
-#include "dist/parallel_state.h"
+#include "parallel/parallel_state.h"
 
 #include <sstream>
 
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 #include "kernels/kernels.h"
 #include "runtime/error.h"
 

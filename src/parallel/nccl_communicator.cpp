@@ -10,7 +10,7 @@
 // sends and receives by their order on a stream, and under 1F1B a stage sends its next
 // activation before it receives the previous gradient, which on one stream would wait
 // for each other.
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 #include "runtime/error.h"
 

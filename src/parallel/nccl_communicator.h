@@ -3,8 +3,8 @@
 
 #include <memory>
 
-#include "dist/communicator.h"
-#include "dist/mpi_communicator.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_communicator.h"
 
 namespace trident {
 

@@ -1,4 +1,4 @@
-#include "dist/parallel_dims.h"
+#include "parallel/parallel_dims.h"
 
 #include <sstream>
 
