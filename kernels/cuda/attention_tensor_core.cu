@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "cuda_kernels.cuh"
+#include "shared_memory_limit.h"
 
 #define TRIDENT_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 
@@ -18,13 +19,15 @@ namespace {
 
 #include "attention_tensor_core_kernels.cuh"
 
-// Raises a kernel's dynamic shared-memory limit, once per kernel.
+// Raises a kernel's dynamic shared-memory limit, once per kernel (and again for more
+// bytes): every kernel here needs more than the default 48 KB.
+SharedMemoryLimits shared_limits;
+
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
-  static bool done = false;
-  if (done) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  done = true;
+  shared_limits.allow(kernel, bytes, [&](size_t n) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(n)));
+  });
 }
 
 size_t max_shared_per_block() {
