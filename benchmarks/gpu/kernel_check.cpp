@@ -4,9 +4,10 @@
 // inputs (the same values on both: rounded to bf16 first when the GPU computes in bf16)
 // and prints ||gpu - cpu|| / ||cpu|| per output. Tolerances: 1e-5 in fp32, 1e-2 in bf16;
 // a NaN never passes. Part 2 times the GPU kernels at GPT-2 124M's shapes (batch 16 x
-// 1024), with the flash attention against the naive three-kernel one.
+// 1024), with the flash attention against the naive three-kernel one; a row that fails
+// (an exception) is printed with its message and the next row runs.
 //
-//   build/bench/kernel_check [--seed N] [--no-timing]    exit 1 when a check fails
+//   build/bench/kernel_check [--seed N] [--no-timing]    exit 1 when a check or timing row fails
 //   build/bench/kernel_check --cpu-self-check            the CPU backend in place of the
 //       GPU's (bf16 emulated): checks this program itself where there is no GPU
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -313,98 +315,188 @@ double time_gpu(Kernels& gpu, const std::function<void()>& run) {
   return elapsed / reps;
 }
 
-void timing_table(Kernels& gpu) {
+// The timing table's rows, each on its own: an exception (a CUDA error, out of memory)
+// prints that row as failed, with the message, counts it, and the next row still runs.
+class TimingRows {
+ public:
+  explicit TimingRows(Kernels& gpu) : gpu_(gpu) {}
+
+  // Runs `step` (an allocation, say); false after printing it failed.
+  bool attempt(const std::string& what, const std::function<void()>& step) {
+    try {
+      step();
+      return true;
+    } catch (const std::exception& e) {
+      failures_++;
+      std::printf("| %-44s | %8s | FAIL: %s |\n", what.c_str(), "error", e.what());
+      return false;
+    }
+  }
+  // Seconds per run, or NaN after printing the row failed.
+  double time(const std::string& what, const std::function<void()>& run) {
+    double seconds = NAN;
+    attempt(what, [&] { seconds = time_gpu(gpu_, run); });
+    return seconds;
+  }
+  // A row timed earlier by time(); nothing for a failed one (already printed).
+  void print(const std::string& what, double seconds, double amount, const char* unit) {
+    if (!std::isnan(seconds))
+      std::printf("| %-44s | %8.3f | %8.1f %s |\n", what.c_str(), seconds * 1e3, amount / seconds / 1e12, unit);
+  }
+  void row(const std::string& what, const std::function<void()>& run, double amount, const char* unit) {
+    print(what, time(what, run), amount, unit);
+  }
+  int failures() const { return failures_; }
+
+ private:
+  Kernels& gpu_;
+  int failures_ = 0;
+};
+
+// Device buffers freed when the table ends, however it ends.
+class Buffers {
+ public:
+  explicit Buffers(Kernels& gpu) : gpu_(gpu) {}
+  Buffers(const Buffers&) = delete;
+  ~Buffers() {
+    for (void* p : keep_) try {
+        gpu_.free(p);
+      } catch (const std::exception&) {  // a broken context: the process ends anyway
+      }
+  }
+  Act* act(size_t n) { return static_cast<Act*>(keep_.emplace_back(gpu_.alloc(gpu_.activation_bytes(n)))); }
+  float* f32(size_t n) { return static_cast<float*>(keep_.emplace_back(gpu_.alloc(n * sizeof(float)))); }
+
+ private:
+  Kernels& gpu_;
+  std::vector<void*> keep_;
+};
+
+// The GEMM peak and the timing table at GPT-2 124M's shapes; returns the failed rows.
+int timing_table(Kernels& gpu) {
+  TimingRows rows(gpu);
+  rows.attempt(std::string("GEMM peak (8192^3, ") + precision_name(gpu.precision()) + ")", [&] {
+    const double gflops = gpu.measure_gemm_gflops(8192, 1.0);
+    std::printf("GEMM peak (8192^3, %s): %.1f TFLOP/s\n", precision_name(gpu.precision()), gflops / 1e3);
+  });
   const int B = 16, T = 1024, C = 768, NH = 12, Vp = 50304, N = B * T;
   const DType type = gpu.activation_type();
-  std::vector<void*> keep;  // freed at the end
-  const auto A = [&](size_t n) { return static_cast<Act*>(keep.emplace_back(gpu.alloc(gpu.activation_bytes(n)))); };
-  const auto F = [&](size_t n) { return static_cast<float*>(keep.emplace_back(gpu.alloc(n * sizeof(float)))); };
-  Act *x = A(static_cast<size_t>(N) * C), *qkv = A(static_cast<size_t>(N) * 3 * C), *fc = A(static_cast<size_t>(N) * 4 * C);
-  Act *fc2 = A(static_cast<size_t>(N) * 4 * C), *w = A(static_cast<size_t>(Vp) * C), *bias = A(4 * C);
-  Act *out = A(static_cast<size_t>(N) * C), *dout = A(static_cast<size_t>(N) * C), *dqkv = A(static_cast<size_t>(N) * 3 * C);
-  Act* logits = A(static_cast<size_t>(N) * Vp);
-  float *stats = F(static_cast<size_t>(B) * NH * T), *mean = F(N), *rstd = F(N), *dw = F(static_cast<size_t>(Vp) * C);
-  float *db = F(Vp), *row_max = F(N), *sums = F(2 * N), *losses = F(N), *lse = F(N);
-  int32_t* targets = reinterpret_cast<int32_t*>(F(N));
-  {  // small values, not zeros: realistic power draw and softmax
+  Buffers buffers(gpu);
+  const auto A = [&](size_t n) { return buffers.act(n); };
+  const auto F = [&](size_t n) { return buffers.f32(n); };
+  Act *x = nullptr, *qkv = nullptr, *fc = nullptr, *fc2 = nullptr, *w = nullptr, *bias = nullptr, *out = nullptr,
+      *dout = nullptr, *dqkv = nullptr, *logits = nullptr;
+  float *stats = nullptr, *mean = nullptr, *rstd = nullptr, *dw = nullptr, *db = nullptr, *row_max = nullptr,
+        *sums = nullptr, *losses = nullptr, *lse = nullptr;
+  int32_t* targets = nullptr;
+  const bool ready = rows.attempt("timing buffers", [&] {
+    x = A(static_cast<size_t>(N) * C), qkv = A(static_cast<size_t>(N) * 3 * C), fc = A(static_cast<size_t>(N) * 4 * C);
+    fc2 = A(static_cast<size_t>(N) * 4 * C), w = A(static_cast<size_t>(Vp) * C), bias = A(4 * C);
+    out = A(static_cast<size_t>(N) * C), dout = A(static_cast<size_t>(N) * C), dqkv = A(static_cast<size_t>(N) * 3 * C);
+    logits = A(static_cast<size_t>(N) * Vp);
+    stats = F(static_cast<size_t>(B) * NH * T), mean = F(N), rstd = F(N), dw = F(static_cast<size_t>(Vp) * C);
+    db = F(Vp), row_max = F(N), sums = F(2 * N), losses = F(N), lse = F(N);
+    targets = reinterpret_cast<int32_t*>(F(N));
+    // small values, not zeros: realistic power draw and softmax
     std::vector<float> values(static_cast<size_t>(N) * 4 * C);
     for (size_t i = 0; i < values.size(); i++) values[i] = 0.02f * static_cast<float>(static_cast<int>((i * 7919) % 101) - 50) / 50.0f;
     for (Act* p : {x, out, dout}) gpu.activations_from_host(p, values.data(), static_cast<size_t>(N) * C);
     gpu.activations_from_host(qkv, values.data(), static_cast<size_t>(N) * 3 * C);
     gpu.activations_from_host(fc, values.data(), static_cast<size_t>(N) * 4 * C);
     gpu.activations_from_host(w, values.data(), static_cast<size_t>(Vp) * C > values.size() ? values.size() : static_cast<size_t>(Vp) * C);
-  }
-  std::printf("\n| kernel at B=16 T=1024 C=768 NH=12 (%s) | ms | rate |\n|---|---:|---:|\n", precision_name(gpu.precision()));
-  const auto row = [&](const char* what, double seconds, double amount, const char* unit) {
-    std::printf("| %-44s | %8.3f | %8.1f %s |\n", what, seconds * 1e3, amount / seconds / 1e12, unit);
-  };
-  const auto gemm_flops = [](double m, double k, double n) { return 2.0 * m * k * n; };
-  row("matmul_forward qkv (16384x768x2304)", time_gpu(gpu, [&] { gpu.matmul_forward(qkv, x, w, bias, N, C, 3 * C); }),
-      gemm_flops(N, C, 3 * C), "TFLOP/s");
-  row("matmul_forward fc (16384x768x3072)", time_gpu(gpu, [&] { gpu.matmul_forward(fc, x, w, bias, N, C, 4 * C); }),
-      gemm_flops(N, C, 4 * C), "TFLOP/s");
-  row("matmul_backward fc (dinp + dweight + dbias)",
-      time_gpu(gpu, [&] { gpu.matmul_backward(x, dw, db, fc, x, w, N, C, 4 * C); }), 2 * gemm_flops(N, C, 4 * C),
-      "TFLOP/s");
-  row("matmul_forward lm head (16384x768x50304)",
-      time_gpu(gpu, [&] { gpu.matmul_forward(logits, x, w, nullptr, N, C, Vp); }), gemm_flops(N, C, Vp), "TFLOP/s");
-  const double act_bytes = static_cast<double>(gpu.activation_bytes(static_cast<size_t>(N) * C));
-  row("layernorm_forward", time_gpu(gpu, [&] { gpu.layernorm_forward(out, mean, rstd, x, w, bias, N, C, 1e-5f); }),
-      2 * act_bytes * 1e3, "GB/s");
-  row("layernorm_backward", time_gpu(gpu, [&] { gpu.layernorm_backward(x, dw, db, dout, out, w, mean, rstd, N, C); }),
-      4 * act_bytes * 1e3, "GB/s");
-  const double fc_bytes = 4 * act_bytes;
-  row("gelu_forward", time_gpu(gpu, [&] { gpu.gelu_forward(fc2, fc, static_cast<size_t>(N) * 4 * C); }),
-      2 * fc_bytes * 1e3, "GB/s");
-  row("gelu_backward", time_gpu(gpu, [&] { gpu.gelu_backward(fc2, fc, fc2, static_cast<size_t>(N) * 4 * C); }),
-      3 * fc_bytes * 1e3, "GB/s");
-  // Attention: causal, so half of the 4*B*NH*T^2*hd multiply-adds of the two products.
-  const double attention_flops = 2.0 * B * NH * static_cast<double>(T) * T * (C / NH);
-  // The path training takes (tensor cores in bf16), then the scalar kernels.
-  const double flash_fwd = time_gpu(gpu, [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
-  const double flash_bwd =
-      time_gpu(gpu, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
-  setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
-  const double scalar_fwd = time_gpu(gpu, [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
-  const double scalar_bwd =
-      time_gpu(gpu, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
-  unsetenv("TRIDENT_CUDA_ATTENTION");
-  float* probs = F(static_cast<size_t>(B) * NH * T * T);
-  float* dprobs = F(static_cast<size_t>(B) * NH * T * T);
-  const double naive_fwd =
-      time_gpu(gpu, [&] { cuda::naive_attention_forward(type, out, probs, qkv, B, T, C, NH); });
-  const double naive_bwd =
-      time_gpu(gpu, [&] { cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, B, T, C, NH); });
-  const bool tensor_cores = gpu.precision() == Precision::bf16;
-  row(tensor_cores ? "attention_forward, flash (tensor cores)" : "attention_forward, flash", flash_fwd,
-      attention_flops, "TFLOP/s");
-  if (tensor_cores) row("attention_forward, flash (scalar)", scalar_fwd, attention_flops, "TFLOP/s");
-  row("attention_forward, naive three kernels", naive_fwd, attention_flops, "TFLOP/s");
-  row(tensor_cores ? "attention_backward, flash (tensor cores)" : "attention_backward, flash", flash_bwd,
-      2.5 * attention_flops, "TFLOP/s");
-  if (tensor_cores) row("attention_backward, flash (scalar)", scalar_bwd, 2.5 * attention_flops, "TFLOP/s");
-  row("attention_backward, naive three kernels", naive_bwd, 2.5 * attention_flops, "TFLOP/s");
-  std::printf("| flash vs naive: forward %.1fx, backward %.1fx faster (target >= 3x) | | |\n", naive_fwd / flash_fwd,
-              naive_bwd / flash_bwd);
-  {
     std::vector<int32_t> t(N);
     for (int i = 0; i < N; i++) t[i] = (i * 31) % 50257;
     gpu.copy_to_device(targets, t.data(), t.size() * sizeof(int32_t));
+  });
+  if (!ready) return rows.failures();
+  std::printf("\n| kernel at B=16 T=1024 C=768 NH=12 (%s) | ms | rate |\n|---|---:|---:|\n", precision_name(gpu.precision()));
+  const auto gemm_flops = [](double m, double k, double n) { return 2.0 * m * k * n; };
+  rows.row("matmul_forward qkv (16384x768x2304)", [&] { gpu.matmul_forward(qkv, x, w, bias, N, C, 3 * C); },
+           gemm_flops(N, C, 3 * C), "TFLOP/s");
+  rows.row("matmul_forward fc (16384x768x3072)", [&] { gpu.matmul_forward(fc, x, w, bias, N, C, 4 * C); },
+           gemm_flops(N, C, 4 * C), "TFLOP/s");
+  rows.row("matmul_backward fc (dinp + dweight + dbias)", [&] { gpu.matmul_backward(x, dw, db, fc, x, w, N, C, 4 * C); },
+           2 * gemm_flops(N, C, 4 * C), "TFLOP/s");
+  rows.row("matmul_forward lm head (16384x768x50304)", [&] { gpu.matmul_forward(logits, x, w, nullptr, N, C, Vp); },
+           gemm_flops(N, C, Vp), "TFLOP/s");
+  const double act_bytes = static_cast<double>(gpu.activation_bytes(static_cast<size_t>(N) * C));
+  rows.row("layernorm_forward", [&] { gpu.layernorm_forward(out, mean, rstd, x, w, bias, N, C, 1e-5f); },
+           2 * act_bytes * 1e3, "GB/s");
+  rows.row("layernorm_backward", [&] { gpu.layernorm_backward(x, dw, db, dout, out, w, mean, rstd, N, C); },
+           4 * act_bytes * 1e3, "GB/s");
+  const double fc_bytes = 4 * act_bytes;
+  rows.row("gelu_forward", [&] { gpu.gelu_forward(fc2, fc, static_cast<size_t>(N) * 4 * C); }, 2 * fc_bytes * 1e3,
+           "GB/s");
+  rows.row("gelu_backward", [&] { gpu.gelu_backward(fc2, fc, fc2, static_cast<size_t>(N) * 4 * C); },
+           3 * fc_bytes * 1e3, "GB/s");
+  // Attention: causal, so half of the 4*B*NH*T^2*hd multiply-adds of the two products.
+  const double attention_flops = 2.0 * B * NH * static_cast<double>(T) * T * (C / NH);
+  // The path training takes (tensor cores in bf16), then the scalar kernels.
+  const bool tensor_cores = gpu.precision() == Precision::bf16;
+  const std::string flash_fwd_row = tensor_cores ? "attention_forward, flash (tensor cores)" : "attention_forward, flash";
+  const std::string flash_bwd_row =
+      tensor_cores ? "attention_backward, flash (tensor cores)" : "attention_backward, flash";
+  const double flash_fwd = rows.time(flash_fwd_row, [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
+  const double flash_bwd =
+      rows.time(flash_bwd_row, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+  double scalar_fwd = NAN, scalar_bwd = NAN;
+  if (tensor_cores) {
+    setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
+    scalar_fwd = rows.time("attention_forward, flash (scalar)", [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
+    scalar_bwd = rows.time("attention_backward, flash (scalar)",
+                           [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+    unsetenv("TRIDENT_CUDA_ATTENTION");
   }
+  float *probs = nullptr, *dprobs = nullptr;
+  double naive_fwd = NAN, naive_bwd = NAN;
+  if (rows.attempt("naive attention buffers (2 x B*NH*T*T floats)", [&] {
+        probs = F(static_cast<size_t>(B) * NH * T * T);
+        dprobs = F(static_cast<size_t>(B) * NH * T * T);
+      })) {
+    naive_fwd = rows.time("attention_forward, naive three kernels",
+                          [&] { cuda::naive_attention_forward(type, out, probs, qkv, B, T, C, NH); });
+    naive_bwd = rows.time("attention_backward, naive three kernels", [&] {
+      cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, B, T, C, NH);
+    });
+  }
+  rows.print(flash_fwd_row, flash_fwd, attention_flops, "TFLOP/s");
+  rows.print("attention_forward, flash (scalar)", scalar_fwd, attention_flops, "TFLOP/s");
+  rows.print("attention_forward, naive three kernels", naive_fwd, attention_flops, "TFLOP/s");
+  rows.print(flash_bwd_row, flash_bwd, 2.5 * attention_flops, "TFLOP/s");
+  rows.print("attention_backward, flash (scalar)", scalar_bwd, 2.5 * attention_flops, "TFLOP/s");
+  rows.print("attention_backward, naive three kernels", naive_bwd, 2.5 * attention_flops, "TFLOP/s");
+  if (!std::isnan(flash_fwd + flash_bwd + naive_fwd + naive_bwd))
+    std::printf("| flash vs naive: forward %.1fx, backward %.1fx faster (target >= 3x) | | |\n", naive_fwd / flash_fwd,
+                naive_bwd / flash_bwd);
   const double logits_bytes = static_cast<double>(gpu.activation_bytes(static_cast<size_t>(N) * Vp));
-  row("cross-entropy (max, sum, loss, backward)", time_gpu(gpu, [&] {
+  rows.row("cross-entropy (max, sum, loss, backward)", [&] {
         gpu.logits_row_max(row_max, logits, N, 50257, Vp);
         gpu.logits_sum_exp_and_target(sums, logits, row_max, targets, 0, N, 50257, Vp);
         gpu.cross_entropy_loss(losses, lse, row_max, sums, N);
         gpu.cross_entropy_backward(logits, lse, targets, 0, N, 50257, Vp, 1e-5f);
-      }),
+      },
       4 * logits_bytes * 1e3, "GB/s");
   const size_t params = 124'475'904;
-  float *p = F(params), *g = F(params), *m = F(params), *v = F(params);
-  row("adamw_update (124M fp32)", time_gpu(gpu, [&] { gpu.adamw_update(p, g, m, v, params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); }),
-      7.0 * 4 * params * 1e3, "GB/s");
-  row("sum_squares (124M fp32)", time_gpu(gpu, [&] { gpu.sum_squares(g, params); }), 4.0 * params * 1e3, "GB/s");
-  for (void* ptr : keep) gpu.free(ptr);
+  float *p = nullptr, *g = nullptr, *m = nullptr, *v = nullptr;
+  if (rows.attempt("optimizer buffers (4 x 124M fp32)", [&] { p = F(params), g = F(params), m = F(params), v = F(params); })) {
+    rows.row("adamw_update (124M fp32)", [&] { gpu.adamw_update(p, g, m, v, params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f); },
+             7.0 * 4 * params * 1e3, "GB/s");
+    rows.row("sum_squares (124M fp32)", [&] { gpu.sum_squares(g, params); }, 4.0 * params * 1e3, "GB/s");
+  }
+  return rows.failures();
+}
+
+// --cpu-self-check of the timing rows (the table itself needs a GPU): a row that throws
+// is printed failed and counted, and the next row still runs. Returns 0 when so.
+int timing_rows_self_check(Kernels& kernels) {
+  std::printf("\ntiming rows, one failing on purpose:\n");
+  TimingRows rows(kernels);
+  bool next_ran = false;
+  rows.row("a row that throws", [] { throw std::runtime_error("deliberate error"); }, 1.0, "x/s");
+  rows.row("the next row", [&] { next_ran = true; }, 1.0, "x/s");
+  const bool ok = rows.failures() == 1 && next_ran;
+  std::printf("timing rows self-check: %s\n", ok ? "ok" : "FAIL");
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -433,15 +525,17 @@ int main(int argc, char** argv) {
       check_all(*cpu, *gpu, comparison);
       failures += comparison.failures();
     }
+    if (self_check) failures += timing_rows_self_check(*cpu);
     std::printf("\n%s: %d failed\n", failures == 0 ? "PASS" : "FAIL", failures);
-    if (timing && !self_check)
+    int timing_failures = 0;
+    if (timing && !self_check) {
       for (Precision precision : {Precision::bf16, Precision::fp32}) {
         auto gpu = make_cuda_kernels(precision);
-        std::printf("GEMM peak (8192^3, %s): %.1f TFLOP/s\n", precision_name(precision),
-                    gpu->measure_gemm_gflops(8192, 1.0) / 1e3);
-        timing_table(*gpu);
+        timing_failures += timing_table(*gpu);
       }
-    return failures == 0 ? 0 : 1;
+      std::printf("\ntiming: %d rows failed\n", timing_failures);
+    }
+    return failures + timing_failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_check: %s\n", e.what());
     return 2;
