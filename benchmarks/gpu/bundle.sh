@@ -28,13 +28,42 @@ cp -r "$ompi_lib" "$out/usr/lib/x86_64-linux-gnu/"
 rm -rf "$out/usr/lib/x86_64-linux-gnu/openmpi/include"
 cp -r /usr/share/openmpi "$out/usr/share/"
 
-# The libraries of the executables and of Open MPI's plugins, minus glibc and CUDA.
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libcuda\.|libcudart\.|libcublas|libnccl\.)'
+# The libraries of the executables and of Open MPI's plugins, minus glibc's and CUDA's.
+# glibc's own libraries (libresolv, libnss_*, ... beside libc) use GLIBC_PRIVATE symbols
+# of the libc they were built with: bundled, they fail to load on another glibc. Whether
+# a file is glibc's: its dpkg package (libc6) where dpkg knows the file, else its name.
+# libcrypt.so.1 (libxcrypt) and libnsl.so.2 (libnsl2) are not glibc's on Debian.
+glibc_names='^(ld-linux.*|libc|libm|libmvec|libdl|librt|libpthread|libresolv|libutil|libanl|libBrokenLocale|libthread_db|libc_malloc_debug|libmemusage|libpcprofile|libcidn|libSegFault)\.so(\..*)?$|^libnss_|^libnsl\.so\.1$'
+is_glibc() {  # name, path
+  local owner
+  if command -v dpkg >/dev/null; then
+    for p in "$2" "$(readlink -f "$2")"; do
+      owner=$(dpkg -S "$p" 2>/dev/null | head -1) && [ -n "$owner" ] || continue
+      [[ ${owner%%: *} =~ ^libc6(-(i386|x32|amd64))?(:[a-z0-9]+)?$ ]]
+      return
+    done
+  fi
+  [[ $1 =~ $glibc_names ]]
+}
+cuda_names='^(libcuda\.|libcudart\.|libcublas|libnccl\.)'
 for f in "$out"/build/trident "$out"/build/bench/kernel_check "$out"/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so; do
   ldd "$f" 2>/dev/null | awk '$3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
-  [[ $name =~ $skip ]] || cp -L "$path" "$out/lib/$name"
+  if [[ $name =~ $cuda_names ]]; then continue; fi
+  if is_glibc "$name" "$path"; then echo "bundle.sh: not bundled (glibc): $name"; continue; fi
+  cp -L "$path" "$out/lib/$name"
 done
+
+# No bundled file may use glibc's private interface (it would tie the bundle to this glibc).
+dynsyms() { if command -v objdump >/dev/null; then objdump -T "$1"; else readelf --dyn-syms -W "$1"; fi 2>/dev/null; }
+private=0
+while IFS= read -r -d '' f; do
+  if dynsyms "$f" | grep GLIBC_PRIVATE >/dev/null; then  # not -q: a closed pipe would fail it under pipefail
+    echo "bundle.sh: $f uses GLIBC_PRIVATE symbols"
+    private=1
+  fi
+done < <(find "$out/lib" "$out/build" "$out/usr/lib" -type f \( -name '*.so*' -o -perm -u+x \) -print0)
+[ $private = 0 ] || { echo "bundle.sh: glibc's private symbols in the bundle; not packed"; exit 1; }
 tar -cJf "$out.tar.xz" "$out"
 rm -rf "$out"
 ls -la "$out.tar.xz"
