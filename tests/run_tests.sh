@@ -57,6 +57,16 @@ if [ -x "$build/bench/kernel_check" ]; then
   fi
 fi
 
+# The GPU check's shell helpers (bundle_env.sh's library search, build_deps.sh), on fake
+# trees: one test.
+echo "=== tests/unit/test_gpu_scripts.sh"
+if bash tests/unit/test_gpu_scripts.sh > "$log" 2>&1; then
+  passed=$((passed + 1))
+else
+  cat "$log"
+  failed=$((failed + 1))
+fi
+
 echo
 echo "tests took $((SECONDS - start)) s"
 echo "$passed passed, $failed failed"

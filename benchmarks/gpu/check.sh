@@ -10,9 +10,10 @@
 #
 #   bash benchmarks/gpu/check.sh [OUT_DIR]      (default runs/gpu_check; the log is OUT_DIR/check.log)
 #
-# Where the build dependencies (MPI, HDF5, Boost.PO, oneDNN) are missing and cannot be
-# installed, make a bundle first on a Debian machine with nvcc (benchmarks/gpu/bundle.sh)
-# and carry .gpu_bundle.tar.xz along: this script then runs its executables instead.
+# Where the build dependencies (MPI, HDF5, Boost.PO, oneDNN, GoogleTest, nvcc) are missing
+# and cannot be installed, make a bundle first on a Debian machine with nvcc
+# (benchmarks/gpu/bundle.sh) and carry .gpu_bundle.tar.xz along: unless every one of them
+# is here, this script then runs its executables instead (and says which are missing).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-runs/gpu_check}
@@ -25,14 +26,18 @@ step "machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || { echo "no GPU"; exit 2; }
 nvcc --version | tail -1
 
-if [ -f .gpu_bundle.tar.xz ] && ! command -v mpicxx >/dev/null; then
+source benchmarks/gpu/build_deps.sh
+missing=$(missing_build_deps)
+if [ -f .gpu_bundle.tar.xz ] && [ -n "$missing" ]; then
   step "using the executables of .gpu_bundle.tar.xz (built elsewhere by bundle.sh)"
+  echo "missing here for a build:"; sed 's/^/  /' <<< "$missing"
   tar -C /tmp -xJf .gpu_bundle.tar.xz 2>/dev/null ||  # without the xz program: Python's lzma
     python3 -c "import tarfile; tarfile.open('.gpu_bundle.tar.xz').extractall('/tmp')" || exit 2
   source benchmarks/gpu/bundle_env.sh /tmp/.gpu_bundle
   build=/tmp/.gpu_bundle/build
 else
   step "build"
+  [ -z "$missing" ] || { echo "missing here, and no .gpu_bundle.tar.xz:"; sed 's/^/  /' <<< "$missing"; }
   make -j"$(nproc)" all 2>&1 | grep -E "error|trident build|nvcc:|^  MPI" || true
   build=build
 fi

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU check's shell helpers, without a GPU, on fake trees in a temporary directory:
+#   benchmarks/gpu/bundle_env.sh finds CUDA's libraries in a Python environment's
+#     nvidia-* wheels (site-packages/nvidia/*/lib) and under CUDA_HOME, says where, puts
+#     their directories on LD_LIBRARY_PATH, and says which it did not find;
+#   benchmarks/gpu/build_deps.sh reports a missing build dependency even where mpicxx
+#     and nvcc are there (check.sh then uses the bundle).
+# Prints "PASS" or "FAIL: ..." lines; exit 0 when all pass.
+# Usage: bash tests/unit/test_gpu_scripts.sh   (from the repository root)
+set -uo pipefail
+repo=$(pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+expect() {  # description, then a command that must succeed
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}
+
+# ---- bundle_env.sh: a fake / with NCCL in a conda environment's wheel, cuBLASLt in the
+# user's site-packages, cudart under CUDA_HOME; a decoy cudart later in the order.
+root=$tmp/root
+nccl_dir=$root/opt/conda/envs/train/lib/python3.11/site-packages/nvidia/nccl/lib
+cublas_dir=$root/home/u/.local/lib/python3.12/site-packages/nvidia/cu13/lib
+cudart_dir=$root/opt/cuda-13/lib64
+mkdir -p "$nccl_dir" "$cublas_dir" "$cudart_dir" "$root/usr/local/lib" "$tmp/bundle"
+touch "$nccl_dir/libnccl.so.2" "$cublas_dir/libcublasLt.so.13" "$cudart_dir/libcudart.so.13" \
+  "$root/usr/local/lib/libcudart.so.13"
+run_env() {  # extra environment...: the output and the resulting LD_LIBRARY_PATH
+  env -u CUDA_HOME -u NCCL_HOME -u VIRTUAL_ENV -u CONDA_PREFIX -u LD_LIBRARY_PATH HOME=/home/u \
+    TRIDENT_LIB_ROOT="$root" "$@" bash -c \
+    'set -uo pipefail; source "$0"/benchmarks/gpu/bundle_env.sh "$1"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"' \
+    "$repo" "$tmp/bundle" 2>&1
+}
+out=$(run_env CUDA_HOME=/opt/cuda-13)
+echo "$out" | sed 's/^/  | /'
+ld=$(echo "$out" | sed -n 's/^LD_LIBRARY_PATH=//p')
+expect "libnccl.so.2 found in a conda environment's nvidia-nccl wheel" grep -qxF "bundle_env.sh: libnccl.so.2: $nccl_dir/libnccl.so.2" <<< "$out"
+expect "libcublasLt.so.13 found in ~/.local's site-packages" grep -qxF "bundle_env.sh: libcublasLt.so.13: $cublas_dir/libcublasLt.so.13" <<< "$out"
+expect "libcudart.so.13 found under CUDA_HOME first" grep -qxF "bundle_env.sh: libcudart.so.13: $cudart_dir/libcudart.so.13" <<< "$out"
+expect "the bundle's libraries first on LD_LIBRARY_PATH" [ "${ld%%:*}" = "$tmp/bundle/lib" ]
+for d in "$nccl_dir" "$cublas_dir" "$cudart_dir"; do
+  expect "${d#"$root"} on LD_LIBRARY_PATH" grep -q ":$d\(:\|$\)" <<< "$ld"
+done
+rm "$nccl_dir/libnccl.so.2"
+out=$(run_env)
+expect "a missing libnccl.so.2 reported" grep -q "^bundle_env.sh: libnccl.so.2 not found" <<< "$out"
+expect "without CUDA_HOME, libcudart.so.13 from /usr/local/lib" grep -qxF "bundle_env.sh: libcudart.so.13: $root/usr/local/lib/libcudart.so.13" <<< "$out"
+
+# ---- build_deps.sh: mpicxx and nvcc here, pkg-config (HDF5) not.
+mkdir -p "$tmp/bin"
+for tool in mpicxx nvcc; do printf '#!/bin/sh\n' > "$tmp/bin/$tool"; chmod +x "$tmp/bin/$tool"; done
+missing=$(PATH=$tmp/bin CUDA_HOME=$tmp/none "$BASH" -c 'source "$0"/benchmarks/gpu/build_deps.sh; missing_build_deps' "$repo")
+echo "$missing" | sed 's/^/  | missing: /'
+expect "HDF5 missing where mpicxx is there" grep -q "^HDF5" <<< "$missing"
+expect "mpicxx and nvcc not reported missing" bash -c '! grep -qE "^(mpicxx|nvcc)" <<< "$0"' "$missing"
+missing=$(PATH=$tmp/none CUDA_HOME=$tmp/none "$BASH" -c 'source "$0"/benchmarks/gpu/build_deps.sh; missing_build_deps' "$repo")
+expect "mpicxx and nvcc reported missing without them" bash -c '[ "$(grep -cE "^(mpicxx|nvcc)" <<< "$0")" = 2 ]' "$missing"
+
+[ $failures = 0 ] && echo PASS || echo "FAIL: $failures checks"
+[ $failures = 0 ]
