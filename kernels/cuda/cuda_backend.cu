@@ -15,21 +15,25 @@ namespace {
 using cuda::bf16;
 using cuda::compute_stream;
 
-// Device memory that grows on demand (scratch of the backward kernels).
+// Device memory that grows on demand (scratch of the backward kernels), from the
+// stream-ordered allocator on the compute stream: the old block is freed after the
+// kernels queued before that still use it, and growing never synchronizes the device
+// (cudaFree would, mid-backward).
 class Scratch {
  public:
   ~Scratch() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr) cudaFreeAsync(data_, compute_stream());
   }
   template <typename E>
   E* get(size_t count) {
     const size_t bytes = count * sizeof(E);
     if (bytes > bytes_) {
       if (data_ != nullptr) {
-        CUDA_CHECK(cudaStreamSynchronize(compute_stream()));  // kernels may still use the old one
-        CUDA_CHECK(cudaFree(data_));
+        CUDA_CHECK(cudaFreeAsync(data_, compute_stream()));
+        data_ = nullptr;
+        bytes_ = 0;
       }
-      CUDA_CHECK(cudaMalloc(&data_, bytes));
+      CUDA_CHECK(cudaMallocAsync(&data_, bytes, compute_stream()));
       bytes_ = bytes;
     }
     return static_cast<E*>(data_);
