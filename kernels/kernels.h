@@ -87,21 +87,48 @@ class Kernels {
   virtual void matmul_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
                                const Act* inp, const Act* weight, int N, int C, int OC) = 0;
 
-  // ---- causal self-attention on the fused qkv[B,T,3C] (q | k | v, head h = cols h*hd..) ----
-  // out[B,T,C] = softmax(q k^T / sqrt(hd), causal) v per head. `stats` keeps what the
-  // backward pass needs besides qkv and out, attention_stats_floats() of it: the CPU
-  // keeps the probabilities (lower triangle of [B,NH,T,T]); CUDA, flash-attention
-  // style, only each row's log-sum-exp [B,NH,T], and recomputes the rest.
+  // ---- RMSNorm over the last dimension (Llama): out = inp * rsqrt(mean(inp^2) + eps) * weight ----
+  // Saves 1/rms per row for the backward pass.
+  virtual void rmsnorm_forward(Act* out, float* rstd, const Act* inp, const Act* weight, int N, int C,
+                               float eps) = 0;
+  // dinp += ..., dweight += ...  (dinp accumulates: it is the residual stream)
+  virtual void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
+                                const float* rstd, int N, int C) = 0;
+
+  // ---- the fused attention input qkv[B, T, (NH + 2 NKV) HD]: per row q | k | v ----
+  // q holds NH query heads, k and v NKV key/value heads each (grouped-query attention:
+  // query head h reads key/value head h / (NH / NKV); NKV == NH is plain multi-head,
+  // NKV == 1 multi-query). Head h of q is columns h*HD .. (h+1)*HD.
+
+  // Rotary position embeddings, rotate-half convention (Hugging Face's Llama), in place
+  // on the q and k heads; rope_table[T, HD/2, 2] holds cos and sin of t * frequency_i
+  // (the caller computes the frequencies, scaled or not).
+  virtual void rope_forward(Act* qkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) = 0;
+  // The transposed rotation, in place on dqkv: d loss / d (q, k before the rotation).
+  virtual void rope_backward(Act* dqkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) = 0;
+
+  // Causal self-attention: out[B,T,NH*HD] = softmax(q k^T / sqrt(HD), causal) v per query
+  // head. `stats` keeps what the backward pass needs besides qkv and out,
+  // attention_stats_floats() of it: the CPU keeps the probabilities (lower triangle of
+  // [B,NH,T,T]); CUDA, flash-attention style, only each row's log-sum-exp [B,NH,T],
+  // and recomputes the rest.
   virtual size_t attention_stats_floats(int B, int T, int NH) const = 0;
-  virtual void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int C, int NH) = 0;
-  // dqkv = gradient w.r.t. qkv (overwritten); out is the forward's output.
-  virtual void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
-                                  const float* stats, int B, int T, int C, int NH) = 0;
+  virtual void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int NH, int NKV,
+                                 int HD) = 0;
+  // dqkv = gradient w.r.t. qkv (overwritten; dk and dv summed over the query heads that
+  // share them); out is the forward's output.
+  virtual void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out, const float* stats,
+                                  int B, int T, int NH, int NKV, int HD) = 0;
 
   // ---- GELU, tanh approximation ----
   virtual void gelu_forward(Act* out, const Act* inp, size_t n) = 0;
   // dinp = gelu'(inp) * dout (overwritten)
   virtual void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) = 0;
+
+  // ---- SwiGLU (Llama's MLP): out[N,F] = silu(gate) * up, each row of gate_up[N,2F] = gate | up ----
+  virtual void swiglu_forward(Act* out, const Act* gate_up, int N, int F) = 0;
+  // dgate_up = gradient w.r.t. gate_up (overwritten; a buffer apart from dout)
+  virtual void swiglu_backward(Act* dgate_up, const Act* gate_up, const Act* dout, int N, int F) = 0;
 
   // out = a + b
   virtual void add(Act* out, const Act* a, const Act* b, size_t n) = 0;

@@ -2,10 +2,13 @@
 # The GPU check (issue 7), on a machine with one NVIDIA GPU, from the repository root:
 #   1. build: the CUDA path is compiled whenever nvcc is found;
 #   2. every CUDA kernel against the CPU kernel on fresh random inputs, fp32 and bf16,
-#      then a kernel timing table at GPT-2 124M's shapes with flash vs naive attention
-#      (build/bench/kernel_check);
-#   3. `trident verify` on the references with --device=cuda, bf16 and fp32 tolerances;
-#   4. 50 training steps of gpt2-124m at batch 16 x 1024: tokens/s and MFU against the
+#      then a kernel timing table at GPT-2 124M's shapes with flash vs naive attention,
+#      and one of the Llama kernels (RMSNorm, SwiGLU, rotary, grouped-query attention)
+#      at Llama-2-7B shapes (build/bench/kernel_check);
+#   3. `trident verify` on the GPT-2 and Llama references with --device=cuda, bf16 and
+#      fp32 tolerances (grouped-query and multi-query Llama references included);
+#   4. 50 training steps of gpt2-124m at batch 16 x 1024, then 20 steps of Llama-2-7B's
+#      layer shapes (4 of its 32 layers, batch 8 x 2048): tokens/s and MFU against the
 #      bf16 GEMM rate measured in the same run.
 #
 #   bash benchmarks/gpu/check.sh [OUT_DIR]      (default runs/gpu_check; the log is OUT_DIR/check.log)
@@ -53,6 +56,12 @@ for precision in bf16 fp32; do
   $build/trident verify --reference tests/data/gpt2_ref_a.h5 --device=cuda --train.precision=$precision || status=1
 done
 $build/trident verify --reference tests/data/gpt2_ref_h6_v101.h5 --device=cuda || status=1
+for precision in bf16 fp32; do
+  $build/trident verify --reference tests/data/llama_ref_a.h5 --device=cuda --train.precision=$precision || status=1
+done
+for reference in llama_ref_h6_kv3_v101 llama_ref_mqa_v61; do  # 6 heads over 3 key/value heads; multi-query
+  $build/trident verify --reference tests/data/$reference.h5 --device=cuda || status=1
+done
 
 step "50 steps of gpt2-124m, batch 16 x 1024, bf16"
 data=/usr/share/games/fortunes
@@ -63,7 +72,21 @@ if [ ! -d "$data" ]; then  # any text will do for speed: this repository's
 fi
 $build/trident train --config configs/gpt2-124m.ini --device=cuda --train.steps=50 --train.global_batch=16 \
   --train.micro_batch=16 --train.warmup_steps=5 --data.path="$data" --log.run_dir="$out/train" \
-  --log.val_batches=0 --log.every_steps=5 || status=1
+  --log.val_batches=0 --log.every_steps=5 | tee "$out/train_gpt2.log" || status=1
+
+step "20 steps of llama2-7b's shapes, 4 layers, batch 8 x 2048, bf16"
+# d 4096, 32 heads of 128, SwiGLU 11008, vocabulary 32000 (1.07B parameters with 4 layers),
+# on one GPU: no tensor or pipeline parallelism, no ZeRO.
+$build/trident train --config configs/llama2-7b.ini --device=cuda --train.precision=bf16 --model.n_layer=4 \
+  --parallel.tp=1 --parallel.pp=1 --parallel.zero=0 --train.global_batch=8 --train.micro_batch=8 \
+  --model.seq_len=2048 --train.steps=20 --train.warmup_steps=5 --data.path="$data" \
+  --log.run_dir="$out/train_llama" --log.val_batches=0 --log.every_steps=5 | tee "$out/train_llama.log" || status=1
+
+step "throughput (the last logged step of each run)"
+for run in gpt2 llama; do
+  line=$(grep -E '^step +[0-9]+/' "$out/train_$run.log" | tail -1)
+  echo "$run: $(grep -oE '[0-9]+ tok/s' <<< "$line" || echo "no step logged"), $(grep -oE 'MFU [0-9.]+%' <<< "$line")"
+done
 
 step "done: $([ $status = 0 ] && echo PASS || echo FAIL)"
 exit $status

@@ -4,12 +4,15 @@
 // inputs (the same values on both: rounded to bf16 first when the GPU computes in bf16)
 // and prints ||gpu - cpu|| / ||cpu|| per output. Tolerances: 1e-5 in fp32, 1e-2 in bf16;
 // a NaN never passes. Part 2 times the GPU kernels at GPT-2 124M's shapes (batch 16 x
-// 1024), with the flash attention against the naive three-kernel one; a row that fails
-// (an exception) is printed with its message and the next row runs.
+// 1024), with the flash attention against the naive three-kernel one, then the Llama
+// kernels (RMSNorm, SwiGLU, rotary embeddings, grouped-query attention) at Llama-2-7B /
+// Llama-3-8B shapes; a row that fails (an exception) is printed with its message and the
+// next row runs.
 //
 //   build/bench/kernel_check [--seed N] [--no-timing]    exit 1 when a check or timing row fails
 //   build/bench/kernel_check --cpu-self-check            the CPU backend in place of the
 //       GPU's (bf16 emulated): checks this program itself where there is no GPU
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -19,6 +22,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/bf16.h"
@@ -192,13 +196,68 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("layernorm_backward dweight +=" + at, c.host(g_dweight, width), dweight);
     c.compare("layernorm_backward dbias +=" + at, c.host(g_dbias, width), dbias);
   });
+  for (int width : {256, 1600}) c.run("rmsnorm", [&] {  // RMSNorm; as LayerNorm above
+    const int rows = width == 256 ? N : 64;
+    const size_t n = static_cast<size_t>(rows) * width;
+    const auto inp = c.input(n, 2.0f), weight = c.input(width), dout = c.input(n);
+    auto dinp = c.input(n), dweight = c.input(width);
+    std::vector<float> out(n), rstd(rows);
+    Act *g_out = c.act(n), *g_inp = c.act(inp), *g_weight = c.act(weight), *g_dinp = c.act(dinp);
+    float *g_rstd = c.f32(rows), *g_dweight = c.f32(dweight);
+    gpu.rmsnorm_forward(g_out, g_rstd, g_inp, g_weight, rows, width, 1e-5f);
+    cpu.rmsnorm_forward(as_act(out.data()), rstd.data(), as_act(inp.data()), as_act(weight.data()), rows, width, 1e-5f);
+    const std::string at = " C=" + std::to_string(width);
+    c.compare("rmsnorm_forward out" + at, c.host(g_out, n), out);
+    c.compare("rmsnorm_forward rstd" + at, c.host(g_rstd, rows), rstd, 1e-5);
+    gpu.rmsnorm_backward(g_dinp, g_dweight, c.act(dout), g_inp, g_weight, g_rstd, rows, width);
+    cpu.rmsnorm_backward(as_act(dinp.data()), dweight.data(), as_act(dout.data()), as_act(inp.data()),
+                         as_act(weight.data()), rstd.data(), rows, width);
+    c.compare("rmsnorm_backward dinp +=" + at, c.host(g_dinp, n), dinp);
+    c.compare("rmsnorm_backward dweight +=" + at, c.host(g_dweight, width), dweight);
+  });
+  // Rotary embeddings on the q and k heads of qkv rows (v stays as it is): grouped-query
+  // layouts, head dims 32 and 128.
+  for (const auto& [NH, NKV, HD] : std::vector<std::tuple<int, int, int>>{{8, 2, 32}, {4, 1, 128}}) c.run("rope", [&] {
+    const size_t n = static_cast<size_t>(N) * (NH + 2 * NKV) * HD;
+    std::vector<float> table(static_cast<size_t>(T) * HD);  // [T][HD/2][cos, sin], theta 10000
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < HD / 2; i++) {
+        const double angle = t * std::pow(10000.0, -2.0 * i / HD);
+        table[(static_cast<size_t>(t) * HD / 2 + i) * 2] = static_cast<float>(std::cos(angle));
+        table[(static_cast<size_t>(t) * HD / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+      }
+    auto qkv = c.input(n), dqkv = c.input(n);
+    Act *g_qkv = c.act(qkv), *g_dqkv = c.act(dqkv);
+    float* g_table = c.f32(table);
+    const std::string at = " hd=" + std::to_string(HD) + " NH=" + std::to_string(NH) + " NKV=" + std::to_string(NKV);
+    gpu.rope_forward(g_qkv, g_table, B, T, NH, NKV, HD);
+    cpu.rope_forward(as_act(qkv.data()), table.data(), B, T, NH, NKV, HD);
+    c.compare("rope_forward qkv" + at, c.host(g_qkv, n), qkv);
+    gpu.rope_backward(g_dqkv, g_table, B, T, NH, NKV, HD);
+    cpu.rope_backward(as_act(dqkv.data()), table.data(), B, T, NH, NKV, HD);
+    c.compare("rope_backward dqkv" + at, c.host(g_dqkv, n), dqkv);
+  });
+  c.run("swiglu", [&] {  // F = 300: not a multiple of a block
+    const int F = 300;
+    const size_t n = static_cast<size_t>(N) * F;
+    const auto gate_up = c.input(2 * n, 2.0f), dout = c.input(n);
+    std::vector<float> out(n), dgate_up(2 * n);
+    Act *g_out = c.act(n), *g_gate_up = c.act(gate_up), *g_dgate_up = c.act(2 * n);
+    gpu.swiglu_forward(g_out, g_gate_up, N, F);
+    cpu.swiglu_forward(as_act(out.data()), as_act(gate_up.data()), N, F);
+    c.compare("swiglu_forward F=300", c.host(g_out, n), out);
+    gpu.swiglu_backward(g_dgate_up, g_gate_up, c.act(dout), N, F);
+    cpu.swiglu_backward(as_act(dgate_up.data()), as_act(gate_up.data()), as_act(dout.data()), N, F);
+    c.compare("swiglu_backward dgate_up F=300", c.host(g_dgate_up, 2 * n), dgate_up);
+  });
   // Matmuls: an aligned shape and an odd one (cuBLASLt picks other algorithms).
   for (const auto& [rows, in, outc] : std::vector<std::tuple<int, int, int>>{{N, C, 3 * C}, {301, 203, 333}}) c.run("matmul", [&] {
     const size_t n_in = static_cast<size_t>(rows) * in, n_out = static_cast<size_t>(rows) * outc;
     const auto inp = c.input(n_in), weight = c.input(static_cast<size_t>(outc) * in, 0.05f), bias = c.input(outc);
     std::vector<float> out(n_out), dinp(n_in);
     Act *g_out = c.act(n_out), *g_inp = c.act(inp), *g_weight = c.act(weight);
-    const std::string at = " " + std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(outc);
+    const std::string at =
+        std::string(" ") + std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(outc);
     gpu.matmul_forward(g_out, g_inp, g_weight, c.act(bias), rows, in, outc);
     cpu.matmul_forward(as_act(out.data()), as_act(inp.data()), as_act(weight.data()), as_act(bias.data()), rows, in,
                        outc);
@@ -217,25 +276,33 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("matmul_backward dweight +=" + at, c.host(g_dweight, dweight.size()), dweight);
     c.compare("matmul_backward dbias +=" + at, c.host(g_dbias, outc), dbias);
   });
-  // Head dims 32, 64, 128: each kernel instance; in bf16 both the tensor-core and the
-  // scalar kernels.
+  // Head dims 32, 64, 128: each kernel instance; multi-head (NKV = NH) and grouped-query
+  // (NKV < NH: groups of 4, and multi-query); in bf16 both the tensor-core and the scalar
+  // kernels.
   std::vector<const char*> attention_kernels = {"scalar"};
   if (c.bf16()) attention_kernels.insert(attention_kernels.begin(), "tensor_core");
+  struct Heads {
+    int NH, NKV, HD;
+  };
+  const std::vector<Heads> attention_heads = {{8, 8, 32}, {4, 4, 64}, {2, 2, 128},   // NKV = NH
+                                              {8, 2, 32}, {8, 1, 64}, {8, 2, 128}};  // groups of 4, of 8, of 4
   for (const char* kernel : attention_kernels)
-  for (int heads : {8, 4, 2}) c.run("attention", [&] {
+  for (const Heads& heads : attention_heads) c.run("attention", [&] {
     setenv("TRIDENT_CUDA_ATTENTION", kernel, 1);
-    const size_t n_qkv = static_cast<size_t>(N) * 3 * C, n_out = static_cast<size_t>(N) * C;
+    const auto [NH, NKV, HD] = heads;
+    const size_t n_qkv = static_cast<size_t>(N) * (NH + 2 * NKV) * HD, n_out = static_cast<size_t>(N) * NH * HD;
     const auto qkv = c.input(n_qkv), dout = c.input(n_out);
-    std::vector<float> out(n_out), probs(cpu.attention_stats_floats(B, T, heads)), dqkv(n_qkv);
+    std::vector<float> out(n_out), probs(cpu.attention_stats_floats(B, T, NH)), dqkv(n_qkv);
     Act *g_out = c.act(n_out), *g_qkv = c.act(qkv), *g_dqkv = c.act(n_qkv);
-    float* g_stats = c.f32(gpu.attention_stats_floats(B, T, heads));
-    const std::string at = std::string(" ") + kernel + " hd=" + std::to_string(C / heads) + " T=" + std::to_string(T);
-    gpu.attention_forward(g_out, g_stats, g_qkv, B, T, C, heads);
-    cpu.attention_forward(as_act(out.data()), probs.data(), as_act(qkv.data()), B, T, C, heads);
+    float* g_stats = c.f32(gpu.attention_stats_floats(B, T, NH));
+    std::string at = std::string(" ") + kernel + " hd=" + std::to_string(HD) + " T=" + std::to_string(T);
+    if (NKV != NH) at += " NH=" + std::to_string(NH) + " NKV=" + std::to_string(NKV);
+    gpu.attention_forward(g_out, g_stats, g_qkv, B, T, NH, NKV, HD);
+    cpu.attention_forward(as_act(out.data()), probs.data(), as_act(qkv.data()), B, T, NH, NKV, HD);
     c.compare("attention_forward" + at, c.host(g_out, n_out), out);
-    gpu.attention_backward(g_dqkv, c.act(dout), g_qkv, g_out, g_stats, B, T, C, heads);
+    gpu.attention_backward(g_dqkv, c.act(dout), g_qkv, g_out, g_stats, B, T, NH, NKV, HD);
     cpu.attention_backward(as_act(dqkv.data()), as_act(dout.data()), as_act(qkv.data()), as_act(out.data()),
-                           probs.data(), B, T, C, heads);
+                           probs.data(), B, T, NH, NKV, HD);
     c.compare("attention_backward dqkv" + at, c.host(g_dqkv, n_qkv), dqkv);
   });
   unsetenv("TRIDENT_CUDA_ATTENTION");
@@ -436,15 +503,15 @@ int timing_table(Kernels& gpu) {
   const std::string flash_fwd_row = tensor_cores ? "attention_forward, flash (tensor cores)" : "attention_forward, flash";
   const std::string flash_bwd_row =
       tensor_cores ? "attention_backward, flash (tensor cores)" : "attention_backward, flash";
-  const double flash_fwd = rows.time(flash_fwd_row, [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
+  const double flash_fwd = rows.time(flash_fwd_row, [&] { gpu.attention_forward(out, stats, qkv, B, T, NH, NH, C / NH); });
   const double flash_bwd =
-      rows.time(flash_bwd_row, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+      rows.time(flash_bwd_row, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, NH, NH, C / NH); });
   double scalar_fwd = NAN, scalar_bwd = NAN;
   if (tensor_cores) {
     setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
-    scalar_fwd = rows.time("attention_forward, flash (scalar)", [&] { gpu.attention_forward(out, stats, qkv, B, T, C, NH); });
+    scalar_fwd = rows.time("attention_forward, flash (scalar)", [&] { gpu.attention_forward(out, stats, qkv, B, T, NH, NH, C / NH); });
     scalar_bwd = rows.time("attention_backward, flash (scalar)",
-                           [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, C, NH); });
+                           [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, NH, NH, C / NH); });
     unsetenv("TRIDENT_CUDA_ATTENTION");
   }
   float *probs = nullptr, *dprobs = nullptr;
@@ -454,9 +521,9 @@ int timing_table(Kernels& gpu) {
         dprobs = F(static_cast<size_t>(B) * NH * T * T);
       })) {
     naive_fwd = rows.time("attention_forward, naive three kernels",
-                          [&] { cuda::naive_attention_forward(type, out, probs, qkv, B, T, C, NH); });
+                          [&] { cuda::naive_attention_forward(type, out, probs, qkv, B, T, NH, NH, C / NH); });
     naive_bwd = rows.time("attention_backward, naive three kernels", [&] {
-      cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, B, T, C, NH);
+      cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, B, T, NH, NH, C / NH);
     });
   }
   rows.print(flash_fwd_row, flash_fwd, attention_flops, "TFLOP/s");
@@ -483,6 +550,118 @@ int timing_table(Kernels& gpu) {
              7.0 * 4 * params * 1e3, "GB/s");
     rows.row("sum_squares (124M fp32)", [&] { gpu.sum_squares(g, params); }, 4.0 * params * 1e3, "GB/s");
   }
+  return rows.failures();
+}
+
+// Fills n activations with small values (not zeros: realistic power draw and softmax),
+// uploading one pattern chunk after another.
+void fill_pattern(Kernels& gpu, Act* p, size_t n) {
+  static const std::vector<float> pattern = [] {
+    std::vector<float> v(1 << 20);
+    for (size_t i = 0; i < v.size(); i++) v[i] = 0.02f * static_cast<float>(static_cast<int>((i * 7919) % 101) - 50) / 50.0f;
+    return v;
+  }();
+  for (size_t at = 0; at < n; at += pattern.size())
+    gpu.activations_from_host(offset(p, at, gpu.activation_type()), pattern.data(), std::min(pattern.size(), n - at));
+}
+
+// The Llama kernels timed at Llama-2-7B / Llama-3-8B shapes (d 4096, SwiGLU 11008, 32
+// heads of 128 over 8 key/value heads), 8192 tokens: RMSNorm, SwiGLU, rotary embeddings,
+// and grouped-query flash attention against the naive three kernels. Returns the failed rows.
+int llama_timing_table(Kernels& gpu) {
+  TimingRows rows(gpu);
+  const int C = 4096, F = 11008, NH = 32, NKV = 8, HD = 128, N = 8192;
+  const int rope_B = 2, rope_T = 4096;    // rotary embeddings over 4096 positions
+  const int att_B = 4, att_T = 2048;      // attention: 4 sequences of 2048
+  const size_t W = static_cast<size_t>(NH + 2 * NKV) * HD;  // one qkv row
+  const DType type = gpu.activation_type();
+  Buffers buffers(gpu);
+  Act *x = nullptr, *y = nullptr, *dy = nullptr, *dx = nullptr, *gate_up = nullptr, *h = nullptr, *dh = nullptr,
+      *dgate_up = nullptr, *qkv = nullptr, *dqkv = nullptr, *out = nullptr, *dout = nullptr, *w = nullptr;
+  float *rstd = nullptr, *dw = nullptr, *table = nullptr, *stats = nullptr;
+  const bool ready = rows.attempt("Llama timing buffers", [&] {
+    const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+    x = buffers.act(NC), y = buffers.act(NC), dy = buffers.act(NC), dx = buffers.act(NC), w = buffers.act(C);
+    gate_up = buffers.act(2 * NF), h = buffers.act(NF), dh = buffers.act(NF), dgate_up = buffers.act(2 * NF);
+    qkv = buffers.act(N * W), dqkv = buffers.act(N * W), out = buffers.act(static_cast<size_t>(N) * NH * HD);
+    dout = buffers.act(static_cast<size_t>(N) * NH * HD);
+    rstd = buffers.f32(N), dw = buffers.f32(C), stats = buffers.f32(static_cast<size_t>(att_B) * NH * att_T);
+    for (Act* p : {x, dy, dx}) fill_pattern(gpu, p, NC);
+    fill_pattern(gpu, w, C);
+    fill_pattern(gpu, gate_up, 2 * NF);
+    fill_pattern(gpu, dh, NF);
+    fill_pattern(gpu, qkv, N * W);
+    fill_pattern(gpu, dout, static_cast<size_t>(N) * NH * HD);
+    std::vector<float> t(static_cast<size_t>(rope_T) * HD);  // [T][HD/2][cos, sin], theta 500000
+    for (int p = 0; p < rope_T; p++)
+      for (int i = 0; i < HD / 2; i++) {
+        const double angle = p * std::pow(500000.0, -2.0 * i / HD);
+        t[(static_cast<size_t>(p) * HD / 2 + i) * 2] = static_cast<float>(std::cos(angle));
+        t[(static_cast<size_t>(p) * HD / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+      }
+    table = buffers.f32(t.size());
+    gpu.copy_to_device(table, t.data(), t.size() * sizeof(float));
+  });
+  if (!ready) return rows.failures();
+  std::printf("\n| Llama kernel, N=%d C=%d F=%d NH=%d NKV=%d HD=%d, attention B=%d T=%d (%s) | ms | rate |\n"
+              "|---|---:|---:|\n",
+              N, C, F, NH, NKV, HD, att_B, att_T, precision_name(gpu.precision()));
+  const double bytes = static_cast<double>(gpu.activation_bytes(1));
+  const double nc = static_cast<double>(N) * C, nf = static_cast<double>(N) * F;
+  rows.row("rmsnorm_forward (8192x4096)", [&] { gpu.rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f); },
+           2 * nc * bytes * 1e3, "GB/s");
+  rows.row("rmsnorm_backward (8192x4096)", [&] { gpu.rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C); },
+           4 * nc * bytes * 1e3, "GB/s");
+  rows.row("swiglu_forward (8192x11008)", [&] { gpu.swiglu_forward(h, gate_up, N, F); }, 3 * nf * bytes * 1e3,
+           "GB/s");
+  rows.row("swiglu_backward (8192x11008)", [&] { gpu.swiglu_backward(dgate_up, gate_up, dh, N, F); },
+           5 * nf * bytes * 1e3, "GB/s");
+  const double rope_bytes = 2.0 * rope_B * rope_T * (NH + NKV) * HD * bytes;  // q and k, read and written
+  rows.row("rope_forward (B=2 T=4096)", [&] { gpu.rope_forward(qkv, table, rope_B, rope_T, NH, NKV, HD); },
+           rope_bytes * 1e3, "GB/s");
+  rows.row("rope_backward (B=2 T=4096)", [&] { gpu.rope_backward(dqkv, table, rope_B, rope_T, NH, NKV, HD); },
+           rope_bytes * 1e3, "GB/s");
+  // Grouped-query attention: causal, half of the 4*B*NH*T^2*HD multiply-adds of the two products.
+  const double attention_flops = 2.0 * att_B * NH * static_cast<double>(att_T) * att_T * HD;
+  const bool tensor_cores = gpu.precision() == Precision::bf16;
+  const std::string fwd_row = std::string("GQA attention_forward, flash") + (tensor_cores ? " (tensor cores)" : "");
+  const std::string bwd_row = std::string("GQA attention_backward, flash") + (tensor_cores ? " (tensor cores)" : "");
+  const double flash_fwd =
+      rows.time(fwd_row, [&] { gpu.attention_forward(out, stats, qkv, att_B, att_T, NH, NKV, HD); });
+  const double flash_bwd = rows.time(
+      bwd_row, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, att_B, att_T, NH, NKV, HD); });
+  double scalar_fwd = NAN, scalar_bwd = NAN;
+  if (tensor_cores) {
+    setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
+    scalar_fwd = rows.time("GQA attention_forward, flash (scalar)",
+                           [&] { gpu.attention_forward(out, stats, qkv, att_B, att_T, NH, NKV, HD); });
+    scalar_bwd = rows.time("GQA attention_backward, flash (scalar)", [&] {
+      gpu.attention_backward(dqkv, dout, qkv, out, stats, att_B, att_T, NH, NKV, HD);
+    });
+    unsetenv("TRIDENT_CUDA_ATTENTION");
+  }
+  float *probs = nullptr, *dprobs = nullptr;
+  double naive_fwd = NAN, naive_bwd = NAN;
+  if (rows.attempt("naive attention buffers (2 x B*NH*T*T floats)", [&] {
+        probs = buffers.f32(static_cast<size_t>(att_B) * NH * att_T * att_T);
+        dprobs = buffers.f32(static_cast<size_t>(att_B) * NH * att_T * att_T);
+      })) {
+    naive_fwd = rows.time("GQA attention_forward, naive three kernels", [&] {
+      cuda::naive_attention_forward(type, out, probs, qkv, att_B, att_T, NH, NKV, HD);
+    });
+    naive_bwd = rows.time("GQA attention_backward, naive three kernels", [&] {
+      cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, att_B, att_T, NH, NKV, HD);
+    });
+  }
+  rows.print(fwd_row, flash_fwd, attention_flops, "TFLOP/s");
+  rows.print("GQA attention_forward, flash (scalar)", scalar_fwd, attention_flops, "TFLOP/s");
+  rows.print("GQA attention_forward, naive three kernels", naive_fwd, attention_flops, "TFLOP/s");
+  rows.print(bwd_row, flash_bwd, 2.5 * attention_flops, "TFLOP/s");
+  rows.print("GQA attention_backward, flash (scalar)", scalar_bwd, 2.5 * attention_flops, "TFLOP/s");
+  rows.print("GQA attention_backward, naive three kernels", naive_bwd, 2.5 * attention_flops, "TFLOP/s");
+  if (!std::isnan(flash_fwd + flash_bwd + naive_fwd + naive_bwd))
+    std::printf("| GQA flash vs naive: forward %.1fx, backward %.1fx faster | | |\n", naive_fwd / flash_fwd,
+                naive_bwd / flash_bwd);
   return rows.failures();
 }
 
@@ -532,6 +711,7 @@ int main(int argc, char** argv) {
       for (Precision precision : {Precision::bf16, Precision::fp32}) {
         auto gpu = make_cuda_kernels(precision);
         timing_failures += timing_table(*gpu);
+        timing_failures += llama_timing_table(*gpu);
       }
       std::printf("\ntiming: %d rows failed\n", timing_failures);
     }

@@ -87,17 +87,34 @@ class CpuKernels final : public Kernels {
     cpu::matmul_backward(f(dinp), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC);
     if (dinp != nullptr) written(dinp, static_cast<size_t>(N) * C);
   }
+  void rmsnorm_forward(Act* out, float* rstd, const Act* inp, const Act* weight, int N, int C, float eps) override {
+    cpu::rmsnorm_forward(f(out), rstd, f(inp), f(weight), N, C, eps);
+    written(out, static_cast<size_t>(N) * C);
+  }
+  void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
+                        const float* rstd, int N, int C) override {
+    cpu::rmsnorm_backward(f(dinp), dweight, f(dout), f(inp), f(weight), rstd, N, C);
+    written(dinp, static_cast<size_t>(N) * C);
+  }
+  void rope_forward(Act* qkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) override {
+    cpu::rope_forward(f(qkv), rope_table, B, T, NH, NKV, HD);
+    written(qkv, static_cast<size_t>(B) * T * (NH + 2 * NKV) * HD);
+  }
+  void rope_backward(Act* dqkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) override {
+    cpu::rope_backward(f(dqkv), rope_table, B, T, NH, NKV, HD);
+    written(dqkv, static_cast<size_t>(B) * T * (NH + 2 * NKV) * HD);
+  }
   size_t attention_stats_floats(int B, int T, int NH) const override {
     return static_cast<size_t>(B) * NH * T * T;  // the probabilities
   }
-  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int C, int NH) override {
-    cpu::attention_forward(f(out), stats, f(qkv), B, T, C, NH);
-    written(out, static_cast<size_t>(B) * T * C);
+  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int NH, int NKV, int HD) override {
+    cpu::attention_forward(f(out), stats, f(qkv), B, T, NH, NKV, HD);
+    written(out, static_cast<size_t>(B) * T * NH * HD);
   }
   void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* /*out*/, const float* stats,
-                          int B, int T, int C, int NH) override {
-    cpu::attention_backward(f(dqkv), f(dout), f(qkv), stats, B, T, C, NH);
-    written(dqkv, static_cast<size_t>(B) * T * 3 * C);
+                          int B, int T, int NH, int NKV, int HD) override {
+    cpu::attention_backward(f(dqkv), f(dout), f(qkv), stats, B, T, NH, NKV, HD);
+    written(dqkv, static_cast<size_t>(B) * T * (NH + 2 * NKV) * HD);
   }
   void gelu_forward(Act* out, const Act* inp, size_t n) override {
     cpu::gelu_forward(f(out), f(inp), n);
@@ -106,6 +123,14 @@ class CpuKernels final : public Kernels {
   void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) override {
     cpu::gelu_backward(f(dinp), f(inp), f(dout), n);
     written(dinp, n);
+  }
+  void swiglu_forward(Act* out, const Act* gate_up, int N, int F) override {
+    cpu::swiglu_forward(f(out), f(gate_up), N, F);
+    written(out, static_cast<size_t>(N) * F);
+  }
+  void swiglu_backward(Act* dgate_up, const Act* gate_up, const Act* dout, int N, int F) override {
+    cpu::swiglu_backward(f(dgate_up), f(gate_up), f(dout), N, F);
+    written(dgate_up, static_cast<size_t>(N) * 2 * F);
   }
   void add(Act* out, const Act* a, const Act* b, size_t n) override {
     float* o = f(out);

@@ -39,15 +39,31 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                      int N, int C, int OC);
 
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH);
+void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int C, T eps);
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
-                        int NH);
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const T* rstd, int N,
+                      int C);
+
+template <typename T>
+void rope_forward(T* qkv, const T* table, int B, int T_, int NH, int NKV, int HD);
+template <typename T>
+void rope_backward(T* dqkv, const T* table, int B, int T_, int NH, int NKV, int HD);
+
+template <typename T>
+void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int NH, int NKV, int HD);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int NH, int NKV,
+                        int HD);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+
+template <typename T>
+void swiglu_forward(T* out, const T* gate_up, int N, int F);
+template <typename T>
+void swiglu_backward(T* dgate_up, const T* gate_up, const T* dout, int N, int F);
 
 template <typename T>
 void logits_row_max(T* row_max, const T* logits, int N, int valid, int Vs);

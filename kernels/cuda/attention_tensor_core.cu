@@ -1,9 +1,11 @@
 // Causal flash attention on tensor cores (bf16 WMMA, fp32 accumulation), for bf16
-// activations and head dimensions 32, 64 and 128: the path that training on a GPU takes.
+// activations and head dimensions 32, 64 and 128, with grouped-query attention: the path
+// that training on a GPU takes.
 // Same contract as attention.cu (whose scalar kernels serve fp32 and other head dims):
 // the forward keeps each query row's log-sum-exp; the backward recomputes the
-// probabilities in two kernels, one owning dK/dV of 64 key rows, one owning dQ of 64
-// query rows, so there are no atomics. The kernels: attention_tensor_core_kernels.cuh.
+// probabilities in two kernels, one owning dK/dV of 64 key rows of a key/value head (summed
+// over the query heads of its group), one owning dQ of 64 query rows, so there are no
+// atomics. The kernels: attention_tensor_core_kernels.cuh.
 #include <mma.h>
 
 #include <algorithm>
@@ -46,32 +48,36 @@ bool fits_shared() {
 }
 
 template <int HD>
-void forward_with(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH) {
+void forward_with(bf16* out, float* lse, const bf16* qkv, int B, int T_, int NH, int NKV) {
   const size_t shared = forward_shared<HD>();
   allow_shared(tc_forward_kernel<HD>, shared);
   tc_forward_kernel<HD><<<dim3(blocks_for(T_, kRows), B * NH), kThreads, shared, compute_stream()>>>(out, lse, qkv,
-                                                                                                     T_, C, NH);
+                                                                                                     T_, NH, NKV);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int HD>
 void backward_with(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta, int B, int T_,
-                   int C, int NH) {
-  const dim3 grid(blocks_for(T_, kRows), B * NH);
+                   int NH, int NKV) {
   const size_t kv_shared = backward_kv_shared<HD>(), q_shared = backward_q_shared<HD>();
   allow_shared(tc_backward_kv_kernel<HD>, kv_shared);
   allow_shared(tc_backward_q_kernel<HD>, q_shared);
-  tc_backward_kv_kernel<HD><<<grid, kThreads, kv_shared, compute_stream()>>>(dqkv, dout, qkv, lse, delta, T_, C, NH);
+  // dK/dV: one block row per (batch, key/value head), over the group's query heads;
+  // dQ: one per (batch, query head).
+  tc_backward_kv_kernel<HD><<<dim3(blocks_for(T_, kRows), B * NKV), kThreads, kv_shared, compute_stream()>>>(
+      dqkv, dout, qkv, lse, delta, T_, NH, NKV);
   CUDA_CHECK_LAUNCH();
-  tc_backward_q_kernel<HD><<<grid, kThreads, q_shared, compute_stream()>>>(dqkv, dout, qkv, lse, delta, T_, C, NH);
+  tc_backward_q_kernel<HD><<<dim3(blocks_for(T_, kRows), B * NH), kThreads, q_shared, compute_stream()>>>(
+      dqkv, dout, qkv, lse, delta, T_, NH, NKV);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-bool tensor_core_attention_supports(int C, int NH) {
-  if (C % NH != 0 || C % 8 != 0) return false;
-  switch (C / NH) {  // head dim 128 needs ~120 KB of shared memory: more than sm_86/89 allow
+// Support depends on the head dimension alone: every qkv row stride (NH + 2 NKV) HD and
+// column offset is then a multiple of 8 elements (the 16-byte loads).
+bool tensor_core_attention_supports(int HD) {
+  switch (HD) {  // head dim 128 needs ~120 KB of shared memory: more than sm_86/89 allow
     case 32: return fits_shared<32>();
     case 64: return fits_shared<64>();
     case 128: return fits_shared<128>();
@@ -79,20 +85,20 @@ bool tensor_core_attention_supports(int C, int NH) {
   }
 }
 
-void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH) {
-  switch (C / NH) {
-    case 32: return forward_with<32>(out, lse, qkv, B, T_, C, NH);
-    case 64: return forward_with<64>(out, lse, qkv, B, T_, C, NH);
-    default: return forward_with<128>(out, lse, qkv, B, T_, C, NH);
+void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int NH, int NKV, int HD) {
+  switch (HD) {
+    case 32: return forward_with<32>(out, lse, qkv, B, T_, NH, NKV);
+    case 64: return forward_with<64>(out, lse, qkv, B, T_, NH, NKV);
+    default: return forward_with<128>(out, lse, qkv, B, T_, NH, NKV);
   }
 }
 
 void tensor_core_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                    const float* delta, int B, int T_, int C, int NH) {
-  switch (C / NH) {
-    case 32: return backward_with<32>(dqkv, dout, qkv, lse, delta, B, T_, C, NH);
-    case 64: return backward_with<64>(dqkv, dout, qkv, lse, delta, B, T_, C, NH);
-    default: return backward_with<128>(dqkv, dout, qkv, lse, delta, B, T_, C, NH);
+                                    const float* delta, int B, int T_, int NH, int NKV, int HD) {
+  switch (HD) {
+    case 32: return backward_with<32>(dqkv, dout, qkv, lse, delta, B, T_, NH, NKV);
+    case 64: return backward_with<64>(dqkv, dout, qkv, lse, delta, B, T_, NH, NKV);
+    default: return backward_with<128>(dqkv, dout, qkv, lse, delta, B, T_, NH, NKV);
   }
 }
 

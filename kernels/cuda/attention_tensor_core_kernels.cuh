@@ -8,6 +8,10 @@
 // stream through shared memory. Rows of bf16 tiles are padded by 8 elements and rows of
 // fp32 tiles by 4, which keeps every 16 x 16 fragment 32-byte aligned (WMMA's rule) and
 // spreads rows over the shared-memory banks.
+//
+// qkv[B, T, (NH + 2 NKV) HD]: per row q (NH heads) | k (NKV) | v (NKV); query head h
+// reads key/value head h / (NH / NKV) (grouped-query attention); out and dout rows are
+// NH * HD wide.
 
 constexpr int kRows = 64;      // rows per block and per tile
 constexpr int kWarps = 4;      // 16 rows each
@@ -33,6 +37,20 @@ struct Tiles {
   // The backward kernels stage their output through two adjacent score tiles.
   static_assert(out_bytes <= 2 * scores_bytes, "the output stage does not fit");
 };
+
+// Where one query head and its key/value head sit in a qkv row.
+template <int HD>
+struct HeadColumns {
+  size_t stride;      // (NH + 2 NKV) HD: one qkv row
+  size_t out_stride;  // NH HD: one row of out / dout
+  size_t q, k, v;     // column offsets of head h's q and of its key/value head's k, v
+};
+template <int HD>
+__device__ HeadColumns<HD> head_columns(int h, int NH, int NKV) {
+  const int kv = h / (NH / NKV);
+  return {static_cast<size_t>(NH + 2 * NKV) * HD, static_cast<size_t>(NH) * HD, static_cast<size_t>(h) * HD,
+          static_cast<size_t>(NH + kv) * HD, static_cast<size_t>(NH + NKV + kv) * HD};
+}
 
 // Rows [first, first + 64) of one head's column block (q, k or v; or dO) into a bf16
 // tile, zeros past the sequence. 16-byte loads: hd and the row stride are multiples of 8.
@@ -96,8 +114,8 @@ __device__ void store_rows(bf16* dst, size_t row_stride, size_t column, size_t b
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C,
-                                                              int NH) {
+__global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int NH,
+                                                              int NKV) {
   using L = Tiles<HD>;
   TRIDENT_DYNAMIC_SHARED(smem);
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -111,8 +129,9 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
 
   // The last query rows have the most keys: their blocks start first.
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
-  const size_t stride = 3 * static_cast<size_t>(C), batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = static_cast<size_t>(h) * HD, k_col = C + q_col, v_col = 2 * static_cast<size_t>(C) + q_col;
+  const HeadColumns<HD> col = head_columns<HD>(h, NH, NKV);
+  const size_t stride = col.stride, batch_row = static_cast<size_t>(b) * T_;
+  const size_t q_col = col.q, k_col = col.k, v_col = col.v;
   const float scale = rsqrtf(static_cast<float>(HD));
   load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
   for (int i = lane; i < 16 * L::kLdO; i += 32) os[i] = 0.0f;
@@ -154,18 +173,19 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
   }
   if (qi >= T_) return;
   const float inv_l = 1.0f / l;
-  bf16* o_row = out + (batch_row + qi) * static_cast<size_t>(C) + q_col;
+  bf16* o_row = out + (batch_row + qi) * col.out_stride + q_col;
   for (int d = side; d < HD; d += 2) o_row[d] = __float2bfloat16_rn(os[r * L::kLdO + d] * inv_l);
   if (side == 0) lse[static_cast<size_t>(bh) * T_ + qi] = m + logf(l);
 }
 
-// dK, dV of 64 key rows: over the query tiles at and after them,
+// dK, dV of 64 key rows of one key/value head (grid y: B * NKV): for each query head of
+// its group in turn, over the query tiles at and after them,
 // P^T = exp(scale K Q^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta) scale,
-// dK += dS^T Q.
+// dK += dS^T Q, into the same accumulators: the head's dK, dV are written once.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                  const float* lse, const float* delta, int T_, int C,
-                                                                  int NH) {
+                                                                  const float* lse, const float* delta, int T_, int NH,
+                                                                  int NKV) {
   using L = Tiles<HD>;
   TRIDENT_DYNAMIC_SHARED(smem);
   bf16* ks = reinterpret_cast<bf16*>(smem);
@@ -182,9 +202,10 @@ __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, co
   bf16* pt16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes);
   bf16* dst16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes + L::probs_bytes);
 
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * kRows;
-  const size_t stride = 3 * static_cast<size_t>(C), batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = static_cast<size_t>(h) * HD, k_col = C + q_col, v_col = 2 * static_cast<size_t>(C) + q_col;
+  const int b = blockIdx.y / NKV, kv = blockIdx.y % NKV, group = NH / NKV, k0 = blockIdx.x * kRows;
+  const HeadColumns<HD> first_col = head_columns<HD>(kv * group, NH, NKV);  // k, v: the group's shared head
+  const size_t stride = first_col.stride, batch_row = static_cast<size_t>(b) * T_;
+  const size_t k_col = first_col.k, v_col = first_col.v;
   const float scale = rsqrtf(static_cast<float>(HD));
   load_rows<HD>(ks, qkv, stride, k_col, batch_row, k0, T_);
   load_rows<HD>(vs, qkv, stride, v_col, batch_row, k0, T_);
@@ -194,28 +215,32 @@ __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, co
     wmma::fill_fragment(dv[n], 0.0f);
   }
   const int r = lane / 2, side = lane % 2, kj = k0 + warp * 16 + r;
-  for (int qt = k0; qt < T_; qt += kRows) {  // earlier queries see none of these keys
-    __syncthreads();
-    load_rows<HD>(qs, qkv, stride, q_col, batch_row, qt, T_);
-    load_rows<HD>(dos, dout, C, q_col, batch_row, qt, T_);
-    for (int i = threadIdx.x; i < kRows; i += kThreads) {
-      const bool valid = qt + i < T_;
-      lse_s[i] = valid ? lse[static_cast<size_t>(bh) * T_ + qt + i] : 0.0f;
-      delta_s[i] = valid ? delta[static_cast<size_t>(bh) * T_ + qt + i] : 0.0f;
+  for (int g = 0; g < group; g++) {
+    const int h = kv * group + g;
+    const size_t q_col = static_cast<size_t>(h) * HD, bh = static_cast<size_t>(b) * NH + h;
+    for (int qt = k0; qt < T_; qt += kRows) {  // earlier queries see none of these keys
+      __syncthreads();
+      load_rows<HD>(qs, qkv, stride, q_col, batch_row, qt, T_);
+      load_rows<HD>(dos, dout, first_col.out_stride, q_col, batch_row, qt, T_);
+      for (int i = threadIdx.x; i < kRows; i += kThreads) {
+        const bool valid = qt + i < T_;
+        lse_s[i] = valid ? lse[bh * T_ + qt + i] : 0.0f;
+        delta_s[i] = valid ? delta[bh * T_ + qt + i] : 0.0f;
+      }
+      __syncthreads();
+      scores<HD>(pt, ks + warp * 16 * L::kLd, qs);   // S^T = K Q^T
+      scores<HD>(dpt, vs + warp * 16 * L::kLd, dos);  // dP^T = V dO^T
+      __syncwarp();
+      for (int c = side; c < kRows; c += 2) {
+        const int qi = qt + c;
+        const float p = qi >= kj && qi < T_ ? __expf(pt[r * kLdS + c] * scale - lse_s[c]) : 0.0f;
+        pt16[r * kLdP + c] = __float2bfloat16_rn(p);
+        dst16[r * kLdP + c] = __float2bfloat16_rn(p * (dpt[r * kLdS + c] - delta_s[c]) * scale);
+      }
+      __syncwarp();
+      accumulate<HD>(dv, pt16, dos);
+      accumulate<HD>(dk, dst16, qs);
     }
-    __syncthreads();
-    scores<HD>(pt, ks + warp * 16 * L::kLd, qs);   // S^T = K Q^T
-    scores<HD>(dpt, vs + warp * 16 * L::kLd, dos);  // dP^T = V dO^T
-    __syncwarp();
-    for (int c = side; c < kRows; c += 2) {
-      const int qi = qt + c;
-      const float p = qi >= kj && qi < T_ ? __expf(pt[r * kLdS + c] * scale - lse_s[c]) : 0.0f;
-      pt16[r * kLdP + c] = __float2bfloat16_rn(p);
-      dst16[r * kLdP + c] = __float2bfloat16_rn(p * (dpt[r * kLdS + c] - delta_s[c]) * scale);
-    }
-    __syncwarp();
-    accumulate<HD>(dv, pt16, dos);
-    accumulate<HD>(dk, dst16, qs);
   }
   __syncwarp();
   const int first = k0 + warp * 16;
@@ -228,8 +253,8 @@ __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, co
 // dP = dO V^T, dS = P (dP - delta) scale, dQ += dS K.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) tc_backward_q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                 const float* lse, const float* delta, int T_, int C,
-                                                                 int NH) {
+                                                                 const float* lse, const float* delta, int T_, int NH,
+                                                                 int NKV) {
   using L = Tiles<HD>;
   TRIDENT_DYNAMIC_SHARED(smem);
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -244,11 +269,12 @@ __global__ void __launch_bounds__(kThreads) tc_backward_q_kernel(bf16* dqkv, con
 
   // The last query rows have the most keys: their blocks start first.
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
-  const size_t stride = 3 * static_cast<size_t>(C), batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = static_cast<size_t>(h) * HD, k_col = C + q_col, v_col = 2 * static_cast<size_t>(C) + q_col;
+  const HeadColumns<HD> col = head_columns<HD>(h, NH, NKV);
+  const size_t stride = col.stride, batch_row = static_cast<size_t>(b) * T_;
+  const size_t q_col = col.q, k_col = col.k, v_col = col.v;
   const float scale = rsqrtf(static_cast<float>(HD));
   load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
-  load_rows<HD>(dos, dout, C, q_col, batch_row, q0, T_);
+  load_rows<HD>(dos, dout, col.out_stride, q_col, batch_row, q0, T_);
   const int r = lane / 2, side = lane % 2, qi = q0 + warp * 16 + r;
   const float row_lse = qi < T_ ? lse[static_cast<size_t>(bh) * T_ + qi] : 0.0f;
   const float row_delta = qi < T_ ? delta[static_cast<size_t>(bh) * T_ + qi] : 0.0f;

@@ -174,20 +174,40 @@ class CudaKernels final : public Kernels {
     if (dbias != nullptr)
       cuda::column_sums(dbias, t(dout), N, OC, scratch_.get<float>(cuda::column_sums_scratch_floats(OC)));
   }
+  void rmsnorm_forward(Act* out, float* rstd, const Act* inp, const Act* weight, int N, int C, float eps) override {
+    cuda::rmsnorm_forward(t(out), rstd, t(inp), t(weight), N, C, eps);
+  }
+  void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
+                        const float* rstd, int N, int C) override {
+    float* scratch = scratch_.get<float>(cuda::rmsnorm_backward_scratch_floats(N, C));
+    cuda::rmsnorm_backward(t(dinp), dweight, t(dout), t(inp), t(weight), rstd, N, C, scratch);
+  }
+  void rope_forward(Act* qkv, const float* rope_table, int B, int T_, int NH, int NKV, int HD) override {
+    cuda::rope_forward(t(qkv), rope_table, B, T_, NH, NKV, HD);
+  }
+  void rope_backward(Act* dqkv, const float* rope_table, int B, int T_, int NH, int NKV, int HD) override {
+    cuda::rope_backward(t(dqkv), rope_table, B, T_, NH, NKV, HD);
+  }
   size_t attention_stats_floats(int B, int T_, int NH) const override {
     return static_cast<size_t>(B) * NH * T_;  // each row's log-sum-exp
   }
-  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T_, int C, int NH) override {
-    cuda::attention_forward(t(out), stats, t(qkv), B, T_, C, NH);
+  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T_, int NH, int NKV, int HD) override {
+    cuda::attention_forward(t(out), stats, t(qkv), B, T_, NH, NKV, HD);
   }
   void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out, const float* stats, int B,
-                          int T_, int C, int NH) override {
+                          int T_, int NH, int NKV, int HD) override {
     float* delta = scratch_.get<float>(static_cast<size_t>(B) * NH * T_);
-    cuda::attention_backward(t(dqkv), t(dout), t(qkv), t(out), stats, B, T_, C, NH, delta);
+    cuda::attention_backward(t(dqkv), t(dout), t(qkv), t(out), stats, B, T_, NH, NKV, HD, delta);
   }
   void gelu_forward(Act* out, const Act* inp, size_t n) override { cuda::gelu_forward(t(out), t(inp), n); }
   void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) override {
     cuda::gelu_backward(t(dinp), t(inp), t(dout), n);
+  }
+  void swiglu_forward(Act* out, const Act* gate_up, int N, int F) override {
+    cuda::swiglu_forward(t(out), t(gate_up), N, F);
+  }
+  void swiglu_backward(Act* dgate_up, const Act* gate_up, const Act* dout, int N, int F) override {
+    cuda::swiglu_backward(t(dgate_up), t(gate_up), t(dout), N, F);
   }
   void add(Act* out, const Act* a, const Act* b, size_t n) override { cuda::add(t(out), t(a), t(b), n); }
   void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) override {

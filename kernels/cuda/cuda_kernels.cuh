@@ -47,29 +47,48 @@ template <typename T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int N, int C, float* scratch);
 
-// Flash attention: lse[B,NH,T] is each query row's log-sum-exp (of the scaled scores).
+// RMSNorm; scratch: rmsnorm_backward_scratch_floats(N, C) floats of device memory.
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps);
+size_t rmsnorm_backward_scratch_floats(int N, int C);
+template <typename T>
+void rmsnorm_backward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int N,
+                      int C, float* scratch);
+
+// Rotary embeddings, in place on the q and k heads of qkv rows [q NH | k NKV | v NKV] x HD.
+template <typename T>
+void rope_forward(T* qkv, const float* rope_table, int B, int T_, int NH, int NKV, int HD);
+template <typename T>
+void rope_backward(T* dqkv, const float* rope_table, int B, int T_, int NH, int NKV, int HD);
+
+// Flash attention with grouped-query attention (query head h reads key/value head
+// h / (NH / NKV)): lse[B,NH,T] is each query row's log-sum-exp (of the scaled scores).
 // bf16 with head dimension 32, 64 or 128 runs on tensor cores (attention_tensor_core.cu)
 // unless TRIDENT_CUDA_ATTENTION=scalar; everything else on the scalar kernels
 // (attention.cu).
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH);
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int HD);
 // scratch: B*NH*T floats (the rows' dO . O).
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_, int C,
-                        int NH, float* scratch);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_, int NH,
+                        int NKV, int HD, float* scratch);
 
-bool use_tensor_core_attention(int C, int NH);
+bool use_tensor_core_attention(int HD);
 void check_attention_grid(int B, int NH);
-bool tensor_core_attention_supports(int C, int NH);
-void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH);
+bool tensor_core_attention_supports(int HD);
+void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int NH, int NKV, int HD);
 // delta: each query row's dO . O (from attention_backward).
 void tensor_core_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                    const float* delta, int B, int T_, int C, int NH);
+                                    const float* delta, int B, int T_, int NH, int NKV, int HD);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
+template <typename T>
+void swiglu_forward(T* out, const T* gate_up, int N, int F);
+template <typename T>
+void swiglu_backward(T* dgate_up, const T* gate_up, const T* dout, int N, int F);
 template <typename T>
 void add(T* out, const T* a, const T* b, size_t n);
 

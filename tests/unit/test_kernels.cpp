@@ -215,19 +215,21 @@ TEST(KernelFiniteDifference, MatmulWithoutBias) {
 
 // FD of attention over qkv. Perturbing every element costs 2 forwards each, so large T
 // checks a sample: random elements plus every element of the rows around the
-// 128-row chunk boundary (127, 128) and of the last row.
-void check_attention(int B, int T, int NH, int hd, size_t samples) {
-  const int C = NH * hd;
-  Vec qkv = uniform(static_cast<size_t>(B) * T * 3 * C, -1.5, 1.5);
-  const Vec R = uniform(static_cast<size_t>(B) * T * C);
+// 128-row chunk boundary (127, 128) and of the last row. NKV < NH: grouped-query
+// attention, each key/value head shared by NH / NKV query heads.
+void check_attention(int B, int T, int NH, int hd, size_t samples, int NKV = 0) {
+  if (NKV == 0) NKV = NH;
+  const int width = (NH + 2 * NKV) * hd;
+  Vec qkv = uniform(static_cast<size_t>(B) * T * width, -1.5, 1.5);
+  const Vec R = uniform(static_cast<size_t>(B) * T * NH * hd);
   Vec out(R.size()), probs(static_cast<size_t>(B) * NH * T * T, 0.0);
   auto loss = [&] {
-    attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+    attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hd);
     return dot(out, R);
   };
   loss();  // probs of the unperturbed input, for the backward
   Vec dqkv(qkv.size(), 0.0);
-  attention_backward(dqkv.data(), R.data(), qkv.data(), probs.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), R.data(), qkv.data(), probs.data(), B, T, NH, NKV, hd);
 
   std::vector<size_t> idx;
   if (samples > 0 && samples < qkv.size()) {
@@ -236,9 +238,10 @@ void check_attention(int B, int T, int NH, int hd, size_t samples) {
     for (int b = 0; b < B; b++)
       for (int t : {127, 128, T - 1})
         if (t < T)
-          for (int c = 0; c < 3 * C; c++) idx.push_back((static_cast<size_t>(b) * T + t) * 3 * C + c);
+          for (int c = 0; c < width; c++) idx.push_back((static_cast<size_t>(b) * T + t) * width + c);
   }
-  expect_grad("dqkv B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH),
+  expect_grad("dqkv B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" + std::to_string(NH) +
+                  " NKV=" + std::to_string(NKV),
               qkv, dqkv, loss, idx);
 }
 
@@ -251,6 +254,140 @@ TEST(KernelFiniteDifference, AttentionTwoChunks) {
 }
 
 TEST(KernelFiniteDifference, AttentionThreeChunks) { check_attention(1, 300, 2, 2, 300); }
+
+TEST(KernelFiniteDifference, GroupedQueryAttention) {
+  check_attention(2, 9, 6, 4, 0, 3);  // groups of 2 query heads
+  check_attention(2, 7, 4, 2, 0, 1);  // multi-query: one key/value head for all
+  check_attention(1, 130, 4, 2, 300, 2);  // two chunks, dk/dv summed over heads and chunks
+}
+
+TEST(KernelConventions, GroupedQueryAttentionEqualsRepeatedHeads) {
+  // GQA reads each shared key/value head in place; the same attention with the shared
+  // heads copied out to every query head (what PyTorch's repeat_interleave does) gives
+  // the same output, and dk/dv are the sums of the copies' gradients.
+  const int B = 2, T = 11, NH = 6, NKV = 2, hd = 4, group = NH / NKV;
+  const int width = (NH + 2 * NKV) * hd, wide = 3 * NH * hd;
+  const Vec qkv = uniform(static_cast<size_t>(B) * T * width);
+  Vec repeated(static_cast<size_t>(B) * T * wide);
+  for (int bt = 0; bt < B * T; bt++)
+    for (int h = 0; h < NH; h++)
+      for (int d = 0; d < hd; d++) {
+        const size_t src = static_cast<size_t>(bt) * width, dst = static_cast<size_t>(bt) * wide;
+        const int kv = h / group;
+        repeated[dst + h * hd + d] = qkv[src + h * hd + d];
+        repeated[dst + (NH + h) * hd + d] = qkv[src + (NH + kv) * hd + d];
+        repeated[dst + (2 * NH + h) * hd + d] = qkv[src + (NH + NKV + kv) * hd + d];
+      }
+  const Vec dout = uniform(static_cast<size_t>(B) * T * NH * hd);
+  Vec out(dout.size()), out_rep(dout.size()), probs(static_cast<size_t>(B) * NH * T * T), probs_rep(probs.size());
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NKV, hd);
+  attention_forward(out_rep.data(), probs_rep.data(), repeated.data(), B, T, NH, NH, hd);
+  EXPECT_LT(rel_error(out, out_rep), 1e-14);
+  Vec dqkv(qkv.size()), drep(repeated.size());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NKV, hd);
+  attention_backward(drep.data(), dout.data(), repeated.data(), probs_rep.data(), B, T, NH, NH, hd);
+  Vec summed(qkv.size(), 0.0);
+  for (int bt = 0; bt < B * T; bt++)
+    for (int h = 0; h < NH; h++)
+      for (int d = 0; d < hd; d++) {
+        const size_t dst = static_cast<size_t>(bt) * width, src = static_cast<size_t>(bt) * wide;
+        const int kv = h / group;
+        summed[dst + h * hd + d] = drep[src + h * hd + d];
+        summed[dst + (NH + kv) * hd + d] += drep[src + (NH + h) * hd + d];
+        summed[dst + (NH + NKV + kv) * hd + d] += drep[src + (2 * NH + h) * hd + d];
+      }
+  EXPECT_LT(rel_error(dqkv, summed), 1e-13);
+}
+
+TEST(KernelFiniteDifference, RmsNorm) {
+  // C = 33 is not a SIMD multiple; inputs away from 0 and near it.
+  const int N = 5, C = 33;
+  const double eps = 1e-5;
+  Vec inp = uniform(static_cast<size_t>(N) * C, -2.0, 3.0);
+  Vec weight = uniform(C, 0.5, 1.5);
+  const Vec R = uniform(inp.size());
+  Vec out(inp.size()), rstd(N);
+  auto loss = [&] {
+    rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, eps);
+    return dot(out, R);
+  };
+  loss();
+  // The forward against the formula, row by row.
+  for (int i = 0; i < N; i++) {
+    double ms = 0;
+    for (int c = 0; c < C; c++) ms += inp[i * C + c] * inp[i * C + c];
+    const double s = 1.0 / std::sqrt(ms / C + eps);
+    for (int c = 0; c < C; c++) ASSERT_NEAR(out[i * C + c], inp[i * C + c] * s * weight[c], 1e-14);
+  }
+  Vec dinp(inp.size(), 0.0), dweight(C, 0.0);
+  rmsnorm_backward(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), rstd.data(), N, C);
+  expect_grad("dinp", inp, dinp, loss);
+  expect_grad("dweight", weight, dweight, loss);
+}
+
+// cos and sin of t * theta^(-2i/hd), as the model's rotary table holds them.
+Vec rope_table(int T, int hd, double theta) {
+  Vec table(static_cast<size_t>(T) * hd);
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < hd / 2; i++) {
+      const double angle = t * std::pow(theta, -2.0 * i / hd);
+      table[static_cast<size_t>(t) * hd + 2 * i] = std::cos(angle);
+      table[static_cast<size_t>(t) * hd + 2 * i + 1] = std::sin(angle);
+    }
+  return table;
+}
+
+TEST(KernelFiniteDifference, RotaryEmbeddings) {
+  // q and k heads turn, v heads do not. Against Hugging Face's formula
+  // x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1), then FD of the backward.
+  const int B = 2, T = 5, NH = 4, NKV = 2, hd = 6, width = (NH + 2 * NKV) * hd;
+  const Vec table = rope_table(T, hd, 10000.0);
+  Vec qkv = uniform(static_cast<size_t>(B) * T * width);
+  const Vec R = uniform(qkv.size());
+  Vec rotated = qkv;
+  rope_forward(rotated.data(), table.data(), B, T, NH, NKV, hd);
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < NH + 2 * NKV; h++)
+        for (int d = 0; d < hd; d++) {
+          const size_t base = (static_cast<size_t>(b) * T + t) * width + h * hd;
+          const int i = d % (hd / 2);
+          const double c = std::cos(t * std::pow(10000.0, -2.0 * i / hd)), s = std::sin(t * std::pow(10000.0, -2.0 * i / hd));
+          const double half = d < hd / 2 ? -qkv[base + d + hd / 2] : qkv[base + d - hd / 2];
+          const double want = h < NH + NKV ? qkv[base + d] * c + half * s : qkv[base + d];
+          ASSERT_NEAR(rotated[base + d], want, 1e-14) << "b " << b << " t " << t << " head " << h << " d " << d;
+        }
+  Vec out(qkv.size());
+  auto loss = [&] {
+    out = qkv;
+    rope_forward(out.data(), table.data(), B, T, NH, NKV, hd);
+    return dot(out, R);
+  };
+  Vec dqkv = R;
+  rope_backward(dqkv.data(), table.data(), B, T, NH, NKV, hd);
+  expect_grad("dqkv", qkv, dqkv, loss);
+}
+
+TEST(KernelFiniteDifference, SwiGlu) {
+  const int N = 7, F = 37;
+  Vec gate_up = uniform(static_cast<size_t>(N) * 2 * F, -6.0, 6.0);
+  gate_up[0] = 0.0;
+  const Vec R = uniform(static_cast<size_t>(N) * F);
+  Vec out(R.size());
+  auto loss = [&] {
+    swiglu_forward(out.data(), gate_up.data(), N, F);
+    return dot(out, R);
+  };
+  loss();
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < F; j++) {
+      const double g = gate_up[i * 2 * F + j], u = gate_up[i * 2 * F + F + j];
+      ASSERT_NEAR(out[i * F + j], g / (1 + std::exp(-g)) * u, 1e-14);
+    }
+  Vec dgate_up(gate_up.size(), 0.0);
+  swiglu_backward(dgate_up.data(), gate_up.data(), R.data(), N, F);
+  expect_grad("dgate_up", gate_up, dgate_up, loss);
+}
 
 TEST(KernelFiniteDifference, Gelu) {
   // Wide range: the tails (tanh -> +-1) and the middle; include 0 exactly.
@@ -512,10 +649,10 @@ TEST(KernelConventions, OverwrittenOutputsIgnoreOldContents) {
   const int B = 2, T = 131, NH = 2, C = 4;
   const Vec qkv = uniform(static_cast<size_t>(B) * T * 3 * C), dout = uniform(static_cast<size_t>(B) * T * C);
   Vec out(dout.size()), probs(static_cast<size_t>(B) * NH * T * T, 0.0);
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NH, C / NH);
   Vec dqkv_zero(qkv.size(), 0.0), dqkv_nan(qkv.size(), nan);
-  attention_backward(dqkv_zero.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH);
-  attention_backward(dqkv_nan.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH);
+  attention_backward(dqkv_zero.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NH, C / NH);
+  attention_backward(dqkv_nan.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NH, C / NH);
   EXPECT_EQ(dqkv_nan, dqkv_zero);
 
   const Vec x = uniform(100, -4.0, 4.0), dy = uniform(100);
@@ -592,15 +729,15 @@ TEST(KernelFloatVsDouble, Attention) {
   const Vec dout = float_exact(uniform(static_cast<size_t>(B) * T * C));
   const size_t np = static_cast<size_t>(B) * NH * T * T;
   Vec out(dout.size()), probs(np, 0.0), dqkv(qkv.size());
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NH, C / NH);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NH, hd);
 
   const std::vector<float> qkv_f = to_float(qkv), dout_f = to_float(dout);
   std::vector<float> out_f(out.size()), probs_f(np, 0.0f), dqkv_f(qkv.size());
-  attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, C, NH);
+  attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, NH, NH, hd);
   EXPECT_LT(rel_error(out_f, out), kFloatTol);
   EXPECT_LT(rel_error(probs_f, probs), kFloatTol);
-  attention_backward(dqkv_f.data(), dout_f.data(), qkv_f.data(), probs_f.data(), B, T, C, NH);
+  attention_backward(dqkv_f.data(), dout_f.data(), qkv_f.data(), probs_f.data(), B, T, NH, NH, hd);
   EXPECT_LT(rel_error(dqkv_f, dqkv), kFloatTol);
 }
 
@@ -613,7 +750,7 @@ void check_probs(int B, int T, int NH, int hd, double tol) {
   const Vec qkv64 = uniform(static_cast<size_t>(B) * T * 3 * C, -3.0, 3.0);
   const std::vector<F> qkv(qkv64.begin(), qkv64.end());
   std::vector<F> out(static_cast<size_t>(B) * T * C), probs(static_cast<size_t>(B) * NH * T * T, F(0));
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NH, C / NH);
   for (int bh = 0; bh < B * NH; bh++) {
     for (int i = 0; i < T; i++) {
       const F* row = probs.data() + (static_cast<size_t>(bh) * T + i) * T;
@@ -647,6 +784,62 @@ TEST(KernelFloatVsDouble, Gelu) {
   gelu_backward(dxf.data(), xf.data(), dyf.data(), n);
   EXPECT_LT(rel_error(yf, y), kFloatTol);
   EXPECT_LT(rel_error(dxf, dx), kFloatTol);
+}
+
+TEST(KernelFloatVsDouble, LlamaKernels) {
+  // RMSNorm, rotary embeddings, SwiGLU (fast exp) and grouped-query attention in float
+  // against double on the same inputs.
+  const int B = 2, T = 140, NH = 4, NKV = 2, hd = 8, width = (NH + 2 * NKV) * hd, N = B * T, F = 45;
+  const Vec x = float_exact(uniform(static_cast<size_t>(N) * width, -2.0, 2.0));
+  const Vec w = float_exact(uniform(width, 0.5, 1.5)), dy = float_exact(uniform(x.size()));
+  const std::vector<float> xf = to_float(x), wf = to_float(w), dyf = to_float(dy);
+  {
+    Vec y(x.size()), rstd(N), dx(x.size(), 0.0), dw(width, 0.0);
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, width, 1e-5);
+    rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, width);
+    std::vector<float> yf(x.size()), rstdf(N), dxf(x.size(), 0.0f), dwf(width, 0.0f);
+    rmsnorm_forward(yf.data(), rstdf.data(), xf.data(), wf.data(), N, width, 1e-5f);
+    rmsnorm_backward(dxf.data(), dwf.data(), dyf.data(), xf.data(), wf.data(), rstdf.data(), N, width);
+    EXPECT_LT(rel_error(yf, y), kFloatTol);
+    EXPECT_LT(rel_error(dxf, dx), kFloatTol);
+    EXPECT_LT(rel_error(dwf, dw), kFloatTol);
+  }
+  {
+    const Vec table = rope_table(T, hd, 500000.0);
+    const std::vector<float> tablef = to_float(table);
+    Vec y = x;
+    std::vector<float> yf = xf;
+    rope_forward(y.data(), table.data(), B, T, NH, NKV, hd);
+    rope_forward(yf.data(), tablef.data(), B, T, NH, NKV, hd);
+    EXPECT_LT(rel_error(yf, y), kFloatTol);
+    rope_backward(y.data(), table.data(), B, T, NH, NKV, hd);  // the transpose undoes the rotation
+    EXPECT_LT(rel_error(y, x), 1e-14);
+  }
+  {
+    const Vec gu = float_exact(uniform(static_cast<size_t>(N) * 2 * F, -8.0, 8.0)), d = float_exact(uniform(static_cast<size_t>(N) * F));
+    const std::vector<float> guf = to_float(gu), df = to_float(d);
+    Vec y(d.size()), dgu(gu.size());
+    std::vector<float> yf(d.size()), dguf(gu.size());
+    swiglu_forward(y.data(), gu.data(), N, F);
+    swiglu_backward(dgu.data(), gu.data(), d.data(), N, F);
+    swiglu_forward(yf.data(), guf.data(), N, F);
+    swiglu_backward(dguf.data(), guf.data(), df.data(), N, F);
+    EXPECT_LT(rel_error(yf, y), kFloatTol);
+    EXPECT_LT(rel_error(dguf, dgu), kFloatTol);
+  }
+  {
+    const size_t np = static_cast<size_t>(B) * NH * T * T;
+    Vec out(static_cast<size_t>(N) * NH * hd), probs(np, 0.0), dqkv(x.size());
+    const Vec dout = float_exact(uniform(out.size()));
+    attention_forward(out.data(), probs.data(), x.data(), B, T, NH, NKV, hd);
+    attention_backward(dqkv.data(), dout.data(), x.data(), probs.data(), B, T, NH, NKV, hd);
+    const std::vector<float> doutf = to_float(dout);
+    std::vector<float> outf(out.size()), probsf(np, 0.0f), dqkvf(x.size());
+    attention_forward(outf.data(), probsf.data(), xf.data(), B, T, NH, NKV, hd);
+    attention_backward(dqkvf.data(), doutf.data(), xf.data(), probsf.data(), B, T, NH, NKV, hd);
+    EXPECT_LT(rel_error(outf, out), kFloatTol);
+    EXPECT_LT(rel_error(dqkvf, dqkv), kFloatTol);
+  }
 }
 
 TEST(KernelFloatVsDouble, ShardedCrossEntropy) {
