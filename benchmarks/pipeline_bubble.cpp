@@ -16,7 +16,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_state.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "pipeline/schedule.h"
 #include "runtime/memory.h"
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   }
   for (int m : {1, 2, 4, 8}) {
     for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
-      GPT2 model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, p, ""), max_in_flight(schedule, stage, p, m));
+      Transformer model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, p, ""), max_in_flight(schedule, stage, p, m));
       model.init_parameters(1);
       DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
       AdamW optimizer(model.layout(), {}, *k, dp.owned());

@@ -3,7 +3,8 @@
 //
 //   build/bench/throughput --config configs/gpt2-124m.ini [--steps 3] [--header]
 //
-// Prints one table row: tokens/s, model GFLOP/s (6N + 12 L T d per token), the
+// Prints one table row: tokens/s, model GFLOP/s (the family's FLOPs per token:
+// model/transformer_spec.h), the
 // fraction of the sgemm peak, and peak resident memory of this process.
 #include <omp.h>
 
@@ -13,7 +14,8 @@
 
 #include "config/config.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
+#include "model/transformer_spec.h"
 #include "optim/adamw.h"
 #include "runtime/memory.h"
 #include "runtime/random.h"
@@ -45,7 +47,7 @@ int main(int argc, char** argv) {
   for (int n : {1024, 2048, 3072}) peak = std::max(peak, k->measure_gemm_gflops(n, 1.0));
 
   Timer setup;
-  GPT2 model(mc, B, *k);
+  Transformer model(mc, B, *k);
   model.init_parameters(config.train.seed);
   AdamW optimizer(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k);
   std::vector<int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
@@ -71,14 +73,14 @@ int main(int argc, char** argv) {
   const double step_s = timer.seconds() / steps;
   const double tokens_per_step = static_cast<double>(config.train.global_batch) * T;
   const double tokens_per_s = tokens_per_step / step_s;
-  const double gflops = mc.flops_per_token() * tokens_per_s / 1e9;
+  const double gflops = flops_per_token(model.spec()) * tokens_per_s / 1e9;
 
   if (header) {
     std::printf("| model | batch x T | threads | step (s) | tokens/s | model GFLOP/s | sgemm peak GFLOP/s | of peak | peak RSS (GiB) | setup (s) |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   }
-  std::printf("| L%d H%d d%d V%d | %d x %d | %d | %.3f | %.0f | %.1f | %.1f | %.1f%% | %.2f | %.1f |\n",
-              mc.n_layer, mc.n_head, mc.d_model, mc.vocab_size, config.train.global_batch, T,
+  std::printf("| %s | %d x %d | %d | %.3f | %.0f | %.1f | %.1f | %.1f%% | %.2f | %.1f |\n",
+              model.spec().describe().c_str(), config.train.global_batch, T,
               omp_get_max_threads(), step_s, tokens_per_s, gflops, peak, 100.0 * gflops / peak,
               peak_resident_bytes() / double(1 << 30), setup_s);
   return 0;

@@ -19,7 +19,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_state.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "runtime/memory.h"
 #include "runtime/random.h"
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   ParallelState parallel(config.dims(), 0, 600);
   auto k = kernels::make_cpu_kernels();
   const int B = config.train.micro_batch, T = mc.seq_len, G = config.train.global_batch;
-  GPT2 model(mc, B, *k, TensorParallel(parallel.tp()));
+  Transformer model(mc, B, *k, TensorParallel(parallel.tp()));
   model.init_parameters(1);
   DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
   AdamW optimizer(model.layout(), {}, *k, dp.owned());

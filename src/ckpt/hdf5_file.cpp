@@ -42,6 +42,10 @@ bool Hdf5Reader::has(const std::string& object) const {
   }
 }
 
+bool Hdf5Reader::has_attr(const std::string& name, const std::string& object) const {
+  return H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
 hid_t Hdf5Reader::open_attr(const std::string& object, const std::string& name) const {
   const std::string where = object == "/" ? "'" + name + "'" : "'" + name + "' of '" + object + "'";
   require(H5Aexists_by_name(file_, object.c_str(), name.c_str(), H5P_DEFAULT) > 0,

@@ -20,6 +20,7 @@ class Hdf5Reader {
 
   const std::string& path() const { return path_; }
   bool has(const std::string& object) const;
+  bool has_attr(const std::string& name, const std::string& object = "/") const;
 
   // Attributes of the root group.
   int64_t attr_int(const std::string& name) const { return attr_int("/", name); }

@@ -88,9 +88,8 @@ int run_ckpt_command(const std::vector<std::string>& args) {
   }
   const Manifest m = choose(dir, step);
   if (action == "inspect") {
-    std::printf("checkpoint %s: step %d, gpt2 L%d H%d d%d T%d V%d, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n",
-                m.dir.c_str(), m.step, m.model.n_layer, m.model.n_head, m.model.d_model, m.model.seq_len,
-                m.model.vocab_size, m.dims.dp, m.dims.tp, m.dims.pp, m.zero, m.nodes);
+    std::printf("checkpoint %s: step %d, %s, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n", m.dir.c_str(), m.step,
+                transformer_spec(m.model).describe().c_str(), m.dims.dp, m.dims.tp, m.dims.pp, m.zero, m.nodes);
     for (const auto& f : m.files) std::printf("  %s: %.1f MiB, crc32 %08x, verified\n", f.name.c_str(), mib(f.bytes), f.crc32);
     std::printf("%-28s %-16s %14s %14s\n", "tensor", "shape", "params rms", "exp_avg_sq rms");
     const auto params = read_canonical(m, "params"), second = read_canonical(m, "exp_avg_sq");

@@ -12,77 +12,123 @@ size_t ParameterTensor::numel() const {
   return n;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& model, int tp_rank, int tp_size, size_t pad_to,
+ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int tp_size, size_t pad_to,
                                  const StageSpec& stage)
-    : first_layer_(stage.first_layer), tp_rank_(tp_rank), tp_size_(tp_size) {
-  const int64_t d = model.d_model, V = model.vocab_size, T = model.seq_len;
-  check(model.n_head % tp_size == 0 && d % tp_size == 0, "tp must divide the heads");
-  const int last_layer = stage.layers < 0 ? model.n_layer : stage.first_layer + stage.layers;
-  check(stage.first_layer >= 0 && last_layer <= model.n_layer, "stage layers out of range");
-  if (stage.has_embedding || stage.has_head) wte_ = add("wte.weight", {V, d}, Sharding::rows, model.padded_vocab(tp_size));
-  if (stage.has_embedding) wpe_ = add("wpe.weight", {T, d}, Sharding::replicated);
+    : spec_(spec), first_layer_(stage.first_layer), tp_rank_(tp_rank), tp_size_(tp_size) {
+  check_tensor_parallel(spec, tp_size);
+  const int64_t d = spec.d_model, V = spec.vocab_size, T = spec.seq_len, hd = spec.head_dim;
+  const int64_t H = spec.n_head, KV = spec.n_kv_head, F = spec.ffn_dim;
+  const int tp = tp_size, kv_shards = spec.kv_shards(tp);
+  const int last_layer = stage.layers < 0 ? spec.n_layer : stage.first_layer + stage.layers;
+  check(stage.first_layer >= 0 && last_layer <= spec.n_layer, "stage layers out of range");
+  const int64_t Vp = spec.padded_vocab(tp);
+
+  if (stage.has_embedding || (stage.has_head && spec.tied_head)) {
+    token_embedding_ = add(spec.token_embedding, {V, d}, Sharding::rows, tp, Init::normal, Vp);
+    if (spec.tied_head) {
+      tied_ = token_embedding_;
+      // The last stage's copy only serves the head; the first stage's counts.
+      tensors_[tied_].tied_copy = !stage.has_embedding;
+      tensors_[tied_].counted = tensors_[tied_].counted && stage.has_embedding;
+    }
+    if (!stage.has_embedding) token_embedding_ = -1;
+  }
+  if (stage.has_embedding && spec.positions == PositionKind::learned)
+    position_embedding_ = add(spec.position_embedding, {T, d}, Sharding::replicated, 1, Init::normal);
+
+  // A norm: gain (and bias).
+  const auto norm = [&](const std::string& name, int& weight, int& bias) {
+    weight = add(name + ".weight", {d}, Sharding::replicated, 1, Init::ones);
+    bias = spec.biases ? add(name + ".bias", {d}, Sharding::replicated, 1, Init::zeros) : -1;
+  };
   for (int i = stage.first_layer; i < last_layer; i++) {
-    const std::string p = "h." + std::to_string(i) + ".";
+    const BlockNames names = spec.block(i);
     BlockParameterIndex b{};
-    b.ln_1_weight = add(p + "ln_1.weight", {d}, Sharding::replicated);
-    b.ln_1_bias = add(p + "ln_1.bias", {d}, Sharding::replicated);
-    b.c_attn_weight = add(p + "attn.c_attn.weight", {3 * d, d}, Sharding::qkv_rows);
-    b.c_attn_bias = add(p + "attn.c_attn.bias", {3 * d}, Sharding::qkv_rows);
-    b.attn_c_proj_weight = add(p + "attn.c_proj.weight", {d, d}, Sharding::columns);
-    b.attn_c_proj_bias = add(p + "attn.c_proj.bias", {d}, Sharding::replicated);
-    b.ln_2_weight = add(p + "ln_2.weight", {d}, Sharding::replicated);
-    b.ln_2_bias = add(p + "ln_2.bias", {d}, Sharding::replicated);
-    b.c_fc_weight = add(p + "mlp.c_fc.weight", {4 * d, d}, Sharding::rows);
-    b.c_fc_bias = add(p + "mlp.c_fc.bias", {4 * d}, Sharding::rows);
-    b.mlp_c_proj_weight = add(p + "mlp.c_proj.weight", {d, 4 * d}, Sharding::columns);
-    b.mlp_c_proj_bias = add(p + "mlp.c_proj.bias", {d}, Sharding::replicated);
+    norm(names.norm_1, b.norm_1_weight, b.norm_1_bias);
+    b.first = b.norm_1_weight;
+    // Attention's input: one GEMM over q | k | v, column-parallel (heads over tp).
+    if (names.qkv.size() == 1) {  // GPT-2's c_attn: q, k, v fused in one tensor
+      b.qkv_weight = add(names.qkv[0] + ".weight", {3 * H * hd, d}, Sharding::qkv_rows, tp, Init::normal);
+      b.qkv_bias = spec.biases ? add(names.qkv[0] + ".bias", {3 * H * hd}, Sharding::qkv_rows, tp, Init::zeros) : -1;
+    } else {  // q, k, v apart: the key/value heads may be fewer than tp, then shared
+      b.qkv_weight = add(names.qkv[0] + ".weight", {H * hd, d}, Sharding::rows, tp, Init::normal);
+      for (int kv = 1; kv <= 2; kv++)
+        add(names.qkv[kv] + ".weight", {KV * hd, d}, Sharding::rows, kv_shards, Init::normal, 0, /*adjacent=*/true);
+      b.qkv_bias = -1;
+      check(!spec.biases, "separate q, k, v projections with biases");
+    }
+    // Attention's output: row-parallel; its bias is added once, after the sum over tp.
+    b.attn_out_weight = add(names.attn_out + ".weight", {d, H * hd}, Sharding::columns, tp, Init::normal_residual);
+    b.attn_out_bias = spec.biases ? add(names.attn_out + ".bias", {d}, Sharding::replicated, 1, Init::zeros) : -1;
+    norm(names.norm_2, b.norm_2_weight, b.norm_2_bias);
+    // The MLP: column-parallel c_fc (or gate | up), row-parallel c_proj (or down).
+    b.mlp_in_weight = -1;
+    for (const std::string& name : names.mlp_in) {
+      const int index = add(name + ".weight", {F, d}, Sharding::rows, tp, Init::normal, 0, b.mlp_in_weight >= 0);
+      if (b.mlp_in_weight < 0) b.mlp_in_weight = index;
+    }
+    b.mlp_in_bias = spec.biases ? add(names.mlp_in[0] + ".bias", {F}, Sharding::rows, tp, Init::zeros) : -1;
+    check(!spec.biases || names.mlp_in.size() == 1, "a split MLP input with biases");
+    b.mlp_out_weight = add(names.mlp_out + ".weight", {d, F}, Sharding::columns, tp, Init::normal_residual);
+    b.mlp_out_bias = spec.biases ? add(names.mlp_out + ".bias", {d}, Sharding::replicated, 1, Init::zeros) : -1;
     blocks_.push_back(b);
   }
   if (stage.has_head) {
-    ln_f_weight_ = add("ln_f.weight", {d}, Sharding::replicated);
-    ln_f_bias_ = add("ln_f.bias", {d}, Sharding::replicated);
+    norm(spec.final_norm, final_norm_weight_, final_norm_bias_);
+    head_ = spec.tied_head ? tied_ : add(spec.head, {V, d}, Sharding::rows, tp, Init::normal, Vp);
   }
   total_ = (total_ + pad_to - 1) / pad_to * pad_to;
 }
 
-int ParameterLayout::add(const std::string& name, std::vector<int64_t> shape, Sharding sharding,
-                         int64_t padded_rows) {
+int ParameterLayout::add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int shards,
+                         Init init, int64_t padded_rows, bool adjacent) {
+  check(tp_size_ % shards == 0, "a tensor's pieces must divide tp");
   ParameterTensor t;
   t.name = name;
   t.shape = shape;
   t.padded_shape = shape;
   if (padded_rows > 0) t.padded_shape[0] = padded_rows;
   t.sharding = sharding;
+  t.shards = shards;
+  const int holders = tp_size_ / shards;  // ranks holding each piece
+  t.shard = tp_rank_ / holders;
+  t.counted = tp_rank_ % holders == 0;
+  t.partial_gradient = sharding != Sharding::replicated && holders > 1;
+  t.init = init;
+  if (adjacent) {
+    check(!tensors_.empty(), "an adjacent tensor needs one before it");
+    total_ = tensors_.back().offset + tensors_.back().stored;
+  }
   t.offset = total_;
   size_t padded = 1;
   for (int64_t s : t.padded_shape) padded *= static_cast<size_t>(s);
-  t.stored = sharding == Sharding::replicated ? padded : padded / tp_size_;
+  t.stored = padded / shards;
   t.weight_decay = shape.size() >= 2;
-  // Keep every tensor 64-byte aligned for the vector kernels.
-  total_ += (t.stored + 15) / 16 * 16;
+  // Every tensor that starts a GEMM's operand is 64-byte aligned for the vector kernels.
+  total_ = (t.offset + t.stored + 15) / 16 * 16;
   tensors_.push_back(std::move(t));
   return static_cast<int>(tensors_.size()) - 1;
 }
 
 template <typename F>
-void ParameterLayout::for_each_shard_row(const ParameterTensor& t, int r, F copy) const {
+void ParameterLayout::for_each_shard_row(const ParameterTensor& t, int p, F copy) const {
   const int64_t rows = t.padded_shape[0], columns = t.padded_shape.size() > 1 ? t.padded_shape[1] : 1;
-  const int P = tp_size_;
+  const int P = t.shards;
   switch (t.sharding) {
     case Sharding::replicated:
       for (int64_t i = 0; i < rows; i++) copy(i, i, 0, columns);
       break;
     case Sharding::rows:
-      for (int64_t i = 0; i < rows / P; i++) copy(r * (rows / P) + i, i, 0, columns);
+      for (int64_t i = 0; i < rows / P; i++) copy(p * (rows / P) + i, i, 0, columns);
       break;
     case Sharding::qkv_rows: {  // [q | k | v], each `rows/3` rows; my heads of each
       const int64_t block = rows / 3, mine = block / P;
       for (int64_t part = 0; part < 3; part++)
-        for (int64_t i = 0; i < mine; i++) copy(part * block + r * mine + i, part * mine + i, 0, columns);
+        for (int64_t i = 0; i < mine; i++) copy(part * block + p * mine + i, part * mine + i, 0, columns);
       break;
     }
     case Sharding::columns:
-      for (int64_t i = 0; i < rows; i++) copy(i, i, r * (columns / P), columns / P);
+      for (int64_t i = 0; i < rows; i++) copy(i, i, p * (columns / P), columns / P);
       break;
   }
 }
@@ -90,27 +136,32 @@ void ParameterLayout::for_each_shard_row(const ParameterTensor& t, int r, F copy
 std::vector<float> ParameterLayout::shard_of(const ParameterTensor& t, const float* full) const {
   const int64_t full_rows = t.shape[0], full_columns = t.padded_shape.size() > 1 ? t.padded_shape[1] : 1;
   std::vector<float> shard(t.stored, 0.0f);
-  const int64_t shard_columns = t.sharding == Sharding::columns ? full_columns / tp_size_ : full_columns;
-  for_each_shard_row(t, tp_rank_, [&](int64_t full_row, int64_t shard_row, int64_t first, int64_t n) {
+  const int64_t shard_columns = t.sharding == Sharding::columns ? full_columns / t.shards : full_columns;
+  for_each_shard_row(t, t.shard, [&](int64_t full_row, int64_t shard_row, int64_t first, int64_t n) {
     if (full_row >= full_rows) return;  // padding rows stay zero
     std::copy_n(full + full_row * full_columns + first, n, shard.begin() + shard_row * shard_columns);
   });
   return shard;
 }
 
-std::vector<float> ParameterLayout::assemble(const ParameterTensor& t, const std::vector<float>& all_shards) const {
+std::vector<float> ParameterLayout::assemble(const ParameterTensor& t, const std::vector<float>& pieces) const {
+  check(pieces.size() == t.stored * t.shards, "assemble: not one piece per shard");
   const int64_t full_rows = t.shape[0], full_columns = t.padded_shape.size() > 1 ? t.padded_shape[1] : 1;
-  const int64_t shard_columns = t.sharding == Sharding::columns ? full_columns / tp_size_ : full_columns;
+  const int64_t shard_columns = t.sharding == Sharding::columns ? full_columns / t.shards : full_columns;
   std::vector<float> full(t.numel());
-  const int shards = t.sharded() ? tp_size_ : 1;
-  for (int r = 0; r < shards; r++) {
-    const float* shard = all_shards.data() + r * t.stored;
-    for_each_shard_row(t, r, [&](int64_t full_row, int64_t shard_row, int64_t first, int64_t n) {
+  for (int p = 0; p < t.shards; p++) {
+    const float* shard = pieces.data() + p * t.stored;
+    for_each_shard_row(t, p, [&](int64_t full_row, int64_t shard_row, int64_t first, int64_t n) {
       if (full_row >= full_rows) return;
       std::copy_n(shard + shard_row * shard_columns, n, full.begin() + full_row * full_columns + first);
     });
   }
   return full;
+}
+
+void ShardedParameters::set(const ParameterTensor& t, const float* full) const {
+  const std::vector<float> shard = layout->shard_of(t, full);
+  memory->copy_to_device(values + t.offset, shard.data(), shard.size() * sizeof(float));
 }
 
 bool ParameterLayout::has(const std::string& name) const {

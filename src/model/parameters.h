@@ -1,62 +1,90 @@
-// The parameters of a GPT-2 model as one flat float buffer with named views. Names
-// and canonical shapes are those of shared/reference/FORMAT.md and are used
-// everywhere (checkpoints, exports, verify); under tensor parallelism each rank stores
-// its shard of a tensor, and `Sharding` says which part (Megatron's layout). Tensors are
-// laid out layer by layer, so a layer's parameters (and gradients) are contiguous.
+// The parameters of a transformer as one flat float buffer with named views. Names and
+// canonical shapes are those of shared/reference/FORMAT.md, chosen by the family's spec
+// (model/transformer_spec.h), and are used everywhere (checkpoints, exports, verify).
+// Under tensor parallelism each rank stores its shard of a tensor; `Sharding` says how a
+// tensor is cut (Megatron's layout) and into how many pieces. Tensors are laid out
+// layer by layer, so a layer's parameters (and gradients) are contiguous; the tensors
+// that one GEMM reads side by side (q | k | v, gate | up) are adjacent, without padding.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "kernels/kernels.h"
+#include "model/transformer_spec.h"
 
 namespace trident {
 
 enum class Sharding {
-  replicated,  // every tp rank holds all of it (LayerNorms, wpe, row-parallel biases)
-  rows,        // split by rows (dim 0): column-parallel c_fc, vocabulary-parallel wte
-  qkv_rows,    // c_attn: rows split within each of the q, k, v blocks (heads over tp)
-  columns,     // split by columns (dim 1): row-parallel c_proj weights
+  replicated,  // every tp rank holds all of it (norms, wpe, row-parallel biases)
+  rows,        // split by rows (dim 0): column-parallel q/k/v, c_fc, gate/up; vocabulary-parallel tables
+  qkv_rows,    // GPT-2's fused c_attn: rows split within each of the q, k, v blocks (heads over tp)
+  columns,     // split by columns (dim 1): row-parallel c_proj, o_proj, down_proj weights
 };
+
+// How a parameter starts (the spec decides; values depend on (seed, name, index) only).
+enum class Init { zeros, ones, normal, normal_residual };
 
 struct ParameterTensor {
   std::string name;
-  std::vector<int64_t> shape;  // canonical (full, unpadded) shape, e.g. wte.weight [V, d]
+  std::vector<int64_t> shape;         // canonical (full, unpadded) shape, e.g. wte.weight [V, d]
   std::vector<int64_t> padded_shape;  // full shape with padding rows (wte: [Vp, d])
   Sharding sharding = Sharding::replicated;
-  size_t offset = 0;           // in floats, into this rank's flat buffer
-  size_t stored = 0;           // floats this rank stores
-  bool weight_decay = false;   // AdamW decays tensors of 2 or more dimensions
+  // Distinct pieces over tp (1 when replicated). Fewer than tp: consecutive groups of
+  // tp / shards ranks hold the same piece (a key/value head shared by several ranks).
+  int shards = 1;
+  int shard = 0;                // the piece this rank holds
+  // The ranks holding one piece each compute part of its gradient (a shared key/value
+  // head sees only this rank's query heads): summed over them after backward.
+  bool partial_gradient = false;
+  // A second copy of a tensor that another stage holds too (the tied wte on the last
+  // pipeline stage): kept in step with it, never counted or saved.
+  bool tied_copy = false;
+  // This rank's copy is the one that counts (gradient norm, checkpoints): its piece's
+  // first holder, and not a tied copy.
+  bool counted = true;
+  size_t offset = 0;            // in floats, into this rank's flat buffer
+  size_t stored = 0;            // floats this rank stores
+  bool weight_decay = false;    // AdamW decays tensors of 2 or more dimensions
+  Init init = Init::normal;
 
   size_t numel() const;  // of the canonical tensor
-  bool sharded() const { return sharding != Sharding::replicated; }
+  bool sharded() const { return shards > 1; }
 };
 
 // The part of the model that one pipeline stage holds: a contiguous range of blocks,
-// the embeddings on the first stage, the final LayerNorm and the tied head on the last.
-// The default is the whole model.
+// the embeddings on the first stage, the final norm and the head on the last. The
+// default is the whole model.
 struct StageSpec {
   int first_layer = 0;
   int layers = -1;  // -1: all
   bool has_embedding = true, has_head = true;
 };
 
-// Where each parameter of one block lives, for the layer code.
+// Where each parameter of one block lives, for the layer code; -1: the family has none.
+// qkv and mlp_in are the first of the tensors their GEMM reads side by side.
 struct BlockParameterIndex {
-  int ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_c_proj_weight, attn_c_proj_bias,
-      ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_c_proj_weight, mlp_c_proj_bias;
+  int first;  // the block's first tensor: its gradients start there
+  int norm_1_weight, norm_1_bias, qkv_weight, qkv_bias, attn_out_weight, attn_out_bias;
+  int norm_2_weight, norm_2_bias, mlp_in_weight, mlp_in_bias, mlp_out_weight, mlp_out_bias;
 };
 
 class ParameterLayout {
  public:
   // The layout of pipeline stage `stage` on tp rank `tp_rank` of `tp_size`.
   // total_floats() is rounded up to a multiple of `pad_to` (data parallelism splits the
-  // buffer into equal blocks). wte sits on the first and on the last stage (tied).
-  ParameterLayout(const ModelConfig& model, int tp_rank = 0, int tp_size = 1, size_t pad_to = 1,
+  // buffer into equal blocks). A tied token embedding sits on the first and on the last
+  // stage.
+  ParameterLayout(const TransformerSpec& spec, int tp_rank = 0, int tp_size = 1, size_t pad_to = 1,
                   const StageSpec& stage = {});
+  explicit ParameterLayout(const ModelConfig& model, int tp_rank = 0, int tp_size = 1)
+      : ParameterLayout(transformer_spec(model), tp_rank, tp_size) {}
 
+  const TransformerSpec& spec() const { return spec_; }
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
   const ParameterTensor& tensor(const std::string& name) const;
   const ParameterTensor& operator[](int index) const { return tensors_[index]; }
@@ -66,31 +94,52 @@ class ParameterLayout {
 
   // This rank's shard of a full canonical tensor (host memory), padding rows as zeros.
   std::vector<float> shard_of(const ParameterTensor& t, const float* full) const;
-  // The full canonical tensor from every rank's shard, in tp rank order.
-  std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& all_shards) const;
+  // The full canonical tensor from its t.shards pieces, in piece order.
+  std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& pieces) const;
 
   bool has(const std::string& name) const;
   // Indices into tensors(); -1 where this stage does not hold the tensor.
-  int wte() const { return wte_; }
-  int wpe() const { return wpe_; }
-  int ln_f_weight() const { return ln_f_weight_; }
-  int ln_f_bias() const { return ln_f_bias_; }
+  int token_embedding() const { return token_embedding_; }
+  int position_embedding() const { return position_embedding_; }
+  int final_norm_weight() const { return final_norm_weight_; }
+  int final_norm_bias() const { return final_norm_bias_; }
+  int head() const { return head_; }  // the token embedding itself when tied
+  // The tensor that the first and the last stage both hold and keep equal (the tied
+  // embedding), when this stage holds it; -1 otherwise.
+  int tied_across_stages() const { return tied_; }
   // Block `local` of this stage (global layer first_layer() + local).
   const BlockParameterIndex& block(int local) const { return blocks_[local]; }
   int first_layer() const { return first_layer_; }
   int layers() const { return static_cast<int>(blocks_.size()); }
 
  private:
-  int add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int64_t padded_rows = 0);
-  // Calls copy(full_row, shard_row, first_column, columns) for every row of rank r's shard.
+  // Adds a tensor cut into `shards` pieces; `adjacent`: right after the previous one,
+  // without alignment padding (one GEMM reads both).
+  int add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int shards, Init init,
+          int64_t padded_rows = 0, bool adjacent = false);
+  // Calls copy(full_row, shard_row, first_column, columns) for every row of piece p.
   template <typename F>
-  void for_each_shard_row(const ParameterTensor& t, int r, F copy) const;
+  void for_each_shard_row(const ParameterTensor& t, int p, F copy) const;
 
+  TransformerSpec spec_;
   std::vector<ParameterTensor> tensors_;
   std::vector<BlockParameterIndex> blocks_;
-  int wte_ = -1, wpe_ = -1, ln_f_weight_ = -1, ln_f_bias_ = -1, first_layer_ = 0;
+  int token_embedding_ = -1, position_embedding_ = -1, final_norm_weight_ = -1, final_norm_bias_ = -1, head_ = -1,
+      tied_ = -1, first_layer_ = 0;
   int tp_rank_ = 0, tp_size_ = 1;
   size_t total_ = 0;
+};
+
+// What checkpoints and initializers see of a model: its named, sharded tensors (the
+// layout) over the flat parameter buffer in a kernel backend's memory. Not the model.
+struct ShardedParameters {
+  const ParameterLayout* layout = nullptr;
+  float* values = nullptr;              // layout->total_floats() floats
+  kernels::Kernels* memory = nullptr;   // whose memory holds them
+  std::function<void()> changed;        // to call after writing values
+
+  // Copies a full canonical tensor from the host into this rank's shard of it.
+  void set(const ParameterTensor& t, const float* full) const;
 };
 
 }  // namespace trident

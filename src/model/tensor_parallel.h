@@ -1,9 +1,11 @@
 // Tensor-parallel communication, as Megatron names it by region, so the layers read as
-// math. Column-parallel layers (c_attn, c_fc, the vocabulary-parallel head) take a
-// replicated input and produce a shard; row-parallel layers (c_proj) take a shard and
-// produce partial sums. Per transformer block: one all-reduce in the forward of each of
-// attention and MLP (the row-parallel outputs) and one in the backward of each (the
-// gradient of the column-parallel inputs).
+// math. Column-parallel layers (qkv, the MLP's input, the vocabulary-parallel head) take
+// a replicated input and produce a shard; row-parallel layers (attention's and the
+// MLP's output) take a shard and produce partial sums. Per transformer block: one
+// all-reduce in the forward of each of attention and MLP (the row-parallel outputs) and
+// one in the backward of each (the gradient of the column-parallel inputs). When tp
+// exceeds the key/value heads, consecutive ranks share a head; their parts of its
+// projections' gradients are summed once per step (sum_shared_head_gradients).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +18,13 @@ namespace trident {
 class TensorParallel {
  public:
   TensorParallel() = default;  // one rank: every function is the identity
-  explicit TensorParallel(Communicator& tp) : tp_(tp.size() > 1 ? &tp : nullptr), rank_(tp.rank()), size_(tp.size()) {}
+  // shared_heads: the ranks of this rank's tp group that hold the same key/value head
+  // (null: none share one).
+  explicit TensorParallel(Communicator& tp, Communicator* shared_heads = nullptr)
+      : tp_(tp.size() > 1 ? &tp : nullptr),
+        shared_heads_(shared_heads != nullptr && shared_heads->size() > 1 ? shared_heads : nullptr),
+        rank_(tp.rank()),
+        size_(tp.size()) {}
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -32,6 +40,12 @@ class TensorParallel {
   // Vocabulary-parallel embedding: each row comes from the one shard that owns its token.
   void sum_embedding_shards(ActivationSpan x) { all_reduce(x); }
 
+  // Starts summing a shared key/value head's gradient part over the ranks that hold it
+  // (null when no rank shares one).
+  RequestPtr sum_shared_head_gradients(std::span<float> grads) {
+    return shared_heads_ != nullptr ? shared_heads_->all_reduce_async(grads, ReduceOp::sum) : nullptr;
+  }
+
   Communicator* communicator() const { return tp_; }
 
  private:
@@ -43,6 +57,7 @@ class TensorParallel {
   }
 
   Communicator* tp_ = nullptr;
+  Communicator* shared_heads_ = nullptr;
   int rank_ = 0, size_ = 1;
 };
 

@@ -18,8 +18,8 @@ AdamW::AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kerne
       state += end - begin;
     }
   }
-  m_ = DeviceBuffer(k, state);
-  v_ = DeviceBuffer(k, state);
+  m_ = kernels::DeviceBuffer(k, state);
+  v_ = kernels::DeviceBuffer(k, state);
 }
 
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {

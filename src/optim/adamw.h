@@ -6,8 +6,8 @@
 
 #include <vector>
 
+#include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
 #include "model/parameters.h"
 #include "runtime/flat_range.h"
 
@@ -45,7 +45,7 @@ class AdamW {
   AdamWSettings settings_;
   kernels::Kernels& k_;
   std::vector<Segment> segments_;
-  DeviceBuffer m_, v_;
+  kernels::DeviceBuffer m_, v_;
   int t_ = 0;
 };
 

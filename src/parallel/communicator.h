@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -81,6 +82,11 @@ class Communicator {
   virtual RequestPtr recv_async(ActivationSpan data, int peer, int tag) = 0;
   virtual void broadcast(std::span<float> data, int root) = 0;
   virtual void barrier() = 0;
+  // Bytes in host memory, on every backend (the runtime's own messages: checkpoint
+  // pieces, reports), each under 2 GiB.
+  virtual RequestPtr send_async(std::span<const std::byte> data, int peer, int tag) = 0;
+  virtual RequestPtr recv_async(std::span<std::byte> data, int peer, int tag) = 0;
+  virtual void broadcast(std::span<std::byte> data, int root) = 0;
 
   // Blocking forms: start, then wait (bounded).
   void all_reduce(std::span<float> data, ReduceOp op = ReduceOp::sum) { all_reduce_async(data, op)->wait(); }
@@ -96,6 +102,8 @@ class Communicator {
   void all_reduce(ActivationSpan data, ReduceOp op = ReduceOp::sum) { all_reduce_async(data, op)->wait(); }
   void send(ActivationSpan data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
   void recv(ActivationSpan data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
+  void send(std::span<const std::byte> data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
+  void recv(std::span<std::byte> data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <limits>
 
 #include "runtime/error.h"
 #include "runtime/timer.h"
@@ -174,6 +175,36 @@ void MpiCommunicator::broadcast(std::span<float> data, int root) {
   stats_.add(CommOp::broadcast, data.size_bytes());
   MPI_Request r;
   check_mpi(MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_FLOAT, root, comm_, &r), "MPI_Ibcast");
+  started(r, CommOp::broadcast, data.size())->wait();
+}
+
+namespace {
+
+int byte_count(size_t bytes) {
+  check(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()), "a host message of 2 GiB or more");
+  return static_cast<int>(bytes);
+}
+
+}  // namespace
+
+RequestPtr MpiCommunicator::send_async(std::span<const std::byte> data, int peer, int tag) {
+  stats_.add(CommOp::send, data.size());
+  MPI_Request r;
+  check_mpi(MPI_Isend(data.data(), byte_count(data.size()), MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend");
+  return started(r, CommOp::send, data.size());
+}
+
+RequestPtr MpiCommunicator::recv_async(std::span<std::byte> data, int peer, int tag) {
+  stats_.add(CommOp::recv, data.size());
+  MPI_Request r;
+  check_mpi(MPI_Irecv(data.data(), byte_count(data.size()), MPI_BYTE, peer, tag, comm_, &r), "MPI_Irecv");
+  return started(r, CommOp::recv, data.size());
+}
+
+void MpiCommunicator::broadcast(std::span<std::byte> data, int root) {
+  stats_.add(CommOp::broadcast, data.size());
+  MPI_Request r;
+  check_mpi(MPI_Ibcast(data.data(), byte_count(data.size()), MPI_BYTE, root, comm_, &r), "MPI_Ibcast");
   started(r, CommOp::broadcast, data.size())->wait();
 }
 

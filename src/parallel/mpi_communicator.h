@@ -35,6 +35,9 @@ class MpiCommunicator final : public Communicator {
   RequestPtr recv_async(ActivationSpan data, int peer, int tag) override;
   void broadcast(std::span<float> data, int root) override;
   void barrier() override;
+  RequestPtr send_async(std::span<const std::byte> data, int peer, int tag) override;
+  RequestPtr recv_async(std::span<std::byte> data, int peer, int tag) override;
+  void broadcast(std::span<std::byte> data, int root) override;
 
  private:
   RequestPtr started(MPI_Request request, CommOp op, size_t count);

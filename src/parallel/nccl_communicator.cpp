@@ -159,6 +159,14 @@ class NcclCommunicator final : public Communicator {
     stats_.add(CommOp::barrier, 0);
     group_->barrier();
   }
+  // Host bytes travel over the group's MPI communicator.
+  RequestPtr send_async(std::span<const std::byte> data, int peer, int tag) override {
+    return group_->send_async(data, peer, tag);
+  }
+  RequestPtr recv_async(std::span<std::byte> data, int peer, int tag) override {
+    return group_->recv_async(data, peer, tag);
+  }
+  void broadcast(std::span<std::byte> data, int root) override { group_->broadcast(data, root); }
 
  private:
   RequestPtr all_reduce(void* data, size_t count, size_t bytes, ncclDataType_t type, ReduceOp op) {

@@ -35,18 +35,14 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   // Count the nodes: one leader (node rank 0) each.
   nodes_ = static_cast<int>(world_->all_reduce(node_->rank() == 0 ? 1.0 : 0.0));
 
-  const bool cuda = device == "cuda";
-  if (cuda) {
+  cuda_ = device == "cuda";
+  if (cuda_) {
     kernels::select_cuda_device(node_->rank());  // before any NCCL communicator exists
     require(dims.world() == 1 || nccl_compiled_in(),
             "device cuda on " + std::to_string(dims.world()) +
                 " ranks needs NCCL, which this build lacks (rebuild with NCCL_HOME=/path/to/nccl)");
   }
-  const auto make = [&](MPI_Comm comm, const std::string& name) -> std::unique_ptr<Communicator> {
-    auto mpi = std::make_unique<MpiCommunicator>(comm, name, watchdog_);
-    if (!cuda || mpi->size() == 1) return mpi;  // one rank: every collective is the identity, no NCCL needed
-    return make_nccl_communicator(std::move(mpi), watchdog_, /*point_to_point=*/name == "pp");
-  };
+  const auto make = [this](MPI_Comm comm, const std::string& name) { return make_group(comm, name); };
   // Ranks of one group share every other coordinate: the group's first rank is its color.
   const auto group_of = [&](Axis axis) {
     RankCoords first = coords_;
@@ -62,6 +58,19 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   column.pp = 0;
   MPI_Comm embedding = split(end_stage ? dims.rank_of(column) : MPI_UNDEFINED, coords_.pp);
   if (end_stage) embedding_ = make(embedding, "embedding");
+}
+
+std::unique_ptr<Communicator> ParallelState::make_group(MPI_Comm comm, const std::string& name) {
+  auto mpi = std::make_unique<MpiCommunicator>(comm, name, watchdog_);
+  if (!cuda_ || mpi->size() == 1) return mpi;  // one rank: every collective is the identity, no NCCL needed
+  return make_nccl_communicator(std::move(mpi), watchdog_, /*point_to_point=*/name == "pp");
+}
+
+std::unique_ptr<Communicator> ParallelState::split_tp(int size, const std::string& name) {
+  check(size > 0 && dims_.tp % size == 0, "split_tp: the block size must divide tp");
+  RankCoords first = coords_;
+  first.tp = coords_.tp / size * size;
+  return make_group(split(dims_.rank_of(first), coords_.tp), name);
 }
 
 std::string ParallelState::describe() const {

@@ -35,6 +35,10 @@ class ParallelState {
   Communicator* embedding() { return embedding_.get(); }
   int nodes() const { return nodes_; }
 
+  // Consecutive blocks of `size` ranks of this rank's tp group, as a group of their own
+  // (e.g. the ranks that hold the same key/value head). Collective over the world.
+  std::unique_ptr<Communicator> split_tp(int size, const std::string& name);
+
   // The step that a timeout message names.
   void set_step(int step) { watchdog_->step = step; }
   // The grid and the nodes, as rank 0 prints them at start.
@@ -45,8 +49,11 @@ class ParallelState {
   RankCoords coords_;
   std::shared_ptr<Watchdog> watchdog_;
   std::unique_ptr<MpiCommunicator> world_, node_;
+  std::unique_ptr<Communicator> make_group(MPI_Comm comm, const std::string& name);
+
   std::unique_ptr<Communicator> tp_, dp_, pp_, embedding_;
   int nodes_ = 1;
+  bool cuda_ = false;
 };
 
 }  // namespace trident

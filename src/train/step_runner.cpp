@@ -21,7 +21,7 @@ void finish(RequestPtr& request) {
 
 }  // namespace
 
-StepRunner::StepRunner(GPT2& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp,
+StepRunner::StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp,
                        kernels::Kernels& k, PipelineLinks pipeline)
     : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k), pipeline_(pipeline) {
   if (pipeline_.pp != nullptr && pipeline_.pp->size() == 1) pipeline_.pp = nullptr;
@@ -30,7 +30,7 @@ StepRunner::StepRunner(GPT2& model, AdamW& optimizer, DataParallel& data_paralle
 
 double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch,
                                      int global_batch) {
-  const int B = model_.micro_batch(), T = model_.config().seq_len;
+  const int B = model_.micro_batch(), T = model_.spec().seq_len;
   check(local_batch % B == 0, "local batch must be a multiple of the micro-batch");
   const int micro_batches = local_batch / B, slots = model_.slots();
   check(slots >= max_in_flight(pipeline_.schedule, stage(), stages(), micro_batches),
@@ -79,46 +79,74 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   sync_tied_embedding();
   data_parallel_.gradients_final_from(0);
   comm_wait_s_ = data_parallel_.finish_gradients();
+  sum_shared_head_gradients();
   if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);  // the last stage has it
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
 }
 
+double StepRunner::forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
+  if (!model_.first_stage()) pipeline_.pp->recv(model_.stage_input(0, B), stage() - 1, activation_tag(0));
+  const float loss = model_.forward(0, inputs, targets, B);
+  if (!model_.last_stage()) pipeline_.pp->send(model_.stage_output(0, B), stage() + 1, activation_tag(0));
+  return model_.last_stage() ? loss : 0.0;
+}
+
 double StepRunner::evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch) {
-  const int B = model_.micro_batch(), T = model_.config().seq_len;
+  const int B = model_.micro_batch(), T = model_.spec().seq_len;
   double loss_sum = 0;
   for (int mb = 0; mb * B < local_batch; mb++) {
     const size_t first = static_cast<size_t>(mb) * B * T;
-    if (!model_.first_stage()) pipeline_.pp->recv(model_.stage_input(0, B), stage() - 1, activation_tag(mb));
-    const float loss = model_.forward(0, inputs + first, targets + first, B);
-    if (model_.last_stage()) loss_sum += static_cast<double>(loss) * B * T;
-    else pipeline_.pp->send(model_.stage_output(0, B), stage() + 1, activation_tag(mb));
+    loss_sum += forward_loss(inputs + first, targets + first, B) * B * T;
   }
   if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
 }
 
-// The tied wte lives on the first stage (embedding) and the last (head); each holds
+std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int position) {
+  if (!model_.first_stage()) pipeline_.pp->recv(model_.stage_input(0, 1), stage() - 1, activation_tag(0));
+  model_.forward(0, tokens, tokens, 1);  // targets unused: the loss is not asked for
+  std::vector<float> logits(model_.spec().vocab_size, 0.0f);
+  if (model_.last_stage()) logits = model_.logits(0, 0, position);
+  else pipeline_.pp->send(model_.stage_output(0, 1), stage() + 1, activation_tag(0));
+  // The last stage has them; the others hold zeros.
+  if (pipeline_.pp != nullptr) pipeline_.pp->all_reduce(std::span<float>(logits));
+  return logits;
+}
+
+// A tied embedding lives on the first stage (embedding) and the last (head); each holds
 // part of its gradient. Summed between the two, as Megatron's embedding group does,
 // both copies take the same update and stay identical.
 void StepRunner::sync_tied_embedding() {
-  if (pipeline_.embedding == nullptr || model_.layout().wte() < 0) return;
-  const ParameterTensor& wte = model_.layout()[model_.layout().wte()];
-  pipeline_.embedding->all_reduce(std::span<float>(model_.grads() + wte.offset, wte.stored));
+  const int tied = model_.layout().tied_across_stages();
+  if (pipeline_.embedding == nullptr || tied < 0) return;
+  const ParameterTensor& t = model_.layout()[tied];
+  pipeline_.embedding->all_reduce(std::span<float>(model_.grads() + t.offset, t.stored));
+}
+
+// After the data-parallel reduction (sums commute), on the ranges whose reduced
+// gradients this rank holds: the same ranges on every rank of a tp group.
+void StepRunner::sum_shared_head_gradients() {
+  std::vector<RequestPtr> sums;
+  for (const FlatRange& r : data_parallel_.owned())
+    for (const ParameterTensor& t : model_.layout().tensors()) {
+      const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
+      if (t.partial_gradient && begin < end)
+        sums.push_back(model_.tensor_parallel().sum_shared_head_gradients({model_.grads() + begin, end - begin}));
+    }
+  for (RequestPtr& s : sums) finish(s);
 }
 
 double StepRunner::gradient_norm_squared() {
-  // Every parameter once: the shards of split tensors on each tp rank, replicated
-  // tensors (identical on all tp ranks) from tp rank 0 only, the tied wte from the first
-  // stage only; with ZeRO-1 each dp rank holds the reduced gradients of its own ranges.
+  // Every parameter once: each tensor from the rank whose copy counts (the first holder
+  // of its tp piece; not the last stage's copy of a tied embedding); with ZeRO-1 each
+  // dp rank holds the reduced gradients of its own ranges.
   TensorParallel& tp = model_.tensor_parallel();
   const ParameterLayout& layout = model_.layout();
   double sum = 0.0;
   for (const FlatRange& r : data_parallel_.owned())
     for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      const bool tied_copy = layout.wte() >= 0 && &t == &layout[layout.wte()] && !model_.first_stage();
-      if (begin < end && (t.sharded() || tp.rank() == 0) && !tied_copy)
-        sum += k_.sum_squares(model_.grads() + begin, end - begin);
+      if (begin < end && t.counted) sum += k_.sum_squares(model_.grads() + begin, end - begin);
     }
   if (data_parallel_.zero()) sum = dp_.all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);

@@ -11,7 +11,7 @@
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "pipeline/schedule.h"
 
@@ -26,7 +26,7 @@ struct PipelineLinks {
 
 class StepRunner {
  public:
-  StepRunner(GPT2& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp, kernels::Kernels& k,
+  StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp, kernels::Kernels& k,
              PipelineLinks pipeline = {});
 
   // inputs/targets: this rank's local_batch sequences [local_batch, T] of a global
@@ -36,6 +36,12 @@ class StepRunner {
   GradientNorm update(double lr, double grad_clip);
   // Forward passes only: the mean loss over the global batch.
   double evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
+  // One micro-batch of B sequences through this rank's pipeline, forward only: its mean
+  // loss on the last stage, 0 elsewhere (no reduction over pp or dp).
+  double forward_loss(const int32_t* inputs, const int32_t* targets, int B);
+  // The logits after `tokens` [T] at position `position`, over the whole vocabulary, on
+  // every rank of the stage's pipeline (a forward pass of one sequence; collective).
+  std::vector<float> next_token_logits(const int32_t* tokens, int position);
 
   // Of the last compute_gradients(): seconds spent waiting for the data-parallel
   // reduction after backward, and computing (the forward and backward passes; the
@@ -47,10 +53,12 @@ class StepRunner {
   int stage() const { return pipeline_.pp != nullptr ? pipeline_.pp->rank() : 0; }
   int stages() const { return pipeline_.pp != nullptr ? pipeline_.pp->size() : 1; }
   void sync_tied_embedding();
+  // The parts of shared key/value heads' gradients, summed over the ranks sharing them.
+  void sum_shared_head_gradients();
   // Squared global L2 norm of the step's gradients over the whole model.
   double gradient_norm_squared();
 
-  GPT2& model_;
+  Transformer& model_;
   AdamW& optimizer_;
   DataParallel& data_parallel_;
   Communicator& dp_;

@@ -4,11 +4,9 @@
 #include <cmath>
 
 #include "ckpt/hdf5_file.h"
-#include "model/gpt2.h"
-#include "optim/adamw.h"
-#include "train/pipeline_plan.h"
-#include "train/step_runner.h"
+#include "model/transformer_spec.h"
 #include "runtime/error.h"
+#include "train/setup.h"
 
 namespace trident {
 
@@ -38,15 +36,25 @@ Reference load_reference(const std::string& path) {
   const std::string format = file.attr_string("format");
   require(format == "trident-reference-v1",
           path + ": format is '" + format + "', expected 'trident-reference-v1'");
-  require(file.attr_string("model") == "gpt2", path + ": only gpt2 references are supported");
   Reference ref;
   ref.path = path;
+  ref.model.family = file.attr_string("model");
   ref.model.n_layer = static_cast<int>(file.attr_int("n_layer"));
   ref.model.n_head = static_cast<int>(file.attr_int("n_head"));
   ref.model.d_model = static_cast<int>(file.attr_int("d_model"));
   ref.model.seq_len = static_cast<int>(file.attr_int("seq_len"));
   ref.model.vocab_size = static_cast<int>(file.attr_int("vocab_size"));
-  ref.model.layernorm_eps = file.attr_double("layernorm_eps");
+  // GPT-2 references name their epsilon layernorm_eps; Llama's norm_eps, with the
+  // key/value heads, the MLP width and the rotary base.
+  ref.model.norm_eps = file.attr_double(file.has_attr("norm_eps") ? "norm_eps" : "layernorm_eps");
+  if (file.has_attr("n_kv_head")) ref.model.n_kv_head = static_cast<int>(file.attr_int("n_kv_head"));
+  if (file.has_attr("ffn_dim")) ref.model.ffn_dim = static_cast<int>(file.attr_int("ffn_dim"));
+  if (file.has_attr("rope_theta")) ref.model.rope_theta = file.attr_double("rope_theta");
+  try {
+    transformer_spec(ref.model);  // a family we know, with shapes it can have
+  } catch (const UsageError& e) {
+    throw UsageError(path + ": " + e.what());
+  }
   ref.batch = static_cast<int>(file.attr_int("batch_size"));
   ref.steps = static_cast<int>(file.attr_int("steps"));
   ref.lr = file.attr_double("lr");
@@ -96,21 +104,26 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   require(local_batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
                                               ") must divide the per-rank batch " + std::to_string(local_batch));
   Hdf5Reader file(ref.path);
+  // The reference's model, batch and AdamW settings under the given layout.
   Config config;
   config.model = ref.model;
   config.parallel = settings;
-  const PipelinePlan plan = plan_pipeline(config, parallel, local_batch, micro_batch);
-  GPT2 model(ref.model, micro_batch, k, TensorParallel(parallel.tp()), dp, plan.stage, plan.slots);
+  config.train.global_batch = ref.batch;
+  config.train.micro_batch = micro_batch;
+  config.train.beta1 = ref.beta1;
+  config.train.beta2 = ref.beta2;
+  config.train.adam_eps = ref.adam_eps;
+  config.train.weight_decay = ref.weight_decay;
+  TrainingSetup setup(config, parallel, k);
+  Transformer& model = setup.model;
   for (const ParameterTensor& t : model.layout().tensors()) {
     const std::string name = "params/" + t.name;
     require(file.shape(name) == t.shape, ref.path + ": " + name + " has the wrong shape");
     const std::vector<float> values = file.read_float(name);
     model.set_parameter(t.name, values.data(), values.size());
   }
-  DataParallel data_parallel(parallel.dp(), k, model.layout().total_floats(), settings.bucket_mb,
-                             settings.zero == 1, settings.overlap);
-  AdamW optimizer(model.layout(), {ref.beta1, ref.beta2, ref.adam_eps, ref.weight_decay}, k, data_parallel.owned());
-  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), k, plan.links);
+  DataParallel& data_parallel = setup.data_parallel;
+  StepRunner& runner = setup.runner;
   const std::vector<double> step_losses = file.read_double("steps/loss");
   const std::vector<double> grad_norms = file.read_double("steps/grad_norm");
 

@@ -12,7 +12,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/parallel_state.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "runtime/random.h"
 #include "train/step_runner.h"
@@ -74,7 +74,7 @@ TEST(DataParallelTraining, SameParametersAsOneRank) {
 
   const auto train = [&](Communicator& dp, bool zero) {
     const int local = global_batch / dp.size();
-    GPT2 model(mc, local, *k, TensorParallel{}, dp.size());
+    Transformer model(mc, local, *k, TensorParallel{}, dp.size());
     model.init_parameters(5);
     DataParallel data_parallel(dp, *k, model.layout().total_floats(), 0.001, zero);
     AdamW optimizer(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, data_parallel.owned());

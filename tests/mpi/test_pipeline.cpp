@@ -13,7 +13,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/parallel_state.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "pipeline/schedule.h"
 #include "runtime/random.h"
@@ -24,7 +24,16 @@ namespace {
 
 using namespace testing_helpers;
 
-ModelConfig four_layers() { return gpt2_shape(4, 2, 32, 8, 61); }
+// GPT-2 (tied wte on the first and last stage) and Llama (untied: embedding first, head last).
+ModelConfig four_layers(bool llama) {
+  ModelConfig m = gpt2_shape(4, 2, 32, 8, 61);
+  if (llama) {
+    m.family = "llama";
+    m.n_kv_head = 1;
+    m.ffn_dim = 48;
+  }
+  return m;
+}
 
 struct Trained {
   std::vector<double> losses;
@@ -33,14 +42,13 @@ struct Trained {
 };
 
 // Three steps of 4 micro-batches of 2 sequences, on `pp` (null: one stage).
-Trained train(Communicator* pp, Communicator* embedding, Schedule schedule) {
-  const ModelConfig mc = four_layers();
+Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, Schedule schedule) {
   const int stage = pp != nullptr ? pp->rank() : 0, stages = pp != nullptr ? pp->size() : 1;
   const int B = 2, m = 4, T = mc.seq_len;
   auto k = kernels::make_cpu_kernels();
   auto watchdog = std::make_shared<Watchdog>();
   MpiCommunicator self(MPI_COMM_SELF, "self", watchdog);
-  GPT2 model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, stages, ""), max_in_flight(schedule, stage, stages, m));
+  Transformer model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, stages, ""), max_in_flight(schedule, stage, stages, m));
   model.init_parameters(21);
   DataParallel dp(self, *k, model.layout().total_floats(), 0.001, false);
   AdamW opt(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, dp.owned());
@@ -57,19 +65,20 @@ Trained train(Communicator* pp, Communicator* embedding, Schedule schedule) {
   return out;
 }
 
-class PipelineTest : public testing::Test {
+class PipelineTest : public testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    if (world_size() > four_layers().n_layer) GTEST_SKIP();
+    if (world_size() > four_layers(GetParam()).n_layer) GTEST_SKIP();
     parallel_ = std::make_unique<ParallelState>(ParallelDims::resolve(world_size(), 1, world_size(), 1), 0, 60);
   }
   std::unique_ptr<ParallelState> parallel_;
 };
 
-TEST_F(PipelineTest, SchedulesMatchOneRankAndEachOther) {
-  const Trained alone = train(nullptr, nullptr, Schedule::one_f_one_b);
-  const Trained f1b = train(&parallel_->pp(), parallel_->embedding(), Schedule::one_f_one_b);
-  const Trained gpipe = train(&parallel_->pp(), parallel_->embedding(), Schedule::gpipe);
+TEST_P(PipelineTest, SchedulesMatchOneRankAndEachOther) {
+  const ModelConfig mc = four_layers(GetParam());
+  const Trained alone = train(mc, nullptr, nullptr, Schedule::one_f_one_b);
+  const Trained f1b = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::one_f_one_b);
+  const Trained gpipe = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::gpipe);
   for (int s = 0; s < 3; s++) {
     EXPECT_NEAR(f1b.losses[s], alone.losses[s], 1e-5) << "step " << s;
     EXPECT_NEAR(f1b.losses[s], gpipe.losses[s], 1e-5) << "step " << s;
@@ -82,7 +91,7 @@ TEST_F(PipelineTest, SchedulesMatchOneRankAndEachOther) {
     EXPECT_LT(relative_error(values, alone.params.at(name)), 1e-4) << name;
   }
   // The tied wte: the first stage's copy and the last stage's stay identical.
-  if (world_size() > 1 && (parallel_->coords().pp == 0 || parallel_->coords().pp == world_size() - 1)) {
+  if (!GetParam() && world_size() > 1 && (parallel_->coords().pp == 0 || parallel_->coords().pp == world_size() - 1)) {
     std::vector<float> wte = f1b.params.at("wte.weight"), first = wte;
     parallel_->embedding()->broadcast(first, 0);
     EXPECT_EQ(wte, first);
@@ -90,6 +99,9 @@ TEST_F(PipelineTest, SchedulesMatchOneRankAndEachOther) {
   // 1F1B keeps at most p - s micro-batches alive, GPipe all 4.
   if (world_size() > 1 && parallel_->coords().pp == world_size() - 1) EXPECT_LT(f1b.activation_bytes, gpipe.activation_bytes);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, PipelineTest, testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "llama" : "gpt2"); });
 
 }  // namespace
 }  // namespace trident

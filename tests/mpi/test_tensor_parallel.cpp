@@ -1,6 +1,8 @@
-// Tensor parallelism under mpirun (tp = world): the sharded model against its unsharded
-// self (every rank also runs the whole model alone), the global gradient norm, the
-// padded vocabulary, and the bytes the tp group moves per step against the formula.
+// Tensor parallelism under mpirun (tp = world), for GPT-2 and Llama: the sharded model
+// against its unsharded self (every rank also runs the whole model alone), the global
+// gradient norm, the padded vocabulary, and the bytes the tp group moves per step
+// against the formula. Llama runs with key/value heads split over tp and, where tp
+// exceeds them, shared by several ranks (multi-query attention: one head for all).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -12,9 +14,10 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/parallel_state.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "runtime/random.h"
+#include "train/setup.h"
 #include "train/step_runner.h"
 
 namespace trident {
@@ -22,9 +25,20 @@ namespace {
 
 using namespace testing_helpers;
 
-// A model whose heads divide by 1..4 and 6, and whose vocabulary (71) leaves whole
+// Models whose heads divide by 1..4 and 6, and whose vocabulary (71) leaves whole
 // padding shards at tp = 4 (V padded to 256: shards 2 and 3 hold no real word).
-ModelConfig small_model() { return gpt2_shape(2, 12, 48, 8, 71); }
+// Llama: 2 key/value heads (3 at tp = 3: tp must divide them or be a multiple), split
+// at tp 2, shared by 2 ranks at tp 4; or 1 (multi-query), shared by all.
+enum class Family { gpt2, llama_gqa, llama_mqa };
+
+ModelConfig small_model(Family f) {
+  ModelConfig m = gpt2_shape(2, 12, 48, 8, 71);
+  if (f == Family::gpt2) return m;
+  m.family = "llama";
+  m.ffn_dim = 60;
+  m.n_kv_head = f == Family::llama_mqa ? 1 : world_size() % 3 == 0 ? 3 : 2;
+  return m;
+}
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
@@ -36,21 +50,24 @@ Batch random_batch(int B, int T, int V, uint64_t seed) {
   return b;
 }
 
-class TensorParallelTest : public testing::Test {
+class TensorParallelTest : public testing::TestWithParam<Family> {
  protected:
   void SetUp() override {
-    if (small_model().n_head % world_size() != 0) GTEST_SKIP() << "tp must divide 12 heads";
+    if (small_model(GetParam()).n_head % world_size() != 0) GTEST_SKIP() << "tp must divide 12 heads";
     parallel_ = std::make_unique<ParallelState>(ParallelDims::resolve(world_size(), 1, 1, world_size()), 0, 60);
+    shared_heads_ = shared_head_group(small_model(GetParam()), *parallel_);
   }
+  TensorParallel tp() { return TensorParallel(parallel_->tp(), shared_heads_.get()); }
   std::unique_ptr<ParallelState> parallel_;
+  std::unique_ptr<Communicator> shared_heads_;
   std::unique_ptr<kernels::Kernels> k_ = kernels::make_cpu_kernels();
 };
 
-TEST_F(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
-  const ModelConfig mc = small_model();
+TEST_P(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
+  const ModelConfig mc = small_model(GetParam());
   const int B = 3, T = mc.seq_len;
-  GPT2 whole(mc, B, *k_);
-  GPT2 sharded(mc, B, *k_, TensorParallel(parallel_->tp()));
+  Transformer whole(mc, B, *k_);
+  Transformer sharded(mc, B, *k_, tp());
   whole.init_parameters(11);
   sharded.init_parameters(11);
   const Batch batch = random_batch(B, T, mc.vocab_size, 3);
@@ -61,25 +78,36 @@ TEST_F(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
   sharded.zero_grad();
   whole.backward(1.0f / (B * T));
   sharded.backward(1.0f / (B * T));
-  // Column-parallel c_attn/c_fc, row-parallel c_proj, vocabulary-parallel wte (embedding
-  // and head), and the replicated LayerNorms, wpe and biases: forward through the loss,
-  // backward through every gradient.
-  for (const ParameterTensor& t : whole.layout().tensors()) {
+  // Column-parallel qkv and MLP input, row-parallel outputs, vocabulary-parallel
+  // embedding and head, and the replicated norms, wpe and biases: forward through the
+  // loss, backward through every gradient. A shared key/value head's projections hold
+  // each rank's part of the gradient until the step sums them (next test), so here
+  // their sum over the sharing ranks is what matches.
+  for (const ParameterTensor& t : sharded.layout().tensors()) {
     EXPECT_EQ(sharded.get_parameter(t.name), whole.get_parameter(t.name)) << t.name;  // same initialization
-    EXPECT_LT(relative_error(sharded.get_parameter(t.name, true), whole.get_parameter(t.name, true)), 1e-5) << t.name;
+    std::vector<float> grad(sharded.grad(&t - sharded.layout().tensors().data()),
+                            sharded.grad(&t - sharded.layout().tensors().data()) + t.stored);
+    if (t.partial_gradient) shared_heads_->all_reduce(std::span<float>(grad));
+    const int holders = world_size() / t.shards;
+    std::vector<float> all(t.stored * world_size()), pieces(t.stored * t.shards);
+    std::copy(grad.begin(), grad.end(), all.begin() + parallel_->tp().rank() * t.stored);
+    parallel_->tp().all_gather(all);
+    for (int p = 0; p < t.shards; p++)
+      std::copy_n(all.begin() + p * holders * t.stored, t.stored, pieces.begin() + p * t.stored);
+    EXPECT_LT(relative_error(sharded.layout().assemble(t, pieces), whole.get_parameter(t.name, true)), 1e-5) << t.name;
   }
 }
 
-TEST_F(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameterOnce) {
-  const ModelConfig mc = small_model();
+TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameterOnce) {
+  const ModelConfig mc = small_model(GetParam());
   const int B = 2, T = mc.seq_len;
   auto watchdog = std::make_shared<Watchdog>();
   MpiCommunicator self(MPI_COMM_SELF, "self", watchdog);
   const Batch batch = random_batch(B, T, mc.vocab_size, 9);
   std::vector<double> norms;
-  std::vector<GPT2*> models;
-  GPT2 whole(mc, B, *k_), sharded(mc, B, *k_, TensorParallel(parallel_->tp()));
-  for (GPT2* model : {&whole, &sharded}) {
+  std::vector<Transformer*> models;
+  Transformer whole(mc, B, *k_), sharded(mc, B, *k_, tp());
+  for (Transformer* model : {&whole, &sharded}) {
     model->init_parameters(4);
     DataParallel dp(self, *k_, model->layout().total_floats(), 1, false);
     AdamW opt(model->layout(), {}, *k_, dp.owned());
@@ -88,30 +116,32 @@ TEST_F(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
     norms.push_back(runner.update(0.0, 0.0).norm);
   }
   EXPECT_NEAR(norms[1], norms[0], 1e-6 * norms[0]);
-  // Replicated tensors: bit-identical gradients on every tp rank.
+  // Replicated tensors: bit-identical gradients on every tp rank; shared key/value
+  // heads: on every rank sharing them, once the step has summed their parts.
   for (const ParameterTensor& t : sharded.layout().tensors()) {
-    if (t.sharded()) continue;
     std::vector<float> mine(sharded.grad(&t - sharded.layout().tensors().data()),
                             sharded.grad(&t - sharded.layout().tensors().data()) + t.stored);
-    std::vector<float> rank0 = mine;
-    parallel_->tp().broadcast(rank0, 0);
-    EXPECT_EQ(mine, rank0) << t.name;
+    std::vector<float> first = mine;
+    if (!t.sharded()) parallel_->tp().broadcast(first, 0);
+    else if (t.partial_gradient) shared_heads_->broadcast(first, 0);
+    EXPECT_EQ(mine, first) << t.name;
   }
 }
 
-TEST_F(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
-  const ModelConfig mc = small_model();
+TEST_P(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
+  const ModelConfig mc = small_model(GetParam());
   const int B = 2, T = mc.seq_len, P = world_size();
-  GPT2 sharded(mc, B, *k_, TensorParallel(parallel_->tp()));
+  Transformer sharded(mc, B, *k_, tp());
   sharded.init_parameters(8);
-  const ParameterTensor& wte = sharded.layout()[sharded.layout().wte()];
-  const int shard_rows = mc.padded_vocab(P) / P, first_row = parallel_->tp().rank() * shard_rows;
+  // The head's table: GPT-2's tied wte, Llama's lm_head.
+  const ParameterTensor& head = sharded.layout()[sharded.layout().head()];
+  const int shard_rows = sharded.spec().padded_vocab(P) / P, first_row = parallel_->tp().rank() * shard_rows;
   // Poison the padding rows: if they took part in the softmax the loss would change.
   for (int r = 0; r < shard_rows; r++)
     if (first_row + r >= mc.vocab_size)
-      for (int c = 0; c < mc.d_model; c++) sharded.params()[wte.offset + r * mc.d_model + c] = 5.0f;
+      for (int c = 0; c < mc.d_model; c++) sharded.params()[head.offset + r * mc.d_model + c] = 5.0f;
   sharded.parameters_changed();
-  GPT2 whole(mc, B, *k_);
+  Transformer whole(mc, B, *k_);
   whole.init_parameters(8);
   const Batch batch = random_batch(B, T, mc.vocab_size, 5);
   const float expected = whole.forward(batch.tokens.data(), batch.targets.data(), B);
@@ -121,13 +151,13 @@ TEST_F(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
   for (int r = 0; r < shard_rows; r++)
     if (first_row + r >= mc.vocab_size)
       for (int c = 0; c < mc.d_model; c++)
-        ASSERT_EQ(sharded.grads()[wte.offset + r * mc.d_model + c], 0.0f) << "padded row " << first_row + r;
+        ASSERT_EQ(sharded.grads()[head.offset + r * mc.d_model + c], 0.0f) << "padded row " << first_row + r;
 }
 
-TEST_F(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
-  const ModelConfig mc = small_model();
+TEST_P(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
+  const ModelConfig mc = small_model(GetParam());
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
-  GPT2 model(mc, B, *k_, TensorParallel(parallel_->tp()));
+  Transformer model(mc, B, *k_, tp());
   model.init_parameters(1);
   DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
   AdamW opt(model.layout(), {}, *k_, dp.owned());
@@ -151,6 +181,13 @@ TEST_F(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
     EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], static_cast<uint64_t>(micro_steps * (4 * L + 4) + 1));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, TensorParallelTest,
+                         testing::Values(Family::gpt2, Family::llama_gqa, Family::llama_mqa), [](const auto& info) {
+                           return std::string(info.param == Family::gpt2        ? "gpt2"
+                                              : info.param == Family::llama_gqa ? "llama_gqa"
+                                                                                : "llama_mqa");
+                         });
 
 }  // namespace
 }  // namespace trident

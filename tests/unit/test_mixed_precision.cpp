@@ -11,7 +11,7 @@
 
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "runtime/error.h"
 #include "tests/model_shapes.h"
 #include "train/verify.h"
@@ -97,7 +97,7 @@ ModelConfig small_model() { return gpt2_shape(2, 2, 32, 16, 64); }
 
 TEST(MixedPrecision, MasterWeightsKeepUpdatesSmallerThanBf16Resolution) {
   auto k = kernels::make_cpu_kernels(Precision::bf16);
-  GPT2 model(small_model(), 2, *k);
+  Transformer model(small_model(), 2, *k);
   EXPECT_GT(model.compute_weight_bytes(), 0u);  // a separate compute copy
   model.init_parameters(3);
   const size_t n = model.layout().total_floats();
@@ -124,22 +124,24 @@ TEST(MixedPrecision, MasterWeightsKeepUpdatesSmallerThanBf16Resolution) {
 
 TEST(MixedPrecision, Fp32ComputeReadsTheParametersThemselves) {
   auto k = kernels::make_cpu_kernels(Precision::fp32);
-  GPT2 model(small_model(), 1, *k);
+  Transformer model(small_model(), 1, *k);
   EXPECT_EQ(model.compute_weight_bytes(), 0u);
 }
 
 TEST(MixedPrecision, Bf16ModelMatchesTheReferenceWithinBf16Tolerances) {
-  const Reference ref = load_reference("tests/data/gpt2_ref_a.h5");
-  auto k = kernels::make_cpu_kernels(Precision::bf16);
-  ParallelState parallel(ParallelDims{}, 0, 60);
-  const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
-  EXPECT_EQ(r.tolerance.gradient, VerifyReport::kBf16GradientTolerance);
-  EXPECT_TRUE(r.passed()) << "loss " << r.loss_error << " grads " << r.max_gradient_error() << " params "
-                          << r.max_final_param_error();
-  // Really rounded: the errors are those of bf16, far above a float32 run's.
-  EXPECT_GT(r.max_gradient_error(), VerifyReport::kGradientTolerance);
-  EXPECT_LT(r.max_gradient_error(), 2e-2);
-  EXPECT_LT(r.loss_error, 1e-3);
+  for (const char* file : {"tests/data/gpt2_ref_a.h5", "tests/data/llama_ref_a.h5"}) {
+    const Reference ref = load_reference(file);
+    auto k = kernels::make_cpu_kernels(Precision::bf16);
+    ParallelState parallel(ParallelDims{}, 0, 60);
+    const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
+    EXPECT_EQ(r.tolerance.gradient, VerifyReport::kBf16GradientTolerance);
+    EXPECT_TRUE(r.passed()) << file << ": loss " << r.loss_error << " grads " << r.max_gradient_error() << " params "
+                            << r.max_final_param_error();
+    // Really rounded: the errors are those of bf16, far above a float32 run's.
+    EXPECT_GT(r.max_gradient_error(), VerifyReport::kGradientTolerance) << file;
+    EXPECT_LT(r.max_gradient_error(), 2e-2) << file;
+    EXPECT_LT(r.loss_error, 1e-3) << file;
+  }
 }
 
 TEST(Dispatch, PicksTheBackendByName) {

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "tests/model_shapes.h"
@@ -18,7 +18,7 @@ ModelConfig tiny_model() { return gpt2_shape(1, 2, 8, 4, 11); }
 
 TEST(AdamW, FollowsFormatMdForEveryTensor) {
   auto k = kernels::make_cpu_kernels();
-  GPT2 model(tiny_model(), 1, *k);
+  Transformer model(tiny_model(), 1, *k);
   model.init_parameters(7);
   const ParameterLayout& layout = model.layout();
   const size_t n = layout.total_floats();

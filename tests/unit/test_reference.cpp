@@ -4,7 +4,9 @@
 
 #include <string>
 
+#include "ckpt/hdf5_file.h"
 #include "kernels/kernels.h"
+#include "runtime/error.h"
 #include "train/verify.h"
 
 namespace trident {
@@ -30,19 +32,30 @@ TEST_P(ReferenceTest, MatchesPyTorchFloat64) {
     EXPECT_LT(e.gradient, VerifyReport::kGradientTolerance) << e.name;
     EXPECT_LT(e.final_param, VerifyReport::kParamTolerance) << e.name;
   }
-  // Every parameter of the model was compared: 2 embeddings + 12 per layer + ln_f.
-  EXPECT_EQ(r.tensors.size(), static_cast<size_t>(2 + 12 * ref.model.n_layer + 2));
+  // Every parameter of the model was compared. GPT-2: 2 embeddings + 12 per layer +
+  // ln_f; Llama: the embedding, 9 per layer, the final norm, lm_head.
+  const bool llama = ref.model.family == "llama";
+  EXPECT_EQ(r.tensors.size(), static_cast<size_t>(llama ? 9 * ref.model.n_layer + 3 : 2 + 12 * ref.model.n_layer + 2));
   EXPECT_TRUE(r.passed());
 }
 
 // gpt2_ref_a: the shipped reference (L4 H4 d64 T16 V97 B4). h6_v101: six heads, odd
 // vocabulary, batch 6 (made with make_reference.py --heads 6 --dim 96 --vocab 101
 // --batch 6). h3_v61: three heads, V 61, batch 3, four steps.
+// llama_ref_a: the shipped Llama reference (L4 H4 KV2 d64 F176 T16 V97 B4).
+// llama_ref_h6_kv3_v101: make_reference_llama.py --heads 6 --kv-heads 3 --dim 96 --ffn 120
+// --vocab 101 --batch 6 --layers 3 --seed 77. llama_ref_mqa_v61: --heads 4 --kv-heads 1
+// --dim 64 --ffn 96 --vocab 61 --layers 2 --steps 4 --theta 500000 --seed 5 (multi-query,
+// Llama 3's rotary base).
 INSTANTIATE_TEST_SUITE_P(References, ReferenceTest,
                          ::testing::Values(ReferenceCase{"gpt2_ref_a.h5", 0}, ReferenceCase{"gpt2_ref_a.h5", 1},
                                            ReferenceCase{"gpt2_ref_a.h5", 2}, ReferenceCase{"gpt2_ref_h6_v101.h5", 0},
                                            ReferenceCase{"gpt2_ref_h6_v101.h5", 3},
-                                           ReferenceCase{"gpt2_ref_h3_v61.h5", 0}),
+                                           ReferenceCase{"gpt2_ref_h3_v61.h5", 0}, ReferenceCase{"llama_ref_a.h5", 0},
+                                           ReferenceCase{"llama_ref_a.h5", 1},
+                                           ReferenceCase{"llama_ref_h6_kv3_v101.h5", 0},
+                                           ReferenceCase{"llama_ref_h6_kv3_v101.h5", 2},
+                                           ReferenceCase{"llama_ref_mqa_v61.h5", 0}),
                          [](const auto& info) {
                            std::string name = info.param.file.substr(0, info.param.file.find('.')) + "_micro" +
                                               std::to_string(info.param.micro_batch);
@@ -60,6 +73,36 @@ TEST(ReferenceTest, DetectsAWrongModel) {
   const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
   EXPECT_LT(r.max_gradient_error(), VerifyReport::kGradientTolerance);
   EXPECT_GT(r.max_final_param_error(), VerifyReport::kParamTolerance);
+  EXPECT_FALSE(r.passed());
+}
+
+TEST(ReferenceTest, AReferenceOfAnUnknownFamilyIsNamed) {
+  const std::string path = testing::TempDir() + "trident_mamba_reference.h5";
+  {
+    Hdf5Writer file(path);
+    file.attr("/", "format", std::string("trident-reference-v1"));
+    file.attr("/", "model", std::string("mamba"));
+    for (const char* key : {"n_layer", "n_head", "d_model", "seq_len", "vocab_size"}) file.attr("/", key, int64_t{4});
+    file.attr("/", "layernorm_eps", 1e-5);
+    file.close();
+  }
+  try {
+    load_reference(path);
+    FAIL() << "loaded a reference of an unknown family";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.family must be gpt2 or llama, got 'mamba'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReferenceTest, LlamaDetectsAWrongModel) {
+  // A rotary base off by 1% changes every attention score: the gradients must fail.
+  Reference ref = load_reference("tests/data/llama_ref_a.h5");
+  ref.model.rope_theta *= 1.01;
+  auto k = kernels::make_cpu_kernels();
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
+  EXPECT_GT(r.max_gradient_error(), VerifyReport::kGradientTolerance);
   EXPECT_FALSE(r.passed());
 }
 

@@ -1,11 +1,14 @@
-// GPT-2 with explicit forward and backward passes, layer by layer, over the kernel API
-// (kernels/kernels.h), so the same model runs on any backend. It owns its parameters,
-// gradients and one micro-batch of activations, all allocated once at construction.
+// The transformer of both families (model/transformer_spec.h), with explicit forward and
+// backward passes, layer by layer, over the kernel API (kernels/kernels.h), so the same
+// model runs on any backend. GPT-2 and Llama take one code path; the spec picks the
+// norm, the position encoding, the MLP's activation, the key/value heads, the biases and
+// the head. The model owns its parameters, gradients and the activations of its
+// micro-batch slots, all allocated once at construction.
 // Mixed precision: parameters and gradients are fp32; the layers read a compute copy
 // of the weights in the activation type (bf16 or fp32; with fp32 the copy is the
 // parameters themselves), refreshed whenever the parameters change.
 // Under tensor parallelism each rank holds its shard (model/parameters.h): heads and MLP
-// columns split Megatron-style, the vocabulary split for the embedding and the loss.
+// columns split Megatron-style, the vocabulary split for the embedding and the head.
 #pragma once
 
 #include <cstdint>
@@ -14,45 +17,26 @@
 #include <vector>
 
 #include "config/config.h"
-#include "parallel/communicator.h"
+#include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel.h"
+#include "model/transformer_spec.h"
+#include "parallel/communicator.h"
 
 namespace trident {
 
-// A buffer of the backend's memory, freed with it.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(kernels::Kernels& k, size_t floats);
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer();
-
-  float* data() const { return data_; }
-  size_t size() const { return size_; }
-  int32_t* as_int32() const { return reinterpret_cast<int32_t*>(data_); }
-
- private:
-  kernels::Kernels* k_ = nullptr;
-  float* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-class GPT2 {
+class Transformer {
  public:
   // micro_batch: sequences per forward/backward (the activation buffers' size).
   // tp: the tensor-parallel group (default: one rank). buffer_multiple: the flat
   // parameter and gradient buffers are padded to a multiple. stage: the part of the
   // model held here (pipeline parallelism; default all). slots: micro-batches whose
   // activations can be alive at once (what the pipeline schedule needs).
-  GPT2(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
-       size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1);
+  Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
+              size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1);
 
-  const ModelConfig& config() const { return config_; }
+  const TransformerSpec& spec() const { return layout_.spec(); }
   const ParameterLayout& layout() const { return layout_; }
   TensorParallel& tensor_parallel() { return tp_; }
   int micro_batch() const { return B_; }
@@ -64,21 +48,19 @@ class GPT2 {
   // Call after writing params() directly (the optimizer does): the compute copy of the
   // weights is refreshed before the next forward pass.
   void parameters_changed() { weights_stale_ = true; }
+  // The named, sharded tensors over params(), for checkpoints and initializers.
+  ShardedParameters parameters() {
+    return {&layout_, params_.data(), &k_, [this] { parameters_changed(); }};
+  }
 
-  // GPT-2 initialization from a seed: normal(0, 0.02) weights and embeddings, residual
-  // projections scaled by 1/sqrt(2 n_layer), zero biases, unit LayerNorm gains. Each
-  // value depends only on (seed, tensor name, index), never on the layout.
+  // Initialization from a seed, as the spec says per tensor: normal(0, 0.02) weights and
+  // embeddings, residual projections scaled by 1/sqrt(2 n_layer), zero biases, unit norm
+  // gains. Each value depends only on (seed, tensor name, index), never on the layout.
   void init_parameters(uint64_t seed);
 
   // Copies a named parameter in its full canonical shape from the host into this
   // rank's shard.
   void set_parameter(const std::string& name, const float* host, size_t count);
-  // The whole flat parameter buffer of this rank, to and from host memory.
-  void copy_parameters_to_host(float* host) const { k_.copy_to_host(host, params_.data(), params_.size() * sizeof(float)); }
-  void copy_parameters_from_host(const float* host) {
-    k_.copy_to_device(params_.data(), host, params_.size() * sizeof(float));
-    parameters_changed();
-  }
   // The full canonical tensor (or its gradient), gathered over tp: collective.
   std::vector<float> get_parameter(const std::string& name, bool gradient = false);
 
@@ -103,6 +85,10 @@ class GPT2 {
   }
   void zero_grad();
 
+  // After forward() on the last stage: the logits of sequence `b`, position `t` of the
+  // micro-batch in `slot`, over the whole vocabulary (gathered over tp: collective).
+  std::vector<float> logits(int slot, int b, int t);
+
   bool first_stage() const { return stage_.has_embedding; }
   bool last_stage() const { return stage_.has_head; }
   // Hidden states [B, T, d] entering / leaving this stage for the micro-batch in `slot`.
@@ -118,17 +104,17 @@ class GPT2 {
 
  private:
   using Act = kernels::Act;
-  // Activations (Act) and the fp32 statistics kept with them.
+  // Activations (Act) and the fp32 statistics kept with them. norm_*_mean: LayerNorm only.
   struct LayerActivations {
-    Act *ln_1, *qkv, *atty, *residual_2, *ln_2, *fc, *fc_gelu, *residual_3;
-    float *ln_1_mean, *ln_1_rstd, *attention_stats, *ln_2_mean, *ln_2_rstd;
+    Act *norm_1, *qkv, *atty, *residual_2, *norm_2, *fc, *fc_act, *residual_3;
+    float *norm_1_mean, *norm_1_rstd, *attention_stats, *norm_2_mean, *norm_2_rstd;
   };
 
   // One micro-batch's activations.
   struct Slot {
     int32_t *tokens = nullptr, *targets = nullptr;
-    Act *encoded = nullptr, *ln_f = nullptr, *logits = nullptr;
-    float *ln_f_mean = nullptr, *ln_f_rstd = nullptr, *losses = nullptr, *row_max = nullptr,
+    Act *encoded = nullptr, *final_norm = nullptr, *logits = nullptr;
+    float *final_norm_mean = nullptr, *final_norm_rstd = nullptr, *losses = nullptr, *row_max = nullptr,
           *sum_and_target = nullptr, *lse = nullptr;
     std::vector<LayerActivations> layers;
     int B = 0;
@@ -137,33 +123,42 @@ class GPT2 {
   void allocate_activations(int slots);
   // The residual stream entering local block l (l = layers(): the stage's output).
   Act* layer_input(int slot, int l) const;
-  // The compute copy of parameter `index` (what the layers read).
-  const Act* weight(int index) const { return kernels::offset(weights_act_, layout_[index].offset, act_type_); }
+  // The compute copy of parameter `index` (what the layers read); null for -1 (none).
+  const Act* weight(int index) const {
+    return index < 0 ? nullptr : kernels::offset(weights_act_, layout_[index].offset, act_type_);
+  }
+  float* grad_or_null(int index) const { return index < 0 ? nullptr : grad(index); }
   ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
-  ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * config_.seq_len * config_.d_model); }
+  ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * spec().seq_len * spec().d_model); }
   void refresh_weights();
+  // The family's norm (LayerNorm or RMSNorm) over N rows of the residual stream.
+  void norm_forward(Act* out, float* mean, float* rstd, const Act* inp, int weight_index, int bias_index, int N);
+  void norm_backward(Act* dinp, int weight_index, int bias_index, const Act* dout, const Act* inp, const float* mean,
+                     const float* rstd, int N);
   void block_forward(const Slot& s, int slot, int l);
   void block_backward(const Slot& s, int slot, int l, Act* dresidual);
 
-  ModelConfig config_;
   StageSpec stage_;
   TensorParallel tp_;
   ParameterLayout layout_;
   int B_;
   kernels::Kernels& k_;
-  // This rank's share: channels of attention (heads) and of the MLP, vocabulary rows.
-  int C_local_, heads_local_, vocab_shard_, vocab_start_, vocab_valid_;
-  DeviceBuffer params_, grads_;
+  // This rank's share: query and key/value heads, MLP columns, vocabulary rows.
+  int heads_local_, kv_heads_local_, qkv_width_, attention_width_, ffn_local_, vocab_shard_, vocab_start_,
+      vocab_valid_;
+  kernels::DeviceBuffer params_, grads_;
   kernels::DType act_type_;
-  DeviceBuffer weights_;  // the compute copy, when it is not params_ itself
+  kernels::DeviceBuffer weights_;  // the compute copy, when it is not params_ itself
   Act* weights_act_;
   bool weights_stale_ = true;
+  kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
 
-  DeviceBuffer activations_;  // one arena for everything below
+  kernels::DeviceBuffer activations_;  // one arena for everything below
   size_t activation_bytes_ = 0;
   std::vector<Slot> slots_;
   // Backward scratch, shared by all layers and slots.
-  Act *dresidual_ = nullptr, *dln_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr;
+  Act *dresidual_ = nullptr, *dnorm_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr,
+      *dfc_act_ = nullptr;
   std::vector<float> host_losses_;
 };
 

@@ -1,0 +1,327 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/error.h"
+#include "runtime/random.h"
+
+namespace trident {
+
+Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp,
+                         size_t buffer_multiple, const StageSpec& stage, int slots)
+    : stage_(stage), tp_(tp), layout_(transformer_spec(config), tp.rank(), tp.size(), buffer_multiple, stage),
+      B_(micro_batch), k_(k), params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()),
+      act_type_(k.activation_type()) {
+  check(micro_batch > 0 && slots > 0, "micro_batch and slots must be positive");
+  const TransformerSpec& s = spec();
+  heads_local_ = s.n_head / tp.size();
+  kv_heads_local_ = s.n_kv_head / s.kv_shards(tp.size());
+  qkv_width_ = (heads_local_ + 2 * kv_heads_local_) * s.head_dim;
+  attention_width_ = heads_local_ * s.head_dim;
+  ffn_local_ = s.ffn_dim / tp.size();
+  vocab_shard_ = s.padded_vocab(tp.size()) / tp.size();
+  vocab_start_ = tp.rank() * vocab_shard_;
+  vocab_valid_ = std::clamp(s.vocab_size - vocab_start_, 0, vocab_shard_);
+  if (k.precision() == kernels::Precision::fp32) {
+    weights_act_ = kernels::as_act(params_.data());  // fp32 compute reads the parameters themselves
+  } else {
+    weights_ = kernels::DeviceBuffer(k, (k.activation_bytes(layout_.total_floats()) + 3) / 4);
+    weights_act_ = reinterpret_cast<Act*>(weights_.data());
+  }
+  if (s.positions == PositionKind::rotary) {
+    const std::vector<float> table = rope_table(s);
+    rope_table_ = kernels::DeviceBuffer(k, table.size());
+    k.copy_to_device(rope_table_.data(), table.data(), table.size() * sizeof(float));
+  }
+  allocate_activations(slots);
+}
+
+void Transformer::refresh_weights() {
+  if (weights_stale_ && weights_.data() != nullptr)
+    k_.cast_to_activation(weights_act_, params_.data(), layout_.total_floats());
+  weights_stale_ = false;
+}
+
+void Transformer::allocate_activations(int slots) {
+  const TransformerSpec& sp = spec();
+  const size_t B = B_, T = sp.seq_len, C = sp.d_model, BT = B * T, Vs = vocab_shard_;
+  const size_t qkv = qkv_width_, att = attention_width_, ffn = ffn_local_;
+  const size_t mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn : ffn;
+  const bool layernorm = sp.norm == NormKind::layernorm;
+  // First pass counts bytes, second pass hands out pointers: one allocation, so every
+  // page is touched once at start. Activations take the backend's type, statistics fp32.
+  std::vector<std::pair<void**, size_t>> plan;
+  const auto want_bytes = [&plan](void** p, size_t bytes) { plan.emplace_back(p, (bytes + 63) / 64 * 64); };
+  const auto want = [&](Act*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), k_.activation_bytes(n)); };
+  const auto want_f32 = [&](float*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(float)); };
+  const auto want_i32 = [&](int32_t*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(int32_t)); };
+  const auto want_mean = [&](float*& p) {
+    if (layernorm) want_f32(p, BT);
+    else p = nullptr;
+  };
+  slots_.resize(slots);
+  for (Slot& s : slots_) {
+    want_i32(s.tokens, BT);
+    want_i32(s.targets, BT);
+    want(s.encoded, BT * C);
+    s.layers.resize(layout_.layers());
+    for (auto& a : s.layers) {
+      want(a.norm_1, BT * C);
+      want_mean(a.norm_1_mean);
+      want_f32(a.norm_1_rstd, BT);
+      want(a.qkv, BT * qkv);
+      want(a.atty, BT * att);
+      want_f32(a.attention_stats, k_.attention_stats_floats(B, T, heads_local_));
+      want(a.residual_2, BT * C);
+      want(a.norm_2, BT * C);
+      want_mean(a.norm_2_mean);
+      want_f32(a.norm_2_rstd, BT);
+      want(a.fc, BT * mlp_in);
+      want(a.fc_act, BT * ffn);
+      want(a.residual_3, BT * C);
+    }
+    if (stage_.has_head) {
+      want(s.final_norm, BT * C);
+      want_mean(s.final_norm_mean);
+      want_f32(s.final_norm_rstd, BT);
+      want(s.logits, BT * Vs);
+      want_f32(s.losses, BT);
+      want_f32(s.row_max, BT);
+      want_f32(s.sum_and_target, 2 * BT);
+      want_f32(s.lse, BT);
+    }
+  }
+  want(dresidual_, BT * C);
+  want(dnorm_, BT * C);
+  want(datty_, BT * att);
+  want(dqkv_, BT * qkv);
+  want(dfc_, BT * mlp_in);
+  // GELU's backward runs in place; SwiGLU's reads d(activation) [BT, ffn] and writes
+  // d(gate | up) [BT, 2 ffn], so it needs a buffer of its own.
+  if (sp.mlp == MlpKind::swiglu) want(dfc_act_, BT * ffn);
+  activation_bytes_ = 0;
+  for (auto& [ptr, bytes] : plan) activation_bytes_ += bytes;
+  activations_ = kernels::DeviceBuffer(k_, activation_bytes_ / sizeof(float));
+  char* next = reinterpret_cast<char*>(activations_.data());
+  for (auto& [ptr, bytes] : plan) {
+    *ptr = next;
+    next += bytes;
+  }
+  if (sp.mlp != MlpKind::swiglu) dfc_act_ = dfc_;
+  host_losses_.resize(BT);
+}
+
+void Transformer::init_parameters(uint64_t seed) {
+  const double residual_scale = 1.0 / std::sqrt(2.0 * spec().n_layer);
+  std::vector<float> full;
+  for (const auto& t : layout_.tensors()) {  // of this stage
+    // The full tensor on every rank, then this rank's shard: the same values under any tp.
+    full.assign(t.numel(), t.init == Init::ones ? 1.0f : 0.0f);
+    if (t.init == Init::normal || t.init == Init::normal_residual) {
+      const double std = 0.02 * (t.init == Init::normal_residual ? residual_scale : 1.0);
+      const uint64_t stream = hash_name(t.name);
+      for (size_t i = 0; i < full.size(); i++) full[i] = static_cast<float>(std * normal_at(seed, stream, i));
+    }
+    set_parameter(t.name, full.data(), full.size());
+  }
+}
+
+void Transformer::set_parameter(const std::string& name, const float* host, size_t count) {
+  const ParameterTensor& t = layout_.tensor(name);
+  require(count == t.numel(), "parameter " + name + " has " + std::to_string(t.numel()) +
+                                  " elements, got " + std::to_string(count));
+  parameters().set(t, host);
+  parameters_changed();
+}
+
+std::vector<float> Transformer::get_parameter(const std::string& name, bool gradient) {
+  const ParameterTensor& t = layout_.tensor(name);
+  const float* base = (gradient ? grads_.data() : params_.data()) + t.offset;
+  std::vector<float> pieces(t.stored * t.shards);
+  if (t.shards == 1) {
+    k_.copy_to_host(pieces.data(), base, t.stored * sizeof(float));
+    return layout_.assemble(t, pieces);
+  }
+  // Every tp rank's copy, then one per piece (its first holder's).
+  std::vector<float> all(t.stored * tp_.size());
+  k_.copy_to_host(all.data() + tp_.rank() * t.stored, base, t.stored * sizeof(float));
+  tp_.communicator()->all_gather(all);
+  const int holders = tp_.size() / t.shards;
+  for (int p = 0; p < t.shards; p++)
+    std::copy_n(all.begin() + static_cast<size_t>(p) * holders * t.stored, t.stored, pieces.begin() + p * t.stored);
+  return layout_.assemble(t, pieces);
+}
+
+void Transformer::zero_grad() { k_.fill_zero(grads_.data(), grads_.size() * sizeof(float)); }
+
+kernels::Act* Transformer::layer_input(int slot, int l) const {
+  return l == 0 ? slots_[slot].encoded : slots_[slot].layers[l - 1].residual_3;
+}
+
+void Transformer::norm_forward(Act* out, float* mean, float* rstd, const Act* inp, int weight_index, int bias_index,
+                               int N) {
+  const int C = spec().d_model;
+  const float eps = static_cast<float>(spec().norm_eps);
+  if (spec().norm == NormKind::layernorm)
+    k_.layernorm_forward(out, mean, rstd, inp, weight(weight_index), weight(bias_index), N, C, eps);
+  else
+    k_.rmsnorm_forward(out, rstd, inp, weight(weight_index), N, C, eps);
+}
+
+void Transformer::norm_backward(Act* dinp, int weight_index, int bias_index, const Act* dout, const Act* inp,
+                                const float* mean, const float* rstd, int N) {
+  const int C = spec().d_model;
+  if (spec().norm == NormKind::layernorm)
+    k_.layernorm_backward(dinp, grad(weight_index), grad_or_null(bias_index), dout, inp, weight(weight_index), mean, rstd, N,
+                          C);
+  else
+    k_.rmsnorm_backward(dinp, grad(weight_index), dout, inp, weight(weight_index), rstd, N, C);
+}
+
+float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targets, int B) {
+  check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
+                              std::to_string(B_));
+  Slot& s = slots_.at(slot);
+  const int T = spec().seq_len, C = spec().d_model, V = spec().vocab_size, BT = B * T;
+  for (int i = 0; i < BT; i++)
+    require(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
+            "token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
+  k_.copy_to_device(s.tokens, tokens, BT * sizeof(int32_t));
+  k_.copy_to_device(s.targets, targets, BT * sizeof(int32_t));
+  s.B = B;
+  refresh_weights();
+
+  if (stage_.has_embedding) {
+    // Vocabulary-parallel embedding: each token's row comes from the shard that owns it.
+    k_.embedding_forward(s.encoded, s.tokens, weight(layout_.token_embedding()), vocab_start_, vocab_shard_, B, T, C);
+    tp_.sum_embedding_shards(hidden(s.encoded, B));
+    if (layout_.position_embedding() >= 0) k_.add_positions(s.encoded, weight(layout_.position_embedding()), B, T, C);
+  }
+  for (int l = 0; l < layout_.layers(); l++) block_forward(s, slot, l);
+  if (!stage_.has_head) return 0.0f;
+  norm_forward(s.final_norm, s.final_norm_mean, s.final_norm_rstd, layer_input(slot, layout_.layers()),
+               layout_.final_norm_weight(), layout_.final_norm_bias(), BT);
+  // Vocabulary-parallel head (GPT-2: the tied wte): this rank's logits are
+  // norm(x) @ head_shard^T; the softmax over the whole vocabulary is assembled from
+  // per-shard partials.
+  k_.matmul_forward(s.logits, s.final_norm, weight(layout_.head()), nullptr, BT, C, vocab_shard_);
+  k_.logits_row_max(s.row_max, s.logits, BT, vocab_valid_, vocab_shard_);
+  tp_.max_over_vocab_shards(s.row_max, BT);
+  k_.logits_sum_exp_and_target(s.sum_and_target, s.logits, s.row_max, s.targets, vocab_start_, BT, vocab_valid_,
+                               vocab_shard_);
+  tp_.sum_over_vocab_shards(s.sum_and_target, 2 * static_cast<size_t>(BT));
+  k_.cross_entropy_loss(s.losses, s.lse, s.row_max, s.sum_and_target, BT);
+  k_.copy_to_host(host_losses_.data(), s.losses, BT * sizeof(float));
+  double sum = 0.0;
+  for (int i = 0; i < BT; i++) sum += host_losses_[i];
+  return static_cast<float>(sum / BT);
+}
+
+std::vector<float> Transformer::logits(int slot, int b, int t) {
+  const Slot& s = slots_.at(slot);
+  check(stage_.has_head && b < s.B && t < spec().seq_len, "logits: no such row on this stage");
+  const size_t row = static_cast<size_t>(b) * spec().seq_len + t;
+  std::vector<float> all(static_cast<size_t>(vocab_shard_) * tp_.size());
+  k_.activations_to_host(all.data() + static_cast<size_t>(tp_.rank()) * vocab_shard_,
+                         kernels::offset(s.logits, row * vocab_shard_, act_type_), vocab_shard_);
+  if (tp_.communicator() != nullptr) tp_.communicator()->all_gather(all);
+  all.resize(spec().vocab_size);  // the shards in order, padding last
+  return all;
+}
+
+void Transformer::block_forward(const Slot& s, int slot, int l) {
+  const TransformerSpec& sp = spec();
+  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T;
+  const BlockParameterIndex& p = layout_.block(l);
+  const LayerActivations& a = s.layers[l];
+  const Act* residual = layer_input(slot, l);
+  const size_t BTC = static_cast<size_t>(BT) * C;
+  // The row-parallel biases are added by one rank, before the sum over tp.
+  const bool add_replicated_bias = tp_.rank() == 0;
+  // Attention: residual_2 = residual + out(attention(rope(qkv(norm_1(residual)))))
+  norm_forward(a.norm_1, a.norm_1_mean, a.norm_1_rstd, residual, p.norm_1_weight, p.norm_1_bias, BT);
+  k_.matmul_forward(a.qkv, a.norm_1, weight(p.qkv_weight), weight(p.qkv_bias), BT, C, qkv_width_);  // column-parallel
+  if (sp.positions == PositionKind::rotary)
+    k_.rope_forward(a.qkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
+  k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, hd);
+  k_.matmul_forward(a.residual_2, a.atty, weight(p.attn_out_weight),  // row-parallel
+                    add_replicated_bias ? weight(p.attn_out_bias) : nullptr, BT, attention_width_, C);
+  tp_.reduce_from_region(span(a.residual_2, BTC));
+  k_.add(a.residual_2, a.residual_2, residual, BTC);
+  // MLP: residual_3 = residual_2 + out(act(in(norm_2(residual_2)))), act GELU or SwiGLU
+  norm_forward(a.norm_2, a.norm_2_mean, a.norm_2_rstd, a.residual_2, p.norm_2_weight, p.norm_2_bias, BT);
+  const int mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn_local_ : ffn_local_;
+  k_.matmul_forward(a.fc, a.norm_2, weight(p.mlp_in_weight), weight(p.mlp_in_bias), BT, C, mlp_in);  // column-parallel
+  if (sp.mlp == MlpKind::swiglu) k_.swiglu_forward(a.fc_act, a.fc, BT, ffn_local_);
+  else k_.gelu_forward(a.fc_act, a.fc, static_cast<size_t>(BT) * ffn_local_);
+  k_.matmul_forward(a.residual_3, a.fc_act, weight(p.mlp_out_weight),  // row-parallel
+                    add_replicated_bias ? weight(p.mlp_out_bias) : nullptr, BT, ffn_local_, C);
+  tp_.reduce_from_region(span(a.residual_3, BTC));
+  k_.add(a.residual_3, a.residual_3, a.residual_2, BTC);
+}
+
+void Transformer::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from) {
+  const Slot& s = slots_.at(slot);
+  check(s.B > 0, "backward() without forward()");
+  const auto report = [&](size_t offset) {
+    if (grads_final_from) grads_final_from(offset);
+  };
+  const int B = s.B, T = spec().seq_len, C = spec().d_model, BT = B * T;
+  if (stage_.has_head) {
+    // Head: logits become dlogits in place, then through the head and the final norm.
+    k_.cross_entropy_backward(s.logits, s.lse, s.targets, vocab_start_, BT, vocab_valid_, vocab_shard_, loss_scale);
+    k_.matmul_backward(dnorm_, grad(layout_.head()), nullptr, s.logits, s.final_norm, weight(layout_.head()), BT, C,
+                       vocab_shard_);
+    tp_.reduce_gradient_into_region(hidden(dnorm_, B));
+    k_.fill_zero(dresidual_, hidden(dresidual_, B).bytes());
+    norm_backward(dresidual_, layout_.final_norm_weight(), layout_.final_norm_bias(), dnorm_,
+                  layer_input(slot, layout_.layers()), s.final_norm_mean, s.final_norm_rstd, BT);
+    report(layout_[layout_.final_norm_weight()].offset);
+  }  // else the pipeline put d loss / d output into dresidual_
+  for (int l = layout_.layers() - 1; l >= 0; l--) {
+    block_backward(s, slot, l, dresidual_);
+    report(layout_[layout_.block(l).first].offset);
+  }
+  if (stage_.has_embedding) {
+    // A tied embedding's gradient has the head's part and now the embedding's.
+    k_.embedding_backward(grad(layout_.token_embedding()), dresidual_, s.tokens, vocab_start_, vocab_shard_, B, T, C);
+    if (layout_.position_embedding() >= 0)
+      k_.positions_backward(grad(layout_.position_embedding()), dresidual_, B, T, C);
+  }
+  report(0);
+}
+
+// dresidual holds d loss / d residual_3 of layer l on entry, and d loss / d (input of
+// layer l) on return: the skip connections pass it through, the branches add to it.
+// It is the same on every tp rank, so replicated parameters get the same gradients.
+void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual) {
+  const TransformerSpec& sp = spec();
+  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T;
+  const BlockParameterIndex& p = layout_.block(l);
+  const LayerActivations& a = s.layers[l];
+  const int mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn_local_ : ffn_local_;
+  // MLP branch.
+  k_.matmul_backward(dfc_act_, grad(p.mlp_out_weight), grad_or_null(p.mlp_out_bias), dresidual, a.fc_act,
+                     weight(p.mlp_out_weight), BT, ffn_local_, C);
+  if (sp.mlp == MlpKind::swiglu) k_.swiglu_backward(dfc_, a.fc, dfc_act_, BT, ffn_local_);
+  else k_.gelu_backward(dfc_, a.fc, dfc_act_, static_cast<size_t>(BT) * ffn_local_);
+  k_.matmul_backward(dnorm_, grad(p.mlp_in_weight), grad_or_null(p.mlp_in_bias), dfc_, a.norm_2,
+                     weight(p.mlp_in_weight), BT, C, mlp_in);
+  tp_.reduce_gradient_into_region(hidden(dnorm_, B));
+  norm_backward(dresidual, p.norm_2_weight, p.norm_2_bias, dnorm_, a.residual_2, a.norm_2_mean, a.norm_2_rstd, BT);
+  // Attention branch.
+  k_.matmul_backward(datty_, grad(p.attn_out_weight), grad_or_null(p.attn_out_bias), dresidual, a.atty,
+                     weight(p.attn_out_weight), BT, attention_width_, C);
+  k_.attention_backward(dqkv_, datty_, a.qkv, a.atty, a.attention_stats, B, T, heads_local_, kv_heads_local_, hd);
+  if (sp.positions == PositionKind::rotary)
+    k_.rope_backward(dqkv_, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
+  k_.matmul_backward(dnorm_, grad(p.qkv_weight), grad_or_null(p.qkv_bias), dqkv_, a.norm_1, weight(p.qkv_weight), BT,
+                     C, qkv_width_);
+  tp_.reduce_gradient_into_region(hidden(dnorm_, B));
+  norm_backward(dresidual, p.norm_1_weight, p.norm_1_bias, dnorm_, layer_input(slot, l), a.norm_1_mean,
+                a.norm_1_rstd, BT);
+}
+
+}  // namespace trident

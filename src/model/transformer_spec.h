@@ -1,0 +1,79 @@
+// One transformer, two families: what GPT-2 and Llama are settings of. Everything that
+// differs between them is decided here, from the model config, and nowhere else: the
+// norm (LayerNorm with bias, or RMSNorm), the positions (a learned table, or rotary
+// embeddings), the MLP (GELU, or SwiGLU's gate and up), grouped-query attention's
+// key/value heads, biases, whether the head is tied to the token embedding, and the
+// parameter names (shared/reference/FORMAT.md). The parameter layout, initialization,
+// tensor-parallel sharding, FLOP count and checkpoint names all derive from the spec.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+namespace trident {
+
+enum class NormKind { layernorm, rmsnorm };
+enum class MlpKind { gelu, swiglu };
+enum class PositionKind { learned, rotary };
+
+// The names of one block's parameters. A linear layer whose GEMM reads several tensors
+// side by side has several names: Llama's q_proj, k_proj, v_proj (one qkv GEMM) and
+// gate_proj, up_proj (one gate | up GEMM); GPT-2 stores each fused already.
+struct BlockNames {
+  std::string norm_1, norm_2;         // + ".weight" (and ".bias")
+  std::vector<std::string> qkv;       // + ".weight" (and ".bias"): c_attn, or q, k, v
+  std::string attn_out;               // c_proj / o_proj
+  std::vector<std::string> mlp_in;    // c_fc, or gate, up
+  std::string mlp_out;                // c_proj / down_proj
+};
+
+struct TransformerSpec {
+  std::string family;
+  int n_layer = 0, n_head = 0, n_kv_head = 0, head_dim = 0, d_model = 0, ffn_dim = 0, seq_len = 0, vocab_size = 0;
+  double norm_eps = 1e-5;
+  NormKind norm = NormKind::layernorm;
+  PositionKind positions = PositionKind::learned;
+  MlpKind mlp = MlpKind::gelu;
+  bool biases = true;     // every linear layer and norm has a bias
+  bool tied_head = true;  // the head reads the token embedding's rows
+  // Rotary embeddings: theta^(-2i/hd) per pair i, scaled as Llama 3.1 does with "llama3".
+  double rope_theta = 10000;
+  RopeScaling rope_scaling;
+
+  // Names (FORMAT.md); "" where the family has no such tensor.
+  std::string token_embedding, position_embedding, final_norm, head;
+  BlockNames block(int layer) const;
+
+  int attention_width() const { return n_head * head_dim; }      // of q and of the attention output
+  int mlp_activation_width() const { return ffn_dim; }            // the MLP's hidden width
+  int mlp_in_width() const { return mlp == MlpKind::swiglu ? 2 * ffn_dim : ffn_dim; }  // gate | up
+  // Rows of the token table and columns of the logits: V rounded up to a multiple of 64
+  // per tensor-parallel shard (whole vector tiles); the padded logits are masked.
+  int padded_vocab(int tp) const { return (vocab_size + 64 * tp - 1) / (64 * tp) * (64 * tp); }
+  // Distinct key/value head shards over tp: tp of them, or n_kv_head when tp exceeds it
+  // (each then held by tp / n_kv_head ranks).
+  int kv_shards(int tp) const { return tp <= n_kv_head ? tp : n_kv_head; }
+  // "gpt2 L12 H12 d768 T1024 V50257", with kv heads and the MLP width for Llama.
+  std::string describe() const;
+};
+
+// The spec of a model config; UsageError naming the key for what the family cannot be.
+TransformerSpec transformer_spec(const ModelConfig& config);
+// The tensor-parallel sizes the model can be split over; UsageError naming the keys.
+void check_tensor_parallel(const TransformerSpec& spec, int tp);
+
+// Model FLOPs per trained token, as the field counts them (PaLM, Megatron, torchtitan):
+// 6 N + 12 L T (H hd), N the parameters that take part in matrix multiplies: all but the
+// lookup tables (GPT-2's wpe, and Llama's untied token embedding).
+double flops_per_token(const TransformerSpec& spec);
+int64_t parameter_count(const TransformerSpec& spec);
+
+// The rotary frequency of each of the head_dim / 2 pairs, scaled as configured.
+std::vector<double> rope_frequencies(const TransformerSpec& spec);
+// cos and sin of t * frequency_i for t < seq_len: [T, head_dim / 2, 2], what the
+// rope kernels read.
+std::vector<float> rope_table(const TransformerSpec& spec);
+
+}  // namespace trident

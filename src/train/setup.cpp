@@ -1,0 +1,35 @@
+#include "train/setup.h"
+
+#include "model/transformer_spec.h"
+#include "pipeline/schedule.h"
+
+namespace trident {
+
+void resolve_for_world(Config& config, int world_size) {
+  const TransformerSpec spec = transformer_spec(config.model);  // the family's own rules
+  parse_schedule(config.parallel.schedule);
+  stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers);
+  config.resolve_layout(world_size);
+  check_tensor_parallel(spec, config.parallel.tp);
+}
+
+std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel) {
+  const int tp = parallel.dims().tp;
+  const int holders = tp / transformer_spec(model).kv_shards(tp);
+  return holders > 1 ? parallel.split_tp(holders, "tp-kv") : nullptr;
+}
+
+TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kernels::Kernels& k)
+    : local_batch(config.train.global_batch / parallel.dims().dp),
+      plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
+      shared_heads(shared_head_group(config.model, parallel)),
+      model(config.model, config.train.micro_batch, k, TensorParallel(parallel.tp(), shared_heads.get()),
+            parallel.dims().dp, plan.stage, plan.slots),
+      data_parallel(parallel.dp(), k, model.layout().total_floats(), config.parallel.bucket_mb,
+                    config.parallel.zero == 1, config.parallel.overlap),
+      optimizer(model.layout(),
+                {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,
+                data_parallel.owned()),
+      runner(model, optimizer, data_parallel, parallel.dp(), k, plan.links) {}
+
+}  // namespace trident

@@ -1,0 +1,46 @@
+// What train, verify and the tests build the same way: the run's config completed for
+// the world, and one rank's model stage, data parallelism, optimizer and step runner.
+#pragma once
+
+#include <memory>
+
+#include "config/config.h"
+#include "kernels/kernels.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
+#include "parallel/parallel_state.h"
+#include "train/pipeline_plan.h"
+#include "train/step_runner.h"
+
+namespace trident {
+
+// Completes a parsed config for `world_size` ranks (dp, micro_batch) and makes every
+// check that needs the model's family or the pipeline: the family's own rules, tp
+// against heads, key/value heads and the MLP width, the stage split, the schedule.
+// UsageError naming the keys; before any communication, so every rank agrees.
+void resolve_for_world(Config& config, int world_size);
+
+// The group of tp ranks that hold the same key/value head (when tp exceeds the model's
+// key/value heads), for TensorParallel; null when no rank shares one. Collective.
+std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel);
+
+// One rank's share of the training: built from the config and the grid, every buffer
+// allocated here, once. The parameters are not initialized.
+class TrainingSetup {
+ public:
+  TrainingSetup(const Config& config, ParallelState& parallel, kernels::Kernels& k);
+  TrainingSetup(const TrainingSetup&) = delete;
+  TrainingSetup& operator=(const TrainingSetup&) = delete;
+
+  const int local_batch;  // sequences of each global batch on this dp rank
+  const PipelinePlan plan;
+  const std::unique_ptr<Communicator> shared_heads;  // ranks sharing a key/value head (tp > n_kv_head)
+  Transformer model;
+  DataParallel data_parallel;
+  AdamW optimizer;
+  StepRunner runner;
+};
+
+}  // namespace trident

@@ -1,0 +1,152 @@
+// The transformer spec as pure arithmetic: what each family is made of, the parameter
+// counts and FLOPs of the published shapes (the shipped configs), the tensor-parallel
+// sharding of grouped-query attention, Llama 3.1's rotary scaling against Hugging
+// Face's formula, and one clear error for each shape a family cannot have.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/config.h"
+#include "model/parameters.h"
+#include "model/transformer_spec.h"
+#include "runtime/error.h"
+
+namespace trident {
+namespace {
+
+ModelConfig config_of(const std::string& file) {
+  return parse_command_line("train", {"--config", file}).config.model;
+}
+
+std::string error_of(const ModelConfig& m, int tp = 1) {
+  try {
+    check_tensor_parallel(transformer_spec(m), tp);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TransformerSpec, PublishedParameterCounts) {
+  // Hugging Face's parameter counts of the released checkpoints.
+  const std::pair<const char*, int64_t> published[] = {
+      {"configs/gpt2-124m.ini", 124439808},    {"configs/llama2-7b.ini", 6738415616},
+      {"configs/llama2-13b.ini", 13015864320}, {"configs/llama2-70b.ini", 68976648192},
+      {"configs/llama3-8b.ini", 8030261248},   {"configs/llama3-70b.ini", 70553706496}};
+  for (const auto& [file, count] : published) EXPECT_EQ(parameter_count(transformer_spec(config_of(file))), count) << file;
+}
+
+TEST(TransformerSpec, FlopsPerTokenCountTheMatmulsOnce) {
+  // GPT-2 124M: 6 N + 12 L T d with N without wpe: 855 MFLOP (shared/MACHINE.md).
+  EXPECT_NEAR(flops_per_token(transformer_spec(config_of("configs/gpt2-124m.ini"))) / 1e6, 855.0, 1.0);
+  // Llama 2 7B: N without the (untied) token embedding, T = 4096.
+  const TransformerSpec llama = transformer_spec(config_of("configs/llama2-7b.ini"));
+  const double n = 6738415616.0 - 32000.0 * 4096;
+  EXPECT_DOUBLE_EQ(flops_per_token(llama), 6 * n + 12.0 * 32 * 4096 * 4096);
+}
+
+TEST(TransformerSpec, FamiliesDifferOnlyWhereTheyDiffer) {
+  ModelConfig m;
+  const TransformerSpec gpt2 = transformer_spec(m);
+  EXPECT_EQ(gpt2.norm, NormKind::layernorm);
+  EXPECT_EQ(gpt2.positions, PositionKind::learned);
+  EXPECT_EQ(gpt2.mlp, MlpKind::gelu);
+  EXPECT_TRUE(gpt2.biases && gpt2.tied_head);
+  EXPECT_EQ(gpt2.ffn_dim, 4 * m.d_model);
+  m.family = "llama";
+  const TransformerSpec llama = transformer_spec(m);
+  EXPECT_EQ(llama.norm, NormKind::rmsnorm);
+  EXPECT_EQ(llama.positions, PositionKind::rotary);
+  EXPECT_EQ(llama.mlp, MlpKind::swiglu);
+  EXPECT_FALSE(llama.biases || llama.tied_head);
+  EXPECT_EQ(llama.ffn_dim, 512);  // 2/3 of 4 * 128 = 341, rounded up to 256s
+  EXPECT_EQ(llama.n_kv_head, llama.n_head);  // 0: plain multi-head
+  // The same layout machinery: names from FORMAT.md, q | k | v and gate | up adjacent.
+  m.n_kv_head = 2;
+  const ParameterLayout layout(m);
+  EXPECT_EQ(layout.tensors().size(), 4u * 9 + 3);
+  const BlockParameterIndex& b = layout.block(0);
+  const ParameterTensor &q = layout[b.qkv_weight], &k = layout[b.qkv_weight + 1], &v = layout[b.qkv_weight + 2];
+  EXPECT_EQ(q.name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(k.shape, (std::vector<int64_t>{2 * 32, 128}));
+  EXPECT_EQ(k.offset, q.offset + q.stored);
+  EXPECT_EQ(v.offset, k.offset + k.stored);
+  EXPECT_EQ(layout[b.mlp_in_weight + 1].offset, layout[b.mlp_in_weight].offset + layout[b.mlp_in_weight].stored);
+  EXPECT_EQ(layout[layout.head()].name, "lm_head.weight");
+  EXPECT_EQ(layout.tied_across_stages(), -1);
+}
+
+TEST(TransformerSpec, KeyValueHeadsSplitOrAreSharedOverTp) {
+  ModelConfig m;
+  m.family = "llama";
+  m.n_head = 8;
+  m.n_kv_head = 2;
+  m.d_model = 64;
+  m.ffn_dim = 64;
+  // tp 2: one key/value head per rank; tp 8: each held by 4 ranks, gradients partial.
+  for (int tp : {1, 2, 4, 8}) {
+    for (int r = 0; r < tp; r++) {
+      const ParameterLayout layout(transformer_spec(m), r, tp);
+      const ParameterTensor& k = layout[layout.block(0).qkv_weight + 1];
+      const int shards = tp <= 2 ? tp : 2;
+      EXPECT_EQ(k.shards, shards) << "tp " << tp;
+      EXPECT_EQ(k.shard, r / (tp / shards)) << "tp " << tp << " rank " << r;
+      EXPECT_EQ(k.partial_gradient, tp > 2);
+      EXPECT_EQ(k.counted, r % (tp / shards) == 0);
+      EXPECT_EQ(k.stored, static_cast<size_t>(2 / shards * 8 * 64));
+      const ParameterTensor& norm = layout[layout.block(0).norm_1_weight];
+      EXPECT_EQ(norm.counted, r == 0);  // replicated: rank 0's copy counts
+      EXPECT_FALSE(norm.partial_gradient);  // every rank computes all of it
+    }
+  }
+  EXPECT_EQ(error_of(m, 8), "");
+  EXPECT_NE(error_of(m, 3).find("parallel.tp (3) must divide model.n_head"), std::string::npos);
+  m.n_head = 12;
+  m.n_kv_head = 4;
+  m.d_model = 96;
+  m.ffn_dim = 96;
+  EXPECT_EQ(error_of(m, 12), "");  // 3 ranks per head
+  EXPECT_NE(error_of(m, 6).find("do not fit"), std::string::npos);  // 4 heads over 6 ranks: neither way
+}
+
+TEST(TransformerSpec, Llama31RopeScalingMatchesHuggingFace) {
+  ModelConfig m = config_of("configs/llama3-8b.ini");
+  m.rope_scaling.type = "llama3";  // factor 8, low 1, high 4, original context 8192
+  const std::vector<double> f = rope_frequencies(transformer_spec(m));
+  ASSERT_EQ(f.size(), 64u);
+  // transformers' _compute_llama3_parameters (float64), pairs 0, 20 (kept), 30
+  // (blended), 40, 44, 48, 63 (slowed by 8).
+  const std::pair<int, double> expected[] = {{0, 1.0},
+                                             {20, 0.016560440080994446},
+                                             {30, 0.001371893567761138},
+                                             {40, 3.428102195952591e-05},
+                                             {44, 1.509621717643313e-05},
+                                             {48, 6.647869871181236e-06},
+                                             {63, 3.068925988914511e-07}};
+  for (const auto& [i, want] : expected) EXPECT_NEAR(f[i], want, 1e-14 * want) << "pair " << i;
+  m.rope_scaling.type = "none";
+  EXPECT_NEAR(rope_frequencies(transformer_spec(m))[40], 0.0002742481756762073, 1e-18);
+}
+
+TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
+  ModelConfig m;
+  m.family = "llama";
+  m.n_kv_head = 3;  // of 4 heads
+  EXPECT_NE(error_of(m).find("model.n_kv_head (3) must divide model.n_head (4)"), std::string::npos);
+  m.n_kv_head = 2;
+  m.d_model = 4 * 33;  // head dimension 33: rotary embeddings turn pairs
+  EXPECT_NE(error_of(m).find("must be even"), std::string::npos);
+  m = ModelConfig{};
+  m.n_kv_head = 2;  // GPT-2 has no grouped-query attention
+  EXPECT_NE(error_of(m).find("model.n_kv_head"), std::string::npos);
+  m = ModelConfig{};
+  m.family = "mamba";
+  EXPECT_NE(error_of(m).find("model.family must be gpt2 or llama"), std::string::npos);
+  m = ModelConfig{};
+  m.family = "llama";
+  m.ffn_dim = 102;  // over 4 ranks
+  EXPECT_NE(error_of(m, 4).find("model.ffn_dim"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trident
