@@ -25,6 +25,13 @@ HAVE_HDF5 := $(if $(shell pkg-config --exists hdf5 2>/dev/null && echo y),yes,no
 HAVE_DNNL := $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),yes,no)
 HAVE_BOOST_PO := $(if $(wildcard /usr/include/boost/program_options.hpp),yes,no)
 HAVE_GTEST := $(if $(wildcard /usr/include/gtest/gtest.h),yes,no)
+# Tokenizers: PCRE2 (the pre-tokenizer patterns of gpt2/llama3) and SentencePiece.
+PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+PCRE2_LIBS := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+HAVE_PCRE2 := $(if $(shell pkg-config --exists libpcre2-8 2>/dev/null && echo y),yes,no)
+SENTENCEPIECE_CFLAGS := $(shell pkg-config --cflags sentencepiece 2>/dev/null)
+SENTENCEPIECE_LIBS := $(shell pkg-config --libs sentencepiece 2>/dev/null || echo -lsentencepiece -lsentencepiece_train)
+HAVE_SENTENCEPIECE := $(if $(shell pkg-config --exists sentencepiece 2>/dev/null && echo y),yes,no)
 NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
 HAVE_NCCL := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),yes,no)
 
@@ -36,9 +43,9 @@ else
   LINK_OPT :=
 endif
 
-CPPFLAGS := -I. -Isrc $(HDF5_CFLAGS) -DOMPI_SKIP_MPICXX=1 -DTRIDENT_CXX='"$(CXX_BASE) $(shell $(CXX_BASE) -dumpfullversion)"'
+CPPFLAGS := -I. -Isrc $(HDF5_CFLAGS) $(PCRE2_CFLAGS) $(SENTENCEPIECE_CFLAGS) -DOMPI_SKIP_MPICXX=1 -DTRIDENT_CXX='"$(CXX_BASE) $(shell $(CXX_BASE) -dumpfullversion)"'
 CXXFLAGS := -std=c++20 $(OPT_FLAGS) -fopenmp -Wall -Wextra -Wno-unknown-pragmas -MMD -MP
-LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options -fopenmp $(LINK_OPT)
+LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options $(PCRE2_LIBS) $(SENTENCEPIECE_LIBS) -lcrypto -fopenmp $(LINK_OPT)
 
 # ---- CUDA (kernels/cuda/*.cu), compiled whenever nvcc is found ------------------------
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
@@ -67,12 +74,13 @@ BENCH_BINS := $(BENCH_SRCS:benchmarks/%.cpp=$(BUILD)/bench/%)
 GPU_BENCH_SRCS := $(if $(CUDA_OBJS),$(wildcard benchmarks/gpu/*.cpp))
 BENCH_BINS += $(GPU_BENCH_SRCS:benchmarks/gpu/%.cpp=$(BUILD)/bench/%)
 
-.PHONY: all deps run test bench clean check-deps summary
+.PHONY: all deps run data test bench clean check-deps summary
 all: summary $(BUILD)/trident $(BUILD)/tests/unit_tests $(BUILD)/tests/mpi_tests $(BENCH_BINS)
 
 summary:
 	@echo "trident build: compiler $(CXX) ($(CXX_BASE)), flags $(OPT_FLAGS)"
 	@echo "  MPI (mpicxx): $(HAVE_MPI)  HDF5: $(HAVE_HDF5)  oneDNN: $(HAVE_DNNL)  Boost.PO: $(HAVE_BOOST_PO)  GoogleTest: $(HAVE_GTEST)"
+	@echo "  PCRE2: $(HAVE_PCRE2) ($(PCRE2_LIBS))  SentencePiece: $(HAVE_SENTENCEPIECE) ($(SENTENCEPIECE_LIBS))"
 	@echo "  nvcc: $(if $(NVCC),$(NVCC),no)  NCCL: $(HAVE_NCCL)  CUDA sources: $(words $(CUDA_SRCS))"
 
 deps:
@@ -81,8 +89,10 @@ deps:
 $(BUILD)/trident: $(BUILD)/src/cli/main.o $(BUILD)/libtrident.a
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
+# Made anew each time, so that the objects of deleted sources leave it.
 $(BUILD)/libtrident.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
+	@rm -f $@
 	ar rcs $@ $^
 
 # Both test binaries share tests/test_main.cpp: MPI initialized, verdicts combined over ranks.
@@ -116,14 +126,25 @@ $(BUILD)/%.o: %.cu
 NP ?= 8
 # Parallel compile jobs of `make run` and `make test` (nvcc is the long pole).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-RUN_CONFIG ?= configs/tiny.ini
+RUN_CONFIG ?= configs/tiny-bpe.ini
 # `make run DEVICE=cuda NP=1`: the default job on one GPU.
 DEVICE ?= cpu
 RUN_LAYOUT ?= $(if $(filter 8,$(NP)),--parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --train.micro_batch=2)
 MPIRUN ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -x OMP_NUM_THREADS=1
+LAUNCH = $(if $(filter 1,$(NP)),,$(MPIRUN) -np $(NP))
 run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
-	$(if $(filter 1,$(NP)),,$(MPIRUN) -np $(NP)) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT) --device=$(DEVICE)
+	@$(MAKE) --no-print-directory data
+	$(LAUNCH) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT) --device=$(DEVICE)
+
+# The default job's data: the fortunes corpus in SentencePiece BPE tokens (a vocabulary
+# of 4096 trained on it), as a Megatron indexed dataset; made once, by every rank.
+DEFAULT_DATA := build/data/fortunes
+data: $(DEFAULT_DATA).idx
+$(DEFAULT_DATA).idx: | $(BUILD)/trident
+	@mkdir -p $(@D)
+	$(LAUNCH) $(BUILD)/trident prepare --input /usr/share/games/fortunes --out $(DEFAULT_DATA) \
+	    --data.tokenizer=sentencepiece --train_tokenizer=4096
 
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all

@@ -12,8 +12,11 @@ packages=(
   libdnnl-dev                       # oneDNN: AVX-512 sgemm (ignores OPENBLAS_CORETYPE), bf16 later
   nlohmann-json3-dev                # metrics.jsonl, manifests
   libgtest-dev                      # tests
-  zlib1g-dev                        # CRC-32 of checkpoint files
+  zlib1g-dev                        # CRC-32 of checkpoint files, gzip input of prepare
+  libssl-dev                        # SHA-256 of tokenizer files (prepare's sidecar)
   fortunes                          # the default training corpus
+  libpcre2-dev                      # tokenizers: the gpt2/llama3 pre-tokenizer patterns
+  libsentencepiece-dev sentencepiece  # tokenizers: SentencePiece models (spm_encode for the benchmark)
 )
 
 missing=()

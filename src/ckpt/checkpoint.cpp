@@ -102,8 +102,6 @@ void maybe_kill_mid_write(int step) {
   if (kill_at != nullptr && std::atoi(kill_at) == step) raise(SIGKILL);
 }
 
-MPI_Comm mpi_comm(Communicator& c) { return dynamic_cast<MpiCommunicator&>(c).comm(); }
-
 // One rank's pieces: a JSON header, then the floats of every piece in order.
 struct Piece {
   std::string kind, name, sharding;
@@ -155,12 +153,55 @@ void write_blob(Hdf5Writer& file, const std::vector<char>& blob) {
   }
 }
 
+}  // namespace
+
 nlohmann::json model_json(const ModelConfig& m) {
-  return {{"family", m.family},   {"n_layer", m.n_layer},   {"n_head", m.n_head},
-          {"d_model", m.d_model}, {"seq_len", m.seq_len},   {"vocab_size", m.vocab_size}};
+  return {{"family", m.family},
+          {"n_layer", m.n_layer},
+          {"n_head", m.n_head},
+          {"n_kv_head", m.n_kv_head},
+          {"d_model", m.d_model},
+          {"ffn_dim", m.ffn_dim},
+          {"seq_len", m.seq_len},
+          {"vocab_size", m.vocab_size},
+          {"norm_eps", m.norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"rope_scaling", m.rope_scaling.type}};
 }
 
-}  // namespace
+ModelConfig model_from_json(const nlohmann::json& j) {
+  ModelConfig m;
+  m.family = j.value("family", m.family);
+  m.n_layer = j.at("n_layer");
+  m.n_head = j.at("n_head");
+  m.n_kv_head = j.value("n_kv_head", 0);
+  m.d_model = j.at("d_model");
+  m.ffn_dim = j.value("ffn_dim", 0);
+  m.seq_len = j.at("seq_len");
+  m.vocab_size = j.at("vocab_size");
+  m.norm_eps = j.value("norm_eps", m.norm_eps);
+  m.rope_theta = j.value("rope_theta", m.rope_theta);
+  m.rope_scaling.type = j.value("rope_scaling", m.rope_scaling.type);
+  return m;
+}
+
+void require_same_model(const ModelConfig& saved, const ModelConfig& configured, const std::string& what) {
+  const TransformerSpec a = transformer_spec(saved), b = transformer_spec(configured);
+  std::string keys;
+  const auto differ = [&](bool different, const char* key) {
+    if (different) keys += std::string(keys.empty() ? "" : ", ") + "model." + key;
+  };
+  differ(a.family != b.family, "family");
+  differ(a.n_layer != b.n_layer, "n_layer");
+  differ(a.n_head != b.n_head, "n_head");
+  differ(a.n_kv_head != b.n_kv_head, "n_kv_head");
+  differ(a.d_model != b.d_model, "d_model");
+  differ(a.ffn_dim != b.ffn_dim, "ffn_dim");
+  differ(a.seq_len != b.seq_len, "seq_len");
+  differ(a.vocab_size != b.vocab_size, "vocab_size");
+  require(keys.empty(), what + " holds a model " + a.describe() + ", not the configured " + b.describe() + " (" +
+                            keys + ")");
+}
 
 // ---- reading ------------------------------------------------------------------------
 
@@ -179,18 +220,13 @@ Manifest read_manifest(const std::string& step_dir, bool verify_files) {
   m.dir = step_dir;
   try {
     m.step = j.at("step");
-    const auto& model = j.at("model");
-    m.model.family = model.at("family");
-    m.model.n_layer = model.at("n_layer");
-    m.model.n_head = model.at("n_head");
-    m.model.d_model = model.at("d_model");
-    m.model.seq_len = model.at("seq_len");
-    m.model.vocab_size = model.at("vocab_size");
+    m.model = model_from_json(j.at("model"));
     const auto& layout = j.at("layout");
     m.dims = {layout.at("dp"), layout.at("pp"), layout.at("tp")};
     m.zero = layout.at("zero");
     m.nodes = layout.at("nodes");
     m.config_ini = j.value("config", "");
+    if (j.contains("data")) m.data_fingerprint = j["data"].value("fingerprint", "");
     for (const auto& f : j.at("files")) m.files.push_back({f.at("name"), f.at("bytes"), f.at("crc32")});
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(path + ": missing or malformed field (" + e.what() + ")");
@@ -283,7 +319,7 @@ struct ShardIndex {
     const auto it = shards.find({kind, name});
     require(it != shards.end(), m.dir + ": the checkpoint holds no " + kind + " of " + name);
     const ParameterTensor& t = saved.tensor(name);
-    const int pieces = t.sharded() ? saved.tp_size() : 1;
+    const int pieces = t.shards;
     std::vector<float> all(t.stored * pieces);
     std::vector<bool> seen(pieces, false);
     for (const Location& l : it->second) {
@@ -320,12 +356,15 @@ struct Checkpointer::Pending {
   Timer since_start;
 };
 
-Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, GPT2& model, AdamW& optimizer,
-                           DataParallel& data_parallel)
-    : config_(config), parallel_(parallel), model_(model), optimizer_(optimizer), data_parallel_(data_parallel) {
-  int leader = parallel.node().rank() == 0 ? 1 : 0, before = 0;
-  MPI_Exscan(&leader, &before, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  node_index_ = parallel.rank() == 0 ? 0 : before;
+Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, ShardedParameters parameters,
+                           AdamW& optimizer, DataParallel& data_parallel)
+    : config_(config), parallel_(parallel), parameters_(std::move(parameters)), optimizer_(optimizer),
+      data_parallel_(data_parallel) {
+  // This node's file number: the number of node leaders before it.
+  std::vector<double> leaders(parallel.world().size(), 0.0);
+  leaders[parallel.rank()] = parallel.node().rank() == 0 ? 1.0 : 0.0;
+  parallel.world().all_reduce(std::span<double>(leaders));
+  for (int r = 0; r < parallel.rank(); r++) node_index_ += static_cast<int>(leaders[r]);
   // Touch every host buffer of a save now, once: fresh pages are slow here, and the
   // first checkpoint should stall training no longer than the later ones.
   if (!config.checkpoint.dir.empty()) collect_at_node_leader();
@@ -333,52 +372,45 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, GPT2& 
 
 void Checkpointer::collect_at_node_leader() {
   // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
-  //    moments in full (ZeRO-1 gathers them over dp first). dp rank 0 writes for all.
-  const size_t n = model_.layout().total_floats();
+  //    moments in full (ZeRO-1 gathers them over dp first). dp rank 0 writes for all,
+  //    and of the tp ranks holding the same piece, the one whose copy counts.
+  const ParameterLayout& layout = *parameters_.layout;
+  const size_t n = layout.total_floats();
   host_params_.resize(n);
-  model_.copy_parameters_to_host(host_params_.data());
+  parameters_.memory->copy_to_host(host_params_.data(), parameters_.values, n * sizeof(float));
   optimizer_.export_moments(host_m_, host_v_, n);
   data_parallel_.gather_parameters(host_m_.data());
   data_parallel_.gather_parameters(host_v_.data());
   std::vector<Piece> pieces;
-  const ParameterLayout& layout = model_.layout();
   const bool writer = parallel_.coords().dp == 0;
   for (const ParameterTensor& t : layout.tensors()) {
-    const bool replica = !t.sharded() && parallel_.coords().tp != 0;
-    const bool tied_copy = layout.wte() >= 0 && &t == &layout[layout.wte()] && !model_.first_stage();
-    if (!writer || replica || tied_copy) continue;
+    if (!writer || !t.counted) continue;
     const float* sources[] = {host_params_.data(), host_m_.data(), host_v_.data()};
     for (int k = 0; k < 3; k++)
-      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0],
-                        t.sharded() ? layout.tp_rank() : 0, t.sharded() ? layout.tp_size() : 1, sources[k] + t.offset,
-                        t.stored});
+      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0], t.shard, t.shards,
+                        sources[k] + t.offset, t.stored});
   }
-  // 2. Hand them to the node leader. The buffers keep their memory between saves.
+  // 2. Hand them to the node leader, in messages below 1 GiB. The buffers keep their
+  //    memory between saves.
   Communicator& node = parallel_.node();
-  const MPI_Comm comm = mpi_comm(node);
+  constexpr uint64_t kChunk = uint64_t{1} << 30;
   node_blobs_.resize(node.rank() == 0 ? node.size() : 1);
   pack(pieces, node_blobs_[0]);
   if (node.rank() == 0) {
     for (int r = 1; r < node.size(); r++) {
       uint64_t size = 0;
-      MPI_Recv(&size, 1, MPI_UINT64_T, r, 0, comm, MPI_STATUS_IGNORE);
+      node.recv(std::as_writable_bytes(std::span(&size, 1)), r, 0);
       std::vector<char>& other = node_blobs_[r];
       other.resize(size);
-      for (uint64_t done = 0; done < size;) {  // in pieces below 2 GiB, MPI's int count
-        const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
-        MPI_Recv(other.data() + done, chunk, MPI_BYTE, r, 1, comm, MPI_STATUS_IGNORE);
-        done += chunk;
-      }
+      for (uint64_t done = 0; done < size; done += kChunk)
+        node.recv(std::as_writable_bytes(std::span(other.data() + done, std::min(size - done, kChunk))), r, 1);
     }
   } else {
     const std::vector<char>& blob = node_blobs_[0];
     const uint64_t size = blob.size();
-    MPI_Send(&size, 1, MPI_UINT64_T, 0, 0, comm);
-    for (uint64_t done = 0; done < size;) {
-      const int chunk = static_cast<int>(std::min<uint64_t>(size - done, 1u << 30));
-      MPI_Send(blob.data() + done, chunk, MPI_BYTE, 0, 1, comm);
-      done += chunk;
-    }
+    node.send(std::as_bytes(std::span(&size, 1)), 0, 0);
+    for (uint64_t done = 0; done < size; done += kChunk)
+      node.send(std::as_bytes(std::span(blob.data() + done, std::min(size - done, kChunk))), 0, 1);
   }
 }
 
@@ -464,23 +496,31 @@ void Checkpointer::complete(Pending& p) {
   nlohmann::json report = leader ? nlohmann::json{{"name", p.file.name}, {"bytes", p.file.bytes}, {"crc32", p.file.crc32},
                                                   {"error", p.error}}
                                  : nlohmann::json(nullptr);
-  const std::string text = report.dump();
-  int length = static_cast<int>(text.size());
-  const int ranks = parallel_.world().size();
-  std::vector<int> lengths(ranks), offsets(ranks);
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::vector<char> all;
+  // Through the world communicator, so that a rank that died leaves no one waiting
+  // past parallel.timeout_s.
+  Communicator& world = parallel_.world();
+  const int ranks = world.size();
+  std::vector<std::string> reports(ranks);
   if (parallel_.is_root()) {
-    for (int r = 0, total = 0; r < ranks; r++) offsets[r] = (total += lengths[r]) - lengths[r];
-    all.resize(offsets.back() + lengths.back());
+    reports[0] = report.dump();
+    for (int r = 1; r < ranks; r++) {
+      uint64_t length = 0;
+      world.recv(std::as_writable_bytes(std::span(&length, 1)), r, 2);
+      reports[r].resize(length);
+      world.recv(std::as_writable_bytes(std::span(reports[r].data(), length)), r, 3);
+    }
+  } else {
+    const std::string text = report.dump();
+    const uint64_t length = text.size();
+    world.send(std::as_bytes(std::span(&length, 1)), 0, 2);
+    world.send(std::as_bytes(std::span(text.data(), length)), 0, 3);
   }
-  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
   std::string error;
   if (parallel_.is_root()) {
     Manifest m;
     nlohmann::json files = nlohmann::json::array();
     for (int r = 0; r < ranks; r++) {
-      const auto j = nlohmann::json::parse(all.begin() + offsets[r], all.begin() + offsets[r] + lengths[r]);
+      const auto j = nlohmann::json::parse(reports[r]);
       if (j.is_null()) continue;
       if (!j["error"].get<std::string>().empty()) error += j["error"].get<std::string>() + "; ";
       files.push_back({{"name", j["name"]}, {"bytes", j["bytes"]}, {"crc32", j["crc32"]}});
@@ -497,6 +537,8 @@ void Checkpointer::complete(Pending& p) {
                         {"zero", par.zero}, {"nodes", parallel_.nodes()}}},
             {"state", {{"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},
                        {"seed", config_.train.seed}, {"loss_scale", 1.0}}},
+            // The sampler is a function of (seed, step): the step is the data position.
+            {"data", {{"fingerprint", data_fingerprint_}, {"position", p.step}}},
             {"config", config_.to_ini()},
             {"files", files}};
         write_text_atomically((fs::path(p.dir) / "manifest.json").string(), manifest.dump(2));
@@ -515,11 +557,11 @@ void Checkpointer::complete(Pending& p) {
     }
   }
   // Every rank learns the verdict: a failed save is one clear error on every rank.
-  int failed = error.empty() ? 0 : static_cast<int>(error.size());
-  MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  uint64_t failed = error.size();
+  world.broadcast(std::as_writable_bytes(std::span(&failed, 1)), 0);
   if (failed > 0) {
     error.resize(failed);
-    MPI_Bcast(error.data(), failed, MPI_CHAR, 0, MPI_COMM_WORLD);
+    world.broadcast(std::as_writable_bytes(std::span(error.data(), failed)), 0);
     throw AgreedUsageError("saving the checkpoint of step " + std::to_string(p.step) + " failed, the previous one is kept: " + error);
   }
   if (parallel_.is_root())
@@ -529,25 +571,21 @@ void Checkpointer::complete(Pending& p) {
 // ---- loading ------------------------------------------------------------------------
 
 int Checkpointer::load(const Manifest& m) {
-  const ModelConfig& mc = config_.model;
-  require(m.model.n_layer == mc.n_layer && m.model.n_head == mc.n_head && m.model.d_model == mc.d_model &&
-              m.model.seq_len == mc.seq_len && m.model.vocab_size == mc.vocab_size,
-          "checkpoint " + m.dir + " holds a model L" + std::to_string(m.model.n_layer) + " H" +
-              std::to_string(m.model.n_head) + " d" + std::to_string(m.model.d_model) + " T" +
-              std::to_string(m.model.seq_len) + " V" + std::to_string(m.model.vocab_size) +
-              ", not the configured L" + std::to_string(mc.n_layer) + " H" + std::to_string(mc.n_head) + " d" +
-              std::to_string(mc.d_model) + " T" + std::to_string(mc.seq_len) + " V" + std::to_string(mc.vocab_size));
+  require_same_model(m.model, config_.model, "checkpoint " + m.dir);
+  require(m.data_fingerprint.empty() || data_fingerprint_.empty() || m.data_fingerprint == data_fingerprint_,
+          "checkpoint " + m.dir + " was trained on other data (" + m.data_fingerprint + ") than data.path holds now (" +
+              data_fingerprint_ + "), so its data position means nothing here; to train on new data, export it "
+              "('trident ckpt export') and start from --checkpoint.init_from");
   const ShardIndex index(m);
   const ParameterLayout saved(m.model, 0, m.dims.tp);
-  const ParameterLayout& layout = model_.layout();
+  const ParameterLayout& layout = *parameters_.layout;
   const size_t n = layout.total_floats();
   std::vector<float> full[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   for (const ParameterTensor& t : layout.tensors())
     for (int k = 0; k < 3; k++) {
-      // Same tensor-parallel size: this rank's shard is a dataset of its own. Otherwise
+      // The same piece saved: this rank's shard is a dataset of its own. Otherwise
       // assemble the full tensor from the saved shards and cut the new shard from it.
-      if (const auto* own = index.find(kKinds[k], t.name, t.sharded() ? layout.tp_rank() : 0,
-                                       t.sharded() ? layout.tp_size() : 1)) {
+      if (const auto* own = index.find(kKinds[k], t.name, t.shard, t.shards)) {
         const std::vector<float> shard = own->file->read_float(own->dataset);
         require(shard.size() == t.stored, own->file->path() + ": " + own->dataset + " has the wrong size");
         std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
@@ -557,28 +595,35 @@ int Checkpointer::load(const Manifest& m) {
       const std::vector<float> shard = layout.shard_of(t, canonical.data());
       std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
     }
-  model_.copy_parameters_from_host(full[0].data());
+  parameters_.memory->copy_to_device(parameters_.values, full[0].data(), n * sizeof(float));
+  parameters_.changed();
   optimizer_.import_moments(full[1].data(), full[2].data());
   optimizer_.set_steps_taken(m.step);
   return m.step;
 }
 
-void init_parameters_from(GPT2& model, const std::string& path) {
+void init_parameters_from(const ShardedParameters& parameters, const std::string& path) {
   Hdf5Reader file(path);
-  for (const ParameterTensor& t : model.layout().tensors()) {
+  if (file.has_attr("model"))
+    require(file.attr_string("model") == parameters.layout->spec().family,
+            path + " holds a " + file.attr_string("model") + " model, not the configured " +
+                parameters.layout->spec().family + " (model.family)");
+  for (const ParameterTensor& t : parameters.layout->tensors()) {
     const std::string name = "params/" + t.name;
-    require(file.has(name), path + ": missing " + name);
+    require(file.has(name), path + ": missing " + name + " (a model of another family or shape?)");
     require(file.shape(name) == t.shape, path + ": " + name + " has the wrong shape for this model");
     const std::vector<float> values = file.read_float(name);
-    model.set_parameter(t.name, values.data(), values.size());
+    parameters.set(t, values.data());
   }
+  parameters.changed();
 }
 
 void export_checkpoint(const Manifest& m, const std::string& out) {
   Hdf5Writer file(out);
   file.attr("/", "format", std::string("trident-export-v1"));
-  file.attr("/", "model", std::string("gpt2"));
+  file.attr("/", "model", m.model.family);
   file.attr("/", "step", static_cast<int64_t>(m.step));
+  file.attr("/", "config", model_json(m.model).dump());
   for (const auto& [key, value] : std::vector<std::pair<const char*, int>>{
            {"n_layer", m.model.n_layer}, {"n_head", m.model.n_head}, {"d_model", m.model.d_model},
            {"seq_len", m.model.seq_len}, {"vocab_size", m.model.vocab_size}})

@@ -22,10 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "config/config.h"
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_state.h"
-#include "model/gpt2.h"
+#include "model/parameters.h"
 #include "optim/adamw.h"
 
 namespace trident {
@@ -44,6 +46,7 @@ struct Manifest {
   ParallelDims dims;
   int zero = 0, nodes = 1;
   std::string config_ini;
+  std::string data_fingerprint;  // of the training data (empty in older checkpoints)
   std::vector<ManifestFile> files;
 };
 
@@ -61,7 +64,8 @@ std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Man
 
 class Checkpointer {
  public:
-  Checkpointer(const Config& config, ParallelState& parallel, GPT2& model, AdamW& optimizer,
+  // parameters: this rank's named, sharded tensors (what the model hands out).
+  Checkpointer(const Config& config, ParallelState& parallel, ShardedParameters parameters, AdamW& optimizer,
                DataParallel& data_parallel);
   ~Checkpointer();
 
@@ -73,20 +77,24 @@ class Checkpointer {
   bool poll();
   // Waits for a pending save and completes it (collective).
   void finish();
-  // Restores a checkpoint (collective); returns its step.
+  // Restores a checkpoint (collective); returns its step. A checkpoint of other
+  // training data than set_data()'s is bad input: its data position means nothing here.
   int load(const Manifest& manifest);
+  // What the training reads (TrainingData::fingerprint), recorded with every save.
+  void set_data(const std::string& fingerprint) { data_fingerprint_ = fingerprint; }
   double last_stall_s() const { return last_stall_s_; }
 
  private:
   struct Pending;
-  // Copies this rank's pieces to host memory and gathers the node's at its leader.
+  // Copies this rank's pieces to host memory and gathers the node's at its leader
+  // (through the node communicator: every wait bounded).
   void collect_at_node_leader();
   void write_node_file(Pending& p);
   void complete(Pending& p);
 
   const Config& config_;
   ParallelState& parallel_;
-  GPT2& model_;
+  ShardedParameters parameters_;
   AdamW& optimizer_;
   DataParallel& data_parallel_;
   std::unique_ptr<Pending> pending_;
@@ -94,11 +102,17 @@ class Checkpointer {
   std::vector<float> host_params_, host_m_, host_v_;
   std::vector<std::vector<char>> node_blobs_;
   int node_index_ = 0;  // this node's file number: its leader's place among the leaders
+  std::string data_fingerprint_;
   double last_stall_s_ = 0;
 };
 
-// Initializes the model's parameters from an exported file (params/<name>, full tensors).
-void init_parameters_from(GPT2& model, const std::string& path);
+// Initializes parameters from an exported file (params/<name>, full tensors).
+void init_parameters_from(const ShardedParameters& parameters, const std::string& path);
+// The model fields of a manifest or export, and back (older files: defaults).
+nlohmann::json model_json(const ModelConfig& m);
+ModelConfig model_from_json(const nlohmann::json& j);
+// UsageError naming the differing keys unless `saved` has the shapes of `configured`.
+void require_same_model(const ModelConfig& saved, const ModelConfig& configured, const std::string& what);
 // Writes the parameters of a checkpoint as one HDF5 file of full tensors, params/<name>,
 // the layout of the reference files.
 void export_checkpoint(const Manifest& m, const std::string& out);

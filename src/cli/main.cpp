@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "cli/ckpt_command.h"
+#include "cli/prepare_command.h"
+#include "cli/tokenize_command.h"
 #include "config/config.h"
 #include "parallel/agreement.h"
 #include "parallel/mpi_world.h"
@@ -20,6 +22,9 @@
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/stop_signal.h"
+#include "model/transformer_spec.h"
+#include "train/setup.h"
+#include "train/inference.h"
 #include "train/trainer.h"
 #include "train/verify.h"
 
@@ -36,9 +41,16 @@ constexpr const char* kUsage =
     "  train     train under the config (configs/tiny.ini, configs/gpt2-124m.ini, ...)\n"
     "  verify    --reference F.h5: run a reference's steps, compare loss, gradients, parameters\n"
     "  ckpt      ls | inspect | export --checkpoint.dir=DIR: list, check, export checkpoints\n"
+    "  tokenize  --data.tokenizer=KIND --data.tokenizer_path=PATH [--decode]: text on stdin -> JSON ids\n"
     "\n"
     "  trident <command> --help   options of a command\n"
     "  trident --version          what this build was made with\n";
+
+bool is_command(const std::string& c) {
+  for (const char* known : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate"})
+    if (c == known) return true;
+  return false;
+}
 
 void print_version(const MpiWorld& world) {
   unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
@@ -70,7 +82,7 @@ int run_verify(const CommandLine& cl, const MpiWorld& world) {
   Config config = cl.config;
   config.model = ref.model;  // the reference fixes the model and the batch
   config.train.global_batch = ref.batch;
-  config.resolve_layout(world.size());
+  resolve_for_world(config, world.size());
   communication_started = true;
   ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s,
                          config.train.device);
@@ -80,14 +92,14 @@ int run_verify(const CommandLine& cl, const MpiWorld& world) {
   const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k, parallel, config.parallel);
   if (!world.is_root()) return r.passed() ? 0 : 1;
 
-  std::printf("verify %s: gpt2 L%d H%d d%d T%d V%d, batch %d (micro-batch %d per rank), %d AdamW steps, "
+  std::printf("verify %s: %s, batch %d (micro-batch %d per rank), %d AdamW steps, "
               "%d rank(s), ZeRO-%d, %s on %s\n",
-              ref.path.c_str(), ref.model.n_layer, ref.model.n_head, ref.model.d_model, ref.model.seq_len,
-              ref.model.vocab_size, ref.batch, config.train.micro_batch, ref.steps, world.size(),
+              ref.path.c_str(), transformer_spec(ref.model).describe().c_str(), ref.batch, config.train.micro_batch,
+              ref.steps, world.size(),
               config.parallel.zero, kernels::precision_name(k->precision()), k->name().c_str());
-  std::printf("%-28s %14s %14s\n", "tensor", "grad rel err", "final rel err");
+  std::printf("%-44s %14s %14s\n", "tensor", "grad rel err", "final rel err");
   for (const TensorError& e : r.tensors)
-    std::printf("%-28s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);
+    std::printf("%-44s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);
   const auto line = [](const char* what, double value, double tolerance) {
     std::printf("%-34s %10.3e  (tolerance %.0e) %s\n", what, value, tolerance,
                 value <= tolerance ? "ok" : "FAIL");
@@ -110,7 +122,7 @@ int run_command(const std::string& command, const std::vector<std::string>& args
   }
   if (command == "verify") return run_verify(cl, world);
   Config config = cl.config;
-  config.resolve_layout(world.size());
+  resolve_for_world(config, world.size());
   communication_started = true;
   ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s,
                          config.train.device);
@@ -145,10 +157,14 @@ int main(int argc, char** argv) {
       if (world.is_root()) std::printf("%s", kUsage);
       return 0;
     }
-    if (command == "ckpt") {
+    if (command == "prepare") return run_prepare_command({args.begin() + 1, args.end()});
+    if (command == "eval") return run_eval_command({args.begin() + 1, args.end()});
+    if (command == "generate") return run_generate_command({args.begin() + 1, args.end()});
+    if (command == "ckpt" || command == "tokenize") {
       int code = 0;
       run_collectively([&] {
-        if (world.is_root()) code = run_ckpt_command({args.begin() + 1, args.end()});
+        if (world.is_root())
+          code = (command == "ckpt" ? run_ckpt_command : run_tokenize_command)({args.begin() + 1, args.end()});
       });
       return code;
     }
@@ -165,7 +181,7 @@ int main(int argc, char** argv) {
     if (!communication_started) {
       if (world.is_root()) {
         std::fprintf(stderr, "trident: error: %s\n", e.what());
-        if (command != "train" && command != "verify") std::fprintf(stderr, "\n%s", kUsage);
+        if (!is_command(command)) std::fprintf(stderr, "\n%s", kUsage);
       }
       return kExitUsage;
     }

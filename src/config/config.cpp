@@ -5,23 +5,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "pipeline/schedule.h"
+#include "data/tokenizer.h"
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
 
 namespace trident {
-
-int64_t ModelConfig::non_embedding_positional_params() const {
-  const int64_t d = d_model;
-  const int64_t per_layer = 12 * d * d + 13 * d;  // qkv 3d^2+3d, proj d^2+d, fc 4d^2+4d, fc proj 4d^2+d, 2 LN 4d
-  return static_cast<int64_t>(vocab_size) * d + n_layer * per_layer + 2 * d;
-}
-
-double ModelConfig::flops_per_token() const {
-  return 6.0 * static_cast<double>(non_embedding_positional_params()) +
-         12.0 * n_layer * static_cast<double>(seq_len) * d_model;
-}
 
 namespace {
 
@@ -36,13 +25,28 @@ po::options_description config_options(Config& c) {
   auto& l = c.log;
   auto& ck = c.checkpoint;
   o.add_options()
-      ("model.family", po::value(&m.family)->default_value(m.family), "model family (gpt2)")
+      ("model.family", po::value(&m.family)->default_value(m.family), "model family: gpt2 or llama")
       ("model.n_layer", po::value(&m.n_layer)->default_value(m.n_layer), "transformer blocks")
-      ("model.n_head", po::value(&m.n_head)->default_value(m.n_head), "attention heads")
+      ("model.n_head", po::value(&m.n_head)->default_value(m.n_head), "attention (query) heads")
+      ("model.n_kv_head", po::value(&m.n_kv_head)->default_value(m.n_kv_head),
+       "key/value heads, grouped-query attention (0: n_head; llama)")
       ("model.d_model", po::value(&m.d_model)->default_value(m.d_model), "model width")
+      ("model.ffn_dim", po::value(&m.ffn_dim)->default_value(m.ffn_dim),
+       "MLP hidden width (0: 4 d_model for gpt2, 2/3 of it rounded up to 256 for llama)")
       ("model.seq_len", po::value(&m.seq_len)->default_value(m.seq_len), "context length")
       ("model.vocab_size", po::value(&m.vocab_size)->default_value(m.vocab_size), "vocabulary size")
-      ("model.layernorm_eps", po::value(&m.layernorm_eps)->default_value(m.layernorm_eps), "LayerNorm epsilon")
+      ("model.norm_eps", po::value(&m.norm_eps)->default_value(m.norm_eps), "LayerNorm (gpt2) or RMSNorm (llama) epsilon")
+      ("model.rope_theta", po::value(&m.rope_theta)->default_value(m.rope_theta), "rotary base (llama)")
+      ("model.rope_scaling", po::value(&m.rope_scaling.type)->default_value(m.rope_scaling.type),
+       "rotary frequency scaling: none or llama3 (Llama 3.1)")
+      ("model.rope_factor", po::value(&m.rope_scaling.factor)->default_value(m.rope_scaling.factor),
+       "llama3 scaling: factor")
+      ("model.rope_low_freq_factor", po::value(&m.rope_scaling.low_freq_factor)->default_value(m.rope_scaling.low_freq_factor),
+       "llama3 scaling: low_freq_factor")
+      ("model.rope_high_freq_factor", po::value(&m.rope_scaling.high_freq_factor)->default_value(m.rope_scaling.high_freq_factor),
+       "llama3 scaling: high_freq_factor")
+      ("model.rope_original_max_position", po::value(&m.rope_scaling.original_max_position)->default_value(m.rope_scaling.original_max_position),
+       "llama3 scaling: original_max_position_embeddings")
       ("parallel.dp", po::value(&p.dp)->default_value(p.dp), "data-parallel size (0: world / (tp*pp))")
       ("parallel.tp", po::value(&p.tp)->default_value(p.tp), "tensor-parallel size")
       ("parallel.pp", po::value(&p.pp)->default_value(p.pp), "pipeline-parallel stages")
@@ -68,9 +72,16 @@ po::options_description config_options(Config& c) {
       ("train.device", po::value(&t.device)->default_value(t.device), "cpu or cuda")
       ("train.precision", po::value(&t.precision)->default_value(t.precision),
        "fp32, bf16 (bf16 compute, fp32 master weights; emulated on cpu) or auto (bf16 on cuda)")
-      ("data.path", po::value(&d.path)->default_value(d.path), "text file or directory of text files")
-      ("data.tokenizer", po::value(&d.tokenizer)->default_value(d.tokenizer), "byte")
+      ("data.path", po::value(&d.path)->default_value(d.path),
+       "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"")
+      ("data.tokenizer", po::value(&d.tokenizer)->default_value(d.tokenizer),
+       "byte, gpt2, llama3 or sentencepiece (training: byte for now; 'trident tokenize' takes all)")
+      ("data.tokenizer_path", po::value(&d.tokenizer_path)->default_value(d.tokenizer_path),
+       "gpt2: folder with encoder.json + vocab.bpe, or a .tiktoken file; llama3: tokenizer.model; "
+       "sentencepiece: a .model file")
       ("data.val_fraction", po::value(&d.val_fraction)->default_value(d.val_fraction), "fraction of documents held out")
+      ("data.val_path", po::value(&d.val_path)->default_value(d.val_path),
+       "a validation dataset of its own, any data.path form (empty: val_fraction of data.path)")
       ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every_steps", po::value(&ck.every_steps)->default_value(ck.every_steps), "save every N steps (0: on signals only)")
       ("checkpoint.keep_last", po::value(&ck.keep_last)->default_value(ck.keep_last), "complete checkpoints kept (0: all)")
@@ -81,6 +92,8 @@ po::options_description config_options(Config& c) {
       ("log.every_steps", po::value(&l.every_steps)->default_value(l.every_steps), "log every N steps")
       ("log.val_every_steps", po::value(&l.val_every_steps)->default_value(l.val_every_steps), "validation every N steps (0: at the end)")
       ("log.val_batches", po::value(&l.val_batches)->default_value(l.val_batches), "validation batches per evaluation")
+      ("log.sample_every_steps", po::value(&l.sample_every_steps)->default_value(l.sample_every_steps),
+       "print a greedy sample of the model every N steps (0: never)")
       ("log.peak_gflops", po::value(&l.peak_gflops)->default_value(l.peak_gflops), "peak GFLOP/s for MFU (0: measure)");
   return o;
 }
@@ -102,13 +115,14 @@ void Config::validate() const {
   const auto positive = [](auto value, const char* key) {
     require(value > 0, std::string(key) + " must be positive, got " + std::to_string(value));
   };
-  require(model.family == "gpt2", "model.family must be gpt2, got '" + model.family + "'");
   positive(model.n_layer, "model.n_layer");
   positive(model.n_head, "model.n_head");
   positive(model.d_model, "model.d_model");
   positive(model.seq_len, "model.seq_len");
   positive(model.vocab_size, "model.vocab_size");
-  positive(model.layernorm_eps, "model.layernorm_eps");
+  positive(model.norm_eps, "model.norm_eps");
+  require(model.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0: n_head)");
+  require(model.ffn_dim >= 0, "model.ffn_dim must be >= 0 (0: the family's default)");
   require(model.d_model % model.n_head == 0,
           "model.d_model (" + std::to_string(model.d_model) + ") must be a multiple of model.n_head (" +
               std::to_string(model.n_head) + ")");
@@ -116,7 +130,6 @@ void Config::validate() const {
   positive(parallel.tp, "parallel.tp");
   positive(parallel.pp, "parallel.pp");
   positive(parallel.timeout_s, "parallel.timeout_s");
-  parse_schedule(parallel.schedule);
   require(parallel.zero == 0 || parallel.zero == 1, "parallel.zero must be 0 or 1 (ZeRO-1)");
   positive(parallel.bucket_mb, "parallel.bucket_mb");
   require(parallel.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0 (0: from MPI)");
@@ -135,7 +148,10 @@ void Config::validate() const {
   require(train.device == "cpu" || train.device == "cuda", "train.device must be cpu or cuda, got '" + train.device + "'");
   require(train.precision == "auto" || train.precision == "fp32" || train.precision == "bf16",
           "train.precision must be fp32, bf16 or auto, got '" + train.precision + "'");
-  require(data.tokenizer == "byte", "data.tokenizer must be byte, got '" + data.tokenizer + "'");
+  require(is_tokenizer_kind(data.tokenizer),
+          "data.tokenizer must be " + std::string(tokenizer_kinds()) + ", got '" + data.tokenizer + "'");
+  require(data.tokenizer == "byte" || !data.tokenizer_path.empty(),
+          "data.tokenizer=" + data.tokenizer + " needs data.tokenizer_path (its tokenizer file or folder)");
   require(data.val_fraction >= 0 && data.val_fraction < 1, "data.val_fraction must lie in [0, 1)");
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
@@ -143,16 +159,13 @@ void Config::validate() const {
   positive(log.every_steps, "log.every_steps");
   require(log.val_every_steps >= 0, "log.val_every_steps must be >= 0");
   require(log.val_batches >= 0, "log.val_batches must be >= 0");
+  require(log.sample_every_steps >= 0, "log.sample_every_steps must be >= 0");
   require(log.peak_gflops >= 0, "log.peak_gflops must be >= 0");
 }
 
 void Config::resolve_layout(int world_size) {
   const ParallelDims d = ParallelDims::resolve(world_size, parallel.dp, parallel.pp, parallel.tp);
   parallel.dp = d.dp;
-  stage_layer_counts(model.n_layer, parallel.pp, parallel.pp_layers);  // throws if they cannot work
-  require(model.n_head % parallel.tp == 0, "parallel.tp (" + std::to_string(parallel.tp) +
-                                               ") must divide model.n_head (" + std::to_string(model.n_head) +
-                                               "): attention heads are split over tp");
   require(train.global_batch % parallel.dp == 0,
           "train.global_batch (" + std::to_string(train.global_batch) + ") must be a multiple of dp (" +
               std::to_string(parallel.dp) + ")");
@@ -179,7 +192,8 @@ std::string Config::to_ini() const {
   return out.str();
 }
 
-CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args) {
+CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args,
+                               const std::string& defaults_ini) {
   CommandLine cl;
   cl.command = command;
   std::string config_file, device;
@@ -208,6 +222,10 @@ CommandLine parse_command_line(const std::string& command, const std::vector<std
       std::ifstream in(file);
       require(in.good(), "cannot read config file '" + file + "'");
       // Stored after the flags: po::store keeps the first value, so flags win.
+      po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), vm);
+    }
+    if (!defaults_ini.empty()) {  // below the file and the flags
+      std::istringstream in(defaults_ini);
       po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);

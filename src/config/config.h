@@ -6,29 +6,37 @@
 #include <cstdint>
 #include <string>
 
-#include "parallel/parallel_dims.h"
 #include <vector>
+
+#include "parallel/parallel_dims.h"
 
 namespace trident {
 
+// Llama 3.1's rotary frequency scaling (Hugging Face's rope_scaling, rope_type "llama3").
+struct RopeScaling {
+  std::string type = "none";        // none | llama3
+  double factor = 8;                // how much slower the low frequencies turn
+  double low_freq_factor = 1;       // wavelengths above original_max_position / this: scaled
+  double high_freq_factor = 4;      // below original_max_position / this: kept
+  int original_max_position = 8192;
+};
+
+// The model's shape; what the family makes of it (norm, positions, MLP, names):
+// model/transformer_spec.h.
 struct ModelConfig {
-  std::string family = "gpt2";  // only gpt2 for now
+  std::string family = "gpt2";  // gpt2 | llama
   int n_layer = 4;               // transformer blocks
-  int n_head = 4;                // attention heads; d_model % n_head == 0
+  int n_head = 4;                // attention (query) heads; d_model % n_head == 0
+  int n_kv_head = 0;             // key/value heads (grouped-query attention); 0: n_head
   int d_model = 128;             // width of the residual stream
+  int ffn_dim = 0;               // MLP hidden width; 0: 4 d (gpt2), 2/3 of 4 d rounded up to 256 (llama)
   int seq_len = 128;             // context length T
   int vocab_size = 256;          // real vocabulary V (256 = byte-level tokens)
-  double layernorm_eps = 1e-5;
+  double norm_eps = 1e-5;        // LayerNorm (gpt2) or RMSNorm (llama) epsilon
+  double rope_theta = 10000;     // rotary base (llama)
+  RopeScaling rope_scaling;      // llama
 
   int head_dim() const { return d_model / n_head; }
-  // Rows of wte and columns of the logits: V rounded up to a multiple of 64 per
-  // tensor-parallel shard, so that each shard is whole vector tiles; padded logits are
-  // masked out of the softmax.
-  int padded_vocab(int tp = 1) const { return (vocab_size + 64 * tp - 1) / (64 * tp) * (64 * tp); }
-  // Parameters without wpe, as the MFU formula 6N + 12 L T d counts them.
-  int64_t non_embedding_positional_params() const;
-  // Model FLOPs per trained token: 6N + 12 L T d.
-  double flops_per_token() const;
 };
 
 struct ParallelConfig {
@@ -66,9 +74,14 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string path = "/usr/share/games/fortunes";  // text file or directory
-  std::string tokenizer = "byte";                   // byte-level until BPE lands
+  // A Megatron dataset prefix, llm.c shards (a glob), text (a file or folder), or a blend
+  // "w1 p1 w2 p2" (data/token_dataset.h).
+  std::string path = "/usr/share/games/fortunes";
+  std::string tokenizer = "byte";                   // byte | gpt2 | llama3 | sentencepiece (data/tokenizer.h)
+  std::string tokenizer_path;                       // gpt2: folder of encoder.json + vocab.bpe, or .tiktoken;
+                                                    // llama3: tokenizer.model; sentencepiece: .model
   double val_fraction = 0.05;                       // held-out tail of the documents
+  std::string val_path;                             // a validation dataset of its own (instead of val_fraction)
 };
 
 struct CheckpointConfig {
@@ -85,6 +98,7 @@ struct LogConfig {
   int every_steps = 10;                  // print/log every N steps (and the last)
   int val_every_steps = 0;               // validation loss every N steps; 0: at the end only
   int val_batches = 4;                   // batches of the validation split per evaluation
+  int sample_every_steps = 0;            // print a greedy sample of the model every N steps; 0: never
   double peak_gflops = 0;                // for MFU; 0: measure sgemm at start
 };
 
@@ -116,6 +130,8 @@ struct CommandLine {
   std::string reference;  // verify: --reference FILE.h5
 };
 
-CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args);
+// defaults_ini: INI text below the config file and the flags (a checkpoint's config).
+CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args,
+                               const std::string& defaults_ini = "");
 
 }  // namespace trident

@@ -45,10 +45,10 @@ void MetricsLog::log_step(const StepMetrics& m) {
 }
 
 void MetricsLog::log_validation(int step, double val_loss) {
-  std::printf("step %d | val loss %.4f\n", step, val_loss);
+  std::printf("step %d | val loss %.4f | perplexity %.2f\n", step, val_loss, std::exp(val_loss));
   std::fflush(stdout);
   if (!jsonl_.is_open()) return;
-  jsonl_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() << "\n";
+  jsonl_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}, {"val_perplexity", std::exp(val_loss)}}.dump() << "\n";
   jsonl_.flush();
 }
 

@@ -1,3 +1,6 @@
+// `trident train`, in named pieces: the data, the setup (shared with verify and the
+// tests: train/setup.h), where training starts, the startup report, and per step the
+// work, the log line, the checkpoint or stop, and the validation.
 #include "train/trainer.h"
 
 #include <omp.h>
@@ -6,22 +9,22 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include "ckpt/checkpoint.h"
-#include "data/text_corpus.h"
-#include "parallel/agreement.h"
-#include "parallel/data_parallel.h"
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
 #include "kernels/kernels.h"
-#include "model/gpt2.h"
-#include "optim/adamw.h"
+#include "model/transformer_spec.h"
 #include "optim/lr_schedule.h"
+#include "parallel/agreement.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 #include "runtime/stop_signal.h"
 #include "runtime/timer.h"
 #include "train/metrics_log.h"
-#include "train/pipeline_plan.h"
-#include "train/step_runner.h"
+#include "train/inference.h"
+#include "train/setup.h"
 
 namespace trident {
 
@@ -35,6 +38,38 @@ std::string format_loss(double loss) {
   char text[32];
   std::snprintf(text, sizeof text, "%.4f", loss);
   return text;
+}
+
+// ---- data: every rank opens it and takes its slice of each global batch ----
+TrainingData load_data(const Config& config, ParallelState& parallel, std::unique_ptr<Tokenizer>& tokenizer) {
+  TrainingData data;
+  run_collectively([&] {
+    const DataConfig& d = config.data;
+    tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
+    data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer);
+    // Every id the data holds must be a row of the embedding.
+    require(tokenizer->vocab_size() <= config.model.vocab_size,
+            "model.vocab_size (" + std::to_string(config.model.vocab_size) + ") is smaller than the " +
+                tokenizer->kind() + " tokenizer's vocabulary (" + std::to_string(tokenizer->vocab_size()) + ")");
+    require(data.max_token < config.model.vocab_size,
+            "the data holds token id " + std::to_string(data.max_token) + ", beyond model.vocab_size (" +
+                std::to_string(config.model.vocab_size) + "): " + data.description);
+    BatchSampler check_enough(data.train, config.model.seq_len, config.train.seed, kTrainStream);
+  });
+  if (parallel.is_root())
+    std::printf("data: %s; %llu train / %llu val tokens; unigram entropy %.4f nats\n", data.description.c_str(),
+                static_cast<unsigned long long>(data.train.tokens()), static_cast<unsigned long long>(data.val.tokens()),
+                data.unigram_entropy);
+  return data;
+}
+
+// Whether every range of a split holds at least one sequence (a tiny validation split
+// may not, and is then skipped).
+bool has_sequences(const Split& split, int seq_len) {
+  if (split.ranges.empty()) return false;
+  for (const TokenRange& r : split.ranges)
+    if (r.size() <= static_cast<uint64_t>(seq_len) + 1) return false;
+  return true;
 }
 
 // Mean loss over `batches` fixed validation batches (the same ones at every
@@ -59,7 +94,7 @@ bool stop_requested(ParallelState& parallel) {
 
 // Where training starts: a checkpoint (checkpoint.load, else the latest under
 // checkpoint.dir, if any), or exported parameters (checkpoint.init_from), or step 0.
-int restore(const Config& config, ParallelState& parallel, GPT2& model, Checkpointer& checkpointer) {
+int restore(const Config& config, ParallelState& parallel, Transformer& model, Checkpointer& checkpointer) {
   const CheckpointConfig& cc = config.checkpoint;
   std::string chosen;
   run_collectively([&] {
@@ -85,10 +120,56 @@ int restore(const Config& config, ParallelState& parallel, GPT2& model, Checkpoi
     return step;
   }
   if (!cc.init_from.empty()) {
-    run_collectively([&] { init_parameters_from(model, cc.init_from); });
+    run_collectively([&] { init_parameters_from(model.parameters(), cc.init_from); });
     if (parallel.is_root()) std::printf("parameters initialized from %s\n", cc.init_from.c_str());
   }
   return 0;
+}
+
+// The GEMM rate MFU is measured against: from the config, or measured on rank 0 with
+// the others idle at the reduction, so ranks sharing the machine do not slow each other.
+// A GPU needs large matrices to reach its peak; a CPU core is there at 1024.
+double gemm_peak_gflops(const Config& config, ParallelState& parallel, kernels::Kernels& k) {
+  double peak = config.log.peak_gflops;
+  if (peak > 0) return peak;
+  const bool cuda = config.train.device == "cuda";
+  if (parallel.is_root()) peak = k.measure_gemm_gflops(cuda ? 8192 : 1024, cuda ? 1.0 : 0.3);
+  return parallel.world().all_reduce(peak, ReduceOp::max);
+}
+
+void print_startup(const Config& config, ParallelState& parallel, TrainingSetup& s, kernels::Kernels& k,
+                   double peak_gflops, double setup_s) {
+  const TransformerSpec& spec = s.model.spec();
+  const int tp = parallel.dims().tp, dp = parallel.dims().dp;
+  const double floats = static_cast<double>(s.model.layout().total_floats());
+  std::printf("model: %s (vocabulary padded to %d): %.2fM parameters, %.2fM on this rank (1/%d of the split tensors), "
+              "%.1f MFLOP/token\n",
+              spec.describe().c_str(), spec.padded_vocab(tp), parameter_count(spec) / 1e6, floats / 1e6, tp,
+              flops_per_token(spec) / 1e6);
+  char compute_copy[64] = "";  // none under fp32: the layers read the parameters
+  if (s.model.compute_weight_bytes() > 0)
+    std::snprintf(compute_copy, sizeof compute_copy, " + %.3f GiB bf16 compute copy",
+                  gib(static_cast<double>(s.model.compute_weight_bytes())));
+  std::printf("memory per rank: parameters %.3f GiB (fp32)%s, gradients %.3f GiB, "
+              "optimizer state %.3f GiB%s, activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
+              gib(floats * 4), compute_copy, gib(floats * 4), gib(static_cast<double>(s.optimizer.state_floats()) * 4),
+              s.data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "", gib(static_cast<double>(s.model.activation_bytes())),
+              config.train.micro_batch, gib(static_cast<double>(resident_bytes())));
+  std::printf("batch: %d sequences per step = %d dp x %d micro-batches x %d; %zu gradient buckets of <= %.0f MiB%s\n",
+              config.train.global_batch, dp, s.local_batch / config.train.micro_batch, config.train.micro_batch,
+              s.data_parallel.buckets().size(), config.parallel.bucket_mb,
+              config.parallel.overlap ? ", reduced during backward" : "");
+  if (parallel.dims().pp > 1)
+    std::printf("pipeline: %d stages, layers %s, schedule %s; stage 0 holds layers %d..%d and %d activation sets\n",
+                parallel.dims().pp, config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
+                config.parallel.schedule.c_str(), s.plan.stage.first_layer,
+                s.plan.stage.first_layer + s.plan.stage.layers - 1, s.plan.slots);
+  if (s.shared_heads != nullptr)
+    std::printf("tensor parallel: %d key/value heads over tp %d: each held by %d ranks, their gradients summed\n",
+                spec.n_kv_head, tp, s.shared_heads->size());
+  std::printf("device: %s, %s, %d threads per rank, GEMM peak %.1f GFLOP/s per rank (%s); setup %.2f s\n",
+              k.name().c_str(), kernels::precision_name(k.precision()), omp_get_max_threads(), peak_gflops,
+              config.log.peak_gflops > 0 ? "from config" : "measured", setup_s);
 }
 
 // Fault injection for the timeout test: TRIDENT_TEST_STALL_RANK=r makes rank r stop
@@ -102,152 +183,183 @@ void maybe_stall(int rank, int step) {
   while (true) pause();
 }
 
+// What one optimizer step measured.
+struct StepOutcome {
+  double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
+  GradientNorm norm;
+};
+
+// The step's work: this rank's slice of the global batch, gradients, update.
+StepOutcome run_step(int step, const Config& config, ParallelState& parallel, TrainingSetup& s,
+                     const BatchSampler& sampler, const LearningRateSchedule& schedule, std::vector<int32_t>& inputs,
+                     std::vector<int32_t>& targets) {
+  Timer timer;
+  StepOutcome o;
+  sampler.fill(step, parallel.coords().dp * s.local_batch, s.local_batch, inputs, targets);
+  o.data_seconds = timer.seconds();
+  o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
+  o.lr = schedule.at(step);
+  o.norm = s.runner.update(o.lr, config.train.grad_clip);
+  o.seconds = timer.seconds();
+  return o;
+}
+
+// The per-step work after the step itself: the log line, the checkpoint (when due or
+// asked for by a signal) and the stop, the validation.
+class StepEnd {
+ public:
+  StepEnd(const Config& config, ParallelState& parallel, TrainingSetup& s, Checkpointer& checkpointer,
+          const TrainingData& data, const Tokenizer& tokenizer, double peak_gflops, TrainResult& result)
+      : config_(config), parallel_(parallel), s_(s), checkpointer_(checkpointer), data_(data), tokenizer_(tokenizer),
+        result_(result), log_(parallel.is_root() ? config.log.run_dir : ""),
+        flops_per_token_(flops_per_token(s.model.spec())),
+        tokens_per_step_(static_cast<double>(config.train.global_batch) * config.model.seq_len),
+        peak_total_(peak_gflops * parallel.dims().world()),
+        have_val_(has_sequences(data.val, config.model.seq_len) && config.log.val_batches > 0) {}
+
+  bool have_val() const { return have_val_; }
+  const MetricsLog& log() const { return log_; }
+
+  // Accounts the step and prints its line when due (rank 0).
+  void record(int step, int start_step, const StepOutcome& o) {
+    const TrainConfig& tc = config_.train;
+    result_.step_time_s += o.seconds;
+    result_.data_wait_s += o.data_seconds;
+    result_.comm_wait_s += s_.runner.comm_wait_s();
+    time_per_step_ = step == start_step ? o.seconds : 0.9 * time_per_step_ + 0.1 * o.seconds;
+    if (step == start_step) result_.first_loss = o.loss;
+    result_.last_loss = o.loss;
+    result_.tokens_per_s = tokens_per_step_ / o.seconds;
+    result_.mfu = flops_per_token_ * tokens_per_step_ / o.seconds / (peak_total_ * 1e9);
+    const bool last = step + 1 == tc.steps;
+    if (!parallel_.is_root() || !((step + 1) % config_.log.every_steps == 0 || step == 0 || last)) return;
+    StepMetrics m;
+    m.step = step + 1;
+    m.total_steps = tc.steps;
+    m.loss = o.loss;
+    m.lr = o.lr;
+    m.grad_norm = o.norm.norm;
+    m.tokens_per_s = result_.tokens_per_s;
+    m.mfu = result_.mfu;
+    m.step_time_s = o.seconds;
+    m.comm_wait_s = s_.runner.comm_wait_s();
+    m.memory_gib = gib(static_cast<double>(resident_bytes()));
+    m.eta_s = time_per_step_ * (tc.steps - step - 1);
+    log_.log_step(m);
+  }
+
+  // Saves a checkpoint when due or when a stop signal arrived on any rank; true: stop.
+  bool checkpoint_or_stop(int step) {
+    const CheckpointConfig& cc = config_.checkpoint;
+    const bool last = step + 1 == config_.train.steps;
+    checkpointer_.poll();
+    const bool stop = stop_requested(parallel_);
+    if (!cc.dir.empty() && ((cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last)) || stop)) {
+      checkpointer_.save(step + 1);
+      if (parallel_.is_root() && cc.async)
+        std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1,
+                    checkpointer_.last_stall_s());
+    }
+    if (!stop) return false;
+    checkpointer_.finish();
+    if (parallel_.is_root())
+      std::printf("stopping after step %d on a signal%s\n", step + 1,
+                  cc.dir.empty() ? " (no checkpoint.dir: nothing saved)" : ", checkpoint saved");
+    return true;
+  }
+
+  // The validation loss when due, and after the last step.
+  void validate_if_due(int step) {
+    const bool due = config_.log.val_every_steps > 0 && (step + 1) % config_.log.val_every_steps == 0;
+    if (!have_val_ || !(due || step + 1 == config_.train.steps)) return;
+    const BatchSampler val_sampler(data_.val, config_.model.seq_len, config_.train.seed, kValStream);
+    result_.val_loss = validation_loss(s_.runner, val_sampler, config_.log.val_batches, config_.train.global_batch,
+                                       parallel_);
+    if (parallel_.is_root()) log_.log_validation(step + 1, result_.val_loss);
+  }
+
+  // A greedy continuation of the first tokens of the validation split (else of the
+  // training split) when due: what the model has learned, for a person to read.
+  void sample_if_due(int step) {
+    const int every = config_.log.sample_every_steps;
+    if (every <= 0 || ((step + 1) % every != 0 && step + 1 != config_.train.steps)) return;
+    const TokenRange& r = (data_.val.ranges.empty() ? data_.train : data_.val).ranges.front();
+    std::vector<int32_t> prompt(static_cast<size_t>(std::min<uint64_t>(16, r.size())));
+    r.dataset->read(r.begin, prompt.size(), prompt.data());
+    SamplingSettings greedy;
+    greedy.max_tokens = 48;
+    const std::vector<int32_t> out = generate_tokens(s_.runner, prompt, config_.model.seq_len, greedy,
+                                                     tokenizer_.special_tokens().eos);
+    if (parallel_.is_root()) {
+      const std::string start = tokenizer_.decode(prompt);
+      std::vector<int32_t> all = prompt;
+      all.insert(all.end(), out.begin(), out.end());
+      const std::string whole = tokenizer_.decode(all);
+      // The prompt, then what the model made of it.
+      std::printf("step %d | sample: %s|%s\n", step + 1, printable(start).c_str(),
+                  printable(whole.substr(std::min(start.size(), whole.size()))).c_str());
+    }
+  }
+
+ private:
+  const Config& config_;
+  ParallelState& parallel_;
+  TrainingSetup& s_;
+  Checkpointer& checkpointer_;
+  const TrainingData& data_;
+  const Tokenizer& tokenizer_;
+  TrainResult& result_;
+  MetricsLog log_;
+  const double flops_per_token_, tokens_per_step_, peak_total_;
+  const bool have_val_;
+  double time_per_step_ = 0;  // smoothed, for the ETA
+};
+
 }  // namespace
 
 TrainResult train(const Config& config, ParallelState& parallel) {
-  const ModelConfig& mc = config.model;
   const TrainConfig& tc = config.train;
-  const bool root = parallel.is_root();
-  const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
-  const int local_batch = tc.global_batch / dp;
   std::unique_ptr<kernels::Kernels> k =
       kernels::make_kernels(tc.device, kernels::parse_precision(tc.resolved_precision()));
   enable_graceful_stop();  // from here on a stop signal is honoured at the next step's end
 
-  // ---- data: every rank reads the text and takes its slice of each global batch ----
-  TextCorpus corpus;
-  run_collectively([&] {
-    corpus = load_text_corpus(config.data.path, config.data.val_fraction);
-    require(mc.vocab_size >= 256, "model.vocab_size must be at least 256 for byte-level tokens");
-    BatchSampler check_enough_text(corpus.train, mc.seq_len, tc.seed, kTrainStream);
-  });
-  const BatchSampler train_sampler(corpus.train, mc.seq_len, tc.seed, kTrainStream);
-  const bool have_val = corpus.val.size() > static_cast<size_t>(mc.seq_len) + 1 && config.log.val_batches > 0;
+  std::unique_ptr<Tokenizer> tokenizer;
+  const TrainingData data = load_data(config, parallel, tokenizer);
+  const BatchSampler train_sampler(data.train, config.model.seq_len, tc.seed, kTrainStream);
   TrainResult result;
-  result.unigram_entropy = corpus.unigram_entropy();
-  if (root)
-    std::printf("data: %s: %zu files, %zu documents, %zu train / %zu val tokens (bytes); unigram entropy %.4f nats\n",
-                config.data.path.c_str(), corpus.files, corpus.documents, corpus.train.size(),
-                corpus.val.size(), result.unigram_entropy);
+  result.unigram_entropy = data.unigram_entropy;
 
-  // ---- model and optimizer, every buffer allocated here, once ----
-  Timer setup;
-  const PipelinePlan plan = plan_pipeline(config, parallel, local_batch, tc.micro_batch);
-  GPT2 model(mc, tc.micro_batch, *k, TensorParallel(parallel.tp()), dp, plan.stage, plan.slots);
-  model.init_parameters(tc.seed);
-  DataParallel data_parallel(parallel.dp(), *k, model.layout().total_floats(), config.parallel.bucket_mb,
-                             config.parallel.zero == 1, config.parallel.overlap);
-  AdamW optimizer(model.layout(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay}, *k, data_parallel.owned());
-  StepRunner runner(model, optimizer, data_parallel, parallel.dp(), *k, plan.links);
-  const CheckpointConfig& cc = config.checkpoint;
-  Checkpointer checkpointer(config, parallel, model, optimizer, data_parallel);
-  const int start_step = restore(config, parallel, model, checkpointer);
+  Timer setup_time;
+  TrainingSetup s(config, parallel, *k);
+  s.model.init_parameters(tc.seed);
+  Checkpointer checkpointer(config, parallel, s.model.parameters(), s.optimizer, s.data_parallel);
+  checkpointer.set_data(data.fingerprint);
+  const int start_step = restore(config, parallel, s.model, checkpointer);
   const LearningRateSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
-  double peak_gflops = config.log.peak_gflops;
-  if (peak_gflops == 0) {
-    // Measured on rank 0 with the others idle at the broadcast, so ranks sharing the
-    // machine do not slow each other down.
-    // A GPU needs large matrices to reach its peak; a CPU core is there at 1024.
-    if (root) peak_gflops = k->measure_gemm_gflops(tc.device == "cuda" ? 8192 : 1024, tc.device == "cuda" ? 1.0 : 0.3);
-    peak_gflops = parallel.world().all_reduce(peak_gflops, ReduceOp::max);
-  }
-  if (root) {
-    const double floats = static_cast<double>(model.layout().total_floats());
-    std::printf("model: gpt2 L%d H%d d%d T%d V%d (padded %d): %.2fM parameters on this rank (1/%d of the split "
-                "tensors), %.1f MFLOP/token\n",
-                mc.n_layer, mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size, mc.padded_vocab(parallel.dims().tp),
-                floats / 1e6, parallel.dims().tp, mc.flops_per_token() / 1e6);
-    char compute_copy[64] = "";  // none under fp32: the layers read the parameters
-    if (model.compute_weight_bytes() > 0)
-      std::snprintf(compute_copy, sizeof compute_copy, " + %.3f GiB bf16 compute copy",
-                    gib(static_cast<double>(model.compute_weight_bytes())));
-    std::printf("memory per rank: parameters %.3f GiB (fp32)%s, gradients %.3f GiB, "
-                "optimizer state %.3f GiB%s, activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
-                gib(floats * 4), compute_copy, gib(floats * 4),
-                gib(static_cast<double>(optimizer.state_floats()) * 4), data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "",
-                gib(static_cast<double>(model.activation_bytes())), tc.micro_batch,
-                gib(static_cast<double>(resident_bytes())));
-    std::printf("batch: %d sequences per step = %d dp x %d micro-batches x %d; %zu gradient buckets of <= %.0f MiB%s\n",
-                tc.global_batch, dp, local_batch / tc.micro_batch, tc.micro_batch, data_parallel.buckets().size(),
-                config.parallel.bucket_mb, config.parallel.overlap ? ", reduced during backward" : "");
-    if (parallel.dims().pp > 1)
-      std::printf("pipeline: %d stages, layers %s, schedule %s; stage 0 holds layers %d..%d and %d activation sets\n",
-                  parallel.dims().pp, config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
-                  config.parallel.schedule.c_str(), plan.stage.first_layer, plan.stage.first_layer + plan.stage.layers - 1,
-                  plan.slots);
-    std::printf("device: %s, %s, %d threads per rank, GEMM peak %.1f GFLOP/s per rank (%s); setup %.2f s\n",
-                k->name().c_str(), kernels::precision_name(k->precision()), omp_get_max_threads(), peak_gflops,
-                config.log.peak_gflops > 0 ? "from config" : "measured", setup.seconds());
-  }
+  const double peak_gflops = gemm_peak_gflops(config, parallel, *k);
+  if (parallel.is_root()) print_startup(config, parallel, s, *k, peak_gflops, setup_time.seconds());
 
-  // ---- the loop ----
-  MetricsLog log(root ? config.log.run_dir : "");
-  const int T = mc.seq_len;
-  const double tokens_per_step = static_cast<double>(tc.global_batch) * T;
-  const double peak_total = peak_gflops * parallel.dims().world();
+  StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak_gflops, result);
   std::vector<int32_t> inputs, targets;
-  double time_per_step = 0;
   for (int step = start_step; step < tc.steps; step++) {
     parallel.set_step(step);
     maybe_stall(parallel.rank(), step);
-    Timer timer;
-    train_sampler.fill(step, dp_rank * local_batch, local_batch, inputs, targets);
-    const double loss = runner.compute_gradients(inputs.data(), targets.data(), local_batch, tc.global_batch);
-    const double lr = schedule.at(step);
-    const GradientNorm norm = runner.update(lr, tc.grad_clip);
-    const double dt = timer.seconds();
-    result.step_time_s += dt;
-    result.comm_wait_s += runner.comm_wait_s();
-    time_per_step = step == start_step ? dt : 0.9 * time_per_step + 0.1 * dt;
-    if (step == start_step) result.first_loss = loss;
-    result.last_loss = loss;
-    result.tokens_per_s = tokens_per_step / dt;
-    result.mfu = mc.flops_per_token() * tokens_per_step / dt / (peak_total * 1e9);
-    const bool last = step + 1 == tc.steps;
-    if (root && ((step + 1) % config.log.every_steps == 0 || step == 0 || last)) {
-      StepMetrics m;
-      m.step = step + 1;
-      m.total_steps = tc.steps;
-      m.loss = loss;
-      m.lr = lr;
-      m.grad_norm = norm.norm;
-      m.tokens_per_s = result.tokens_per_s;
-      m.mfu = result.mfu;
-      m.step_time_s = dt;
-      m.comm_wait_s = runner.comm_wait_s();
-      m.memory_gib = gib(static_cast<double>(resident_bytes()));
-      m.eta_s = time_per_step * (tc.steps - step - 1);
-      log.log_step(m);
-    }
-    checkpointer.poll();
-    const bool stop = stop_requested(parallel);
-    if (!cc.dir.empty() && ((cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last)) || stop)) {
-      checkpointer.save(step + 1);
-      if (root && cc.async) std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1, checkpointer.last_stall_s());
-    }
-    if (stop) {
-      checkpointer.finish();
-      if (root)
-        std::printf("stopping after step %d on a signal%s\n", step + 1,
-                    cc.dir.empty() ? " (no checkpoint.dir: nothing saved)" : ", checkpoint saved");
-      return result;
-    }
-    const bool validate = config.log.val_every_steps > 0 && (step + 1) % config.log.val_every_steps == 0;
-    if (have_val && (validate || last)) {
-      const BatchSampler val_sampler(corpus.val, T, tc.seed, kValStream);
-      result.val_loss = validation_loss(runner, val_sampler, config.log.val_batches, tc.global_batch, parallel);
-      if (root) log.log_validation(step + 1, result.val_loss);
-    }
+    const StepOutcome o = run_step(step, config, parallel, s, train_sampler, schedule, inputs, targets);
+    end.record(step, start_step, o);
+    if (end.checkpoint_or_stop(step)) return result;
+    end.validate_if_due(step);
+    end.sample_if_due(step);
   }
   checkpointer.finish();
-  if (root)
+  if (parallel.is_root())
     std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
-                "dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",
+                "data wait %.2f%% and dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",
                 tc.steps, format_duration(result.step_time_s).c_str(), result.first_loss, result.last_loss,
-                result.unigram_entropy, have_val ? format_loss(result.val_loss).c_str() : "n/a",
+                result.unigram_entropy, end.have_val() ? format_loss(result.val_loss).c_str() : "n/a",
+                result.step_time_s > 0 ? 100.0 * result.data_wait_s / result.step_time_s : 0.0,
                 result.step_time_s > 0 ? 100.0 * result.comm_wait_s / result.step_time_s : 0.0,
-                gib(static_cast<double>(peak_resident_bytes())), log.path().empty() ? "" : ", metrics in ",
-                log.path().c_str());
+                gib(static_cast<double>(peak_resident_bytes())), end.log().path().empty() ? "" : ", metrics in ",
+                end.log().path().c_str());
   return result;
 }
 

@@ -11,6 +11,7 @@ struct TrainResult {
   double first_loss = 0, last_loss = 0, val_loss = 0, unigram_entropy = 0;
   double tokens_per_s = 0, mfu = 0;
   double comm_wait_s = 0;  // summed over steps: waiting for the data-parallel reduction
+  double data_wait_s = 0;  // summed over steps: drawing the batch from the data
   double step_time_s = 0;  // summed over steps
 };
 

@@ -180,7 +180,7 @@ TEST(Checkpoint, DamagedFilesAreNamedAndLatestFallsBack) {
   const CliRun other = run(kTrain + "--model.d_model=64 --train.steps=3 --checkpoint.load=" + dir + "/step_00000002" +
                            run_dir_flag(dir));
   EXPECT_EQ(other.exit_code, 2);
-  EXPECT_NE(other.err.find("holds a model L4 H4 d128"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("holds a model gpt2 L4 H4 d128"), std::string::npos) << other.err;
 }
 
 TEST(Checkpoint, AFullDiskFailsTheSaveAndKeepsThePreviousOne) {
@@ -231,6 +231,71 @@ TEST(Checkpoint, ExportThenInitFrom) {
   const auto a = read_canonical(read_manifest(dir + "/step_00000002"), "params");
   const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
   for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
+}
+
+// Llama the same way: the key/value heads shared by two ranks at tp 4 (2 heads), split
+// at tp 2; saved under one layout, resumed bit-exactly under the same one and with the
+// same losses under others, export and init_from, and neither family loads the other.
+const std::string kLlama = "train --config configs/tiny-llama.ini --train.global_batch=8 --log.every_steps=1 "
+                           "--log.val_batches=0 --log.peak_gflops=100 --train.micro_batch=2 ";
+
+TEST(Checkpoint, LlamaResumesExactlyAndReshards) {
+  const std::string whole = fresh_dir("llama_whole"), halves = fresh_dir("llama_halves");
+  const std::string tp4 = "--parallel.tp=4 ";
+  const CliRun a = run(kLlama + tp4 + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + whole +
+                           run_dir_flag(whole), kMpirun + "4", 120);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("each held by 2 ranks"), std::string::npos) << a.out;
+  const CliRun b1 = run(kLlama + tp4 + "--train.steps=2 --checkpoint.every_steps=2 --checkpoint.dir=" + halves +
+                            run_dir_flag(halves), kMpirun + "4", 120);
+  ASSERT_EQ(b1.exit_code, 0) << b1.err;
+  const CliRun b2 = run(kLlama + tp4 + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + halves +
+                            run_dir_flag(halves), kMpirun + "4", 120);
+  ASSERT_EQ(b2.exit_code, 0) << b2.err;
+  EXPECT_NE(b2.out.find("resumed from " + halves + "/step_00000002"), std::string::npos) << b2.out;
+  expect_identical(whole + "/step_00000004", halves + "/step_00000004");
+  // The checkpoint of step 2 under other layouts: one rank, (dp, tp, pp) = (1, 2, 2),
+  // dp 2 with ZeRO-1; each continues to the same losses as the tp-4 run did.
+  const auto reference = losses(a.out);
+  for (const std::string layout : {"1 --parallel.dp=1", "4 --parallel.tp=2 --parallel.pp=2",
+                                   "2 --parallel.dp=2 --parallel.zero=1"}) {
+    const std::string copy = fresh_dir("llama_reshard");
+    fs::create_directories(copy);
+    fs::copy(whole + "/step_00000002", copy + "/step_00000002", fs::copy_options::recursive);
+    const CliRun r = run(kLlama + layout.substr(2) + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy),
+                         kMpirun + layout.substr(0, 1), 120);
+    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
+    const auto l = losses(r.out);
+    ASSERT_EQ(l.size(), 2u) << layout << "\n" << r.out;
+    for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << layout << " step " << step;
+  }
+}
+
+TEST(Checkpoint, LlamaExportInitFromAndTheOtherFamilyRefused) {
+  const std::string llama = fresh_dir("llama_export"), again = fresh_dir("llama_again"), gpt2 = fresh_dir("gpt2_other");
+  ASSERT_EQ(run(kLlama + "--train.steps=2 --checkpoint.every_steps=2 --checkpoint.dir=" + llama + run_dir_flag(llama))
+                .exit_code, 0);
+  const std::string file = llama + "/exported.h5";
+  ASSERT_EQ(run("ckpt export --checkpoint.dir=" + llama + " --out=" + file).exit_code, 0);
+  const CliRun r = run(kLlama + "--train.steps=1 --train.lr=0 --train.min_lr=0 --checkpoint.every_steps=1 --parallel.tp=2 "
+                                "--checkpoint.init_from=" + file + " --checkpoint.dir=" + again + run_dir_flag(again),
+                       kMpirun + "2", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto a = read_canonical(read_manifest(llama + "/step_00000002"), "params");
+  const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
+  ASSERT_EQ(a.size(), 4u * 9 + 3);
+  for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
+  // A GPT-2 config on the Llama checkpoint, and on its export; a Llama config on a GPT-2
+  // checkpoint: one error naming model.family, exit 2, on every rank.
+  ASSERT_EQ(run(kTrain + "--train.steps=1 --checkpoint.every_steps=1 --checkpoint.dir=" + gpt2 + run_dir_flag(gpt2)).exit_code, 0);
+  for (const std::string& wrong : {kTrain + "--train.steps=3 --checkpoint.dir=" + llama,
+                                   kTrain + "--train.steps=3 --checkpoint.init_from=" + file,
+                                   kLlama + "--train.steps=3 --checkpoint.dir=" + gpt2}) {
+    const CliRun w = run(wrong + run_dir_flag(fresh_dir("wrong")), kMpirun + "2", 120);
+    EXPECT_EQ(w.exit_code, 2) << wrong << "\n" << w.err;
+    EXPECT_EQ(count(w.err, "trident: error:"), 1) << wrong << "\n" << w.err;
+    EXPECT_NE(w.err.find("model.family"), std::string::npos) << wrong << "\n" << w.err;
+  }
 }
 
 }  // namespace

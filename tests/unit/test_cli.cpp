@@ -85,6 +85,14 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --train.global_batch=16", "multiple of dp (3)"},          // dp does not divide the batch
       {"verify --reference tests/data/gpt2_ref_a.h5", "multiple of dp (3)"},  // batch 4 over 3 ranks
       {"train --train.global_batch=6 --data.path=/nonexistent/text", "/nonexistent/text"},  // seen while loading
+      // Llama shapes the family cannot have, and tp that fits neither way.
+      {"train --config configs/tiny-llama.ini --model.n_kv_head=3", "model.n_kv_head (3) must divide model.n_head (4)"},
+      {"train --config configs/tiny-llama.ini --model.n_head=8 --model.n_kv_head=2 --model.d_model=120",
+       "must be even"},  // head dimension 15
+      {"train --config configs/tiny-llama.ini --train.global_batch=15 --parallel.tp=3 --model.n_head=6 "
+       "--model.n_kv_head=2 --model.d_model=96 --model.ffn_dim=96", "do not fit"},  // 2 kv heads over 3 ranks
+      {"train --model.family=mamba", "model.family must be gpt2 or llama"},
+      {"verify --reference tests/data/llama_ref_a.h5 --parallel.tp=3", "parallel.tp (3) must divide model.n_head (4)"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun r = run(args, mpirun3, 60);
@@ -98,6 +106,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // The shipped reference (4 heads, batch 4) and, for sizes that are not powers of
   // two, one with 6 heads, width 96 and batch 6.
   const std::string a = "tests/data/gpt2_ref_a.h5", h6 = "tests/data/gpt2_ref_h6_v101.h5";
+  const std::string la = "tests/data/llama_ref_a.h5", lh6 = "tests/data/llama_ref_h6_kv3_v101.h5",
+                    lmqa = "tests/data/llama_ref_mqa_v61.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -125,6 +135,20 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {6, h6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1", "pp groups: {0,3} {1,4} {2,5}"},
       // Mixed precision (bf16 emulated on the CPU) in the 3D grid, against bf16 tolerances.
       {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.precision=bf16", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      // Llama (4 heads over 2 key/value heads): heads split at tp 2, shared by 2 ranks at
+      // tp 4; pipelines, the 3D grid, ZeRO, bf16; 6 heads over 3 at tp 3 and 6.
+      {2, la, "--parallel.tp=2", "tp groups: {0,1}"},
+      {4, la, "--parallel.tp=4", "tp groups: {0,1,2,3}"},
+      {4, la, "--parallel.tp=4 --train.precision=bf16", "tp groups: {0,1,2,3}"},
+      {2, la, "--parallel.pp=2 --train.micro_batch=1", "pp groups: {0,1}"},
+      {4, la, "--parallel.pp=4 --train.micro_batch=1 --parallel.schedule=gpipe", "pp groups: {0,1,2,3}"},
+      {4, la, "--parallel.zero=1", "dp groups: {0,1,2,3}"},
+      {8, la, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {8, la, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --parallel.zero=1 --train.precision=bf16",
+       "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {3, lh6, "--parallel.tp=3", "tp groups: {0,1,2}"},
+      {6, lh6, "--parallel.tp=6 --parallel.zero=0", "tp groups: {0,1,2,3,4,5}"},
+      {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=1", "dp groups: {0,2} {1,3}"},
   };
   for (const Layout& l : layouts) {
     const CliRun r = run("verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
