@@ -50,8 +50,11 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int NH, in
       for (int i = 0; i < rows; i++) {
         T* row = s + static_cast<size_t>(i) * T_;
         const int visible = r0 + i + 1;
+        // Vectorized (a max is exact in any order): the scalar loop cost as much as
+        // both GEMMs of a chunk.
         T max = row[0];
-        for (int j = 1; j < visible; j++) max = std::max(max, row[j]);
+#pragma omp simd reduction(max : max)
+        for (int j = 1; j < visible; j++) max = row[j] > max ? row[j] : max;
         T sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < visible; j++) {
