@@ -98,16 +98,7 @@ int run_prepare_command(const std::vector<std::string>& args) {
       "json_key", po::value(&json_key)->default_value(json_key), "the document's key in JSONL lines")(
       "train_tokenizer", po::value(&train_vocab)->default_value(0),
       "train a SentencePiece BPE of this vocabulary on the input first (PREFIX.model)");
-  std::vector<std::string> rest;
-  try {
-    po::variables_map vm;
-    const po::parsed_options parsed = po::command_line_parser(args).options(own).allow_unregistered().run();
-    po::store(parsed, vm);
-    po::notify(vm);
-    rest = po::collect_unrecognized(parsed.options, po::include_positional);
-  } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + "\n" + kUsage);
-  }
+  std::vector<std::string> rest = take_command_options(args, own, kUsage);
   auto watchdog = std::make_shared<Watchdog>();
   MpiCommunicator world(MPI_COMM_WORLD, "world", watchdog);
   const bool root = world.rank() == 0;

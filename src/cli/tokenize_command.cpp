@@ -69,16 +69,7 @@ int run_tokenize_command(const std::vector<std::string>& args) {
       "allow_special", po::bool_switch(&allow_special),
       "special-token strings in the text (<|endoftext|>, <|eot_id|>, ...) become their ids")(
       "decode", po::bool_switch(&decode), "read a JSON array of ids, print the text");
-  std::vector<std::string> rest;
-  try {
-    po::variables_map vm;
-    const po::parsed_options parsed = po::command_line_parser(args).options(own).allow_unregistered().run();
-    po::store(parsed, vm);
-    po::notify(vm);
-    rest = po::collect_unrecognized(parsed.options, po::include_positional);
-  } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + "\n" + kTokenizeUsage);
-  }
+  const std::vector<std::string> rest = take_command_options(args, own, kTokenizeUsage);
   if (help) {
     std::ostringstream text;
     text << kTokenizeUsage << "\n" << own;

@@ -192,6 +192,19 @@ std::string Config::to_ini() const {
   return out.str();
 }
 
+std::vector<std::string> take_command_options(const std::vector<std::string>& args, const po::options_description& own,
+                                              const std::string& usage) {
+  try {
+    po::variables_map vm;
+    const po::parsed_options parsed = po::command_line_parser(args).options(own).allow_unregistered().run();
+    po::store(parsed, vm);
+    po::notify(vm);
+    return po::collect_unrecognized(parsed.options, po::include_positional);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + (usage.empty() ? "" : "\n" + usage));
+  }
+}
+
 CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args,
                                const std::string& defaults_ini) {
   CommandLine cl;

@@ -8,6 +8,8 @@
 
 #include <vector>
 
+#include <boost/program_options/options_description.hpp>
+
 #include "parallel/parallel_dims.h"
 
 namespace trident {
@@ -129,6 +131,13 @@ struct CommandLine {
   std::string help_text;
   std::string reference;  // verify: --reference FILE.h5
 };
+
+// A command's own options (tokenize's --decode, prepare's --input, ...): parsed out of
+// `args`; what is left (config keys, --config) is returned for parse_command_line.
+// UsageError on a bad value, with `usage` appended.
+std::vector<std::string> take_command_options(const std::vector<std::string>& args,
+                                              const boost::program_options::options_description& own,
+                                              const std::string& usage = "");
 
 // defaults_ini: INI text below the config file and the flags (a checkpoint's config).
 CommandLine parse_command_line(const std::string& command, const std::vector<std::string>& args,

@@ -182,34 +182,18 @@ void load_checkpoint_run(CheckpointRun& run) {
   });
 }
 
-std::vector<std::string> own_options(const std::vector<std::string>& args, const po::options_description& own,
-                                     bool& help) {
-  std::vector<std::string> rest;
-  try {
-    po::variables_map vm;
-    const po::parsed_options parsed = po::command_line_parser(args).options(own).allow_unregistered().run();
-    po::store(parsed, vm);
-    po::notify(vm);
-    help = vm.count("help") > 0;
-    rest = po::collect_unrecognized(parsed.options, po::include_positional);
-  } catch (const po::error& e) {
-    throw UsageError(e.what());
-  }
-  return rest;
-}
-
 }  // namespace
 
 int run_eval_command(const std::vector<std::string>& args) {
   std::string split_name = "val";
+  bool help = false;
   uint64_t max_sequences = 0;
   po::options_description own("Options of 'trident eval' (and every config key)");
-  own.add_options()("help,h", "show this help")("split", po::value(&split_name)->default_value(split_name),
+  own.add_options()("help,h", po::bool_switch(&help), "show this help")("split", po::value(&split_name)->default_value(split_name),
                                                  "val (the held-out documents) or train")(
       "max_sequences", po::value(&max_sequences)->default_value(0),
       "at most this many windows of each dataset (0: all)");
-  bool help = false;
-  const std::vector<std::string> rest = own_options(args, own, help);
+  const std::vector<std::string> rest = take_command_options(args, own);
   if (help) {
     if (MpiRank() == 0) {
       std::ostringstream text;
@@ -242,14 +226,14 @@ int run_eval_command(const std::vector<std::string>& args) {
 int run_generate_command(const std::vector<std::string>& args) {
   std::string prompt;
   SamplingSettings s;
+  bool help = false;
   po::options_description own("Options of 'trident generate' (and every config key)");
-  own.add_options()("help,h", "show this help")("prompt", po::value(&prompt), "the text to continue")(
+  own.add_options()("help,h", po::bool_switch(&help), "show this help")("prompt", po::value(&prompt), "the text to continue")(
       "max_tokens", po::value(&s.max_tokens)->default_value(s.max_tokens), "tokens to generate")(
       "temperature", po::value(&s.temperature)->default_value(s.temperature), "0: greedy")(
       "top_k", po::value(&s.top_k)->default_value(s.top_k), "sample among the k most likely (0: all)")(
       "seed", po::value(&s.seed)->default_value(s.seed), "seed of the sampling");
-  bool help = false;
-  const std::vector<std::string> rest = own_options(args, own, help);
+  const std::vector<std::string> rest = take_command_options(args, own);
   if (help) {
     if (MpiRank() == 0) {
       std::ostringstream text;
