@@ -57,6 +57,17 @@ TEST(TrainingData, UnigramEntropyOfTheTrainingSplit) {
 TEST(TrainingData, MissingOrEmptyDataIsAUsageError) {
   EXPECT_THROW(open_training_data("/nonexistent/corpus", "", 0.1, *kBytes), UsageError);
   EXPECT_THROW(open_training_data("/nonexistent/shards_*.bin", "", 0.1, *kBytes), UsageError);
+  const std::string empty = testing::TempDir() + "trident_empty_dataset";
+  {
+    IndexedDatasetWriter w(empty, TokenType::uint16);
+    w.finish();  // a valid dataset of no documents
+  }
+  try {
+    open_training_data(empty, "", 0.1, *kBytes);
+    FAIL() << "trained on an empty dataset";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds no tokens"), std::string::npos) << e.what();
+  }
 }
 
 // An llm.c shard as dev/data/data_common.py writes it.
