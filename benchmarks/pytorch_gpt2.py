@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """The peer: PyTorch (Debian's python3-torch, float32, CPU) training the same GPT-2 as
 trident (pre-LN, GELU-tanh, tied embeddings, AdamW, random tokens). Prints one table row
-in the format of build/bench/throughput. Run with Debian's /usr/bin/python3."""
-import argparse, math, os, resource, time
+in the format of build/bench/throughput. Run with Debian's /usr/bin/python3; tuned:
+benchmarks/pytorch_tuned.sh /usr/bin/python3 benchmarks/pytorch_gpt2.py ..."""
+import argparse, math, os, time
 import torch
+from torch_peer import row
 
 p = argparse.ArgumentParser()
 p.add_argument("--layers", type=int, default=4)
@@ -13,6 +15,7 @@ p.add_argument("--seq", type=int, default=128)
 p.add_argument("--vocab", type=int, default=256)
 p.add_argument("--batch", type=int, default=16)
 p.add_argument("--steps", type=int, default=3)
+p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
 p.add_argument("--peak", type=float, default=0.0, help="sgemm peak GFLOP/s measured in the same run")
 p.add_argument("--threads", type=int, default=os.cpu_count())
 a = p.parse_args()
@@ -67,14 +70,11 @@ def step():
     opt.step()
 
 
-step()  # warm-up
+for _ in range(a.warmup):
+    step()
 t0 = time.perf_counter()
 for _ in range(a.steps):
     step()
 dt = (time.perf_counter() - t0) / a.steps
 n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
-gflops = (6 * n + 12 * L * T * d) * B * T / dt / 1e9
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-share = f"{100 * gflops / a.peak:.1f}%" if a.peak > 0 else "?"
-print(f"| PyTorch {torch.__version__} L{L} H{H} d{d} V{V} | {B} x {T} | {torch.get_num_threads()} | {dt:.3f} | "
-      f"{B * T / dt:.0f} | {gflops:.1f} | {a.peak:.1f} | {share} | {rss:.2f} | |")
+print(row(torch, f"gpt2 L{L} H{H} d{d} T{T} V{V}", B, T, dt, 6 * n + 12 * L * T * d, a.peak))
