@@ -1,6 +1,7 @@
 #include "config/config.h"
 
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +15,19 @@ namespace trident {
 
 namespace {
 
+// A key bound to its field, its default shown as a user writes it: doubles in their
+// shortest form that reads back exactly (1e-05, 0.1; Boost prints 1.0000000000000001e-05).
+template <class T>
+po::typed_value<T>* with_default(T* field) {
+  return po::value(field)->default_value(*field);
+}
+template <>
+po::typed_value<double>* with_default(double* field) {
+  char text[32];
+  const auto end = std::to_chars(text, text + sizeof text, *field).ptr;
+  return po::value(field)->default_value(*field, std::string(text, end));
+}
+
 // Every config key, bound to its field. One table for the INI file, the flags and
 // the printed config, so they cannot drift apart.
 po::options_description config_options(Config& c) {
@@ -25,76 +39,76 @@ po::options_description config_options(Config& c) {
   auto& l = c.log;
   auto& ck = c.checkpoint;
   o.add_options()
-      ("model.family", po::value(&m.family)->default_value(m.family), "model family: gpt2 or llama")
-      ("model.n_layer", po::value(&m.n_layer)->default_value(m.n_layer), "transformer blocks")
-      ("model.n_head", po::value(&m.n_head)->default_value(m.n_head), "attention (query) heads")
-      ("model.n_kv_head", po::value(&m.n_kv_head)->default_value(m.n_kv_head),
+      ("model.family", with_default(&m.family), "model family: gpt2 or llama")
+      ("model.n_layer", with_default(&m.n_layer), "transformer blocks")
+      ("model.n_head", with_default(&m.n_head), "attention (query) heads")
+      ("model.n_kv_head", with_default(&m.n_kv_head),
        "key/value heads, grouped-query attention (0: n_head; llama)")
-      ("model.d_model", po::value(&m.d_model)->default_value(m.d_model), "model width")
-      ("model.ffn_dim", po::value(&m.ffn_dim)->default_value(m.ffn_dim),
+      ("model.d_model", with_default(&m.d_model), "model width")
+      ("model.ffn_dim", with_default(&m.ffn_dim),
        "MLP hidden width (0: 4 d_model for gpt2, 2/3 of it rounded up to 256 for llama)")
-      ("model.seq_len", po::value(&m.seq_len)->default_value(m.seq_len), "context length")
-      ("model.vocab_size", po::value(&m.vocab_size)->default_value(m.vocab_size), "vocabulary size")
-      ("model.norm_eps", po::value(&m.norm_eps)->default_value(m.norm_eps), "LayerNorm (gpt2) or RMSNorm (llama) epsilon")
-      ("model.rope_theta", po::value(&m.rope_theta)->default_value(m.rope_theta), "rotary base (llama)")
-      ("model.rope_scaling", po::value(&m.rope_scaling.type)->default_value(m.rope_scaling.type),
+      ("model.seq_len", with_default(&m.seq_len), "context length")
+      ("model.vocab_size", with_default(&m.vocab_size), "vocabulary size")
+      ("model.norm_eps", with_default(&m.norm_eps), "LayerNorm (gpt2) or RMSNorm (llama) epsilon")
+      ("model.rope_theta", with_default(&m.rope_theta), "rotary base (llama)")
+      ("model.rope_scaling", with_default(&m.rope_scaling.type),
        "rotary frequency scaling: none or llama3 (Llama 3.1)")
-      ("model.rope_factor", po::value(&m.rope_scaling.factor)->default_value(m.rope_scaling.factor),
+      ("model.rope_factor", with_default(&m.rope_scaling.factor),
        "llama3 scaling: factor")
-      ("model.rope_low_freq_factor", po::value(&m.rope_scaling.low_freq_factor)->default_value(m.rope_scaling.low_freq_factor),
+      ("model.rope_low_freq_factor", with_default(&m.rope_scaling.low_freq_factor),
        "llama3 scaling: low_freq_factor")
-      ("model.rope_high_freq_factor", po::value(&m.rope_scaling.high_freq_factor)->default_value(m.rope_scaling.high_freq_factor),
+      ("model.rope_high_freq_factor", with_default(&m.rope_scaling.high_freq_factor),
        "llama3 scaling: high_freq_factor")
-      ("model.rope_original_max_position", po::value(&m.rope_scaling.original_max_position)->default_value(m.rope_scaling.original_max_position),
+      ("model.rope_original_max_position", with_default(&m.rope_scaling.original_max_position),
        "llama3 scaling: original_max_position_embeddings")
-      ("parallel.dp", po::value(&p.dp)->default_value(p.dp), "data-parallel size (0: world / (tp*pp))")
-      ("parallel.tp", po::value(&p.tp)->default_value(p.tp), "tensor-parallel size")
-      ("parallel.pp", po::value(&p.pp)->default_value(p.pp), "pipeline-parallel stages")
-      ("parallel.pp_layers", po::value(&p.pp_layers)->default_value(p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
-      ("parallel.schedule", po::value(&p.schedule)->default_value(p.schedule), "pipeline schedule: 1f1b or gpipe")
-      ("parallel.zero", po::value(&p.zero)->default_value(p.zero), "1: ZeRO-1 (optimizer state sharded over dp)")
-      ("parallel.bucket_mb", po::value(&p.bucket_mb)->default_value(p.bucket_mb), "gradient bucket size (MiB)")
-      ("parallel.overlap", po::value(&p.overlap)->default_value(p.overlap), "reduce gradient buckets during backward")
-      ("parallel.ranks_per_node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "ranks per node (0: from MPI)")
-      ("parallel.timeout_s", po::value(&p.timeout_s)->default_value(p.timeout_s), "bound on every blocking wait (s)")
-      ("train.steps", po::value(&t.steps)->default_value(t.steps), "optimizer steps")
-      ("train.global_batch", po::value(&t.global_batch)->default_value(t.global_batch), "sequences per step, all ranks")
-      ("train.micro_batch", po::value(&t.micro_batch)->default_value(t.micro_batch), "sequences per micro-batch (0: global_batch/dp)")
-      ("train.lr", po::value(&t.lr)->default_value(t.lr), "peak learning rate")
-      ("train.min_lr", po::value(&t.min_lr)->default_value(t.min_lr), "final learning rate of the cosine decay")
-      ("train.warmup_steps", po::value(&t.warmup_steps)->default_value(t.warmup_steps), "linear warmup steps")
-      ("train.weight_decay", po::value(&t.weight_decay)->default_value(t.weight_decay), "AdamW decoupled weight decay")
-      ("train.grad_clip", po::value(&t.grad_clip)->default_value(t.grad_clip), "global gradient-norm clip (0: off)")
-      ("train.beta1", po::value(&t.beta1)->default_value(t.beta1), "AdamW beta1")
-      ("train.beta2", po::value(&t.beta2)->default_value(t.beta2), "AdamW beta2")
-      ("train.adam_eps", po::value(&t.adam_eps)->default_value(t.adam_eps), "AdamW epsilon")
-      ("train.seed", po::value(&t.seed)->default_value(t.seed), "seed of initialization and data order")
-      ("train.device", po::value(&t.device)->default_value(t.device), "cpu or cuda")
-      ("train.precision", po::value(&t.precision)->default_value(t.precision),
+      ("parallel.dp", with_default(&p.dp), "data-parallel size (0: world / (tp*pp))")
+      ("parallel.tp", with_default(&p.tp), "tensor-parallel size")
+      ("parallel.pp", with_default(&p.pp), "pipeline-parallel stages")
+      ("parallel.pp_layers", with_default(&p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
+      ("parallel.schedule", with_default(&p.schedule), "pipeline schedule: 1f1b or gpipe")
+      ("parallel.zero", with_default(&p.zero), "1: ZeRO-1 (optimizer state sharded over dp)")
+      ("parallel.bucket_mb", with_default(&p.bucket_mb), "gradient bucket size (MiB)")
+      ("parallel.overlap", with_default(&p.overlap), "reduce gradient buckets during backward")
+      ("parallel.ranks_per_node", with_default(&p.ranks_per_node), "ranks per node (0: from MPI)")
+      ("parallel.timeout_s", with_default(&p.timeout_s), "bound on every blocking wait (s)")
+      ("train.steps", with_default(&t.steps), "optimizer steps")
+      ("train.global_batch", with_default(&t.global_batch), "sequences per step, all ranks")
+      ("train.micro_batch", with_default(&t.micro_batch), "sequences per micro-batch (0: global_batch/dp)")
+      ("train.lr", with_default(&t.lr), "peak learning rate")
+      ("train.min_lr", with_default(&t.min_lr), "final learning rate of the cosine decay")
+      ("train.warmup_steps", with_default(&t.warmup_steps), "linear warmup steps")
+      ("train.weight_decay", with_default(&t.weight_decay), "AdamW decoupled weight decay")
+      ("train.grad_clip", with_default(&t.grad_clip), "global gradient-norm clip (0: off)")
+      ("train.beta1", with_default(&t.beta1), "AdamW beta1")
+      ("train.beta2", with_default(&t.beta2), "AdamW beta2")
+      ("train.adam_eps", with_default(&t.adam_eps), "AdamW epsilon")
+      ("train.seed", with_default(&t.seed), "seed of initialization and data order")
+      ("train.device", with_default(&t.device), "cpu or cuda")
+      ("train.precision", with_default(&t.precision),
        "fp32, bf16 (bf16 compute, fp32 master weights; emulated on cpu) or auto (bf16 on cuda)")
-      ("data.path", po::value(&d.path)->default_value(d.path),
+      ("data.path", with_default(&d.path),
        "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"")
-      ("data.tokenizer", po::value(&d.tokenizer)->default_value(d.tokenizer),
+      ("data.tokenizer", with_default(&d.tokenizer),
        "byte, gpt2, llama3 or sentencepiece (training: byte for now; 'trident tokenize' takes all)")
-      ("data.tokenizer_path", po::value(&d.tokenizer_path)->default_value(d.tokenizer_path),
+      ("data.tokenizer_path", with_default(&d.tokenizer_path),
        "gpt2: folder with encoder.json + vocab.bpe, or a .tiktoken file; llama3: tokenizer.model; "
        "sentencepiece: a .model file")
-      ("data.val_fraction", po::value(&d.val_fraction)->default_value(d.val_fraction), "fraction of documents held out")
-      ("data.val_path", po::value(&d.val_path)->default_value(d.val_path),
+      ("data.val_fraction", with_default(&d.val_fraction), "fraction of documents held out")
+      ("data.val_path", with_default(&d.val_path),
        "a validation dataset of its own, any data.path form (empty: val_fraction of data.path)")
-      ("checkpoint.dir", po::value(&ck.dir)->default_value(ck.dir), "checkpoint directory (empty: none)")
-      ("checkpoint.every_steps", po::value(&ck.every_steps)->default_value(ck.every_steps), "save every N steps (0: on signals only)")
-      ("checkpoint.keep_last", po::value(&ck.keep_last)->default_value(ck.keep_last), "complete checkpoints kept (0: all)")
-      ("checkpoint.async", po::value(&ck.async)->default_value(ck.async), "write in the background")
-      ("checkpoint.load", po::value(&ck.load)->default_value(ck.load), "step directory to resume from (default: dir/latest)")
-      ("checkpoint.init_from", po::value(&ck.init_from)->default_value(ck.init_from), "exported HDF5 to initialize parameters from")
-      ("log.run_dir", po::value(&l.run_dir)->default_value(l.run_dir), "directory of metrics.jsonl")
-      ("log.every_steps", po::value(&l.every_steps)->default_value(l.every_steps), "log every N steps")
-      ("log.val_every_steps", po::value(&l.val_every_steps)->default_value(l.val_every_steps), "validation every N steps (0: at the end)")
-      ("log.val_batches", po::value(&l.val_batches)->default_value(l.val_batches), "validation batches per evaluation")
-      ("log.sample_every_steps", po::value(&l.sample_every_steps)->default_value(l.sample_every_steps),
+      ("checkpoint.dir", with_default(&ck.dir), "checkpoint directory (empty: none)")
+      ("checkpoint.every_steps", with_default(&ck.every_steps), "save every N steps (0: on signals only)")
+      ("checkpoint.keep_last", with_default(&ck.keep_last), "complete checkpoints kept (0: all)")
+      ("checkpoint.async", with_default(&ck.async), "write in the background")
+      ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")
+      ("checkpoint.init_from", with_default(&ck.init_from), "exported HDF5 to initialize parameters from")
+      ("log.run_dir", with_default(&l.run_dir), "directory of metrics.jsonl")
+      ("log.every_steps", with_default(&l.every_steps), "log every N steps")
+      ("log.val_every_steps", with_default(&l.val_every_steps), "validation every N steps (0: at the end)")
+      ("log.val_batches", with_default(&l.val_batches), "validation batches per evaluation")
+      ("log.sample_every_steps", with_default(&l.sample_every_steps),
        "print a greedy sample of the model every N steps (0: never)")
-      ("log.peak_gflops", po::value(&l.peak_gflops)->default_value(l.peak_gflops), "peak GFLOP/s for MFU (0: measure)");
+      ("log.peak_gflops", with_default(&l.peak_gflops), "peak GFLOP/s for MFU (0: measure)");
   return o;
 }
 

@@ -23,6 +23,7 @@ MetricsLog::MetricsLog(const std::string& run_dir) {
   if (run_dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
+  dir_ = run_dir;
   path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
   jsonl_.open(path_, std::ios::trunc);
   require(jsonl_.good(), "cannot write '" + path_ + "' (log.run_dir)");
@@ -50,6 +51,18 @@ void MetricsLog::log_validation(int step, double val_loss) {
   if (!jsonl_.is_open()) return;
   jsonl_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}, {"val_perplexity", std::exp(val_loss)}}.dump() << "\n";
   jsonl_.flush();
+}
+
+void MetricsLog::write_summary(const std::string& json_text) const {
+  if (dir_.empty()) return;
+  const std::filesystem::path final_path = std::filesystem::path(dir_) / "summary.json";
+  const std::filesystem::path partial = final_path.string() + ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << json_text << "\n";
+    require(out.good(), "cannot write '" + partial.string() + "' (log.run_dir)");
+  }
+  std::filesystem::rename(partial, final_path);  // whole or absent, for whoever collects it
 }
 
 }  // namespace trident

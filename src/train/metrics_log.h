@@ -1,5 +1,6 @@
 // What rank 0 shows while training: one line per logged step on stdout, and the same
-// fields as one JSON object per line in <run_dir>/metrics.jsonl.
+// fields as one JSON object per line in <run_dir>/metrics.jsonl; at the end, the run's
+// averages in <run_dir>/summary.json.
 #pragma once
 
 #include <fstream>
@@ -21,10 +22,12 @@ class MetricsLog {
 
   void log_step(const StepMetrics& m);
   void log_validation(int step, double val_loss);
+  // <run_dir>/summary.json at the end of a run: one JSON object (what sweeps collect).
+  void write_summary(const std::string& json_text) const;
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_;
+  std::string dir_, path_;
   std::ofstream jsonl_;
 };
 

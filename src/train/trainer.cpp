@@ -9,7 +9,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
 #include "data/token_dataset.h"
@@ -22,8 +24,9 @@
 #include "runtime/memory.h"
 #include "runtime/stop_signal.h"
 #include "runtime/timer.h"
-#include "train/metrics_log.h"
+#include "train/device_peak.h"
 #include "train/inference.h"
+#include "train/metrics_log.h"
 #include "train/setup.h"
 
 namespace trident {
@@ -126,19 +129,8 @@ int restore(const Config& config, ParallelState& parallel, Transformer& model, C
   return 0;
 }
 
-// The GEMM rate MFU is measured against: from the config, or measured on rank 0 with
-// the others idle at the reduction, so ranks sharing the machine do not slow each other.
-// A GPU needs large matrices to reach its peak; a CPU core is there at 1024.
-double gemm_peak_gflops(const Config& config, ParallelState& parallel, kernels::Kernels& k) {
-  double peak = config.log.peak_gflops;
-  if (peak > 0) return peak;
-  const bool cuda = config.train.device == "cuda";
-  if (parallel.is_root()) peak = k.measure_gemm_gflops(cuda ? 8192 : 1024, cuda ? 1.0 : 0.3);
-  return parallel.world().all_reduce(peak, ReduceOp::max);
-}
-
 void print_startup(const Config& config, ParallelState& parallel, TrainingSetup& s, kernels::Kernels& k,
-                   double peak_gflops, double setup_s) {
+                   const DevicePeak& peak, double setup_s) {
   const TransformerSpec& spec = s.model.spec();
   const int tp = parallel.dims().tp, dp = parallel.dims().dp;
   const double floats = static_cast<double>(s.model.layout().total_floats());
@@ -167,9 +159,10 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
   if (s.shared_heads != nullptr)
     std::printf("tensor parallel: %d key/value heads over tp %d: each held by %d ranks, their gradients summed\n",
                 spec.n_kv_head, tp, s.shared_heads->size());
-  std::printf("device: %s, %s, %d threads per rank, GEMM peak %.1f GFLOP/s per rank (%s); setup %.2f s\n",
-              k.name().c_str(), kernels::precision_name(k.precision()), omp_get_max_threads(), peak_gflops,
-              config.log.peak_gflops > 0 ? "from config" : "measured", setup_s);
+  std::printf("device: %s, %s, %d threads per rank; setup %.2f s\n", k.name().c_str(),
+              kernels::precision_name(k.precision()), omp_get_max_threads(), setup_s);
+  std::printf("MFU peak: %.1f GFLOP/s in all, %.1f per rank (%s)\n", peak.total_gflops, peak.per_rank_gflops,
+              peak.source.c_str());
 }
 
 // Fault injection for the timeout test: TRIDENT_TEST_STALL_RANK=r makes rank r stop
@@ -186,6 +179,7 @@ void maybe_stall(int rank, int step) {
 // What one optimizer step measured.
 struct StepOutcome {
   double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
+  double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + AdamW
   GradientNorm norm;
 };
 
@@ -198,9 +192,12 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   sampler.fill(step, parallel.coords().dp * s.local_batch, s.local_batch, inputs, targets);
   o.data_seconds = timer.seconds();
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
+  o.compute_seconds = s.runner.compute_s();
   o.lr = schedule.at(step);
+  const double before_update = timer.seconds();
   o.norm = s.runner.update(o.lr, config.train.grad_clip);
   o.seconds = timer.seconds();
+  o.update_seconds = o.seconds - before_update;
   return o;
 }
 
@@ -209,12 +206,12 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
 class StepEnd {
  public:
   StepEnd(const Config& config, ParallelState& parallel, TrainingSetup& s, Checkpointer& checkpointer,
-          const TrainingData& data, const Tokenizer& tokenizer, double peak_gflops, TrainResult& result)
+          const TrainingData& data, const Tokenizer& tokenizer, const DevicePeak& peak, TrainResult& result)
       : config_(config), parallel_(parallel), s_(s), checkpointer_(checkpointer), data_(data), tokenizer_(tokenizer),
         result_(result), log_(parallel.is_root() ? config.log.run_dir : ""),
         flops_per_token_(flops_per_token(s.model.spec())),
         tokens_per_step_(static_cast<double>(config.train.global_batch) * config.model.seq_len),
-        peak_total_(peak_gflops * parallel.dims().world()),
+        peak_total_(peak.total_gflops),
         have_val_(has_sequences(data.val, config.model.seq_len) && config.log.val_batches > 0) {}
 
   bool have_val() const { return have_val_; }
@@ -229,6 +226,13 @@ class StepEnd {
     time_per_step_ = step == start_step ? o.seconds : 0.9 * time_per_step_ + 0.1 * o.seconds;
     if (step == start_step) result_.first_loss = o.loss;
     result_.last_loss = o.loss;
+    if (step > start_step) {  // the first step warms up (allocation, caches, kernel choice)
+      result_.steady_steps++;
+      result_.steady_time_s += o.seconds;
+      // The rest of the step: waiting on the pipeline's neighbours (this stage's bubble).
+      result_.pipeline_wait_s += std::max(0.0, o.seconds - o.data_seconds - o.compute_seconds -
+                                                   s_.runner.comm_wait_s() - o.update_seconds);
+    }
     result_.tokens_per_s = tokens_per_step_ / o.seconds;
     result_.mfu = flops_per_token_ * tokens_per_step_ / o.seconds / (peak_total_ * 1e9);
     const bool last = step + 1 == tc.steps;
@@ -315,6 +319,47 @@ class StepEnd {
   double time_per_step_ = 0;  // smoothed, for the ETA
 };
 
+// The run's averages over the steps after the first, as sweeps and scripts read them.
+std::string run_summary_json(const Config& config, ParallelState& parallel, const TrainingSetup& s,
+                             const TrainResult& r, const DevicePeak& peak, kernels::Kernels& k) {
+  const ParallelDims& d = parallel.dims();
+  const double tokens_per_step = static_cast<double>(config.train.global_batch) * config.model.seq_len;
+  const double step_s = r.steady_steps > 0 ? r.steady_time_s / r.steady_steps : r.step_time_s;
+  const double tokens_per_s = step_s > 0 ? tokens_per_step / step_s : 0;
+  const int micro_batches = s.local_batch / config.train.micro_batch;
+  const auto share = [&](double part) { return r.step_time_s > 0 ? part / r.step_time_s : 0.0; };
+  nlohmann::json j = {
+      {"family", s.model.spec().family},
+      {"parameters", parameter_count(s.model.spec())},
+      {"ranks", d.world()},
+      {"dp", d.dp},
+      {"tp", d.tp},
+      {"pp", d.pp},
+      {"zero", config.parallel.zero},
+      {"global_batch", config.train.global_batch},
+      {"micro_batch", config.train.micro_batch},
+      {"seq_len", config.model.seq_len},
+      {"device", k.name()},
+      {"precision", kernels::precision_name(k.precision())},
+      {"steps", config.train.steps},
+      {"steady_steps", r.steady_steps},
+      {"step_time_s", step_s},
+      {"tokens_per_s", tokens_per_s},
+      {"mfu", tokens_per_s * flops_per_token(s.model.spec()) / (peak.total_gflops * 1e9)},
+      {"peak_gflops", peak.total_gflops},
+      {"peak_source", peak.source},
+      {"memory_gib", gib(static_cast<double>(peak_resident_bytes()))},
+      {"dp_wait", share(r.comm_wait_s)},
+      {"data_wait", share(r.data_wait_s)},
+      {"bubble", r.steady_time_s > 0 ? r.pipeline_wait_s / r.steady_time_s : 0.0},
+      {"bubble_theory", static_cast<double>(d.pp - 1) / (micro_batches + d.pp - 1)},
+      {"loss_first", r.first_loss},
+      {"loss_last", r.last_loss},
+  };
+  if (r.val_loss > 0) j["val_loss"] = r.val_loss;
+  return j.dump();
+}
+
 }  // namespace
 
 TrainResult train(const Config& config, ParallelState& parallel) {
@@ -336,10 +381,10 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   checkpointer.set_data(data.fingerprint);
   const int start_step = restore(config, parallel, s.model, checkpointer);
   const LearningRateSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
-  const double peak_gflops = gemm_peak_gflops(config, parallel, *k);
-  if (parallel.is_root()) print_startup(config, parallel, s, *k, peak_gflops, setup_time.seconds());
+  const DevicePeak peak = device_peak(config, parallel, *k);
+  if (parallel.is_root()) print_startup(config, parallel, s, *k, peak, setup_time.seconds());
 
-  StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak_gflops, result);
+  StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak, result);
   std::vector<int32_t> inputs, targets;
   for (int step = start_step; step < tc.steps; step++) {
     parallel.set_step(step);
@@ -351,6 +396,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     end.sample_if_due(step);
   }
   checkpointer.finish();
+  result.peak_gflops = peak.total_gflops;
+  if (parallel.is_root()) end.log().write_summary(run_summary_json(config, parallel, s, result, peak, *k));
   if (parallel.is_root())
     std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
                 "data wait %.2f%% and dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",

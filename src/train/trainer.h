@@ -13,6 +13,11 @@ struct TrainResult {
   double comm_wait_s = 0;  // summed over steps: waiting for the data-parallel reduction
   double data_wait_s = 0;  // summed over steps: drawing the batch from the data
   double step_time_s = 0;  // summed over steps
+  // The steps after the first (which warms up): their number, summed time, and summed
+  // time rank 0 waited on its pipeline neighbours.
+  int steady_steps = 0;
+  double steady_time_s = 0, pipeline_wait_s = 0;
+  double peak_gflops = 0;  // what MFU is measured against, all ranks together
 };
 
 // Trains under a config whose layout is resolved (Config::resolve_layout), on the grid
