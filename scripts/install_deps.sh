@@ -17,6 +17,8 @@ packages=(
   fortunes                          # the default training corpus
   libpcre2-dev                      # tokenizers: the gpt2/llama3 pre-tokenizer patterns
   libsentencepiece-dev sentencepiece  # tokenizers: SentencePiece models (spm_encode for the benchmark)
+  libfabric-dev                     # doctor: libfabric's providers (efa, FI_HMEM)
+  python3 python3-matplotlib        # benchmark sweeps and their plots (benchmarks/sweep.py, plot_sweep.py)
 )
 
 missing=()

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/ckpt_command.h"
+#include "cli/doctor_command.h"
 #include "cli/prepare_command.h"
 #include "cli/tokenize_command.h"
 #include "config/config.h"
@@ -42,12 +43,16 @@ constexpr const char* kUsage =
     "  verify    --reference F.h5: run a reference's steps, compare loss, gradients, parameters\n"
     "  ckpt      ls | inspect | export --checkpoint.dir=DIR: list, check, export checkpoints\n"
     "  tokenize  --data.tokenizer=KIND --data.tokenizer_path=PATH [--decode]: text on stdin -> JSON ids\n"
+    "  prepare   --input PATH... --out PREFIX: tokenize documents into a Megatron indexed dataset\n"
+    "  eval      --checkpoint.load=DIR: validation loss and perplexity\n"
+    "  generate  --checkpoint.load=DIR --prompt TEXT: sample a continuation\n"
+    "  doctor    [--config F] [--checkpoint.dir=DIR]: preflight of ranks, GPUs, NCCL, EFA, network, disk\n"
     "\n"
     "  trident <command> --help   options of a command\n"
     "  trident --version          what this build was made with\n";
 
 bool is_command(const std::string& c) {
-  for (const char* known : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate"})
+  for (const char* known : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate", "doctor"})
     if (c == known) return true;
   return false;
 }
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "prepare") return run_prepare_command({args.begin() + 1, args.end()});
+    if (command == "doctor") return run_doctor_command({args.begin() + 1, args.end()}, world);
     if (command == "eval") return run_eval_command({args.begin() + 1, args.end()});
     if (command == "generate") return run_generate_command({args.begin() + 1, args.end()});
     if (command == "ckpt" || command == "tokenize") {

@@ -1,0 +1,333 @@
+#include "cli/doctor_command.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+
+#include "cli/system_probes.h"
+#include "config/config.h"
+#include "kernels/kernels.h"
+#include "model/transformer_spec.h"
+#include "parallel/parallel_state.h"
+#include "runtime/error.h"
+#include "runtime/timer.h"
+#include "train/setup.h"
+
+namespace fs = std::filesystem;
+namespace po = boost::program_options;
+
+namespace trident {
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: [mpirun -np N | srun] trident doctor [--config FILE.ini] [--checkpoint.dir=DIR] [--device=cuda]\n"
+    "                                    [--expect_busbw GB/s]\n"
+    "\n"
+    "The preflight before a long job: ranks and hosts as MPI sees them; per GPU its model,\n"
+    "driver, memory and ECC state (NVML); NCCL and its network plugin (aws-ofi-nccl);\n"
+    "libfabric's providers (efa, FI_HMEM); the EFA environment against slurm/efa_env.sh;\n"
+    "a timed all-reduce on each group of the config's layout against --expect_busbw; the\n"
+    "checkpoint folder writable with room for a checkpoint of the config's model.\n"
+    "One table on rank 0; exit 0, or 1 naming each failed check. What this machine lacks\n"
+    "(no GPU, no EFA) is listed as skipped, with why.\n";
+
+enum class Verdict { ok, fail, skip };
+
+struct Check {
+  std::string name;
+  Verdict verdict = Verdict::ok;
+  std::string detail;
+};
+
+std::string format(const char* fmt, double a, double b = 0, double c = 0) {
+  char text[256];
+  std::snprintf(text, sizeof text, fmt, a, b, c);
+  return text;
+}
+
+std::string hostname() {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// Rank 0 collects one string from every rank (others get an empty vector).
+std::vector<std::string> gather_to_root(Communicator& world, const std::string& text) {
+  constexpr int kLengthTag = 901, kTextTag = 902;
+  std::vector<std::string> all;
+  if (world.rank() != 0) {
+    uint64_t length = text.size();
+    world.send_async(std::as_bytes(std::span(&length, 1)), 0, kLengthTag)->wait();
+    world.send_async(std::as_bytes(std::span(text.data(), text.size())), 0, kTextTag)->wait();
+    return all;
+  }
+  all.push_back(text);
+  for (int r = 1; r < world.size(); r++) {
+    uint64_t length = 0;
+    world.recv_async(std::as_writable_bytes(std::span(&length, 1)), r, kLengthTag)->wait();
+    std::string t(length, '\0');
+    world.recv_async(std::as_writable_bytes(std::span(t.data(), t.size())), r, kTextTag)->wait();
+    all.push_back(std::move(t));
+  }
+  return all;
+}
+
+// A check as one line "verdict|name|detail", for gathering.
+std::string encode(const Check& c) {
+  return std::to_string(static_cast<int>(c.verdict)) + "|" + c.name + "|" + c.detail;
+}
+Check decode(const std::string& line) {
+  Check c;
+  const size_t a = line.find('|'), b = line.find('|', a + 1);
+  c.verdict = static_cast<Verdict>(std::stoi(line.substr(0, a)));
+  c.name = line.substr(a + 1, b - a - 1);
+  c.detail = line.substr(b + 1);
+  return c;
+}
+
+Check ranks_check(Communicator& world, const std::vector<std::string>& hosts) {
+  std::map<std::string, int> per_host;
+  for (const std::string& h : hosts) per_host[h]++;
+  std::string detail = std::to_string(world.size()) + " ranks on " + std::to_string(per_host.size()) + " host(s):";
+  int lowest = world.size(), highest = 0;
+  for (const auto& [h, n] : per_host) {
+    detail += " " + h + " " + std::to_string(n);
+    lowest = std::min(lowest, n);
+    highest = std::max(highest, n);
+  }
+  Check c{"ranks", Verdict::ok, detail};
+  if (lowest != highest) {
+    c.verdict = Verdict::fail;
+    c.detail += " (uneven: node-local groups and per-node checkpoint files expect the same count on every node)";
+  }
+  return c;
+}
+
+// On each node's first rank: its GPUs (NVML), against the ranks that will use them.
+Check gpus_check(int ranks_on_node, bool cuda) {
+  const GpuProbe p = probe_gpus();
+  Check c{"GPUs " + hostname(), Verdict::ok, ""};
+  if (!p.available) {
+    c.verdict = cuda ? Verdict::fail : Verdict::skip;
+    c.detail = p.why_not;
+    return c;
+  }
+  c.detail = "driver " + p.driver + ", " + std::to_string(p.gpus.size()) + " GPU(s)";
+  for (const GpuInfo& g : p.gpus) {
+    c.detail += "; " + std::to_string(g.index) + ": " + g.name +
+                format(" %.0f GiB (%.1f used)", g.memory_gib, g.memory_used_gib) +
+                (g.ecc_enabled ? ", ECC on, " + std::to_string(g.ecc_uncorrected) + " uncorrected errors" : ", ECC off");
+    if (g.ecc_uncorrected > 0) c.verdict = Verdict::fail;
+  }
+  if (cuda && static_cast<int>(p.gpus.size()) < ranks_on_node) {
+    c.verdict = Verdict::fail;
+    c.detail += "; fewer GPUs than the node's " + std::to_string(ranks_on_node) + " ranks";
+  }
+  return c;
+}
+
+// What slurm/efa_env.sh exports when it finds EFA: "export NAME=VALUE" inside its `if`.
+std::map<std::string, std::string> efa_env_expected(std::string& source) {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  source = (exe.parent_path().parent_path() / "slurm" / "efa_env.sh").string();
+  std::ifstream in(source);
+  std::map<std::string, std::string> want;
+  const std::regex line(R"(^\s+export\s+([A-Z_0-9]+)=([^\s#]+))");
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (std::regex_search(l, m, line)) want[m[1]] = m[2];
+  }
+  return want;
+}
+
+std::vector<Check> fabric_checks(bool cuda) {
+  std::vector<Check> out;
+  const LibraryProbe nccl = probe_nccl();
+  out.push_back({"NCCL", nccl.found ? Verdict::ok : (cuda ? Verdict::fail : Verdict::skip),
+                 nccl.found ? nccl.version + " (" + nccl.path + ")" : nccl.path + " not found"});
+  const FabricProbe f = probe_fabric();
+  if (!f.available) {
+    out.push_back({"libfabric", Verdict::skip, f.why_not});
+  } else {
+    std::string providers;
+    for (const std::string& p : f.providers) providers += (providers.empty() ? "" : ", ") + p;
+    out.push_back({"libfabric", Verdict::ok, f.version + ": providers " + providers});
+  }
+  const LibraryProbe plugin = probe_nccl_net_plugin();
+  if (!f.efa) {
+    out.push_back({"EFA", Verdict::skip, "no efa provider (not an EFA instance)"});
+    out.push_back({"NCCL net plugin", plugin.found ? Verdict::ok : Verdict::skip,
+                   plugin.found ? plugin.path : plugin.path + " not found (needed on EFA only)"});
+    out.push_back({"EFA environment", Verdict::skip, "no EFA: slurm/efa_env.sh sets nothing"});
+    return out;
+  }
+  out.push_back({"EFA", f.efa_hmem ? Verdict::ok : Verdict::fail,
+                 f.efa_hmem ? "efa provider with FI_HMEM (GPUDirect RDMA)" : "efa provider without FI_HMEM"});
+  out.push_back({"NCCL net plugin", plugin.found ? Verdict::ok : Verdict::fail,
+                 plugin.found ? plugin.path : plugin.path + " not found: NCCL would use TCP sockets, not EFA"});
+  std::string source;
+  const auto want = efa_env_expected(source);
+  Check env{"EFA environment", Verdict::ok, ""};
+  if (want.empty()) {
+    env.verdict = Verdict::fail;
+    env.detail = "cannot read the expected values from " + source;
+  }
+  for (const auto& [name, value] : want) {
+    const char* have = std::getenv(name.c_str());
+    if (have != nullptr && value == have) continue;
+    env.verdict = Verdict::fail;
+    env.detail += (env.detail.empty() ? "" : ", ") + name + "=" + (have ? have : "(unset)") + " (want " + value + ")";
+  }
+  if (env.verdict == Verdict::ok) env.detail = std::to_string(want.size()) + " variables as " + source + " sets them";
+  else env.detail += ": source slurm/efa_env.sh";
+  out.push_back(env);
+  return out;
+}
+
+// All groups of one kind (e.g. every dp group) reduce at once, as in training; the
+// slowest instance counts. Host memory for world and node (MPI), device memory else.
+Check all_reduce_check(Communicator& group, Communicator& world, kernels::Kernels& k, bool device_memory,
+                       double expect_gbps) {
+  Check c{"all-reduce " + group.name(), Verdict::ok, ""};
+  const size_t count = device_memory && k.name().rfind("cuda", 0) == 0 ? (64u << 20) : (4u << 20);
+  std::vector<float> host;
+  float* data = nullptr;
+  if (device_memory) data = static_cast<float*>(k.alloc(count * sizeof(float)));
+  else {
+    host.assign(count, 1.0f);
+    data = host.data();
+  }
+  std::span<float> span(data, count);
+  constexpr int kIters = 5;
+  group.all_reduce(span);  // warm-up: connections, buffers
+  k.synchronize();
+  world.barrier();
+  Timer timer;
+  for (int i = 0; i < kIters; i++) group.all_reduce_async(span)->wait();
+  k.synchronize();
+  const double seconds = world.all_reduce(timer.seconds() / kIters, ReduceOp::max);
+  if (device_memory) k.free(data);
+  const double n = group.size(), bytes = static_cast<double>(count) * sizeof(float);
+  const double busbw = bytes / seconds * 2 * (n - 1) / n / 1e9;
+  c.detail = format("groups of %.0f ranks, %.0f MiB: busbw %.2f GB/s", n, bytes / (1 << 20), busbw) +
+             format(" (expected >= %.2f, --expect_busbw)", expect_gbps);
+  if (busbw < expect_gbps) c.verdict = Verdict::fail;
+  return c;
+}
+
+// On each node's first rank: the folder writable (a file written, synced, removed) and
+// its free space against one checkpoint of the model (fp32 parameters + AdamW's m, v).
+Check checkpoint_dir_check(const std::string& dir, const Config& config) {
+  Check c{"checkpoint folder " + hostname(), Verdict::ok, ""};
+  if (dir.empty()) return {c.name, Verdict::skip, "no --checkpoint.dir given"};
+  const double need = 12.0 * static_cast<double>(parameter_count(transformer_spec(config.model)));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string probe = (fs::path(dir) / (".doctor-" + std::to_string(getpid()))).string();
+  if (FILE* f = std::fopen(probe.c_str(), "wb")) {
+    const bool wrote = std::fwrite("trident", 1, 7, f) == 7 && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+    std::fclose(f);
+    std::remove(probe.c_str());
+    if (!wrote) return {c.name, Verdict::fail, dir + ": write failed: " + std::strerror(errno)};
+  } else {
+    return {c.name, Verdict::fail, dir + ": not writable: " + std::strerror(errno)};
+  }
+  struct statvfs s{};
+  if (statvfs(dir.c_str(), &s) != 0) return {c.name, Verdict::fail, dir + ": statvfs: " + std::strerror(errno)};
+  const double free = static_cast<double>(s.f_bavail) * static_cast<double>(s.f_frsize);
+  c.detail = dir + format(": writable, %.2f GiB free, a checkpoint of the model %.2f GiB", free / (1 << 30),
+                          need / (1 << 30));
+  if (free < need) c.verdict = Verdict::fail;
+  return c;
+}
+
+const char* verdict_name(Verdict v) { return v == Verdict::ok ? "ok" : v == Verdict::fail ? "FAIL" : "skip"; }
+
+}  // namespace
+
+int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi) {
+  double expect_busbw = 0;
+  bool help = false;
+  po::options_description own("Options of 'trident doctor'");
+  own.add_options()("help,h", po::bool_switch(&help), "show this help")(
+      "expect_busbw", po::value(&expect_busbw)->default_value(0.0, "0"),
+      "all-reduce bus bandwidth (GB/s) below which a group fails (0: 0.3 on CPUs, half the slowest figure "
+      "measured on 2-8 ranks of a 2-core machine; 10 on GPUs, above what NCCL reaches over TCP sockets)");
+  const std::vector<std::string> rest = take_command_options(args, own, kUsage);
+  if (help) {
+    if (mpi.is_root()) {
+      std::ostringstream text;
+      text << kUsage << "\n" << own;
+      std::printf("%s", text.str().c_str());
+    }
+    return 0;
+  }
+  CommandLine cl = parse_command_line("doctor", rest);
+  Config config = cl.config;
+  resolve_for_world(config, mpi.size());
+  const bool cuda = config.train.device == "cuda";
+  if (expect_busbw <= 0) expect_busbw = cuda ? 10.0 : 0.3;
+  ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s,
+                         config.train.device);
+  std::unique_ptr<kernels::Kernels> k = kernels::make_kernels(config.train.device, kernels::Precision::fp32);
+  Communicator& world = parallel.world();
+  const bool leader = parallel.node().rank() == 0;
+
+  std::vector<Check> checks;  // rank 0's list; node leaders' checks are gathered into it
+  const std::vector<std::string> hosts = gather_to_root(world, hostname());
+  if (mpi.is_root()) {
+    checks.push_back(ranks_check(world, hosts));
+    checks.push_back({"MPI", Verdict::ok, mpi.library_version()});
+  }
+  std::string node_lines;
+  if (leader) {
+    node_lines = encode(gpus_check(parallel.node().size(), cuda)) + "\n" +
+                 encode(checkpoint_dir_check(config.checkpoint.dir, config));
+  }
+  for (const std::string& lines : gather_to_root(world, node_lines)) {
+    std::istringstream in(lines);
+    for (std::string l; std::getline(in, l);)
+      if (!l.empty()) checks.push_back(decode(l));
+  }
+  if (mpi.is_root())
+    for (Check& c : fabric_checks(cuda)) checks.push_back(std::move(c));
+  // Collective: every rank runs every group's test in the same order.
+  Communicator* groups[] = {&world, &parallel.node(), &parallel.dp(), &parallel.tp(), &parallel.pp()};
+  for (Communicator* g : groups) {
+    const bool host_group = g == &world || g == &parallel.node();
+    const double size = world.all_reduce(static_cast<double>(g->size()), ReduceOp::max);
+    if (size < 2) continue;
+    if (g == &parallel.node() && parallel.nodes() == 1) continue;  // the same ranks as world
+    Check c = all_reduce_check(*g, world, *k, !host_group, expect_busbw);
+    if (mpi.is_root()) checks.push_back(c);
+  }
+  std::string failed;
+  if (mpi.is_root()) {
+    std::printf("trident doctor: %d ranks, device %s\n\n| check | result | detail |\n| --- | --- | --- |\n",
+                mpi.size(), k->name().c_str());
+    int skipped = 0;
+    for (const Check& c : checks) {
+      std::printf("| %s | %s | %s |\n", c.name.c_str(), verdict_name(c.verdict), c.detail.c_str());
+      if (c.verdict == Verdict::fail) failed += (failed.empty() ? "" : ", ") + c.name;
+      if (c.verdict == Verdict::skip) skipped++;
+    }
+    if (failed.empty()) std::printf("\ndoctor: all checks passed (%d skipped: not on this machine)\n", skipped);
+    else std::printf("\ndoctor: FAILED: %s\n", failed.c_str());
+    std::fflush(stdout);
+  }
+  // Every rank exits with the verdict.
+  return world.all_reduce(failed.empty() ? 0.0 : 1.0, ReduceOp::max) > 0 ? 1 : 0;
+}
+
+}  // namespace trident

@@ -1,0 +1,152 @@
+#include "cli/system_probes.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#if __has_include(<rdma/fabric.h>)
+#include <rdma/fabric.h>
+#define TRIDENT_LIBFABRIC 1
+#endif
+
+namespace trident {
+
+namespace {
+
+// The file a dlopen handle came from.
+std::string loaded_path(void* handle) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr) return map->l_name;
+  return "";
+}
+
+template <class F>
+F symbol(void* handle, const char* name) {
+  return reinterpret_cast<F>(dlsym(handle, name));
+}
+
+// NVML's C API, the part used here (nvml.h, stable since CUDA 5); declared here because
+// the header ships with the CUDA toolkit, which a CPU machine need not have.
+struct NvmlDevice;
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+constexpr int kNvmlSuccess = 0;
+constexpr int kNvmlUncorrected = 1, kNvmlVolatile = 0;
+
+}  // namespace
+
+GpuProbe probe_gpus() {
+  GpuProbe p;
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) {
+    p.why_not = "libnvidia-ml.so.1 not found (no NVIDIA driver)";
+    return p;
+  }
+  auto init = symbol<int (*)()>(nvml, "nvmlInit_v2");
+  auto shutdown = symbol<int (*)()>(nvml, "nvmlShutdown");
+  auto count = symbol<int (*)(unsigned*)>(nvml, "nvmlDeviceGetCount_v2");
+  auto handle = symbol<int (*)(unsigned, NvmlDevice**)>(nvml, "nvmlDeviceGetHandleByIndex_v2");
+  auto name = symbol<int (*)(NvmlDevice*, char*, unsigned)>(nvml, "nvmlDeviceGetName");
+  auto driver = symbol<int (*)(char*, unsigned)>(nvml, "nvmlSystemGetDriverVersion");
+  auto memory = symbol<int (*)(NvmlDevice*, NvmlMemory*)>(nvml, "nvmlDeviceGetMemoryInfo");
+  auto ecc_mode = symbol<int (*)(NvmlDevice*, int*, int*)>(nvml, "nvmlDeviceGetEccMode");
+  auto ecc_errors = symbol<int (*)(NvmlDevice*, int, int, unsigned long long*)>(nvml, "nvmlDeviceGetTotalEccErrors");
+  if (!init || !shutdown || !count || !handle || !name || !driver || !memory) {
+    p.why_not = "libnvidia-ml.so.1 lacks the NVML functions used";
+    return p;
+  }
+  if (init() != kNvmlSuccess) {
+    p.why_not = "nvmlInit failed (driver not loaded?)";
+    return p;
+  }
+  p.available = true;
+  char text[96] = "";
+  if (driver(text, sizeof text) == kNvmlSuccess) p.driver = text;
+  unsigned n = 0;
+  count(&n);
+  for (unsigned i = 0; i < n; i++) {
+    NvmlDevice* d = nullptr;
+    if (handle(i, &d) != kNvmlSuccess) continue;
+    GpuInfo g;
+    g.index = static_cast<int>(i);
+    if (name(d, text, sizeof text) == kNvmlSuccess) g.name = text;
+    NvmlMemory m{};
+    if (memory(d, &m) == kNvmlSuccess) {
+      g.memory_gib = static_cast<double>(m.total) / (1ull << 30);
+      g.memory_used_gib = static_cast<double>(m.used) / (1ull << 30);
+    }
+    int current = 0, pending = 0;
+    if (ecc_mode && ecc_mode(d, &current, &pending) == kNvmlSuccess) g.ecc_enabled = current != 0;
+    if (g.ecc_enabled && ecc_errors) ecc_errors(d, kNvmlUncorrected, kNvmlVolatile, &g.ecc_uncorrected);
+    p.gpus.push_back(g);
+  }
+  shutdown();
+  return p;
+}
+
+LibraryProbe probe_nccl() {
+  LibraryProbe p;
+  p.path = "libnccl.so.2";
+  void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (nccl == nullptr) return p;
+  p.found = true;
+  p.path = loaded_path(nccl);
+  if (auto version = symbol<int (*)(int*)>(nccl, "ncclGetVersion")) {
+    int v = 0;
+    version(&v);  // e.g. 22703 = 2.27.3 (major*10000 + minor*100 + patch since 2.9)
+    p.version = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  }
+  return p;
+}
+
+LibraryProbe probe_nccl_net_plugin() {
+  LibraryProbe p;
+  std::vector<std::string> names;
+  if (const char* plugin = std::getenv("NCCL_NET_PLUGIN"); plugin != nullptr && *plugin != '\0') {
+    const std::string n = plugin;
+    names.push_back(n.find(".so") != std::string::npos ? n : "libnccl-net-" + n + ".so");
+  }
+  names.insert(names.end(), {"libnccl-net.so", "libnccl-net-ofi.so", "libnccl-net-aws-ofi.so"});
+  for (const std::string& n : names) {
+    if (void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      p.found = true;
+      p.path = loaded_path(h);
+      return p;
+    }
+  }
+  p.path = names.front();
+  return p;
+}
+
+FabricProbe probe_fabric() {
+  FabricProbe p;
+#ifdef TRIDENT_LIBFABRIC
+  const uint32_t v = fi_version();
+  p.version = std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+  fi_info* info = nullptr;
+  const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, nullptr, &info);
+  if (rc != 0) {
+    p.why_not = std::string("fi_getinfo: ") + fi_strerror(-rc);
+    return p;
+  }
+  p.available = true;
+  for (fi_info* i = info; i != nullptr; i = i->next) {
+    if (i->fabric_attr == nullptr || i->fabric_attr->prov_name == nullptr) continue;
+    const std::string prov = i->fabric_attr->prov_name;
+    if (std::find(p.providers.begin(), p.providers.end(), prov) == p.providers.end()) p.providers.push_back(prov);
+    if (prov == "efa") {
+      p.efa = true;
+      if (i->caps & FI_HMEM) p.efa_hmem = true;
+    }
+  }
+  fi_freeinfo(info);
+#else
+  p.why_not = "built without libfabric's headers (libfabric-dev)";
+#endif
+  return p;
+}
+
+}  // namespace trident
