@@ -81,8 +81,22 @@ else
   failed=$((failed + 1))
 fi
 
+# The launch scripts on a real single-node Slurm (and mpirun_ec2.sh): one count per check;
+# skipped without root or the packages.
+echo "=== tests/slurm/test_slurm.sh $build"
+bash tests/slurm/test_slurm.sh "$build" 2>&1 | tee "$log"
+slurm_summary=$(grep -E '^slurm summary: ' "$log" | tail -1)
+if [ -z "$slurm_summary" ]; then
+  echo "test_slurm.sh: no summary: counted as one failure"
+  failed=$((failed + 1))
+else
+  passed=$((passed + $(echo "$slurm_summary" | awk '{print $3}')))
+  failed=$((failed + $(echo "$slurm_summary" | awk '{print $5}')))
+  skipped=$((skipped + $(echo "$slurm_summary" | awk '{print $7}')))
+fi
+
 echo
 echo "tests took $((SECONDS - start)) s"
-[ "$skipped" -eq 0 ] || echo "$skipped skipped (not counted as passed; see [  SKIPPED ] above)"
+[ "$skipped" -eq 0 ] || echo "$skipped skipped (not counted as passed; see SKIPPED and SKIP above)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# The launch scripts on a real Slurm: starts a single-node Slurm on this machine (Debian's
+# slurmctld, slurmd and munge; shared/SLURM_LOCAL.md has the recipe), submits the README's
+# sbatch lines and checks what a user relies on:
+#   - a job trains to the end and exits 0 (srun --mpi=pmix, and mpirun inside the allocation);
+#   - USR1 to the batch shell (what --signal=B:USR1@120 sends) makes the ranks checkpoint,
+#     the script requeue, and the requeued run resume and end with the uninterrupted losses;
+#   - a bad config ends with exit 2 and no requeue;
+#   - a rank killed with SIGKILL requeues the job, at most TRIDENT_MAX_RESTARTS times;
+#   - slurm/sweep.sbatch: a row per point, an impossible point recorded as failed;
+#   - slurm/doctor.sbatch: the preflight passes on this node;
+#   - slurm/mpirun_ec2.sh with a hostfile of this machine: to the end, and USR1 + resume.
+# Slurm is stopped at the end whatever happened. Without root (or passwordless sudo) or
+# where the packages cannot be installed, every check is reported as skipped.
+# Prints one line per check (PASS/FAIL/SKIP) and "slurm summary: N passed, N failed, N skipped".
+# Usage: tests/slurm/test_slurm.sh [BUILD_DIR]   (from the repository root)
+set -uo pipefail
+build=${1:-build}
+repo=$PWD
+checks=(to_end mpirun_in_allocation usr1_requeue_resume bad_config_exit2 sigkill_bounded_requeue
+        sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume)
+passed=0 failed=0 skipped=0
+pass() { echo "PASS $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+summary() { echo "slurm summary: $passed passed, $failed failed, $skipped skipped"; }
+skip_all() {
+  for c in "${checks[@]}"; do echo "SKIP $c: $1"; done
+  skipped=${#checks[@]}
+  summary
+  exit 0
+}
+
+[ -x "$build/trident" ] || { echo "no $build/trident: build first"; failed=1; summary; exit 1; }
+if [ "$(id -u)" = 0 ]; then sudo=()
+elif sudo -n true 2>/dev/null; then sudo=(sudo -n)
+else skip_all "needs root or passwordless sudo to run slurmd and munged"; fi
+
+need=()
+for c in slurmctld slurmd sbatch munged; do command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || need+=("$c"); done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing Slurm (missing: ${need[*]})"
+  pkgs=(slurmctld slurmd slurm-client munge)
+  apt() { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; }
+  { apt || { "${sudo[@]}" apt-get update -qq && apt; }; } >/dev/null 2>&1 ||
+    skip_all "cannot install ${pkgs[*]} (apt-get)"
+fi
+PATH=$PATH:/usr/sbin
+
+T=$(mktemp -d /tmp/trident-slurm.XXXXXX)
+chmod 755 "$T"
+mkdir -p "$T"/{etc,state,spool,log,run,out}
+started_munge=0
+stop_slurm() {
+  [ -n "${SLURM_CONF:-}" ] && scancel --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null
+  for pid in "$T/run/slurmd.pid" "$T/run/slurmctld.pid"; do
+    [ -s "$pid" ] && "${sudo[@]}" kill "$(cat "$pid")" 2>/dev/null
+  done
+  [ "$started_munge" = 1 ] && [ -s /run/munge/munged.pid ] && "${sudo[@]}" kill "$(cat /run/munge/munged.pid)" 2>/dev/null
+  pkill -9 -f "$T" 2>/dev/null  # ranks of a job that outlived its daemons
+  if [ "$failed" -gt 0 ]; then
+    for f in "$T"/log/*.log; do echo "--- $f (tail)"; tail -15 "$f"; done
+  fi
+  rm -rf "$T"
+}
+trap stop_slurm EXIT
+
+# munge: the package may already run it (systemd hosts); else start it by hand.
+if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+  [ -s /etc/munge/munge.key ] || "${sudo[@]}" mungekey --create >/dev/null 2>&1
+  "${sudo[@]}" chown munge:munge /etc/munge/munge.key && "${sudo[@]}" chmod 400 /etc/munge/munge.key
+  "${sudo[@]}" mkdir -p /run/munge && "${sudo[@]}" chown munge:munge /run/munge
+  "${sudo[@]}" runuser -u munge -- /usr/sbin/munged && started_munge=1
+  munge -n 2>/dev/null | unmunge >/dev/null 2>&1 || skip_all "munged does not start"
+fi
+
+H=$(hostname -s)
+cat > "$T/etc/slurm.conf" <<EOF
+ClusterName=tridenttest
+SlurmctldHost=$H(127.0.0.1)
+AuthType=auth/munge
+AuthInfo=cred_expire=10
+CredType=cred/munge
+SlurmUser=root
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+AccountingStorageType=accounting_storage/none
+MailProg=/bin/true
+SchedulerParameters=bf_interval=1,sched_interval=1
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+EnforcePartLimits=ALL
+ReturnToService=2
+KillWait=5
+MinJobAge=600
+StateSaveLocation=$T/state
+SlurmdSpoolDir=$T/spool
+SlurmctldPidFile=$T/run/slurmctld.pid
+SlurmdPidFile=$T/run/slurmd.pid
+SlurmctldLogFile=$T/log/slurmctld.log
+SlurmdLogFile=$T/log/slurmd.log
+NodeName=$H NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes=$H Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+export SLURM_CONF=$T/etc/slurm.conf
+"${sudo[@]}" env SLURM_CONF="$SLURM_CONF" slurmctld -c || skip_all "slurmctld does not start"
+"${sudo[@]}" env SLURM_CONF="$SLURM_CONF" slurmd || skip_all "slurmd does not start"
+for _ in $(seq 300); do sinfo -h -o %t 2>/dev/null | grep -qx idle && break; sleep 0.1; done
+sinfo -h -o %t | grep -qx idle || skip_all "the node does not come up: $(sinfo -h -o '%t %E' 2>&1)"
+echo "Slurm $(sinfo --version | awk '{print $2}') up on $H ($T)"
+
+# The jobs' ranks share 2 cores; Open MPI refuses root unless told (the tests may run as root).
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+steps=120
+train_flags=(--train.steps=$steps --log.every_steps=1 --log.val_every_steps=0 --log.sample_every_steps=0)
+
+job_field() { scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+wait_job() {  # id, seconds: waits until the job has ended (not a requeue); prints its state
+  local id=$1 limit=$2 start=$SECONDS state
+  while [ $((SECONDS - start)) -lt "$limit" ]; do
+    state=$(job_field "$id" JobState)
+    case $state in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) echo "$state"; return 0 ;; esac
+    sleep 0.5
+  done
+  echo "TIMEOUT_WAITING($(job_field "$id" JobState))"
+}
+wait_for_line() {  # file, extended regex, count, seconds: until the regex has matched count lines
+  local start=$SECONDS n
+  while [ $((SECONDS - start)) -lt "$4" ]; do
+    n=$(grep -cE "$2" "$1" 2>/dev/null)
+    [ "${n:-0}" -ge "$3" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+final_loss() { grep -E "^step +$steps/$steps \|" "$1" | tail -1 | sed 's/.*| loss \([0-9.]*\) |.*/\1/'; }
+submit() {  # name, env assignments..., --, sbatch arguments: prints the job id
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" TRIDENT_CKPT_DIR="$T/ckpt_$name" \
+    sbatch --parsable --job-name="$name" --output="$T/out/$name.out" "$@"
+}
+run_flags() { echo "--log.run_dir=$T/run_$1"; }
+
+# 1. The README's line, to the end (srun --mpi=pmix).
+id=$(submit to_end -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch configs/tiny.ini "${train_flags[@]}" "$(run_flags a)")
+state=$(wait_job "$id" 300)
+reference_loss=$(final_loss "$T/out/to_end.out")
+if [ "$state" = COMPLETED ] && [ "$(job_field "$id" ExitCode)" = 0:0 ] && [ -n "$reference_loss" ] &&
+   grep -q '^done:' "$T/out/to_end.out"; then
+  pass "to_end (srun --mpi=pmix, 2 ranks, final loss $reference_loss)"
+else
+  fail to_end "state $state, exit $(job_field "$id" ExitCode); output: $(tail -5 "$T/out/to_end.out" 2>&1)"
+fi
+
+# 2. mpirun inside the allocation: the same losses.
+id=$(submit mpirun TRIDENT_LAUNCHER=mpirun -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch configs/tiny.ini \
+  "${train_flags[@]}" "$(run_flags b)")
+state=$(wait_job "$id" 300)
+loss=$(final_loss "$T/out/mpirun.out")
+if [ "$state" = COMPLETED ] && [ -n "$loss" ] && [ "$loss" = "$reference_loss" ]; then
+  pass "mpirun_in_allocation (final loss $loss)"
+else
+  fail mpirun_in_allocation "state $state, final loss '$loss' vs '$reference_loss'; output: $(tail -5 "$T/out/mpirun.out" 2>&1)"
+fi
+
+# 3. USR1 to the batch shell: checkpoint, requeue, resume, the same final loss.
+id=$(submit usr1 -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch configs/tiny.ini "${train_flags[@]}" "$(run_flags c)")
+out=$T/out/usr1.out
+if wait_for_line "$out" "^step +20/$steps " 1 120; then
+  scancel --signal=USR1 --batch "$id"
+  state=$(wait_job "$id" 300)
+  loss=$(final_loss "$out")
+  if [ "$state" = COMPLETED ] && [ "$(job_field "$id" Restarts)" = 1 ] && grep -q 'requeueing job' "$out" &&
+     grep -q '^resumed from .*continuing after step' "$out" && [ "$loss" = "$reference_loss" ]; then
+    pass "usr1_requeue_resume ($(grep -m1 -o 'continuing after step [0-9]*' "$out"), final loss $loss)"
+  else
+    fail usr1_requeue_resume "state $state, restarts $(job_field "$id" Restarts), final loss '$loss' vs '$reference_loss'; output: $(grep -E 'requeue|resumed|error|done' "$out")"
+  fi
+else
+  fail usr1_requeue_resume "no step 20 line: $(tail -5 "$out" 2>&1)"
+fi
+
+# 4. A bad config: exit 2, one clear error, not requeued.
+id=$(submit bad -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch configs/tiny.ini --model.n_head=3 "$(run_flags d)")
+state=$(wait_job "$id" 120)
+if [ "$state" = FAILED ] && [ "$(job_field "$id" ExitCode)" = 2:0 ] && [ "$(job_field "$id" Restarts)" = 0 ] &&
+   grep -q '^trident: error: .*n_head' "$T/out/bad.out"; then
+  pass "bad_config_exit2 ($(grep -m1 '^trident: error:' "$T/out/bad.out"))"
+else
+  fail bad_config_exit2 "state $state, exit $(job_field "$id" ExitCode), restarts $(job_field "$id" Restarts); output: $(tail -5 "$T/out/bad.out" 2>&1)"
+fi
+
+# 5. A rank killed with SIGKILL, twice, with one restart allowed: requeued once, then the job fails.
+id=$(submit sigkill TRIDENT_MAX_RESTARTS=1 TRIDENT_CKPT_EVERY=10 -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch \
+  configs/tiny.ini "${train_flags[@]}" "$(run_flags e)")
+out=$T/out/sigkill.out
+# The ranks' own command lines start with build/trident (srun's and mpirun's do not).
+kill_a_rank() { pkill -9 -f -n "^build/trident train.*$T/ckpt_sigkill"; }
+step_lines() { grep -cE "^step +[0-9]+/$steps " "$out" 2>/dev/null; }
+ok=1
+# run 1: killed after step 12 (checkpoint at 10); run 2: resumes, killed two steps later.
+if wait_for_line "$out" "^step +12/$steps " 1 120; then kill_a_rank || ok=0; else ok=0; fi
+if [ "$ok" = 1 ] && wait_for_line "$out" "^trident job $id run 2 " 1 120 && wait_for_line "$out" '^resumed from ' 1 120; then
+  wait_for_line "$out" "^step +[0-9]+/$steps " $(($(step_lines) + 2)) 120 && kill_a_rank || ok=0
+else ok=0; fi
+state=$(wait_job "$id" 120)
+if [ "$ok" = 1 ] && [ "$state" = FAILED ] && [ "$(job_field "$id" Restarts)" = 1 ] &&
+   grep -q 'requeueing (1 of at most 1' "$out" && grep -q 'not requeued (TRIDENT_MAX_RESTARTS=1)' "$out"; then
+  pass "sigkill_bounded_requeue (exit $(job_field "$id" ExitCode), requeued once, resumed $(grep -m1 -o 'after step [0-9]*' "$out"))"
+else
+  fail sigkill_bounded_requeue "kills ok=$ok, state $state, restarts $(job_field "$id" Restarts); output: $(grep -E 'trident job|resumed|error' "$out")"
+fi
+
+# 6. A sweep in one allocation of 2 tasks: two points run, a 4-rank point is recorded as failed.
+printf 'config = configs/tiny.ini\nlayout = 1x1x1 2x1x1 4x1x1\nglobal_batch = 8\nsteps = 3\nflags = --log.val_batches=0\n' \
+  > "$T/grid"
+id=$(TRIDENT_SWEEP_DIR="$T/sweep" sbatch --parsable --job-name=sweep --output="$T/out/sweep.out" --ntasks=2 \
+  slurm/sweep.sbatch "$T/grid")
+state=$(wait_job "$id" 300)
+csv=$T/sweep/results.csv
+if [ "$state" = COMPLETED ] && [ "$(grep -c ',ok,' "$csv" 2>/dev/null)" = 2 ] &&
+   grep -q 'needs 4 ranks, the allocation has 2' "$csv"; then
+  pass "sweep_sbatch (3 rows: 2 ok, 1 failed as it should)"
+else
+  fail sweep_sbatch "state $state; csv: $(cat "$csv" 2>&1); output: $(tail -5 "$T/out/sweep.out" 2>&1)"
+fi
+
+# 7. The preflight on this node.
+id=$(sbatch --parsable --job-name=doctor --output="$T/out/doctor.out" --ntasks=2 slurm/doctor.sbatch configs/tiny.ini \
+  "$T/ckpt_doctor")
+state=$(wait_job "$id" 120)
+if [ "$state" = COMPLETED ] && grep -q '^doctor: all checks passed' "$T/out/doctor.out" &&
+   grep -q '| ranks | ok | 2 ranks on 1 host' "$T/out/doctor.out"; then
+  pass "doctor_sbatch ($(grep '^doctor:' "$T/out/doctor.out"))"
+else
+  fail doctor_sbatch "state $state; output: $(tail -12 "$T/out/doctor.out" 2>&1)"
+fi
+
+# 8-9. slurm/mpirun_ec2.sh over a hostfile naming this machine (no Slurm involved).
+echo "$H slots=2" > "$T/hosts.txt"
+ec2() {  # name, extra flags: runs the script in the background, output in $T/out/NAME.out
+  TRIDENT_CKPT_DIR= bash slurm/mpirun_ec2.sh "$T/hosts.txt" 2 configs/tiny.ini "${train_flags[@]}" \
+    --checkpoint.dir="$T/ckpt_$1" "--log.run_dir=$T/run_$1" > "$T/out/$1.out" 2>&1 &
+  ec2_pid=$!
+}
+ec2 ec2_a
+timeout 300 tail --pid=$ec2_pid -f /dev/null; wait $ec2_pid; rc=$?
+loss=$(final_loss "$T/out/ec2_a.out")
+if [ "$rc" = 0 ] && [ "$loss" = "$reference_loss" ]; then pass "ec2_to_end (final loss $loss)"
+else fail ec2_to_end "exit $rc, final loss '$loss' vs '$reference_loss': $(tail -5 "$T/out/ec2_a.out")"; fi
+
+ec2 ec2_b
+if wait_for_line "$T/out/ec2_b.out" "^step +20/$steps " 1 120; then
+  kill -USR1 $ec2_pid
+  timeout 120 tail --pid=$ec2_pid -f /dev/null; wait $ec2_pid; rc1=$?
+  ec2 ec2_b
+  timeout 300 tail --pid=$ec2_pid -f /dev/null; wait $ec2_pid; rc2=$?
+  loss=$(final_loss "$T/out/ec2_b.out")
+  if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && grep -q '^resumed from' "$T/out/ec2_b.out" && [ "$loss" = "$reference_loss" ]; then
+    pass "ec2_usr1_resume ($(grep -m1 -o 'continuing after step [0-9]*' "$T/out/ec2_b.out"), final loss $loss)"
+  else
+    fail ec2_usr1_resume "exits $rc1 $rc2, final loss '$loss' vs '$reference_loss': $(tail -5 "$T/out/ec2_b.out")"
+  fi
+else
+  kill $ec2_pid 2>/dev/null
+  fail ec2_usr1_resume "no step 20 line: $(tail -5 "$T/out/ec2_b.out")"
+fi
+
+summary
+[ "$failed" -eq 0 ]
