@@ -351,7 +351,9 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
       {"memory_gib", gib(static_cast<double>(peak_resident_bytes()))},
       {"dp_wait", share(r.comm_wait_s)},
       {"data_wait", share(r.data_wait_s)},
-      {"bubble", r.steady_time_s > 0 ? r.pipeline_wait_s / r.steady_time_s : 0.0},
+      // Stage 0's wait on its pipeline neighbours (with pp = 1 there is no pipeline: what
+      // the step's timed parts leave over is then other ranks' turn on shared cores).
+      {"bubble", d.pp > 1 && r.steady_time_s > 0 ? r.pipeline_wait_s / r.steady_time_s : 0.0},
       {"bubble_theory", static_cast<double>(d.pp - 1) / (micro_batches + d.pp - 1)},
       {"loss_first", r.first_loss},
       {"loss_last", r.last_loss},
