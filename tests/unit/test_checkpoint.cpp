@@ -50,7 +50,7 @@ void expect_identical(const std::string& a, const std::string& b) {
 }
 
 TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
-  for (const std::string layout : {std::string("1"), std::string("4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1")}) {
+  for (const std::string& layout : {std::string("1"), std::string("4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1")}) {
     const std::string whole = fresh_dir("whole"), halves = fresh_dir("halves");
     const std::string launcher = kMpirun + layout.substr(0, 1);
     const std::string flags = layout.size() > 1 ? layout.substr(2) : "";

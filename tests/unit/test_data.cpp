@@ -166,7 +166,9 @@ TEST(BatchSampler, DeterministicAndSliceable) {
   s.fill(5, 4, 4, in_part, tg_part);  // what a second data-parallel rank would take
   EXPECT_TRUE(std::equal(in_part.begin(), in_part.end(), in_all.begin() + 4 * 16));
   for (int i = 0; i < 8 * 16; i++) {
-    if (i % 16 != 15) EXPECT_EQ(tg_all[i], in_all[i + 1]);  // targets are inputs shifted by one
+    if (i % 16 != 15) {
+      EXPECT_EQ(tg_all[i], in_all[i + 1]);  // targets are inputs shifted by one
+    }
   }
   s.fill(6, 0, 8, in_other, tg_other);
   EXPECT_NE(in_all, in_other);  // another step, another batch

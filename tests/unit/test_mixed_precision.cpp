@@ -151,8 +151,9 @@ TEST(Dispatch, PicksTheBackendByName) {
   EXPECT_EQ(kernels::parse_precision("bf16"), Precision::bf16);
   EXPECT_THROW(kernels::parse_precision("fp16"), UsageError);
   // This machine has no GPU (CI's neither): asking for CUDA is bad input, not a crash.
-  if (std::getenv("TRIDENT_TEST_HAVE_GPU") == nullptr)
+  if (std::getenv("TRIDENT_TEST_HAVE_GPU") == nullptr) {
     EXPECT_THROW(kernels::make_kernels("cuda", Precision::bf16), UsageError);
+  }
 }
 
 }  // namespace

@@ -42,8 +42,9 @@ TEST(Schedule, ClosedFormsForEveryShape) {
             live += a.kind == A::forward ? 1 : -1;
             most_live = std::max(most_live, live);
             // A micro-batch goes backward only after its forward.
-            if (a.kind == A::backward)
+            if (a.kind == A::backward) {
               ASSERT_NE(std::find(forwards.begin(), forwards.end(), a.micro_batch), forwards.end());
+            }
           }
           for (int i = 0; i < m; i++) {
             ASSERT_EQ(forwards[i], i);
