@@ -1,5 +1,7 @@
 #include "ckpt/checkpoint.h"
 
+#include "ckpt/hf_checkpoint.h"
+
 #include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -603,6 +605,10 @@ int Checkpointer::load(const Manifest& m) {
 }
 
 void init_parameters_from(const ShardedParameters& parameters, const std::string& path) {
+  if (is_hf_checkpoint(path)) {
+    import_hf(parameters, path);
+    return;
+  }
   Hdf5Reader file(path);
   if (file.has_attr("model"))
     require(file.attr_string("model") == parameters.layout->spec().family,

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_checkpoint.h"
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
@@ -19,6 +20,8 @@ constexpr const char* kCkptUsage =
     "usage: trident ckpt ls      --checkpoint.dir=DIR\n"
     "       trident ckpt inspect --checkpoint.dir=DIR [--step=N]\n"
     "       trident ckpt export  --checkpoint.dir=DIR [--step=N] --out=FILE.h5\n"
+    "       trident ckpt export  --checkpoint.dir=DIR [--step=N] --format=hf --out=DIR [--dtype=fp32|bf16]\n"
+    "                            [--max_shard_gb=5]   (Hugging Face: config.json + safetensors)\n"
     "  (default step: the newest complete checkpoint)\n";
 
 // The checkpoint of `step`, or the newest complete one.
@@ -39,12 +42,17 @@ double mib(double bytes) { return bytes / (1 << 20); }
 
 int run_ckpt_command(const std::vector<std::string>& args) {
   const std::string action = args.empty() ? "" : args[0];
-  std::string dir, out;
+  std::string dir, out, format = "h5";
   int step = -1;
+  HfExportOptions hf;
   po::options_description options("Options of 'trident ckpt'");
   options.add_options()("help,h", "show this help")("checkpoint.dir", po::value(&dir), "checkpoint directory")(
       "step", po::value(&step), "step to inspect or export (default: newest complete)")(
-      "out", po::value(&out), "export: the HDF5 file to write");
+      "out", po::value(&out), "export: the HDF5 file (h5) or the folder (hf) to write")(
+      "format", po::value(&format)->default_value(format), "export: h5 (trident's) or hf (Hugging Face)")(
+      "dtype", po::value(&hf.dtype)->default_value(hf.dtype), "export --format=hf: fp32 or bf16")(
+      "max_shard_gb", po::value(&hf.max_shard_gb)->default_value(hf.max_shard_gb, "5"),
+      "export --format=hf: largest safetensors file (GB, 1e9 bytes)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(std::vector<std::string>(args.begin() + (args.empty() ? 0 : 1), args.end()))
@@ -101,10 +109,22 @@ int run_ckpt_command(const std::vector<std::string>& args) {
         return std::sqrt(s / std::max<size_t>(1, x.size()));
       };
       std::string shape;
-      for (int64_t d : layout.tensor(params[i].first).shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+      for (int64_t d : layout.tensor(params[i].first).shape) {
+        if (!shape.empty()) shape += 'x';
+        shape += std::to_string(d);
+      }
       std::printf("%-28s %-16s %14.4e %14.4e\n", params[i].first.c_str(), shape.c_str(), rms(params[i].second),
                   rms(second[i].second));
     }
+    return 0;
+  }
+  require(format == "h5" || format == "hf", "--format must be h5 or hf, got '" + format + "'");
+  if (format == "hf") {
+    require(!out.empty(), "ckpt export --format=hf needs --out=DIR");
+    const HfTransfer t = export_hf(m, out, hf);
+    std::printf("exported the parameters of %s (step %d) to %s: %d safetensors file(s), %.3f GB of %s in %.2f s "
+                "(%.2f GB/s)\n", m.dir.c_str(), m.step, out.c_str(), t.files, t.bytes / 1e9, hf.dtype.c_str(), t.seconds,
+                t.bytes / 1e9 / std::max(t.seconds, 1e-9));
     return 0;
   }
   require(!out.empty(), "ckpt export needs --out=FILE.h5");

@@ -101,7 +101,7 @@ po::options_description config_options(Config& c) {
       ("checkpoint.keep_last", with_default(&ck.keep_last), "complete checkpoints kept (0: all)")
       ("checkpoint.async", with_default(&ck.async), "write in the background")
       ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")
-      ("checkpoint.init_from", with_default(&ck.init_from), "exported HDF5 to initialize parameters from")
+      ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from: an exported .h5, or Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file)")
       ("log.run_dir", with_default(&l.run_dir), "directory of metrics.jsonl")
       ("log.every_steps", with_default(&l.every_steps), "log every N steps")
       ("log.val_every_steps", with_default(&l.val_every_steps), "validation every N steps (0: at the end)")

@@ -134,12 +134,16 @@ void ParameterLayout::for_each_shard_row(const ParameterTensor& t, int p, F copy
 }
 
 std::vector<float> ParameterLayout::shard_of(const ParameterTensor& t, const float* full) const {
+  return shard_from(t, [full](int64_t first, int64_t n, float* out) { std::copy_n(full + first, n, out); });
+}
+
+std::vector<float> ParameterLayout::shard_from(const ParameterTensor& t, const ReadFull& read) const {
   const int64_t full_rows = t.shape[0], full_columns = t.padded_shape.size() > 1 ? t.padded_shape[1] : 1;
   std::vector<float> shard(t.stored, 0.0f);
   const int64_t shard_columns = t.sharding == Sharding::columns ? full_columns / t.shards : full_columns;
   for_each_shard_row(t, t.shard, [&](int64_t full_row, int64_t shard_row, int64_t first, int64_t n) {
     if (full_row >= full_rows) return;  // padding rows stay zero
-    std::copy_n(full + full_row * full_columns + first, n, shard.begin() + shard_row * shard_columns);
+    read(full_row * full_columns + first, n, shard.data() + shard_row * shard_columns);
   });
   return shard;
 }
@@ -161,7 +165,11 @@ std::vector<float> ParameterLayout::assemble(const ParameterTensor& t, const std
 
 void ShardedParameters::set(const ParameterTensor& t, const float* full) const {
   const std::vector<float> shard = layout->shard_of(t, full);
-  memory->copy_to_device(values + t.offset, shard.data(), shard.size() * sizeof(float));
+  set_shard(t, shard.data());
+}
+
+void ShardedParameters::set_shard(const ParameterTensor& t, const float* shard) const {
+  memory->copy_to_device(values + t.offset, shard, t.stored * sizeof(float));
 }
 
 bool ParameterLayout::has(const std::string& name) const {

@@ -94,6 +94,11 @@ class ParameterLayout {
 
   // This rank's shard of a full canonical tensor (host memory), padding rows as zeros.
   std::vector<float> shard_of(const ParameterTensor& t, const float* full) const;
+  // The same, the full tensor read piecewise: read(first, n, out) copies its flat
+  // elements [first, first + n), always within one row, so that a file reader fetches
+  // only this rank's slice.
+  using ReadFull = std::function<void(int64_t first, int64_t n, float* out)>;
+  std::vector<float> shard_from(const ParameterTensor& t, const ReadFull& read) const;
   // The full canonical tensor from its t.shards pieces, in piece order.
   std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& pieces) const;
 
@@ -140,6 +145,8 @@ struct ShardedParameters {
 
   // Copies a full canonical tensor from the host into this rank's shard of it.
   void set(const ParameterTensor& t, const float* full) const;
+  // Copies this rank's shard (t.stored floats, host memory) into place.
+  void set_shard(const ParameterTensor& t, const float* shard) const;
 };
 
 }  // namespace trident

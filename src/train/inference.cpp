@@ -6,6 +6,8 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 
@@ -224,11 +226,13 @@ int run_eval_command(const std::vector<std::string>& args) {
 }
 
 int run_generate_command(const std::vector<std::string>& args) {
-  std::string prompt;
+  std::string prompt, dump_logits;
   SamplingSettings s;
   bool help = false;
   po::options_description own("Options of 'trident generate' (and every config key)");
   own.add_options()("help,h", po::bool_switch(&help), "show this help")("prompt", po::value(&prompt), "the text to continue")(
+      "dump_logits", po::value(&dump_logits),
+      "write the prompt's tokens and the logits after each of them (JSON) to this file, for comparisons")(
       "max_tokens", po::value(&s.max_tokens)->default_value(s.max_tokens), "tokens to generate")(
       "temperature", po::value(&s.temperature)->default_value(s.temperature), "0: greedy")(
       "top_k", po::value(&s.top_k)->default_value(s.top_k), "sample among the k most likely (0: all)")(
@@ -252,6 +256,20 @@ int run_generate_command(const std::vector<std::string>& args) {
   if (ids.empty()) {
     require(special.bos >= 0 || special.eos >= 0, "--prompt is empty and the tokenizer has no start token");
     ids.push_back(special.bos >= 0 ? special.bos : special.eos);
+  }
+  if (!dump_logits.empty()) {
+    require(static_cast<int>(ids.size()) <= run.config.model.seq_len,
+            "--dump_logits: the prompt is longer than model.seq_len");
+    // One forward pass per position over a seq_len window (causal: the zeros after p are unread).
+    std::vector<int32_t> window(run.config.model.seq_len, 0);
+    std::copy(ids.begin(), ids.end(), window.begin());
+    nlohmann::json logits = nlohmann::json::array();
+    for (int p = 0; p < static_cast<int>(ids.size()); p++) logits.push_back(run.setup->runner.next_token_logits(window.data(), p));
+    if (run.parallel->is_root()) {
+      std::ofstream out(dump_logits, std::ios::trunc);
+      out << nlohmann::json{{"tokens", ids}, {"logits", logits}}.dump() << "\n";
+      require(out.good(), "cannot write '" + dump_logits + "' (--dump_logits)");
+    }
   }
   const std::vector<int32_t> out = generate_tokens(run.setup->runner, ids, run.config.model.seq_len, s, special.eos);
   if (run.parallel->is_root()) {

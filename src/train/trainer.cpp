@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_checkpoint.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/kernels.h"
@@ -123,8 +124,23 @@ int restore(const Config& config, ParallelState& parallel, Transformer& model, C
     return step;
   }
   if (!cc.init_from.empty()) {
-    run_collectively([&] { init_parameters_from(model.parameters(), cc.init_from); });
-    if (parallel.is_root()) std::printf("parameters initialized from %s\n", cc.init_from.c_str());
+    HfTransfer read;
+    run_collectively([&] {
+      if (is_hf_checkpoint(cc.init_from)) read = import_hf(model.parameters(), cc.init_from);
+      else init_parameters_from(model.parameters(), cc.init_from);
+    });
+    const double bytes = parallel.world().all_reduce(static_cast<double>(read.bytes));
+    const double seconds = parallel.world().all_reduce(read.seconds, ReduceOp::max);
+    const double growth = parallel.world().all_reduce(static_cast<double>(read.peak_growth_bytes), ReduceOp::max);
+    const double slice = parallel.world().all_reduce(static_cast<double>(read.largest_slice_bytes), ReduceOp::max);
+    if (parallel.is_root()) {
+      std::printf("parameters initialized from %s", cc.init_from.c_str());
+      if (bytes > 0)
+        std::printf(" (Hugging Face: %.3f GB read by all ranks in %.2f s, %.2f GB/s; peak memory +%.1f MiB on the "
+                    "busiest rank, largest slice %.1f MiB)",
+                    bytes / 1e9, seconds, bytes / 1e9 / std::max(seconds, 1e-9), growth / (1 << 20), slice / (1 << 20));
+      std::printf("\n");
+    }
   }
   return 0;
 }

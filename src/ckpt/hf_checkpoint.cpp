@@ -1,0 +1,242 @@
+#include "ckpt/hf_checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "ckpt/safetensors.h"
+#include "model/hf_conventions.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "runtime/timer.h"
+
+namespace fs = std::filesystem;
+
+namespace trident {
+
+namespace {
+
+// A [rows, columns] tensor as HF stores a Conv1D weight: [columns, rows].
+std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t columns) {
+  std::vector<float> t(a.size());
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < columns; c++) t[c * rows + r] = a[r * columns + c];
+  return t;
+}
+
+// data.tokenizer_path of a checkpoint's config (its [data] section), "" if none.
+std::string tokenizer_path_of(const std::string& ini) {
+  std::istringstream in(ini);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find_first_not_of(" \t");
+    if (a == std::string::npos || line[a] == '#') continue;
+    if (line[a] == '[') {
+      section = line.substr(a + 1, line.find(']') - a - 1);
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (section != "data" || eq == std::string::npos) continue;
+    std::string key = line.substr(a, eq - a), value = line.substr(eq + 1);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t\r") + 1);
+    if (key == "tokenizer_path") return value;
+  }
+  return "";
+}
+
+void write_json(const fs::path& path, const nlohmann::ordered_json& j) {
+  std::ofstream out(path, std::ios::trunc);
+  out << j.dump(2) << "\n";
+  require(out.good(), "cannot write '" + path.string() + "'");
+}
+
+}  // namespace
+
+HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExportOptions& options) {
+  require(options.dtype == "fp32" || options.dtype == "bf16", "--dtype must be fp32 or bf16, got '" + options.dtype + "'");
+  require(options.max_shard_gb > 0, "--max_shard_gb must be > 0");
+  Timer timer;
+  const TransformerSpec spec = transformer_spec(m.model);
+  const ParameterLayout layout(m.model);
+  std::vector<std::pair<std::string, std::vector<float>>> tensors = read_canonical(m, "params");
+  std::vector<SafetensorsEntry> entries;
+  for (auto& [name, values] : tensors) {
+    std::vector<int64_t> shape = layout.tensor(name).shape;
+    if (hf_stores_transposed(spec, name)) {
+      values = transposed(values, shape[0], shape[1]);
+      std::swap(shape[0], shape[1]);
+    }
+    entries.push_back({name, shape, values.data()});
+  }
+  // Greedy shards in state-dict order, as huggingface_hub does; a tensor above the limit
+  // gets a shard of its own.
+  const double element = options.dtype == "fp32" ? 4 : 2;
+  const double limit = options.max_shard_gb * 1e9;
+  std::vector<std::vector<SafetensorsEntry>> shards(1);
+  double in_shard = 0;
+  for (const SafetensorsEntry& e : entries) {
+    double bytes = element;
+    for (int64_t d : e.shape) bytes *= static_cast<double>(d);
+    if (!shards.back().empty() && in_shard + bytes > limit) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(e);
+    in_shard += bytes;
+  }
+  fs::create_directories(out_dir);
+  const std::string dtype = options.dtype == "fp32" ? "F32" : "BF16";
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  HfTransfer t;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  const int n = static_cast<int>(shards.size());
+  for (int i = 0; i < n; i++) {
+    char name[64];
+    if (n == 1) std::snprintf(name, sizeof name, "model.safetensors");
+    else std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", i + 1, n);
+    t.bytes += write_safetensors((fs::path(out_dir) / name).string(), shards[i], dtype, metadata);
+    for (const SafetensorsEntry& e : shards[i]) weight_map[e.name] = name;
+    t.files++;
+  }
+  if (n > 1)
+    write_json(fs::path(out_dir) / "model.safetensors.index.json",
+               {{"metadata", {{"total_size", t.bytes}}}, {"weight_map", weight_map}});
+  write_json(fs::path(out_dir) / "config.json", hf_config(spec, options.dtype == "fp32" ? "float32" : "bfloat16"));
+  // The tokenizer the run trained with travels with the weights.
+  const std::string tokenizer = tokenizer_path_of(m.config_ini);
+  if (!tokenizer.empty()) {
+    std::error_code ec;
+    if (fs::is_directory(tokenizer)) {
+      for (const char* f : {"encoder.json", "vocab.bpe"})
+        if (fs::exists(fs::path(tokenizer) / f)) fs::copy_file(fs::path(tokenizer) / f, fs::path(out_dir) / f, fs::copy_options::overwrite_existing, ec);
+    } else if (fs::exists(tokenizer)) {
+      const std::string ext = fs::path(tokenizer).extension().string();
+      fs::copy_file(tokenizer, fs::path(out_dir) / (ext == ".model" ? "tokenizer.model" : fs::path(tokenizer).filename().string()),
+                    fs::copy_options::overwrite_existing, ec);
+    }
+    require(!ec, "copying the tokenizer '" + tokenizer + "' into " + out_dir + " failed: " + ec.message());
+  }
+  t.seconds = timer.seconds();
+  return t;
+}
+
+bool is_hf_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return fs::exists(fs::path(path) / "config.json") || fs::exists(fs::path(path) / "model.safetensors") ||
+           fs::exists(fs::path(path) / "model.safetensors.index.json");
+  return fs::path(path).extension() == ".safetensors";
+}
+
+HfTransfer import_hf(const ShardedParameters& parameters, const std::string& path) {
+  Timer timer;
+  const size_t resident_before = resident_bytes();
+  const ParameterLayout& layout = *parameters.layout;
+  const TransformerSpec& spec = layout.spec();
+  std::vector<std::string> files;
+  fs::path dir = fs::path(path);
+  if (fs::is_directory(path)) {
+    const fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(index)) {
+      nlohmann::json j;
+      try {
+        std::ifstream in(index);
+        j = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::exception& e) {
+        throw UsageError(index.string() + ": not JSON: " + e.what());
+      }
+      require(j.contains("weight_map") && j["weight_map"].is_object(), index.string() + ": no weight_map");
+      std::vector<std::string> names;
+      for (const auto& [tensor, file] : j["weight_map"].items()) {
+        require(file.is_string(), index.string() + ": weight_map['" + tensor + "'] is not a file name");
+        const std::string f = file.get<std::string>();
+        require(f.find('/') == std::string::npos, index.string() + ": weight_map names a file outside the folder: " + f);
+        if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+      }
+      for (const std::string& f : names) files.push_back((dir / f).string());
+    } else {
+      require(fs::exists(dir / "model.safetensors"),
+              path + ": neither model.safetensors nor model.safetensors.index.json (checkpoint.init_from)");
+      files.push_back((dir / "model.safetensors").string());
+    }
+  } else {
+    require(fs::exists(path), "checkpoint.init_from: no such file or folder '" + path + "'");
+    files.push_back(path);
+    dir = fs::path(path).parent_path();
+  }
+  // config.json, where there is one, must describe the configured model.
+  const fs::path config_path = dir / "config.json";
+  if (fs::exists(config_path)) {
+    nlohmann::json config;
+    try {
+      std::ifstream in(config_path);
+      config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(config_path.string() + ": not JSON: " + e.what());
+    }
+    const std::vector<std::string> bad = hf_config_mismatches(config, spec);
+    if (!bad.empty()) {
+      std::string all;
+      for (const std::string& b : bad) all += (all.empty() ? "" : "; ") + b;
+      throw UsageError(config_path.string() + " does not describe the configured model: " + all);
+    }
+  }
+  // Every tensor of every file, under our names; what is not a parameter is ignored.
+  std::vector<std::unique_ptr<SafetensorsFile>> open;
+  std::map<std::string, std::pair<const SafetensorsFile*, const SafetensorsTensor*>> found;
+  const ParameterLayout whole(spec);  // every parameter of the model, for unexpected names
+  for (const std::string& f : files) {
+    open.push_back(std::make_unique<SafetensorsFile>(f));
+    for (const SafetensorsTensor& t : open.back()->tensors()) {
+      const std::string name = parameter_name_from_hf(spec, t.name);
+      if (name.empty()) continue;
+      require(whole.has(name), f + ": tensor '" + t.name + "' is not a parameter of the configured " + spec.describe());
+      require(found.find(name) == found.end(), f + ": tensor '" + t.name + "' appears in two files");
+      found[name] = {open.back().get(), &t};
+    }
+  }
+  HfTransfer r;
+  r.files = static_cast<int>(files.size());
+  for (const ParameterTensor& p : layout.tensors()) {
+    const auto it = found.find(p.name);
+    require(it != found.end(), path + ": missing tensor '" + p.name + "' of the configured " + spec.describe());
+    const SafetensorsFile* file = it->second.first;
+    const SafetensorsTensor* t = it->second.second;
+    const bool transpose = hf_stores_transposed(spec, p.name);
+    std::vector<int64_t> want = p.shape;
+    if (transpose) std::swap(want[0], want[1]);
+    if (t->shape != want) {
+      std::string have, expected;
+      for (int64_t d : t->shape) have += (have.empty() ? "" : ", ") + std::to_string(d);
+      for (int64_t d : want) expected += (expected.empty() ? "" : ", ") + std::to_string(d);
+      throw UsageError(file->path() + ": " + t->name + " has shape [" + have + "], the configured model needs [" +
+                       expected + "]");
+    }
+    const int64_t columns = p.shape.size() > 1 ? p.shape[1] : 1, rows = p.shape[0];
+    const std::vector<float> shard = layout.shard_from(p, [&](int64_t first, int64_t n, float* out) {
+      if (!transpose) {
+        file->read(*t, first, n, out);
+        return;
+      }
+      // Our element (r, c) is the file's (c, r): a piece of our row is a strided column there.
+      const int64_t row = first / columns, column = first % columns;
+      file->read(*t, column * rows + row, n, out, rows);
+    });
+    file->release(*t);
+    r.largest_slice_bytes = std::max<uint64_t>(r.largest_slice_bytes, shard.size() * sizeof(float));
+    r.bytes += shard.size() * static_cast<uint64_t>(safetensors_dtype_bits(t->dtype) / 8);
+    parameters.set_shard(p, shard.data());
+  }
+  parameters.changed();
+  r.seconds = timer.seconds();
+  r.peak_growth_bytes = peak_resident_bytes() > resident_before ? peak_resident_bytes() - resident_before : 0;
+  return r;
+}
+
+}  // namespace trident

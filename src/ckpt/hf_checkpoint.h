@@ -1,0 +1,42 @@
+// Hugging Face checkpoints in and out: config.json + model.safetensors, or shards
+// model-0000i-of-0000n.safetensors with model.safetensors.index.json, in HF's names and
+// layouts (src/model/hf_conventions.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "model/parameters.h"
+
+namespace trident {
+
+struct HfExportOptions {
+  std::string dtype = "fp32";  // fp32 | bf16
+  double max_shard_gb = 5;     // above it, shards of at most this size (1 GB = 1e9 bytes, as HF counts)
+};
+
+struct HfTransfer {
+  uint64_t bytes = 0;  // tensor bytes written or read
+  int files = 0;       // safetensors files
+  double seconds = 0;
+  // Import: how far this rank's peak resident memory rose above its resident memory at
+  // the start (what the import itself needed: slices, not the model).
+  uint64_t peak_growth_bytes = 0;
+  uint64_t largest_slice_bytes = 0;  // import: the largest shard read, as float32
+};
+
+// Writes the parameters of checkpoint `m` into `out_dir`, with the tokenizer's files when
+// the run used one (data.tokenizer_path of the checkpoint's config).
+HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExportOptions& options);
+
+// Initializes this rank's shards from a Hugging Face folder (config.json checked against
+// the model: a mismatch is a UsageError naming the field) or one .safetensors file. Each
+// tensor's slice is read from the memory-mapped file, so no rank holds a whole model.
+HfTransfer import_hf(const ShardedParameters& parameters, const std::string& path);
+
+// True for what import_hf reads: a folder holding config.json or model*.safetensors, or
+// a .safetensors file.
+bool is_hf_checkpoint(const std::string& path);
+
+}  // namespace trident
