@@ -46,6 +46,8 @@ class Kernels {
   virtual void* alloc(size_t bytes) = 0;
   virtual void free(void* p) = 0;
   virtual void copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
+  // True where this memory is the host's (the CPU backend): readers may then fill it in place.
+  virtual bool host_memory() const { return false; }
   virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;

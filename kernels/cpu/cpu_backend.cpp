@@ -161,6 +161,8 @@ class CpuKernels final : public Kernels {
     cpu::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
   }
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+  bool host_memory() const override { return true; }
+
   double measure_gemm_gflops(int n, double seconds) override {
     std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
     cpu::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up

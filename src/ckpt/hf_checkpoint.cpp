@@ -65,6 +65,7 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
   const TransformerSpec spec = transformer_spec(m.model);
   const ParameterLayout layout(m.model);
   std::vector<std::pair<std::string, std::vector<float>>> tensors = read_canonical(m, "params");
+  const double source_seconds = timer.seconds();
   std::vector<SafetensorsEntry> entries;
   for (auto& [name, values] : tensors) {
     std::vector<int64_t> shape = layout.tensor(name).shape;
@@ -91,6 +92,7 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
     in_shard += bytes;
   }
   fs::create_directories(out_dir);
+  Timer writing;
   const std::string dtype = options.dtype == "fp32" ? "F32" : "BF16";
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   HfTransfer t;
@@ -122,7 +124,8 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
     }
     require(!ec, "copying the tokenizer '" + tokenizer + "' into " + out_dir + " failed: " + ec.message());
   }
-  t.seconds = timer.seconds();
+  t.seconds = writing.seconds();
+  t.source_seconds = source_seconds;
   return t;
 }
 
@@ -203,6 +206,7 @@ HfTransfer import_hf(const ShardedParameters& parameters, const std::string& pat
   }
   HfTransfer r;
   r.files = static_cast<int>(files.size());
+  std::vector<float> buffer;
   for (const ParameterTensor& p : layout.tensors()) {
     const auto it = found.find(p.name);
     require(it != found.end(), path + ": missing tensor '" + p.name + "' of the configured " + spec.describe());
@@ -219,7 +223,15 @@ HfTransfer import_hf(const ShardedParameters& parameters, const std::string& pat
                        expected + "]");
     }
     const int64_t columns = p.shape.size() > 1 ? p.shape[1] : 1, rows = p.shape[0];
-    const std::vector<float> shard = layout.shard_from(p, [&](int64_t first, int64_t n, float* out) {
+    // Read in place where the parameters are host memory; else through one buffer reused
+    // for every tensor (fresh pages are slow to touch, MACHINE.md).
+    float* target = parameters.host_shard(p);
+    if (target == nullptr) {
+      if (buffer.size() < p.stored) buffer.resize(p.stored);
+      target = buffer.data();
+    }
+    if (!transpose && !p.sharded()) file->prefetch(*t, 0, t->numel());  // the whole tensor is ours
+    layout.shard_into(p, [&](int64_t first, int64_t n, float* out) {
       if (!transpose) {
         file->read(*t, first, n, out);
         return;
@@ -227,11 +239,11 @@ HfTransfer import_hf(const ShardedParameters& parameters, const std::string& pat
       // Our element (r, c) is the file's (c, r): a piece of our row is a strided column there.
       const int64_t row = first / columns, column = first % columns;
       file->read(*t, column * rows + row, n, out, rows);
-    });
+    }, target);
     file->release(*t);
-    r.largest_slice_bytes = std::max<uint64_t>(r.largest_slice_bytes, shard.size() * sizeof(float));
-    r.bytes += shard.size() * static_cast<uint64_t>(safetensors_dtype_bits(t->dtype) / 8);
-    parameters.set_shard(p, shard.data());
+    r.largest_slice_bytes = std::max<uint64_t>(r.largest_slice_bytes, p.stored * sizeof(float));
+    r.bytes += p.stored * static_cast<uint64_t>(safetensors_dtype_bits(t->dtype) / 8);
+    if (target == buffer.data()) parameters.set_shard(p, target);
   }
   parameters.changed();
   r.seconds = timer.seconds();

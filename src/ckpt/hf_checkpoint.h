@@ -19,7 +19,8 @@ struct HfExportOptions {
 struct HfTransfer {
   uint64_t bytes = 0;  // tensor bytes written or read
   int files = 0;       // safetensors files
-  double seconds = 0;
+  double seconds = 0;           // export: writing the safetensors files; import: all of it
+  double source_seconds = 0;    // export: reading the checkpoint's tensors first
   // Import: how far this rank's peak resident memory rose above its resident memory at
   // the start (what the import itself needed: slices, not the model).
   uint64_t peak_growth_bytes = 0;

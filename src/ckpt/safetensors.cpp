@@ -181,7 +181,9 @@ void SafetensorsFile::read(const SafetensorsTensor& t, int64_t first, int64_t n,
   require(n == 0 || (first >= 0 && stride >= 1 && first + (n - 1) * stride < t.numel()),
           path_ + ": " + t.name + ": read outside the tensor");
   const unsigned char* base = data_ + t.begin;
-  if (t.dtype == "F32") {
+  if (t.dtype == "F32" && stride == 1) {
+    std::memcpy(out, base + 4 * first, 4 * n);  // little-endian hosts
+  } else if (t.dtype == "F32") {
     for (int64_t i = 0; i < n; i++) std::memcpy(out + i, base + 4 * (first + i * stride), 4);
   } else if (t.dtype == "BF16") {
     for (int64_t i = 0; i < n; i++) {
@@ -198,6 +200,20 @@ void SafetensorsFile::read(const SafetensorsTensor& t, int64_t first, int64_t n,
   } else {
     throw UsageError(path_ + ": " + t.name + " is " + t.dtype + ": weights must be F32, BF16 or F16");
   }
+}
+
+void SafetensorsFile::prefetch(const SafetensorsTensor& t, int64_t first, int64_t n) const {
+#ifdef MADV_POPULATE_READ
+  const int bits = safetensors_dtype_bits(t.dtype);
+  const long page = sysconf(_SC_PAGESIZE);
+  const uint64_t from = t.begin + static_cast<uint64_t>(first) * bits / 8;
+  const uint64_t to = std::min<uint64_t>(t.end, t.begin + static_cast<uint64_t>(first + n) * bits / 8);
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data_ + from) / page * page;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data_ + to);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+#else
+  (void)t, (void)first, (void)n;
+#endif
 }
 
 void SafetensorsFile::release(const SafetensorsTensor& t) const {
@@ -233,10 +249,12 @@ uint64_t write_safetensors(const std::string& path, const std::vector<Safetensor
   for (const SafetensorsEntry& e : entries) {
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
+    if (element == 4) {  // little-endian hosts (x86-64, aarch64): the floats as they are
+      out.write(reinterpret_cast<const char*>(e.values), static_cast<std::streamsize>(numel * 4));
+      continue;
+    }
     buffer.resize(static_cast<size_t>(numel) * element);
-    if (element == 4) {
-      std::memcpy(buffer.data(), e.values, buffer.size());  // little-endian hosts (x86-64, aarch64)
-    } else {
+    {
       for (int64_t i = 0; i < numel; i++) {
         const uint16_t b = kernels::float_to_bf16_bits(e.values[i]);
         std::memcpy(buffer.data() + 2 * i, &b, 2);

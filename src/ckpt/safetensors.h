@@ -35,6 +35,9 @@ class SafetensorsFile {
   // n elements of a F32, BF16 or F16 tensor as floats, starting at flat element `first`
   // and `stride` elements apart (1: contiguous). UsageError for other dtypes.
   void read(const SafetensorsTensor& t, int64_t first, int64_t n, float* out, int64_t stride = 1) const;
+  // Maps the pages of flat elements [first, first + n) in one call (MADV_POPULATE_READ)
+  // rather than one page fault at a time; a hint: ignored where the kernel lacks it.
+  void prefetch(const SafetensorsTensor& t, int64_t first, int64_t n) const;
   // Drops the tensor's pages from this process (they stay in the page cache), so that
   // reading a whole model one tensor at a time never holds more than one mapped.
   void release(const SafetensorsTensor& t) const;

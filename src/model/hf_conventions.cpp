@@ -17,7 +17,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 nlohmann::ordered_json hf_config(const TransformerSpec& s, const std::string& torch_dtype) {
   if (is_gpt2(s)) {
-    return {{"architectures", {"GPT2LMHeadModel"}},
+    nlohmann::ordered_json c = {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
             {"vocab_size", s.vocab_size},
             {"n_positions", s.seq_len},
@@ -33,9 +33,9 @@ nlohmann::ordered_json hf_config(const TransformerSpec& s, const std::string& to
             {"attn_pdrop", 0.0},
             {"scale_attn_weights", true},
             {"tie_word_embeddings", true},
-            {"bos_token_id", 50256},
-            {"eos_token_id", 50256},
             {"torch_dtype", torch_dtype}};
+    if (s.vocab_size == 50257) c["bos_token_id"] = c["eos_token_id"] = 50256;  // GPT-2's own tokenizer: <|endoftext|>
+    return c;
   }
   nlohmann::ordered_json c = {{"architectures", {"LlamaForCausalLM"}},
                               {"model_type", "llama"},

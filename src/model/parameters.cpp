@@ -138,14 +138,18 @@ std::vector<float> ParameterLayout::shard_of(const ParameterTensor& t, const flo
 }
 
 std::vector<float> ParameterLayout::shard_from(const ParameterTensor& t, const ReadFull& read) const {
+  std::vector<float> shard(t.stored);
+  shard_into(t, read, shard.data());
+  return shard;
+}
+
+void ParameterLayout::shard_into(const ParameterTensor& t, const ReadFull& read, float* out) const {
   const int64_t full_rows = t.shape[0], full_columns = t.padded_shape.size() > 1 ? t.padded_shape[1] : 1;
-  std::vector<float> shard(t.stored, 0.0f);
   const int64_t shard_columns = t.sharding == Sharding::columns ? full_columns / t.shards : full_columns;
   for_each_shard_row(t, t.shard, [&](int64_t full_row, int64_t shard_row, int64_t first, int64_t n) {
-    if (full_row >= full_rows) return;  // padding rows stay zero
-    read(full_row * full_columns + first, n, shard.data() + shard_row * shard_columns);
+    if (full_row >= full_rows) std::fill_n(out + shard_row * shard_columns, n, 0.0f);  // padding rows
+    else read(full_row * full_columns + first, n, out + shard_row * shard_columns);
   });
-  return shard;
 }
 
 std::vector<float> ParameterLayout::assemble(const ParameterTensor& t, const std::vector<float>& pieces) const {

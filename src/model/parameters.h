@@ -99,6 +99,8 @@ class ParameterLayout {
   // only this rank's slice.
   using ReadFull = std::function<void(int64_t first, int64_t n, float* out)>;
   std::vector<float> shard_from(const ParameterTensor& t, const ReadFull& read) const;
+  // The same into `out` (t.stored floats; a buffer reused across tensors).
+  void shard_into(const ParameterTensor& t, const ReadFull& read, float* out) const;
   // The full canonical tensor from its t.shards pieces, in piece order.
   std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& pieces) const;
 
@@ -147,6 +149,8 @@ struct ShardedParameters {
   void set(const ParameterTensor& t, const float* full) const;
   // Copies this rank's shard (t.stored floats, host memory) into place.
   void set_shard(const ParameterTensor& t, const float* shard) const;
+  // Where the shard lives when that is host memory (a reader can write it in place), else null.
+  float* host_shard(const ParameterTensor& t) const { return memory->host_memory() ? values + t.offset : nullptr; }
 };
 
 }  // namespace trident

@@ -238,6 +238,21 @@ TEST(HfCheckpoint, Bf16ExportRoundsAndImportsWithinBf16) {
   EXPECT_EQ(bytes_of(hf + "/model.safetensors"), bytes_of(f.dir + "/again/model.safetensors"));
 }
 
+// A run on SentencePiece tokens: its tokenizer.model travels with the weights.
+TEST(HfCheckpoint, TheRunsTokenizerIsExportedBesideTheWeights) {
+  const std::string dir = testing::TempDir() + "hf_tokenizer";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const CliRun p = run("prepare --input /usr/share/games/fortunes --out " + dir + "/fortunes "
+                       "--data.tokenizer=sentencepiece --train_tokenizer=512", "", 300);
+  ASSERT_EQ(p.exit_code, 0) << p.out << p.err;
+  const Flow f{dir, "configs/tiny-llama.ini --model.vocab_size=512 --data.path=" + dir +
+                        "/fortunes --data.tokenizer=sentencepiece --data.tokenizer_path=" + dir + "/fortunes.model"};
+  const std::string hf = train_and_export(f);
+  EXPECT_EQ(bytes_of(hf + "/tokenizer.model"), bytes_of(dir + "/fortunes.model"));
+  EXPECT_EQ(nlohmann::json::parse(bytes_of(hf + "/config.json"))["vocab_size"], 512);
+}
+
 TEST(HfCheckpoint, AConfigThatDoesNotFitIsOneErrorNamingTheField) {
   const Flow f{testing::TempDir() + "hf_bad", "configs/tiny-llama.ini"};
   fs::remove_all(f.dir);
