@@ -24,6 +24,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -106,8 +107,12 @@ def append_row(csv_path, row):
 
 def launch_command(launcher, ranks, build):
     if launcher == "srun":
-        return ["srun", "--mpi=" + os.environ.get("TRIDENT_SRUN_MPI", "pmix"), "--kill-on-bad-exit=1",
-                "-n", str(ranks), f"{build}/trident"]
+        cmd = ["srun", "--mpi=" + os.environ.get("TRIDENT_SRUN_MPI", "pmix"), "--kill-on-bad-exit=1", "-n", str(ranks)]
+        # Fill nodes in order (a small point on as few nodes as it needs, node-local tp).
+        per_node = int(os.environ.get("SLURM_NTASKS_PER_NODE", "0").split("(")[0] or 0)
+        if per_node > 0:
+            cmd += ["-N", str(-(-ranks // per_node)), f"--ntasks-per-node={min(ranks, per_node)}"]
+        return cmd + [f"{build}/trident"]
     cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), "-x", "OMP_NUM_THREADS"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -143,14 +148,22 @@ def run_point(p, single, build, out_dir, allocation):
         log.write(" ".join(shlex.quote(c) for c in cmd) + "\n")
         log.flush()
         try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                  timeout=float(single["timeout_s"]))
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = None
+            # A session of its own: on a timeout the launcher and every rank it started go.
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
             row.update(status="failed", error=f"cannot start {cmd[0]}: {e.strerror}")
             return row
+        try:
+            rc = proc.wait(timeout=float(single["timeout_s"]))
+        except subprocess.TimeoutExpired:
+            rc = None
+            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(timeout=grace)
+                    break
+                except (subprocess.TimeoutExpired, ProcessLookupError):
+                    continue
     row["seconds"] = f"{time.monotonic() - start:.1f}"
     output = open(os.path.join(run_dir, "output.txt"), encoding="utf-8", errors="replace").read()
     summary_path = os.path.join(run_dir, "summary.json")

@@ -28,8 +28,8 @@ std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t
   return t;
 }
 
-// data.tokenizer_path of a checkpoint's config (its [data] section), "" if none.
-std::string tokenizer_path_of(const std::string& ini) {
+// A key of the [data] section of a checkpoint's config, "" if absent.
+std::string data_setting(const std::string& ini, const std::string& wanted) {
   std::istringstream in(ini);
   std::string section;
   for (std::string line; std::getline(in, line);) {
@@ -45,7 +45,7 @@ std::string tokenizer_path_of(const std::string& ini) {
     key.erase(key.find_last_not_of(" \t") + 1);
     value.erase(0, value.find_first_not_of(" \t"));
     value.erase(value.find_last_not_of(" \t\r") + 1);
-    if (key == "tokenizer_path") return value;
+    if (key == wanted) return value;
   }
   return "";
 }
@@ -92,6 +92,11 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
     in_shard += bytes;
   }
   fs::create_directories(out_dir);
+  // Weights of an earlier export in the folder would be read instead of (or with) these.
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("model", 0) == 0 && name.find(".safetensors") != std::string::npos) fs::remove(e.path());
+  }
   Timer writing;
   const std::string dtype = options.dtype == "fp32" ? "F32" : "BF16";
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
@@ -110,19 +115,22 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
     write_json(fs::path(out_dir) / "model.safetensors.index.json",
                {{"metadata", {{"total_size", t.bytes}}}, {"weight_map", weight_map}});
   write_json(fs::path(out_dir) / "config.json", hf_config(spec, options.dtype == "fp32" ? "float32" : "bfloat16"));
-  // The tokenizer the run trained with travels with the weights.
-  const std::string tokenizer = tokenizer_path_of(m.config_ini);
-  if (!tokenizer.empty()) {
+  // The tokenizer the run trained with travels with the weights, under the names HF's
+  // tokenizers read: GPT2Tokenizer's vocab.json + merges.txt (the same files as
+  // encoder.json + vocab.bpe), LlamaTokenizer's tokenizer.model; a .tiktoken rank file as
+  // it is (HF has no reader of its own for it).
+  const std::string tokenizer = data_setting(m.config_ini, "tokenizer_path");
+  const auto copy = [&](const fs::path& from, const std::string& to) {
     std::error_code ec;
-    if (fs::is_directory(tokenizer)) {
-      for (const char* f : {"encoder.json", "vocab.bpe"})
-        if (fs::exists(fs::path(tokenizer) / f)) fs::copy_file(fs::path(tokenizer) / f, fs::path(out_dir) / f, fs::copy_options::overwrite_existing, ec);
-    } else if (fs::exists(tokenizer)) {
-      const std::string ext = fs::path(tokenizer).extension().string();
-      fs::copy_file(tokenizer, fs::path(out_dir) / (ext == ".model" ? "tokenizer.model" : fs::path(tokenizer).filename().string()),
-                    fs::copy_options::overwrite_existing, ec);
-    }
-    require(!ec, "copying the tokenizer '" + tokenizer + "' into " + out_dir + " failed: " + ec.message());
+    fs::copy_file(from, fs::path(out_dir) / to, fs::copy_options::overwrite_existing, ec);
+    require(!ec, "copying the tokenizer file " + from.string() + " into " + out_dir + " failed: " + ec.message());
+  };
+  if (!tokenizer.empty() && fs::is_directory(tokenizer)) {
+    if (fs::exists(fs::path(tokenizer) / "encoder.json")) copy(fs::path(tokenizer) / "encoder.json", "vocab.json");
+    if (fs::exists(fs::path(tokenizer) / "vocab.bpe")) copy(fs::path(tokenizer) / "vocab.bpe", "merges.txt");
+  } else if (!tokenizer.empty() && fs::exists(tokenizer)) {
+    const bool sentencepiece = data_setting(m.config_ini, "tokenizer") == "sentencepiece";
+    copy(tokenizer, sentencepiece ? "tokenizer.model" : fs::path(tokenizer).filename().string());
   }
   t.seconds = writing.seconds();
   t.source_seconds = source_seconds;

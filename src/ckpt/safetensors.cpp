@@ -91,6 +91,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                                                      nlohmann::json& parsed) {
       if (event == nlohmann::json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second)
         duplicate = parsed.get<std::string>();
+      // The format nests 3 deep ({name: {shape: [..]}}); deeper is an attack on the parser.
+      if ((event == nlohmann::json::parse_event_t::object_start || event == nlohmann::json::parse_event_t::array_start) &&
+          depth > 3)
+        throw bad("the header nests deeper than the format does");
       return true;
     };
     nlohmann::json header;
@@ -125,7 +129,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         if (!d.is_number_unsigned()) throw bad(where + "shape holds a value that is not a non-negative integer");
         const uint64_t dim = d.get<uint64_t>();
         numel *= dim;
-        if (numel > (static_cast<unsigned __int128>(1) << 64)) throw bad(where + "shape too large");
+        if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+            numel > static_cast<unsigned __int128>(std::numeric_limits<int64_t>::max()))
+          throw bad(where + "shape too large");
         t.shape.push_back(static_cast<int64_t>(dim));
       }
       const auto& off = entry["data_offsets"];
@@ -228,7 +234,7 @@ uint64_t write_safetensors(const std::string& path, const std::vector<Safetensor
   require(dtype == "F32" || dtype == "BF16", "safetensors export: dtype must be F32 or BF16, not " + dtype);
   const uint64_t element = dtype == "F32" ? 4 : 2;
   // ordered_json: the header lists the tensors in data order, __metadata__ first.
-  nlohmann::ordered_json header;
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t at = 0;
   for (const SafetensorsEntry& e : entries) {

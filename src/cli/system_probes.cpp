@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #if __has_include(<rdma/fabric.h>)
 #include <rdma/fabric.h>
@@ -143,6 +144,19 @@ FabricProbe probe_fabric() {
     }
   }
   fi_freeinfo(info);
+  // Providers report FI_HMEM only when asked for it (older efa clears it otherwise).
+  if (p.efa && !p.efa_hmem) {
+    fi_info* hints = fi_allocinfo();
+    hints->caps = FI_HMEM;
+    hints->domain_attr->mr_mode = FI_MR_HMEM | FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    hints->fabric_attr->prov_name = strdup("efa");
+    fi_info* hmem = nullptr;
+    if (fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, &hmem) == 0) {
+      p.efa_hmem = hmem != nullptr;
+      fi_freeinfo(hmem);
+    }
+    fi_freeinfo(hints);  // frees prov_name too
+  }
 #else
   p.why_not = "built without libfabric's headers (libfabric-dev)";
 #endif

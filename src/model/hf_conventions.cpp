@@ -107,6 +107,19 @@ std::vector<std::string> hf_config_mismatches(const nlohmann::json& c, const Tra
   if ((scaled ? rope_type : std::string("none")) != s.rope_scaling.type)
     out.push_back("rope_scaling = " + (scaled ? rope_type : std::string("null")) + ", but model.rope_scaling = " +
                   s.rope_scaling.type);
+  else if (scaled) {
+    const nlohmann::json& r = c["rope_scaling"];
+    const auto field = [&](const char* name, double fallback) {
+      return r.contains(name) && r[name].is_number() ? r[name].get<double>() : fallback;
+    };
+    expect("rope_scaling.factor", field("factor", 8), "model.rope_factor", s.rope_scaling.factor);
+    expect("rope_scaling.low_freq_factor", field("low_freq_factor", 1), "model.rope_low_freq_factor",
+           s.rope_scaling.low_freq_factor);
+    expect("rope_scaling.high_freq_factor", field("high_freq_factor", 4), "model.rope_high_freq_factor",
+           s.rope_scaling.high_freq_factor);
+    expect("rope_scaling.original_max_position_embeddings", field("original_max_position_embeddings", 8192),
+           "model.rope_original_max_position", s.rope_scaling.original_max_position);
+  }
   if (c.value("tie_word_embeddings", false)) out.push_back("tie_word_embeddings = true, but Llama's head is untied");
   return out;
 }

@@ -1,6 +1,7 @@
 #include "train/device_peak.h"
 
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,13 +18,13 @@ struct GpuEntry {
   const char* entry;
   double bf16_tflops, fp32_tflops;  // dense, from NVIDIA's datasheets
 };
-// Longer names first: "H100 PCIe" before "H100".
+// Longer names first: "H100 PCIe" before "H100", "L40" before "L4".
 constexpr GpuEntry kGpus[] = {
     {"H200", "H200 SXM", 989.4, 66.9},     {"H100 NVL", "H100 NVL", 835.0, 60.0},
     {"H100 PCIe", "H100 PCIe", 756.0, 51.2}, {"H100", "H100 SXM", 989.4, 66.9},
     {"GH200", "GH200", 989.4, 66.9},       {"A100", "A100", 312.0, 19.5},
-    {"L40S", "L40S", 362.1, 91.6},         {"A10G", "A10G", 70.0, 31.2},
-    {"L4", "L4", 121.0, 30.3},
+    {"L40S", "L40S", 362.1, 91.6},         {"L40", "L40", 181.0, 90.5},
+    {"A10G", "A10G", 70.0, 31.2},          {"L4", "L4", 121.0, 30.3},
 };
 
 // Rank 0 measures one core's GEMM rate; the others wait for the result asleep, not
@@ -76,9 +77,13 @@ DevicePeak device_peak(const Config& config, ParallelState& parallel, kernels::K
     p.source = source;
     return p;
   }
-  // CPU: cores in use per node = min(threads of its ranks, its cores), summed over nodes.
+  // CPU: cores in use per node = min(threads of its ranks, its cores), summed over nodes;
+  // a rank counts at most the cores it may run on (its affinity: binding, cgroups, Slurm).
   const double core = one_core_gemm_gflops(parallel, k);
-  const double node_threads = parallel.node().all_reduce(static_cast<double>(omp_get_max_threads()));
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : omp_get_max_threads();
+  const double node_threads = parallel.node().all_reduce(static_cast<double>(std::min(omp_get_max_threads(), allowed)));
   const double node_cores = std::min(node_threads, static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)));
   const double cores = parallel.world().all_reduce(parallel.node().rank() == 0 ? node_cores : 0.0);
   p.total_gflops = core * cores;

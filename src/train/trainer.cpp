@@ -361,7 +361,7 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
       {"steady_steps", r.steady_steps},
       {"step_time_s", step_s},
       {"tokens_per_s", tokens_per_s},
-      {"mfu", tokens_per_s * flops_per_token(s.model.spec()) / (peak.total_gflops * 1e9)},
+      {"mfu", peak.total_gflops > 0 ? tokens_per_s * flops_per_token(s.model.spec()) / (peak.total_gflops * 1e9) : 0.0},
       {"peak_gflops", peak.total_gflops},
       {"peak_source", peak.source},
       {"memory_gib", gib(static_cast<double>(peak_resident_bytes()))},

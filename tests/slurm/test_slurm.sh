@@ -248,8 +248,15 @@ ec2() {  # name, extra flags: runs the script in the background, output in $T/ou
     --checkpoint.dir="$T/ckpt_$1" "--log.run_dir=$T/run_$1" > "$T/out/$1.out" 2>&1 &
   ec2_pid=$!
 }
+finish_ec2() {  # seconds: waits for the launcher, killing it (and its ranks) past the bound
+  if ! timeout "$1" tail --pid=$ec2_pid -f /dev/null; then
+    kill $ec2_pid 2>/dev/null
+    pkill -9 -f "$T/ckpt_ec2" 2>/dev/null
+  fi
+  wait $ec2_pid
+}
 ec2 ec2_a
-timeout 300 tail --pid=$ec2_pid -f /dev/null; wait $ec2_pid; rc=$?
+finish_ec2 300; rc=$?
 loss=$(final_loss "$T/out/ec2_a.out")
 if [ "$rc" = 0 ] && [ "$loss" = "$reference_loss" ]; then pass "ec2_to_end (final loss $loss)"
 else fail ec2_to_end "exit $rc, final loss '$loss' vs '$reference_loss': $(tail -5 "$T/out/ec2_a.out")"; fi
@@ -257,9 +264,9 @@ else fail ec2_to_end "exit $rc, final loss '$loss' vs '$reference_loss': $(tail 
 ec2 ec2_b
 if wait_for_line "$T/out/ec2_b.out" "^step +20/$steps " 1 120; then
   kill -USR1 $ec2_pid
-  timeout 120 tail --pid=$ec2_pid -f /dev/null; wait $ec2_pid; rc1=$?
+  finish_ec2 120; rc1=$?
   ec2 ec2_b
-  timeout 300 tail --pid=$ec2_pid -f /dev/null; wait $ec2_pid; rc2=$?
+  finish_ec2 300; rc2=$?
   loss=$(final_loss "$T/out/ec2_b.out")
   if [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && grep -q '^resumed from' "$T/out/ec2_b.out" && [ "$loss" = "$reference_loss" ]; then
     pass "ec2_usr1_resume ($(grep -m1 -o 'continuing after step [0-9]*' "$T/out/ec2_b.out"), final loss $loss)"

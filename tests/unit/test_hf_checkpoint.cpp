@@ -12,6 +12,7 @@
 #include <random>
 
 #include "ckpt/safetensors.h"
+#include "model/hf_conventions.h"
 #include "cli_helpers.h"
 #include "runtime/error.h"
 
@@ -104,6 +105,8 @@ TEST(Safetensors, EveryViolationIsOneClearError) {
       {file_with(R"({"__metadata__":{"format":1}})", 0), "is not a string"},
       {file_with(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8), "shape too large"},
       {file_with(R"({"a":7})", 0), "expected an object with dtype, shape and data_offsets"},
+      {file_with(R"({"a":{"dtype":"F32","shape":[[[[2]]]],"data_offsets":[0,8]}})", 8), "nests deeper"},
+      {file_with(R"({"a":{"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}})", 0), "shape too large"},
   };
   for (const auto& [bytes, expected] : cases) {
     put(path, bytes);
@@ -227,10 +230,31 @@ TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
 
 INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama"));
 
+TEST(HfConventions, RopeScalingIsComparedFieldByField) {
+  ModelConfig m;
+  m.family = "llama";
+  m.rope_scaling.type = "llama3";
+  const TransformerSpec spec = transformer_spec(m);
+  nlohmann::json config = hf_config(spec, "float32");
+  EXPECT_TRUE(hf_config_mismatches(config, spec).empty());
+  config["rope_scaling"]["factor"] = 32;
+  const std::vector<std::string> bad = hf_config_mismatches(config, spec);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0], "rope_scaling.factor = 32, but model.rope_factor = 8");
+  config["rope_scaling"] = nullptr;
+  EXPECT_EQ(hf_config_mismatches(config, spec).at(0), "rope_scaling = null, but model.rope_scaling = llama3");
+}
+
 TEST(HfCheckpoint, Bf16ExportRoundsAndImportsWithinBf16) {
   const Flow f{testing::TempDir() + "hf_bf16", "configs/tiny-llama.ini"};
   fs::remove_all(f.dir);
-  const std::string hf = train_and_export(f, " --dtype=bf16");
+  train_and_export(f, " --max_shard_gb=0.001");  // an earlier, sharded export in the same folder
+  const std::string hf = f.dir + "/hf";
+  const CliRun e = run("ckpt export --checkpoint.dir=" + f.dir + "/ck --format=hf --out=" + hf + " --dtype=bf16");
+  ASSERT_EQ(e.exit_code, 0) << e.out << e.err;
+  for (const auto& entry : fs::directory_iterator(hf))  // its shards and index are gone
+    EXPECT_EQ(entry.path().filename().string().find("model-"), std::string::npos) << entry.path();
+  EXPECT_FALSE(fs::exists(hf + "/model.safetensors.index.json"));
   SafetensorsFile file(hf + "/model.safetensors");
   for (const SafetensorsTensor& t : file.tensors()) EXPECT_EQ(t.dtype, "BF16") << t.name;
   EXPECT_EQ(nlohmann::json::parse(bytes_of(hf + "/config.json"))["torch_dtype"], "bfloat16");
