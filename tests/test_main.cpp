@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   auto& listeners = testing::UnitTest::GetInstance()->listeners();
   if (rank != 0) delete listeners.Release(listeners.default_result_printer());  // one report, from rank 0
   listeners.Append(new RankFailurePrinter);
-  RUN_ALL_TESTS();
+  const int local_verdict = RUN_ALL_TESTS();  // combined over ranks below, from the failed tests
+  (void)local_verdict;
 
   // Every rank ran the same tests in the same order: combine their verdicts.
   std::vector<int> failed;

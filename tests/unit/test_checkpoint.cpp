@@ -204,7 +204,10 @@ TEST(Checkpoint, SignalSavesAndExitsZero) {
   int pid = 0;
   ASSERT_EQ(fscanf(pipe, "%d", &pid), 1);
   pclose(pipe);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  // Signalled once training runs (its first step line), however slow the start is.
+  for (int i = 0; i < 1200 && slurp(out).find("\nstep ") == std::string::npos && kill(pid, 0) == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NE(slurp(out).find("\nstep "), std::string::npos) << slurp(out);
   kill(pid, SIGUSR1);
   for (int i = 0; i < 600 && kill(pid, 0) == 0; i++)  // not our child: wait until it is gone
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

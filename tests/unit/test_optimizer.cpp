@@ -75,7 +75,10 @@ TEST(LearningRateSchedule, WarmupThenCosineToMin) {
   EXPECT_DOUBLE_EQ(s.at(0), 1e-4);     // (0+1)/10 of the peak
   EXPECT_DOUBLE_EQ(s.at(9), 1e-3);     // end of warmup
   EXPECT_DOUBLE_EQ(s.at(10), 1e-3);    // cosine starts at the peak
-  EXPECT_NEAR(s.at(10 + 99 / 2.0), 5.5e-4, 1e-5);  // halfway: mean of peak and floor
+  // Halfway between steps 59 and 60 (progress 49/99 and 50/99, symmetric about 1/2): the
+  // cosine terms cancel, so their mean is exactly the mean of peak and floor.
+  EXPECT_NEAR(s.at(59), 1e-4 + 0.5 * 9e-4 * (1 + std::cos(M_PI * 49 / 99)), 1e-15);
+  EXPECT_NEAR((s.at(59) + s.at(60)) / 2, 5.5e-4, 1e-15);
   EXPECT_DOUBLE_EQ(s.at(109), 1e-4);   // last step reaches min_lr
   for (int i = 10; i < 109; i++) EXPECT_GE(s.at(i), s.at(i + 1));
 }
