@@ -32,7 +32,8 @@ HAVE_PCRE2 := $(if $(shell pkg-config --exists libpcre2-8 2>/dev/null && echo y)
 SENTENCEPIECE_CFLAGS := $(shell pkg-config --cflags sentencepiece 2>/dev/null)
 SENTENCEPIECE_LIBS := $(shell pkg-config --libs sentencepiece 2>/dev/null || echo -lsentencepiece -lsentencepiece_train)
 HAVE_SENTENCEPIECE := $(if $(shell pkg-config --exists sentencepiece 2>/dev/null && echo y),yes,no)
-# libfabric (doctor's provider check): its headers, when installed.
+# libfabric (doctor's provider check): its headers, when installed; the library itself is
+# opened at run time (src/cli/system_probes.cpp), not linked.
 HAVE_LIBFABRIC := $(if $(wildcard /usr/include/rdma/fabric.h),yes,no)
 NVCC := $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
 HAVE_NCCL := $(if $(wildcard $(NCCL_HOME)/include/nccl.h),yes,no)
@@ -48,9 +49,6 @@ endif
 CPPFLAGS := -I. -Isrc $(HDF5_CFLAGS) $(PCRE2_CFLAGS) $(SENTENCEPIECE_CFLAGS) -DOMPI_SKIP_MPICXX=1 -DTRIDENT_CXX='"$(CXX_BASE) $(shell $(CXX_BASE) -dumpfullversion)"'
 CXXFLAGS := -std=c++20 $(OPT_FLAGS) -fopenmp -Wall -Wextra -Wno-unknown-pragmas -MMD -MP
 LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options $(PCRE2_LIBS) $(SENTENCEPIECE_LIBS) -lcrypto -fopenmp $(LINK_OPT)
-ifeq ($(HAVE_LIBFABRIC),yes)
-  LDLIBS += -lfabric
-endif
 
 # ---- CUDA (kernels/cuda/*.cu), compiled whenever nvcc is found ------------------------
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)

@@ -125,12 +125,28 @@ LibraryProbe probe_nccl_net_plugin() {
 FabricProbe probe_fabric() {
   FabricProbe p;
 #ifdef TRIDENT_LIBFABRIC
-  const uint32_t v = fi_version();
-  p.version = std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+  // Opened, not linked: trident runs where libfabric is absent, and uses the one the
+  // machine has (on EFA instances, /opt/amazon/efa's) where it is there.
+  void* fabric = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (fabric == nullptr) {
+    p.why_not = "libfabric.so.1 not found";
+    return p;
+  }
+  auto version = symbol<uint32_t (*)()>(fabric, "fi_version");
+  auto getinfo = symbol<int (*)(uint32_t, const char*, const char*, uint64_t, const fi_info*, fi_info**)>(fabric, "fi_getinfo");
+  auto freeinfo = symbol<void (*)(fi_info*)>(fabric, "fi_freeinfo");
+  auto dupinfo = symbol<fi_info* (*)(const fi_info*)>(fabric, "fi_dupinfo");
+  auto strerror = symbol<const char* (*)(int)>(fabric, "fi_strerror");
+  if (!version || !getinfo || !freeinfo || !dupinfo || !strerror) {
+    p.why_not = "libfabric.so.1 lacks fi_getinfo and friends";
+    return p;
+  }
+  const uint32_t v = version();
+  p.version = std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)) + " (" + loaded_path(fabric) + ")";
   fi_info* info = nullptr;
-  const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, nullptr, &info);
+  const int rc = getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, nullptr, &info);
   if (rc != 0) {
-    p.why_not = std::string("fi_getinfo: ") + fi_strerror(-rc);
+    p.why_not = std::string("fi_getinfo: ") + strerror(-rc);
     return p;
   }
   p.available = true;
@@ -143,19 +159,19 @@ FabricProbe probe_fabric() {
       if (i->caps & FI_HMEM) p.efa_hmem = true;
     }
   }
-  fi_freeinfo(info);
+  freeinfo(info);
   // Providers report FI_HMEM only when asked for it (older efa clears it otherwise).
   if (p.efa && !p.efa_hmem) {
-    fi_info* hints = fi_allocinfo();
+    fi_info* hints = dupinfo(nullptr);
     hints->caps = FI_HMEM;
     hints->domain_attr->mr_mode = FI_MR_HMEM | FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     hints->fabric_attr->prov_name = strdup("efa");
     fi_info* hmem = nullptr;
-    if (fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, &hmem) == 0) {
+    if (getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), nullptr, nullptr, 0, hints, &hmem) == 0) {
       p.efa_hmem = hmem != nullptr;
-      fi_freeinfo(hmem);
+      freeinfo(hmem);
     }
-    fi_freeinfo(hints);  // frees prov_name too
+    freeinfo(hints);  // frees prov_name too
   }
 #else
   p.why_not = "built without libfabric's headers (libfabric-dev)";
