@@ -50,6 +50,16 @@ std::string data_setting(const std::string& ini, const std::string& wanted) {
   return "";
 }
 
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  require(in.good(), "cannot read '" + path.string() + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(path.string() + ": not JSON: " + e.what());
+  }
+}
+
 void write_json(const fs::path& path, const nlohmann::ordered_json& j) {
   std::ofstream out(path, std::ios::trunc);
   out << j.dump(2) << "\n";
@@ -155,13 +165,7 @@ HfTransfer import_hf(const ShardedParameters& parameters, const std::string& pat
   if (fs::is_directory(path)) {
     const fs::path index = dir / "model.safetensors.index.json";
     if (fs::exists(index)) {
-      nlohmann::json j;
-      try {
-        std::ifstream in(index);
-        j = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        throw UsageError(index.string() + ": not JSON: " + e.what());
-      }
+      const nlohmann::json j = read_json(index);
       require(j.contains("weight_map") && j["weight_map"].is_object(), index.string() + ": no weight_map");
       std::vector<std::string> names;
       for (const auto& [tensor, file] : j["weight_map"].items()) {
@@ -184,13 +188,7 @@ HfTransfer import_hf(const ShardedParameters& parameters, const std::string& pat
   // config.json, where there is one, must describe the configured model.
   const fs::path config_path = dir / "config.json";
   if (fs::exists(config_path)) {
-    nlohmann::json config;
-    try {
-      std::ifstream in(config_path);
-      config = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError(config_path.string() + ": not JSON: " + e.what());
-    }
+    const nlohmann::json config = read_json(config_path);
     const std::vector<std::string> bad = hf_config_mismatches(config, spec);
     if (!bad.empty()) {
       std::string all;
