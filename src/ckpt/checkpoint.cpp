@@ -1,7 +1,5 @@
 #include "ckpt/checkpoint.h"
 
-#include "ckpt/hf_checkpoint.h"
-
 #include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -19,6 +17,7 @@
 
 #include "ckpt/hdf5_file.h"
 #include "parallel/agreement.h"
+#include "runtime/durable_file.h"
 #include "runtime/error.h"
 #include "runtime/timer.h"
 
@@ -62,28 +61,6 @@ uint32_t file_crc32(const std::string& path) {
     crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(in.gcount()));
   }
   return static_cast<uint32_t>(crc);
-}
-
-// fsync a file or a directory, so that a rename after it is durable.
-void sync_path(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY);
-  require(fd >= 0, "cannot open '" + path + "' to sync it");
-  const int rc = fsync(fd);
-  close(fd);
-  require(rc == 0, "cannot sync '" + path + "': " + std::strerror(errno));
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    require(out.good(), "cannot write '" + tmp + "' (disk full?)");
-  }
-  sync_path(tmp);
-  fs::rename(tmp, path);
-  sync_path(fs::path(path).parent_path().string());
 }
 
 // Fault injection for the tests: TRIDENT_TEST_ABORT_BEFORE_MANIFEST=N kills the job
@@ -501,28 +478,13 @@ void Checkpointer::complete(Pending& p) {
   // Through the world communicator, so that a rank that died leaves no one waiting
   // past parallel.timeout_s.
   Communicator& world = parallel_.world();
-  const int ranks = world.size();
-  std::vector<std::string> reports(ranks);
-  if (parallel_.is_root()) {
-    reports[0] = report.dump();
-    for (int r = 1; r < ranks; r++) {
-      uint64_t length = 0;
-      world.recv(std::as_writable_bytes(std::span(&length, 1)), r, 2);
-      reports[r].resize(length);
-      world.recv(std::as_writable_bytes(std::span(reports[r].data(), length)), r, 3);
-    }
-  } else {
-    const std::string text = report.dump();
-    const uint64_t length = text.size();
-    world.send(std::as_bytes(std::span(&length, 1)), 0, 2);
-    world.send(std::as_bytes(std::span(text.data(), length)), 0, 3);
-  }
+  const std::vector<std::string> reports = world.gather_strings(report.dump());
   std::string error;
   if (parallel_.is_root()) {
     Manifest m;
     nlohmann::json files = nlohmann::json::array();
-    for (int r = 0; r < ranks; r++) {
-      const auto j = nlohmann::json::parse(reports[r]);
+    for (const std::string& r : reports) {
+      const auto j = nlohmann::json::parse(r);
       if (j.is_null()) continue;
       if (!j["error"].get<std::string>().empty()) error += j["error"].get<std::string>() + "; ";
       files.push_back({{"name", j["name"]}, {"bytes", j["bytes"]}, {"crc32", j["crc32"]}});
@@ -605,10 +567,6 @@ int Checkpointer::load(const Manifest& m) {
 }
 
 void init_parameters_from(const ShardedParameters& parameters, const std::string& path) {
-  if (is_hf_checkpoint(path)) {
-    import_hf(parameters, path);
-    return;
-  }
   Hdf5Reader file(path);
   if (file.has_attr("model"))
     require(file.attr_string("model") == parameters.layout->spec().family,

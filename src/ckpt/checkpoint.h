@@ -106,7 +106,8 @@ class Checkpointer {
   double last_stall_s_ = 0;
 };
 
-// Initializes parameters from an exported file (params/<name>, full tensors).
+// Initializes parameters from an exported file (params/<name>, full tensors); Hugging
+// Face weights: import_hf (ckpt/hf_checkpoint.h).
 void init_parameters_from(const ShardedParameters& parameters, const std::string& path);
 // The model fields of a manifest or export, and back (older files: defaults).
 nlohmann::json model_json(const ModelConfig& m);

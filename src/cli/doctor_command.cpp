@@ -61,27 +61,6 @@ std::string hostname() {
   return host;
 }
 
-// Rank 0 collects one string from every rank (others get an empty vector).
-std::vector<std::string> gather_to_root(Communicator& world, const std::string& text) {
-  constexpr int kLengthTag = 901, kTextTag = 902;
-  std::vector<std::string> all;
-  if (world.rank() != 0) {
-    uint64_t length = text.size();
-    world.send_async(std::as_bytes(std::span(&length, 1)), 0, kLengthTag)->wait();
-    world.send_async(std::as_bytes(std::span(text.data(), text.size())), 0, kTextTag)->wait();
-    return all;
-  }
-  all.push_back(text);
-  for (int r = 1; r < world.size(); r++) {
-    uint64_t length = 0;
-    world.recv_async(std::as_writable_bytes(std::span(&length, 1)), r, kLengthTag)->wait();
-    std::string t(length, '\0');
-    world.recv_async(std::as_writable_bytes(std::span(t.data(), t.size())), r, kTextTag)->wait();
-    all.push_back(std::move(t));
-  }
-  return all;
-}
-
 // A check as one line "verdict|name|detail", for gathering.
 std::string encode(const Check& c) {
   return std::to_string(static_cast<int>(c.verdict)) + "|" + c.name + "|" + c.detail;
@@ -285,7 +264,7 @@ int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi
   const bool leader = parallel.node().rank() == 0;
 
   std::vector<Check> checks;  // rank 0's list; node leaders' checks are gathered into it
-  const std::vector<std::string> hosts = gather_to_root(world, hostname());
+  const std::vector<std::string> hosts = world.gather_strings(hostname());
   if (mpi.is_root()) {
     checks.push_back(ranks_check(world, hosts));
     checks.push_back({"MPI", Verdict::ok, mpi.library_version()});
@@ -295,7 +274,7 @@ int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi
     node_lines = encode(gpus_check(parallel.node().size(), cuda)) + "\n" +
                  encode(checkpoint_dir_check(config.checkpoint.dir, config));
   }
-  for (const std::string& lines : gather_to_root(world, node_lines)) {
+  for (const std::string& lines : world.gather_strings(node_lines)) {
     std::istringstream in(lines);
     for (std::string l; std::getline(in, l);)
       if (!l.empty()) checks.push_back(decode(l));

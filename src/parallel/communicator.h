@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -62,6 +63,7 @@ struct CommStats {
 
 class Communicator {
  public:
+  static constexpr int kGatherLengthTag = 2, kGatherTextTag = 3;  // gather_strings' messages
   virtual ~Communicator() = default;
   virtual const std::string& name() const = 0;  // "world", "dp", "tp", "pp", "node"
   virtual int rank() const = 0;
@@ -104,6 +106,25 @@ class Communicator {
   void recv(ActivationSpan data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
   void send(std::span<const std::byte> data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
   void recv(std::span<std::byte> data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
+  // Every rank's `text` on rank 0, in rank order (empty elsewhere): reports, host names.
+  std::vector<std::string> gather_strings(const std::string& text) {
+    std::vector<std::string> all;
+    if (rank() != 0) {
+      const uint64_t length = text.size();
+      send(std::as_bytes(std::span(&length, 1)), 0, kGatherLengthTag);
+      send(std::as_bytes(std::span(text.data(), length)), 0, kGatherTextTag);
+      return all;
+    }
+    all.resize(size());
+    all[0] = text;
+    for (int r = 1; r < size(); r++) {
+      uint64_t length = 0;
+      recv(std::as_writable_bytes(std::span(&length, 1)), r, kGatherLengthTag);
+      all[r].resize(length);
+      recv(std::as_writable_bytes(std::span(all[r].data(), length)), r, kGatherTextTag);
+    }
+    return all;
+  }
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }

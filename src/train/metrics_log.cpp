@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "runtime/durable_file.h"
 #include "runtime/error.h"
 
 namespace trident {
@@ -55,14 +56,8 @@ void MetricsLog::log_validation(int step, double val_loss) {
 
 void MetricsLog::write_summary(const std::string& json_text) const {
   if (dir_.empty()) return;
-  const std::filesystem::path final_path = std::filesystem::path(dir_) / "summary.json";
-  const std::filesystem::path partial = final_path.string() + ".partial";
-  {
-    std::ofstream out(partial, std::ios::trunc);
-    out << json_text << "\n";
-    require(out.good(), "cannot write '" + partial.string() + "' (log.run_dir)");
-  }
-  std::filesystem::rename(partial, final_path);  // whole or absent, for whoever collects it
+  // Whole or absent, for whoever collects it (a sweep reads it once the run has ended).
+  write_text_atomically((std::filesystem::path(dir_) / "summary.json").string(), json_text + "\n");
 }
 
 }  // namespace trident
