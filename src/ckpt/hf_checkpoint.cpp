@@ -6,7 +6,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "ckpt/safetensors.h"
 #include "model/hf_conventions.h"
@@ -26,28 +25,6 @@ std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < columns; c++) t[c * rows + r] = a[r * columns + c];
   return t;
-}
-
-// A key of the [data] section of a checkpoint's config, "" if absent.
-std::string data_setting(const std::string& ini, const std::string& wanted) {
-  std::istringstream in(ini);
-  std::string section;
-  for (std::string line; std::getline(in, line);) {
-    const size_t a = line.find_first_not_of(" \t");
-    if (a == std::string::npos || line[a] == '#') continue;
-    if (line[a] == '[') {
-      section = line.substr(a + 1, line.find(']') - a - 1);
-      continue;
-    }
-    const size_t eq = line.find('=');
-    if (section != "data" || eq == std::string::npos) continue;
-    std::string key = line.substr(a, eq - a), value = line.substr(eq + 1);
-    key.erase(key.find_last_not_of(" \t") + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    value.erase(value.find_last_not_of(" \t\r") + 1);
-    if (key == wanted) return value;
-  }
-  return "";
 }
 
 nlohmann::json read_json(const fs::path& path) {
@@ -129,7 +106,9 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
   // tokenizers read: GPT2Tokenizer's vocab.json + merges.txt (the same files as
   // encoder.json + vocab.bpe), LlamaTokenizer's tokenizer.model; a .tiktoken rank file as
   // it is (HF has no reader of its own for it).
-  const std::string tokenizer = data_setting(m.config_ini, "tokenizer_path");
+  // The checkpoint's own config, read as every config is.
+  const DataConfig data = parse_command_line("ckpt", {}, m.config_ini).config.data;
+  const std::string& tokenizer = data.tokenizer_path;
   const auto copy = [&](const fs::path& from, const std::string& to) {
     std::error_code ec;
     fs::copy_file(from, fs::path(out_dir) / to, fs::copy_options::overwrite_existing, ec);
@@ -139,7 +118,7 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
     if (fs::exists(fs::path(tokenizer) / "encoder.json")) copy(fs::path(tokenizer) / "encoder.json", "vocab.json");
     if (fs::exists(fs::path(tokenizer) / "vocab.bpe")) copy(fs::path(tokenizer) / "vocab.bpe", "merges.txt");
   } else if (!tokenizer.empty() && fs::exists(tokenizer)) {
-    const bool sentencepiece = data_setting(m.config_ini, "tokenizer") == "sentencepiece";
+    const bool sentencepiece = data.tokenizer == "sentencepiece";
     copy(tokenizer, sentencepiece ? "tokenizer.model" : fs::path(tokenizer).filename().string());
   }
   t.seconds = writing.seconds();

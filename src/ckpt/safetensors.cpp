@@ -237,9 +237,11 @@ uint64_t write_safetensors(const std::string& path, const std::vector<Safetensor
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t at = 0;
+  std::vector<int64_t> numels;
   for (const SafetensorsEntry& e : entries) {
     int64_t numel = 1;
     for (int64_t d : e.shape) numel *= d;
+    numels.push_back(numel);
     header[e.name] = {{"dtype", dtype}, {"shape", e.shape}, {"data_offsets", {at, at + numel * element}}};
     at += numel * element;
   }
@@ -252,19 +254,17 @@ uint64_t write_safetensors(const std::string& path, const std::vector<Safetensor
   out.write(reinterpret_cast<const char*>(length), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   std::vector<char> buffer;
-  for (const SafetensorsEntry& e : entries) {
-    int64_t numel = 1;
-    for (int64_t d : e.shape) numel *= d;
+  for (size_t i = 0; i < entries.size(); i++) {
+    const SafetensorsEntry& e = entries[i];
+    const int64_t numel = numels[i];
     if (element == 4) {  // little-endian hosts (x86-64, aarch64): the floats as they are
       out.write(reinterpret_cast<const char*>(e.values), static_cast<std::streamsize>(numel * 4));
       continue;
     }
     buffer.resize(static_cast<size_t>(numel) * element);
-    {
-      for (int64_t i = 0; i < numel; i++) {
-        const uint16_t b = kernels::float_to_bf16_bits(e.values[i]);
-        std::memcpy(buffer.data() + 2 * i, &b, 2);
-      }
+    for (int64_t j = 0; j < numel; j++) {
+      const uint16_t b = kernels::float_to_bf16_bits(e.values[j]);
+      std::memcpy(buffer.data() + 2 * j, &b, 2);
     }
     out.write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
   }

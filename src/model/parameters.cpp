@@ -134,12 +134,8 @@ void ParameterLayout::for_each_shard_row(const ParameterTensor& t, int p, F copy
 }
 
 std::vector<float> ParameterLayout::shard_of(const ParameterTensor& t, const float* full) const {
-  return shard_from(t, [full](int64_t first, int64_t n, float* out) { std::copy_n(full + first, n, out); });
-}
-
-std::vector<float> ParameterLayout::shard_from(const ParameterTensor& t, const ReadFull& read) const {
   std::vector<float> shard(t.stored);
-  shard_into(t, read, shard.data());
+  shard_into(t, [full](int64_t first, int64_t n, float* out) { std::copy_n(full + first, n, out); }, shard.data());
   return shard;
 }
 

@@ -94,12 +94,10 @@ class ParameterLayout {
 
   // This rank's shard of a full canonical tensor (host memory), padding rows as zeros.
   std::vector<float> shard_of(const ParameterTensor& t, const float* full) const;
-  // The same, the full tensor read piecewise: read(first, n, out) copies its flat
-  // elements [first, first + n), always within one row, so that a file reader fetches
-  // only this rank's slice.
+  // The same into `out` (t.stored floats), the full tensor read piecewise: read(first,
+  // n, out) copies its flat elements [first, first + n), always within one row, so that
+  // a file reader fetches only this rank's slice.
   using ReadFull = std::function<void(int64_t first, int64_t n, float* out)>;
-  std::vector<float> shard_from(const ParameterTensor& t, const ReadFull& read) const;
-  // The same into `out` (t.stored floats; a buffer reused across tensors).
   void shard_into(const ParameterTensor& t, const ReadFull& read, float* out) const;
   // The full canonical tensor from its t.shards pieces, in piece order.
   std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& pieces) const;
