@@ -349,6 +349,20 @@ void require_all_bytes(const std::vector<std::string>& tokens, const std::string
   }
 }
 
+// Calls line(number, text) for every non-empty line of `text` from byte `start` on
+// (numbered from `first_number`), without its "\n" or "\r\n".
+template <typename F>
+void for_each_line(const std::string& text, size_t start, int first_number, F line) {
+  for (int number = first_number; start < text.size(); number++) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view l(text.data() + start, end - start);
+    start = end + 1;
+    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+    if (!l.empty()) line(number, l);
+  }
+}
+
 }  // namespace
 
 std::string with_explicit_white_space(const std::string& pattern) {
@@ -403,14 +417,7 @@ std::vector<std::string> load_tiktoken_ranks(const std::string& file) {
   std::vector<int> line_of;  // line of each rank, for messages
   std::unordered_map<std::string, int> line_of_token;
   std::string token;
-  size_t line_start = 0;
-  for (int line = 1; line_start < text.size(); line++) {
-    size_t end = text.find('\n', line_start);
-    if (end == std::string::npos) end = text.size();
-    std::string_view l(text.data() + line_start, end - line_start);
-    line_start = end + 1;
-    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-    if (l.empty()) continue;
+  for_each_line(text, 0, 1, [&](int line, std::string_view l) {
     const std::string where = file + ":" + std::to_string(line) + ": ";
     const size_t space = l.find(' ');
     require(space != std::string_view::npos && l.find(' ', space + 1) == std::string_view::npos,
@@ -432,7 +439,7 @@ std::vector<std::string> load_tiktoken_ranks(const std::string& file) {
     require(fresh, where + "token '" + printable(token) + "' given again (first on line " + std::to_string(it->second) + ")");
     by_rank[rank] = token;
     line_of[rank] = line;
-  }
+  });
   require(!by_rank.empty(), file + ": no ranks (expected a .tiktoken file: one 'base64 rank' line per token)");
   for (size_t r = 0; r < by_rank.size(); r++)
     require(line_of[r] != 0, file + ": rank " + std::to_string(r) + " is missing (ranks must run 0.." +
@@ -454,18 +461,11 @@ std::vector<std::string> load_gpt2_data_gym(const std::string& dir, int32_t* end
   for (uint32_t r = 0; r < tokens.size(); r++) rank_of[tokens[r]] = r;
 
   // Line 1 is "#version: 0.2"; then one merge "A B" per line (openai/gpt-2 get_encoder).
-  size_t line_start = vocab.find('\n');
-  require(line_start != std::string::npos && vocab.starts_with("#version"),
+  const size_t header_end = vocab.find('\n');
+  require(header_end != std::string::npos && vocab.starts_with("#version"),
           vocab_file + ":1: expected '#version: 0.2' (GPT-2's vocab.bpe)");
-  line_start++;
   std::string first, second;
-  for (int line = 2; line_start < vocab.size(); line++) {
-    size_t end = vocab.find('\n', line_start);
-    if (end == std::string::npos) end = vocab.size();
-    std::string_view l(vocab.data() + line_start, end - line_start);
-    line_start = end + 1;
-    if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-    if (l.empty()) continue;
+  for_each_line(vocab, header_end + 1, 2, [&](int line, std::string_view l) {
     const std::string where = vocab_file + ":" + std::to_string(line) + ": ";
     const size_t space = l.find(' ');
     require(space != std::string_view::npos && space > 0 && space + 1 < l.size() &&
@@ -477,7 +477,7 @@ std::vector<std::string> load_gpt2_data_gym(const std::string& dir, int32_t* end
     const auto [it, fresh] = rank_of.emplace(merged, static_cast<uint32_t>(tokens.size()));
     require(fresh, where + "the merge gives token '" + printable(merged) + "' again (rank " + std::to_string(it->second) + ")");
     tokens.push_back(merged);
-  }
+  });
 
   nlohmann::json encoder;
   try {
