@@ -439,6 +439,54 @@ class Buffers {
   std::vector<void*> keep_;
 };
 
+// The attention rows of a timing table (`prefix`: "" or "GQA "): the flash kernels the
+// training path takes (tensor cores in bf16), the scalar flash kernels beside them, the
+// naive three-kernel version, and how much faster flash is than naive.
+struct AttentionOperands {
+  Act *out, *qkv, *dqkv, *dout;
+  float* stats;
+};
+void attention_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers, const std::string& prefix,
+                    const AttentionOperands& a, int B, int T, int NH, int NKV, int HD, const char* target) {
+  const DType type = gpu.activation_type();
+  // Causal: half of the 4*B*NH*T^2*HD multiply-adds of the two products.
+  const double flops = 2.0 * B * NH * static_cast<double>(T) * T * HD;
+  const bool tensor_cores = gpu.precision() == Precision::bf16;
+  const std::string fwd_row = prefix + "attention_forward, flash" + (tensor_cores ? " (tensor cores)" : "");
+  const std::string bwd_row = prefix + "attention_backward, flash" + (tensor_cores ? " (tensor cores)" : "");
+  const auto forward = [&] { gpu.attention_forward(a.out, a.stats, a.qkv, B, T, NH, NKV, HD); };
+  const auto backward = [&] { gpu.attention_backward(a.dqkv, a.dout, a.qkv, a.out, a.stats, B, T, NH, NKV, HD); };
+  const double flash_fwd = rows.time(fwd_row, forward), flash_bwd = rows.time(bwd_row, backward);
+  double scalar_fwd = NAN, scalar_bwd = NAN;
+  if (tensor_cores) {
+    setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
+    scalar_fwd = rows.time(prefix + "attention_forward, flash (scalar)", forward);
+    scalar_bwd = rows.time(prefix + "attention_backward, flash (scalar)", backward);
+    unsetenv("TRIDENT_CUDA_ATTENTION");
+  }
+  float *probs = nullptr, *dprobs = nullptr;
+  double naive_fwd = NAN, naive_bwd = NAN;
+  if (rows.attempt("naive attention buffers (2 x B*NH*T*T floats)", [&] {
+        probs = buffers.f32(static_cast<size_t>(B) * NH * T * T);
+        dprobs = buffers.f32(static_cast<size_t>(B) * NH * T * T);
+      })) {
+    naive_fwd = rows.time(prefix + "attention_forward, naive three kernels",
+                          [&] { cuda::naive_attention_forward(type, a.out, probs, a.qkv, B, T, NH, NKV, HD); });
+    naive_bwd = rows.time(prefix + "attention_backward, naive three kernels", [&] {
+      cuda::naive_attention_backward(type, a.dqkv, dprobs, a.dout, a.qkv, probs, B, T, NH, NKV, HD);
+    });
+  }
+  rows.print(fwd_row, flash_fwd, flops, "TFLOP/s");
+  rows.print(prefix + "attention_forward, flash (scalar)", scalar_fwd, flops, "TFLOP/s");
+  rows.print(prefix + "attention_forward, naive three kernels", naive_fwd, flops, "TFLOP/s");
+  rows.print(bwd_row, flash_bwd, 2.5 * flops, "TFLOP/s");
+  rows.print(prefix + "attention_backward, flash (scalar)", scalar_bwd, 2.5 * flops, "TFLOP/s");
+  rows.print(prefix + "attention_backward, naive three kernels", naive_bwd, 2.5 * flops, "TFLOP/s");
+  if (!std::isnan(flash_fwd + flash_bwd + naive_fwd + naive_bwd))
+    std::printf("| %sflash vs naive: forward %.1fx, backward %.1fx faster%s | | |\n", prefix.c_str(),
+                naive_fwd / flash_fwd, naive_bwd / flash_bwd, target);
+}
+
 // The GEMM peak and the timing table at GPT-2 124M's shapes; returns the failed rows.
 int timing_table(Kernels& gpu) {
   TimingRows rows(gpu);
@@ -447,7 +495,6 @@ int timing_table(Kernels& gpu) {
     std::printf("GEMM peak (8192^3, %s): %.1f TFLOP/s\n", precision_name(gpu.precision()), gflops / 1e3);
   });
   const int B = 16, T = 1024, C = 768, NH = 12, Vp = 50304, N = B * T;
-  const DType type = gpu.activation_type();
   Buffers buffers(gpu);
   const auto A = [&](size_t n) { return buffers.act(n); };
   const auto F = [&](size_t n) { return buffers.f32(n); };
@@ -496,45 +543,7 @@ int timing_table(Kernels& gpu) {
            "GB/s");
   rows.row("gelu_backward", [&] { gpu.gelu_backward(fc2, fc, fc2, static_cast<size_t>(N) * 4 * C); },
            3 * fc_bytes * 1e3, "GB/s");
-  // Attention: causal, so half of the 4*B*NH*T^2*hd multiply-adds of the two products.
-  const double attention_flops = 2.0 * B * NH * static_cast<double>(T) * T * (C / NH);
-  // The path training takes (tensor cores in bf16), then the scalar kernels.
-  const bool tensor_cores = gpu.precision() == Precision::bf16;
-  const std::string flash_fwd_row = tensor_cores ? "attention_forward, flash (tensor cores)" : "attention_forward, flash";
-  const std::string flash_bwd_row =
-      tensor_cores ? "attention_backward, flash (tensor cores)" : "attention_backward, flash";
-  const double flash_fwd = rows.time(flash_fwd_row, [&] { gpu.attention_forward(out, stats, qkv, B, T, NH, NH, C / NH); });
-  const double flash_bwd =
-      rows.time(flash_bwd_row, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, NH, NH, C / NH); });
-  double scalar_fwd = NAN, scalar_bwd = NAN;
-  if (tensor_cores) {
-    setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
-    scalar_fwd = rows.time("attention_forward, flash (scalar)", [&] { gpu.attention_forward(out, stats, qkv, B, T, NH, NH, C / NH); });
-    scalar_bwd = rows.time("attention_backward, flash (scalar)",
-                           [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, B, T, NH, NH, C / NH); });
-    unsetenv("TRIDENT_CUDA_ATTENTION");
-  }
-  float *probs = nullptr, *dprobs = nullptr;
-  double naive_fwd = NAN, naive_bwd = NAN;
-  if (rows.attempt("naive attention buffers (2 x B*NH*T*T floats)", [&] {
-        probs = F(static_cast<size_t>(B) * NH * T * T);
-        dprobs = F(static_cast<size_t>(B) * NH * T * T);
-      })) {
-    naive_fwd = rows.time("attention_forward, naive three kernels",
-                          [&] { cuda::naive_attention_forward(type, out, probs, qkv, B, T, NH, NH, C / NH); });
-    naive_bwd = rows.time("attention_backward, naive three kernels", [&] {
-      cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, B, T, NH, NH, C / NH);
-    });
-  }
-  rows.print(flash_fwd_row, flash_fwd, attention_flops, "TFLOP/s");
-  rows.print("attention_forward, flash (scalar)", scalar_fwd, attention_flops, "TFLOP/s");
-  rows.print("attention_forward, naive three kernels", naive_fwd, attention_flops, "TFLOP/s");
-  rows.print(flash_bwd_row, flash_bwd, 2.5 * attention_flops, "TFLOP/s");
-  rows.print("attention_backward, flash (scalar)", scalar_bwd, 2.5 * attention_flops, "TFLOP/s");
-  rows.print("attention_backward, naive three kernels", naive_bwd, 2.5 * attention_flops, "TFLOP/s");
-  if (!std::isnan(flash_fwd + flash_bwd + naive_fwd + naive_bwd))
-    std::printf("| flash vs naive: forward %.1fx, backward %.1fx faster (target >= 3x) | | |\n", naive_fwd / flash_fwd,
-                naive_bwd / flash_bwd);
+  attention_rows(rows, gpu, buffers, "", {out, qkv, dqkv, dout, stats}, B, T, NH, NH, C / NH, " (target >= 3x)");
   const double logits_bytes = static_cast<double>(gpu.activation_bytes(static_cast<size_t>(N) * Vp));
   rows.row("cross-entropy (max, sum, loss, backward)", [&] {
         gpu.logits_row_max(row_max, logits, N, 50257, Vp);
@@ -574,7 +583,6 @@ int llama_timing_table(Kernels& gpu) {
   const int rope_B = 2, rope_T = 4096;    // rotary embeddings over 4096 positions
   const int att_B = 4, att_T = 2048;      // attention: 4 sequences of 2048
   const size_t W = static_cast<size_t>(NH + 2 * NKV) * HD;  // one qkv row
-  const DType type = gpu.activation_type();
   Buffers buffers(gpu);
   Act *x = nullptr, *y = nullptr, *dy = nullptr, *dx = nullptr, *gate_up = nullptr, *h = nullptr, *dh = nullptr,
       *dgate_up = nullptr, *qkv = nullptr, *dqkv = nullptr, *out = nullptr, *dout = nullptr, *w = nullptr;
@@ -621,47 +629,7 @@ int llama_timing_table(Kernels& gpu) {
            rope_bytes * 1e3, "GB/s");
   rows.row("rope_backward (B=2 T=4096)", [&] { gpu.rope_backward(dqkv, table, rope_B, rope_T, NH, NKV, HD); },
            rope_bytes * 1e3, "GB/s");
-  // Grouped-query attention: causal, half of the 4*B*NH*T^2*HD multiply-adds of the two products.
-  const double attention_flops = 2.0 * att_B * NH * static_cast<double>(att_T) * att_T * HD;
-  const bool tensor_cores = gpu.precision() == Precision::bf16;
-  const std::string fwd_row = std::string("GQA attention_forward, flash") + (tensor_cores ? " (tensor cores)" : "");
-  const std::string bwd_row = std::string("GQA attention_backward, flash") + (tensor_cores ? " (tensor cores)" : "");
-  const double flash_fwd =
-      rows.time(fwd_row, [&] { gpu.attention_forward(out, stats, qkv, att_B, att_T, NH, NKV, HD); });
-  const double flash_bwd = rows.time(
-      bwd_row, [&] { gpu.attention_backward(dqkv, dout, qkv, out, stats, att_B, att_T, NH, NKV, HD); });
-  double scalar_fwd = NAN, scalar_bwd = NAN;
-  if (tensor_cores) {
-    setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
-    scalar_fwd = rows.time("GQA attention_forward, flash (scalar)",
-                           [&] { gpu.attention_forward(out, stats, qkv, att_B, att_T, NH, NKV, HD); });
-    scalar_bwd = rows.time("GQA attention_backward, flash (scalar)", [&] {
-      gpu.attention_backward(dqkv, dout, qkv, out, stats, att_B, att_T, NH, NKV, HD);
-    });
-    unsetenv("TRIDENT_CUDA_ATTENTION");
-  }
-  float *probs = nullptr, *dprobs = nullptr;
-  double naive_fwd = NAN, naive_bwd = NAN;
-  if (rows.attempt("naive attention buffers (2 x B*NH*T*T floats)", [&] {
-        probs = buffers.f32(static_cast<size_t>(att_B) * NH * att_T * att_T);
-        dprobs = buffers.f32(static_cast<size_t>(att_B) * NH * att_T * att_T);
-      })) {
-    naive_fwd = rows.time("GQA attention_forward, naive three kernels", [&] {
-      cuda::naive_attention_forward(type, out, probs, qkv, att_B, att_T, NH, NKV, HD);
-    });
-    naive_bwd = rows.time("GQA attention_backward, naive three kernels", [&] {
-      cuda::naive_attention_backward(type, dqkv, dprobs, dout, qkv, probs, att_B, att_T, NH, NKV, HD);
-    });
-  }
-  rows.print(fwd_row, flash_fwd, attention_flops, "TFLOP/s");
-  rows.print("GQA attention_forward, flash (scalar)", scalar_fwd, attention_flops, "TFLOP/s");
-  rows.print("GQA attention_forward, naive three kernels", naive_fwd, attention_flops, "TFLOP/s");
-  rows.print(bwd_row, flash_bwd, 2.5 * attention_flops, "TFLOP/s");
-  rows.print("GQA attention_backward, flash (scalar)", scalar_bwd, 2.5 * attention_flops, "TFLOP/s");
-  rows.print("GQA attention_backward, naive three kernels", naive_bwd, 2.5 * attention_flops, "TFLOP/s");
-  if (!std::isnan(flash_fwd + flash_bwd + naive_fwd + naive_bwd))
-    std::printf("| GQA flash vs naive: forward %.1fx, backward %.1fx faster | | |\n", naive_fwd / flash_fwd,
-                naive_bwd / flash_bwd);
+  attention_rows(rows, gpu, buffers, "GQA ", {out, qkv, dqkv, dout, stats}, att_B, att_T, NH, NKV, HD, "");
   return rows.failures();
 }
 
