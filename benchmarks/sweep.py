@@ -206,8 +206,9 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     allocation = int(os.environ.get("SLURM_NTASKS", "0") or 0)
     have = done_points(a.csv)
-    todo = [p for p in points(grid) if p["point"] not in have]
-    total = len(list(points(grid)))
+    every = list(points(grid))
+    todo = [p for p in every if p["point"] not in have]
+    total = len(every)
     print(f"sweep: {total} points, {total - len(todo)} already in {a.csv}, {len(todo)} to run", flush=True)
     for i, p in enumerate(todo, 1):
         row = run_point(p, single, a.build, out_dir, allocation)

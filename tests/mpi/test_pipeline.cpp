@@ -97,7 +97,9 @@ TEST_P(PipelineTest, SchedulesMatchOneRankAndEachOther) {
     EXPECT_EQ(wte, first);
   }
   // 1F1B keeps at most p - s micro-batches alive, GPipe all 4.
-  if (world_size() > 1 && parallel_->coords().pp == world_size() - 1) EXPECT_LT(f1b.activation_bytes, gpipe.activation_bytes);
+  if (world_size() > 1 && parallel_->coords().pp == world_size() - 1) {
+    EXPECT_LT(f1b.activation_bytes, gpipe.activation_bytes);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, PipelineTest, testing::Values(false, true),

@@ -24,6 +24,12 @@ inline std::string slurp(const std::string& path) {
   return s.str();
 }
 
+// mpirun as the command-line tests use it (root allowed, more ranks than cores, one
+// thread each); append the rank count.
+inline const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np ";
+// Debian's Python (its python3-numpy and -matplotlib), not whichever is first on PATH.
+inline const std::string kPython = "/usr/bin/python3";
+
 inline std::string trident_bin() {
   const char* bin = std::getenv("TRIDENT_BIN");
   return bin != nullptr ? bin : "build/trident";

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <thread>
 
@@ -20,7 +21,6 @@ namespace {
 
 const std::string kTrain = "train --config configs/tiny.ini --model.n_layer=4 --train.global_batch=8 "
                            "--log.every_steps=1 --log.val_batches=0 --log.peak_gflops=100 --train.micro_batch=2 ";
-const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np ";
 
 std::string fresh_dir(const std::string& name) {
   const std::string dir = testing::TempDir() + "trident_ckpt_" + name;
@@ -204,6 +204,8 @@ TEST(Checkpoint, SignalSavesAndExitsZero) {
   int pid = 0;
   ASSERT_EQ(fscanf(pipe, "%d", &pid), 1);
   pclose(pipe);
+  // However the test ends, the 100000-step run does not outlive it.
+  const std::unique_ptr<int, void (*)(int*)> reaper(&pid, [](int* p) { kill(*p, SIGKILL); });
   // Signalled once training runs (its first step line), however slow the start is.
   for (int i = 0; i < 1200 && slurp(out).find("\nstep ") == std::string::npos && kill(pid, 0) == 0; i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -13,9 +13,6 @@
 namespace trident {
 namespace {
 
-// Debian's Python (python3-matplotlib is installed for it), not whichever is first on PATH.
-#define kPython "/usr/bin/python3"
-const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np ";
 
 TEST(ClusterTools, HelpShowsDefaultsAsUsersWriteThem) {
   const CliRun help = run("train --help");
@@ -117,14 +114,14 @@ std::vector<std::string> csv_lines(const std::string& path) {
 // than the allocation): a row for each, the good ones measured, the run resumable; then
 // the plots of its CSV.
 TEST(ClusterTools, SweepRecordsEveryPointAndResumes) {
-  if (std::system(kPython " -c '' 2>/dev/null") != 0) GTEST_SKIP() << "no " kPython;
+  if (std::system((kPython + " -c '' 2>/dev/null").c_str()) != 0) GTEST_SKIP() << "no " << kPython;
   const std::string dir = testing::TempDir() + "sweep/";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "grid") << "# test grid\nconfig = configs/tiny.ini\nlayout = 1x1x1 2x1x1 1x3x1 8x1x1\n"
                                  "global_batch = 8\nsteps = 3\nflags = --log.val_batches=0\n";
   const std::string sweep = without_mpi_environment() + " SLURM_NTASKS=4 OMPI_ALLOW_RUN_AS_ROOT=1 "
-                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " kPython " benchmarks/sweep.py " + dir +
+                            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + kPython + " benchmarks/sweep.py " + dir +
                             "grid --csv " + dir + "results.csv --build " + trident_bin().substr(0, trident_bin().rfind('/'));
   ASSERT_EQ(std::system((sweep + " > " + dir + "out1.txt 2>&1").c_str()), 0) << slurp(dir + "out1.txt");
   const std::vector<std::string> rows = csv_lines(dir + "results.csv");
@@ -149,10 +146,10 @@ TEST(ClusterTools, SweepRecordsEveryPointAndResumes) {
   EXPECT_EQ(csv_lines(dir + "results.csv").size(), 5u);
 
   // The plots of that CSV.
-  if (std::system(kPython " -c 'import matplotlib' 2>/dev/null") != 0) {
+  if (std::system((kPython + " -c 'import matplotlib' 2>/dev/null").c_str()) != 0) {
     GTEST_SKIP() << "no matplotlib (python3-matplotlib): plots not made";
   }
-  const std::string plot = kPython " benchmarks/plot_sweep.py " + dir + "results.csv --out " + dir + " > " + dir +
+  const std::string plot = kPython + " benchmarks/plot_sweep.py " + dir + "results.csv --out " + dir + " > " + dir +
                            "plot.txt 2>&1";
   ASSERT_EQ(std::system(plot.c_str()), 0) << slurp(dir + "plot.txt");
   for (const char* png : {"throughput.png", "scaling.png"}) {

@@ -21,8 +21,6 @@ namespace fs = std::filesystem;
 namespace trident {
 namespace {
 
-#define kPython "/usr/bin/python3"
-const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np ";
 
 std::string bytes_of(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -160,7 +158,7 @@ TEST(Safetensors, FuzzedFilesNeverCrash) {
   EXPECT_GE(rejected, static_cast<int>(original.size()));  // every truncation is rejected
 }
 
-bool have_python_numpy() { return std::system(kPython " -c 'import numpy' 2>/dev/null") == 0; }
+bool have_python_numpy() { return std::system((kPython + " -c 'import numpy' 2>/dev/null").c_str()) == 0; }
 
 struct Flow {
   std::string dir, config;
@@ -212,18 +210,18 @@ TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
   const CliRun g = run("generate --checkpoint.load=" + f.dir + "/ck/step_00000003 --prompt 'The quick brown fox' "
                        "--max_tokens=1 --dump_logits=" + f.dir + "/logits.json");
   ASSERT_EQ(g.exit_code, 0) << g.out << g.err;
-  const std::string check = kPython " tests/hf/hf_reference.py logits " + hf + " " + f.dir + "/logits.json > " + f.dir +
+  const std::string check = kPython + " tests/hf/hf_reference.py logits " + hf + " " + f.dir + "/logits.json > " + f.dir +
                             "/logits.txt 2>&1";
   EXPECT_EQ(std::system(check.c_str()), 0) << slurp(f.dir + "/logits.txt");
   EXPECT_NE(slurp(f.dir + "/logits.txt").find("max relative error"), std::string::npos);
 
   // What the Python side writes in HF's layout (GPT-2: prefixed names, buffers, the tied
   // head stored) is imported exactly.
-  const std::string write = kPython " tests/hf/hf_reference.py write " + hf + " " + f.dir + "/py 7 > " + f.dir +
+  const std::string write = kPython + " tests/hf/hf_reference.py write " + hf + " " + f.dir + "/py 7 > " + f.dir +
                             "/write.txt 2>&1";
   ASSERT_EQ(std::system(write.c_str()), 0) << slurp(f.dir + "/write.txt");
   import_and_export(f, f.dir + "/py", f.dir + "/py_back");
-  const std::string compare = kPython " tests/hf/hf_reference.py compare " + f.dir + "/py " + f.dir + "/py_back > " +
+  const std::string compare = kPython + " tests/hf/hf_reference.py compare " + f.dir + "/py " + f.dir + "/py_back > " +
                               f.dir + "/compare.txt 2>&1";
   EXPECT_EQ(std::system(compare.c_str()), 0) << slurp(f.dir + "/compare.txt");
 }

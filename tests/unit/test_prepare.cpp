@@ -19,7 +19,6 @@ namespace fs = std::filesystem;
 namespace trident {
 namespace {
 
-const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np ";
 
 std::string fresh_dir(const std::string& name) {
   const std::string dir = testing::TempDir() + "trident_prepare_" + name;
