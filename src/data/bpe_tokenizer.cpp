@@ -639,42 +639,34 @@ struct BpeTokenizer::Impl {
     for (uint32_t k = 0; k < n; k = next[k]) out.push_back(static_cast<int32_t>(ranks.find(p + k, next[k] - k)));
   }
 
-  // A text without special tokens: cut at invalid UTF-8, split by the pattern, merged.
-  void encode_plain(std::string_view s, std::vector<int32_t>& out) const {
-    const auto base = reinterpret_cast<const uint8_t*>(s.data());
+  // The pieces of a text without special tokens, as byte ranges piece(begin, end) of it:
+  // cut at invalid UTF-8 (each run of invalid bytes one piece), the rest split by the
+  // pattern.
+  template <class Piece>
+  void for_each_plain_piece(std::string_view s, Piece&& piece) const {
     size_t pos = 0;
     while (pos < s.size()) {
       const size_t bad = first_invalid_utf8(s.substr(pos));
       const size_t valid_end = bad == std::string_view::npos ? s.size() : pos + bad;
-      if (valid_end > pos) {
-        const std::string_view valid = s.substr(pos, valid_end - pos);
-        const auto vbase = base + pos;
-        pattern->split(valid, [&](size_t b, size_t e) { encode_piece(vbase + b, e - b, out); });
-      }
+      if (valid_end > pos)
+        pattern->split(s.substr(pos, valid_end - pos), [&](size_t b, size_t e) { piece(pos + b, pos + e); });
       if (valid_end == s.size()) break;
-      size_t bad_end = valid_end + 1;  // the run of invalid bytes: one piece
+      size_t bad_end = valid_end + 1;
       while (bad_end < s.size() && utf8_sequence_length(s, bad_end) == 0) bad_end++;
-      encode_piece(base + valid_end, bad_end - valid_end, out);
+      piece(valid_end, bad_end);
       pos = bad_end;
     }
   }
 
+  // A text without special tokens, its pieces merged.
+  void encode_plain(std::string_view s, std::vector<int32_t>& out) const {
+    const auto base = reinterpret_cast<const uint8_t*>(s.data());
+    for_each_plain_piece(s, [&](size_t b, size_t e) { encode_piece(base + b, e - b, out); });
+  }
+
   // The same cuts as encode_plain, as pieces.
   void pieces_plain(std::string_view s, std::vector<std::string>& out) const {
-    size_t pos = 0;
-    while (pos < s.size()) {
-      const size_t bad = first_invalid_utf8(s.substr(pos));
-      const size_t valid_end = bad == std::string_view::npos ? s.size() : pos + bad;
-      if (valid_end > pos) {
-        const std::string_view valid = s.substr(pos, valid_end - pos);
-        pattern->split(valid, [&](size_t b, size_t e) { out.emplace_back(valid.substr(b, e - b)); });
-      }
-      if (valid_end == s.size()) break;
-      size_t bad_end = valid_end + 1;
-      while (bad_end < s.size() && utf8_sequence_length(s, bad_end) == 0) bad_end++;
-      out.emplace_back(s.substr(valid_end, bad_end - valid_end));
-      pos = bad_end;
-    }
+    for_each_plain_piece(s, [&](size_t b, size_t e) { out.emplace_back(s.substr(b, e - b)); });
   }
 
   // Calls plain(segment) for the text between special tokens and special(id) for each.
