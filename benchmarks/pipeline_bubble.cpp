@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
         total += timer.seconds();
         idle += timer.seconds() - runner.compute_s();
       }
-      double mine[2] = {idle / total, model.activation_bytes() / double(1 << 20)};
+      double mine[2] = {idle / total, model.activation_bytes().total() / double(1 << 20)};
       std::vector<double> all(2 * p);
       MPI_Gather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
       if (!world.is_root()) continue;

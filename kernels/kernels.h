@@ -48,6 +48,18 @@ class Kernels {
   virtual void copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
   // True where this memory is the host's (the CPU backend): readers may then fill it in place.
   virtual bool host_memory() const { return false; }
+  // The memory this backend allocates from: what is free now and in all, and a key
+  // that the ranks drawing on the same memory share (the node for RAM, the device).
+  struct MemoryPool {
+    std::string name;  // "RAM", "cuda:0 (NVIDIA H200) device memory"
+    size_t free_bytes = 0, total_bytes = 0;
+    std::string key;
+  };
+  virtual MemoryPool memory_pool() const = 0;
+  // The most memory the kernels take for themselves besides the buffers they are given
+  // (GEMM workspace, backward scratch), for rows N of width C, outputs up to max_width
+  // wide and attention over B sequences of T tokens with NH heads.
+  virtual size_t workspace_bytes(int N, int C, int max_width, int B, int T, int NH) const = 0;
   virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;

@@ -71,6 +71,8 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int NH, in
   }
 }
 
+size_t attention_backward_scratch_floats(int T_) { return static_cast<size_t>(kChunk) * T_; }
+
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int NH, int NKV,
                         int HD) {

@@ -1,4 +1,7 @@
 // The CPU implementation of kernels/kernels.h: float instances of the templates.
+#include <omp.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <vector>
@@ -8,6 +11,7 @@
 #include "../bf16.h"
 #include "../kernels.h"
 #include "cpu_kernels.h"
+#include "runtime/memory.h"
 
 namespace trident::kernels {
 
@@ -162,6 +166,21 @@ class CpuKernels final : public Kernels {
   }
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   bool host_memory() const override { return true; }
+  MemoryPool memory_pool() const override {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    return {"RAM", available_memory_bytes(), total_memory_bytes(), host};
+  }
+  size_t workspace_bytes(int /*N*/, int C, int /*max_width*/, int /*B*/, int T, int /*NH*/) const override {
+    // The norms' per-thread partial sums; attention's backward keeps one row chunk of dP
+    // per thread. oneDNN's sgemm adds its JIT code and per-thread packing buffers, which
+    // it does not report: 6 MiB + 4 MiB per thread covers what was measured on 1 and 2
+    // threads for GEMMs from 2048 x 384 x 1152 to 16384 x 768 x 3072 (5-8 MiB on one
+    // thread, 6-20 on two: benchmarks/RESULTS.md "Memory plan").
+    const size_t threads = static_cast<size_t>(omp_get_max_threads());
+    const size_t ours = threads * (2 * C + cpu::attention_backward_scratch_floats(T)) * sizeof(float);
+    return ours + (size_t{6} << 20) + threads * (size_t{4} << 20);
+  }
 
   double measure_gemm_gflops(int n, double seconds) override {
     std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());

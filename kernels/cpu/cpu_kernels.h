@@ -54,6 +54,8 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int NH, in
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int NH, int NKV,
                         int HD);
+// What attention_backward keeps per thread (one chunk of rows of dP).
+size_t attention_backward_scratch_floats(int T_);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);

@@ -1,6 +1,9 @@
 // The CUDA implementation of kernels/kernels.h: one class over the activation type T
 // (float, or bf16 for mixed precision), dispatching to the launchers of
 // cuda_kernels.cuh on the compute stream.
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -235,6 +238,25 @@ class CudaKernels final : public Kernels {
     double total = 0;
     copy_to_host(&total, partials, sizeof total);
     return total;
+  }
+  MemoryPool memory_pool() const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    char bus[32] = "";
+    CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    return {name_ + " device memory", free_bytes, total_bytes, std::string(host) + "/" + bus};
+  }
+  size_t workspace_bytes(int N, int C, int max_width, int B, int T_, int NH) const override {
+    // Scratch_ grows to the largest of its users; the index and norm scratch are their own.
+    const size_t scratch = std::max({cuda::layernorm_backward_scratch_floats(N, C), cuda::rmsnorm_backward_scratch_floats(N, C),
+                                     cuda::column_sums_scratch_floats(max_width), static_cast<size_t>(B) * NH * T_}) *
+                           sizeof(float);
+    return cuda::gemm_workspace_bytes() + scratch + (3 * static_cast<size_t>(N) + 2) * sizeof(int32_t) +
+           cuda::sum_squares_partials() * sizeof(double);
   }
   double measure_gemm_gflops(int n, double seconds) override {
     const size_t elements = static_cast<size_t>(n) * n;

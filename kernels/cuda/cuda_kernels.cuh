@@ -10,6 +10,9 @@
 
 namespace trident::kernels::cuda {
 
+// The cuBLASLt workspace, allocated once per process on first use.
+size_t gemm_workspace_bytes();
+
 // Row-major C[M,N] = op(A)[M,K] @ op(B)[K,N] (+ bias[N] on every row) (+ C when
 // `accumulate`), through cuBLASLt with fp32 accumulation. TC is T, or float for
 // parameter gradients.

@@ -17,6 +17,12 @@ constexpr cudaDataType_t data_type() {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what cuBLASLt's fastest Hopper kernels ask for
 
+}  // namespace
+
+size_t gemm_workspace_bytes() { return kWorkspaceBytes; }
+
+namespace {
+
 void* workspace() {
   static void* w = [] {
     void* p = nullptr;

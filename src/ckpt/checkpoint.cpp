@@ -52,9 +52,11 @@ const char* sharding_name(Sharding s) {
   return "?";
 }
 
+constexpr size_t kCrcBufferBytes = 8 << 20;
+
 uint32_t file_crc32(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  std::vector<char> buffer(8 << 20);
+  std::vector<char> buffer(kCrcBufferBytes);
   uLong crc = crc32(0L, Z_NULL, 0);
   while (in) {
     in.read(buffer.data(), buffer.size());
@@ -90,16 +92,41 @@ struct Piece {
   size_t count = 0;
 };
 
-void pack(const std::vector<Piece>& pieces, std::vector<char>& blob) {
+// The pieces of this rank's state that go into its node's file: its stage's tensors,
+// its tp shard, parameters and both moments (from `sources`, full flat buffers). dp rank
+// 0 writes for all, and of the tp ranks holding the same piece, the one whose copy counts.
+std::vector<Piece> rank_pieces(const ParameterLayout& layout, bool writer, const float* const sources[3]) {
+  std::vector<Piece> pieces;
+  for (const ParameterTensor& t : layout.tensors()) {
+    if (!writer || !t.counted) continue;
+    for (int k = 0; k < 3; k++)
+      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0], t.shard, t.shards,
+                        sources[k] == nullptr ? nullptr : sources[k] + t.offset, t.stored});
+  }
+  return pieces;
+}
+
+// A blob: the header's length, the header (JSON), the pieces' floats.
+std::string packed_header(const std::vector<Piece>& pieces, size_t& floats) {
   nlohmann::json header = nlohmann::json::array();
-  size_t floats = 0;
+  floats = 0;
   for (const Piece& p : pieces) {
     header.push_back({{"kind", p.kind}, {"name", p.name}, {"sharding", p.sharding}, {"shape", p.shape},
                       {"padded_rows", p.padded_rows}, {"tp_rank", p.tp_rank}, {"tp_size", p.tp_size},
                       {"count", p.count}});
     floats += p.count;
   }
-  const std::string text = header.dump();
+  return header.dump();
+}
+
+size_t packed_size(const std::vector<Piece>& pieces) {
+  size_t floats = 0;
+  return sizeof(uint64_t) + packed_header(pieces, floats).size() + floats * sizeof(float);
+}
+
+void pack(const std::vector<Piece>& pieces, std::vector<char>& blob) {
+  size_t floats = 0;
+  const std::string text = packed_header(pieces, floats);
   const uint64_t length = text.size();
   blob.resize(sizeof length + text.size() + floats * sizeof(float));  // keeps its capacity
   std::memcpy(blob.data(), &length, sizeof length);
@@ -349,10 +376,22 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, Sharde
   if (!config.checkpoint.dir.empty()) collect_at_node_leader();
 }
 
+size_t Checkpointer::staging_bytes(const ParameterLayout& layout) { return 3 * layout.total_floats() * sizeof(float); }
+
+size_t Checkpointer::piece_bytes(const ParameterLayout& layout, bool writer) {
+  const float* none[] = {nullptr, nullptr, nullptr};
+  return packed_size(rank_pieces(layout, writer, none));
+}
+
+size_t Checkpointer::leader_buffer_bytes(const ParameterLayout& layout) {
+  size_t largest = 0;
+  for (const ParameterTensor& t : layout.tensors()) largest = std::max(largest, t.stored);
+  return kCrcBufferBytes + largest * sizeof(float);
+}
+
 void Checkpointer::collect_at_node_leader() {
   // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
-  //    moments in full (ZeRO-1 gathers them over dp first). dp rank 0 writes for all,
-  //    and of the tp ranks holding the same piece, the one whose copy counts.
+  //    moments in full (ZeRO-1 gathers them over dp first).
   const ParameterLayout& layout = *parameters_.layout;
   const size_t n = layout.total_floats();
   host_params_.resize(n);
@@ -360,15 +399,8 @@ void Checkpointer::collect_at_node_leader() {
   optimizer_.export_moments(host_m_, host_v_, n);
   data_parallel_.gather_parameters(host_m_.data());
   data_parallel_.gather_parameters(host_v_.data());
-  std::vector<Piece> pieces;
-  const bool writer = parallel_.coords().dp == 0;
-  for (const ParameterTensor& t : layout.tensors()) {
-    if (!writer || !t.counted) continue;
-    const float* sources[] = {host_params_.data(), host_m_.data(), host_v_.data()};
-    for (int k = 0; k < 3; k++)
-      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0], t.shard, t.shards,
-                        sources[k] + t.offset, t.stored});
-  }
+  const float* sources[] = {host_params_.data(), host_m_.data(), host_v_.data()};
+  const std::vector<Piece> pieces = rank_pieces(layout, parallel_.coords().dp == 0, sources);
   // 2. Hand them to the node leader, in messages below 1 GiB. The buffers keep their
   //    memory between saves.
   Communicator& node = parallel_.node();

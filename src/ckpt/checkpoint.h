@@ -83,6 +83,12 @@ class Checkpointer {
   // What the training reads (TrainingData::fingerprint), recorded with every save.
   void set_data(const std::string& fingerprint) { data_fingerprint_ = fingerprint; }
   double last_stall_s() const { return last_stall_s_; }
+  // Host memory of a save (for memory plans): this rank's copy of its state, and the
+  // blob of pieces it hands its node leader (dp rank 0 only writes: `writer`).
+  static size_t staging_bytes(const ParameterLayout& layout);
+  static size_t piece_bytes(const ParameterLayout& layout, bool writer);
+  // The node leader's buffers while writing: one piece's aligned copy, the CRC's reads.
+  static size_t leader_buffer_bytes(const ParameterLayout& layout);
 
  private:
   struct Pending;

@@ -94,14 +94,16 @@ int run_verify(const CommandLine& cl, const MpiWorld& world) {
   if (world.is_root()) std::printf("%s\n", parallel.describe().c_str());
   std::unique_ptr<kernels::Kernels> k =
       kernels::make_kernels(config.train.device, kernels::parse_precision(config.train.resolved_precision()));
-  const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k, parallel, config.parallel);
+  const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k, parallel, config.parallel,
+                                                   config.train.recompute);
   if (!world.is_root()) return r.passed() ? 0 : 1;
 
   std::printf("verify %s: %s, batch %d (micro-batch %d per rank), %d AdamW steps, "
-              "%d rank(s), ZeRO-%d, %s on %s\n",
+              "%d rank(s), ZeRO-%d, recompute %s, %s on %s\n",
               ref.path.c_str(), transformer_spec(ref.model).describe().c_str(), ref.batch, config.train.micro_batch,
               ref.steps, world.size(),
-              config.parallel.zero, kernels::precision_name(k->precision()), k->name().c_str());
+              config.parallel.zero, config.train.recompute.c_str(), kernels::precision_name(k->precision()),
+              k->name().c_str());
   std::printf("%-44s %14s %14s\n", "tensor", "grad rel err", "final rel err");
   for (const TensorError& e : r.tensors)
     std::printf("%-44s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);

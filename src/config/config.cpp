@@ -1,5 +1,7 @@
 #include "config/config.h"
 
+#include "model/activations.h"
+
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <filesystem>
@@ -7,6 +9,7 @@
 #include <sstream>
 
 #include "data/tokenizer.h"
+#include "model/activations.h"
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
@@ -86,6 +89,8 @@ po::options_description config_options(Config& c) {
       ("train.device", with_default(&t.device), "cpu or cuda")
       ("train.precision", with_default(&t.precision),
        "fp32, bf16 (bf16 compute, fp32 master weights; emulated on cpu) or auto (bf16 on cuda)")
+      ("train.recompute", with_default(&t.recompute),
+       "activations recomputed in backward: none, selective (attention's core) or full (each layer)")
       ("data.path", with_default(&d.path),
        "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"")
       ("data.tokenizer", with_default(&d.tokenizer),
@@ -150,6 +155,7 @@ void Config::validate() const {
   require(train.steps >= 0, "train.steps must be >= 0");
   positive(train.global_batch, "train.global_batch");
   require(train.micro_batch >= 0, "train.micro_batch must be >= 0 (0: global_batch / dp)");
+  parse_recompute(train.recompute);
   require(train.lr >= 0, "train.lr must be >= 0, got " + std::to_string(train.lr));
   require(train.min_lr >= 0 && train.min_lr <= train.lr,
           "train.min_lr must lie in [0, train.lr], got " + std::to_string(train.min_lr));

@@ -69,6 +69,7 @@ struct TrainConfig {
   uint64_t seed = 1234;     // initialization and data order
   std::string device = "cpu";       // cpu | cuda
   std::string precision = "auto";   // fp32 | bf16 (fp32 master weights) | auto: bf16 on cuda, fp32 on cpu
+  std::string recompute = "none";   // none | selective (attention's core) | full (each layer in backward)
 
   int accumulation_steps(int dp) const { return global_batch / dp / micro_batch; }
   // precision with "auto" resolved for the device

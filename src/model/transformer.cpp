@@ -9,12 +9,37 @@
 
 namespace trident {
 
+ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
+                                 const kernels::Kernels& k) {
+  const TransformerSpec& s = layout.spec();
+  const int tp = layout.tp_size();
+  const int heads = s.n_head / tp, kv_heads = s.n_kv_head / s.kv_shards(tp), ffn = s.ffn_dim / tp;
+  ActivationShape a;
+  a.micro_batch = micro_batch;
+  a.seq_len = s.seq_len;
+  a.d_model = s.d_model;
+  a.qkv_width = (heads + 2 * kv_heads) * s.head_dim;
+  a.attention_width = heads * s.head_dim;
+  a.ffn = ffn;
+  a.mlp_in = s.mlp == MlpKind::swiglu ? 2 * ffn : ffn;
+  a.vocab_shard = s.padded_vocab(tp) / tp;
+  a.layers = layout.layers();
+  a.layernorm = s.norm == NormKind::layernorm;
+  a.swiglu = s.mlp == MlpKind::swiglu;
+  a.has_head = layout.head() >= 0 && layout.final_norm_weight() >= 0;
+  a.slots = slots;
+  a.recompute = recompute;
+  a.act_type = k.activation_type();
+  a.attention_stats_floats = k.attention_stats_floats(micro_batch, s.seq_len, heads);
+  return a;
+}
+
 Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp,
-                         size_t buffer_multiple, const StageSpec& stage, int slots)
+                         size_t buffer_multiple, const StageSpec& stage, int slots, Recompute recompute)
     : stage_(stage), tp_(tp), layout_(transformer_spec(config), tp.rank(), tp.size(), buffer_multiple, stage),
       B_(micro_batch), k_(k), params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()),
-      act_type_(k.activation_type()) {
-  check(micro_batch > 0 && slots > 0, "micro_batch and slots must be positive");
+      act_type_(k.activation_type()),
+      activations_(activation_shape(layout_, micro_batch, slots, recompute, k), k) {
   const TransformerSpec& s = spec();
   heads_local_ = s.n_head / tp.size();
   kv_heads_local_ = s.n_kv_head / s.kv_shards(tp.size());
@@ -35,82 +60,13 @@ Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Ke
     rope_table_ = kernels::DeviceBuffer(k, table.size());
     k.copy_to_device(rope_table_.data(), table.data(), table.size() * sizeof(float));
   }
-  allocate_activations(slots);
+  host_losses_.resize(static_cast<size_t>(micro_batch) * s.seq_len);
 }
 
 void Transformer::refresh_weights() {
   if (weights_stale_ && weights_.data() != nullptr)
     k_.cast_to_activation(weights_act_, params_.data(), layout_.total_floats());
   weights_stale_ = false;
-}
-
-void Transformer::allocate_activations(int slots) {
-  const TransformerSpec& sp = spec();
-  const size_t B = B_, T = sp.seq_len, C = sp.d_model, BT = B * T, Vs = vocab_shard_;
-  const size_t qkv = qkv_width_, att = attention_width_, ffn = ffn_local_;
-  const size_t mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn : ffn;
-  const bool layernorm = sp.norm == NormKind::layernorm;
-  // First pass counts bytes, second pass hands out pointers: one allocation, so every
-  // page is touched once at start. Activations take the backend's type, statistics fp32.
-  std::vector<std::pair<void**, size_t>> plan;
-  const auto want_bytes = [&plan](void** p, size_t bytes) { plan.emplace_back(p, (bytes + 63) / 64 * 64); };
-  const auto want = [&](Act*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), k_.activation_bytes(n)); };
-  const auto want_f32 = [&](float*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(float)); };
-  const auto want_i32 = [&](int32_t*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(int32_t)); };
-  const auto want_mean = [&](float*& p) {
-    if (layernorm) want_f32(p, BT);
-    else p = nullptr;
-  };
-  slots_.resize(slots);
-  for (Slot& s : slots_) {
-    want_i32(s.tokens, BT);
-    want_i32(s.targets, BT);
-    want(s.encoded, BT * C);
-    s.layers.resize(layout_.layers());
-    for (auto& a : s.layers) {
-      want(a.norm_1, BT * C);
-      want_mean(a.norm_1_mean);
-      want_f32(a.norm_1_rstd, BT);
-      want(a.qkv, BT * qkv);
-      want(a.atty, BT * att);
-      want_f32(a.attention_stats, k_.attention_stats_floats(B, T, heads_local_));
-      want(a.residual_2, BT * C);
-      want(a.norm_2, BT * C);
-      want_mean(a.norm_2_mean);
-      want_f32(a.norm_2_rstd, BT);
-      want(a.fc, BT * mlp_in);
-      want(a.fc_act, BT * ffn);
-      want(a.residual_3, BT * C);
-    }
-    if (stage_.has_head) {
-      want(s.final_norm, BT * C);
-      want_mean(s.final_norm_mean);
-      want_f32(s.final_norm_rstd, BT);
-      want(s.logits, BT * Vs);
-      want_f32(s.losses, BT);
-      want_f32(s.row_max, BT);
-      want_f32(s.sum_and_target, 2 * BT);
-      want_f32(s.lse, BT);
-    }
-  }
-  want(dresidual_, BT * C);
-  want(dnorm_, BT * C);
-  want(datty_, BT * att);
-  want(dqkv_, BT * qkv);
-  want(dfc_, BT * mlp_in);
-  // GELU's backward runs in place; SwiGLU's reads d(activation) [BT, ffn] and writes
-  // d(gate | up) [BT, 2 ffn], so it needs a buffer of its own.
-  if (sp.mlp == MlpKind::swiglu) want(dfc_act_, BT * ffn);
-  activation_bytes_ = 0;
-  for (auto& [ptr, bytes] : plan) activation_bytes_ += bytes;
-  activations_ = kernels::DeviceBuffer(k_, activation_bytes_ / sizeof(float));
-  char* next = reinterpret_cast<char*>(activations_.data());
-  for (auto& [ptr, bytes] : plan) {
-    *ptr = next;
-    next += bytes;
-  }
-  if (sp.mlp != MlpKind::swiglu) dfc_act_ = dfc_;
-  host_losses_.resize(BT);
 }
 
 void Transformer::init_parameters(uint64_t seed) {
@@ -157,7 +113,7 @@ std::vector<float> Transformer::get_parameter(const std::string& name, bool grad
 void Transformer::zero_grad() { k_.fill_zero(grads_.data(), grads_.size() * sizeof(float)); }
 
 kernels::Act* Transformer::layer_input(int slot, int l) const {
-  return l == 0 ? slots_[slot].encoded : slots_[slot].layers[l - 1].residual_3;
+  return l == 0 ? activations_.slots[slot].encoded : activations_.slots[slot].layers[l - 1].residual_3;
 }
 
 void Transformer::norm_forward(Act* out, float* mean, float* rstd, const Act* inp, int weight_index, int bias_index,
@@ -183,7 +139,7 @@ void Transformer::norm_backward(Act* dinp, int weight_index, int bias_index, con
 float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targets, int B) {
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
-  Slot& s = slots_.at(slot);
+  Slot& s = activations_.slots.at(slot);
   const int T = spec().seq_len, C = spec().d_model, V = spec().vocab_size, BT = B * T;
   for (int i = 0; i < BT; i++)
     require(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
@@ -220,7 +176,7 @@ float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targe
 }
 
 std::vector<float> Transformer::logits(int slot, int b, int t) {
-  const Slot& s = slots_.at(slot);
+  const Slot& s = activations_.slots.at(slot);
   check(stage_.has_head && b < s.B && t < spec().seq_len, "logits: no such row on this stage");
   const size_t row = static_cast<size_t>(b) * spec().seq_len + t;
   std::vector<float> all(static_cast<size_t>(vocab_shard_) * tp_.size());
@@ -231,7 +187,7 @@ std::vector<float> Transformer::logits(int slot, int b, int t) {
   return all;
 }
 
-void Transformer::block_forward(const Slot& s, int slot, int l) {
+void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) {
   const TransformerSpec& sp = spec();
   const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T;
   const BlockParameterIndex& p = layout_.block(l);
@@ -256,6 +212,7 @@ void Transformer::block_forward(const Slot& s, int slot, int l) {
   k_.matmul_forward(a.fc, a.norm_2, weight(p.mlp_in_weight), weight(p.mlp_in_bias), BT, C, mlp_in);  // column-parallel
   if (sp.mlp == MlpKind::swiglu) k_.swiglu_forward(a.fc_act, a.fc, BT, ffn_local_);
   else k_.gelu_forward(a.fc_act, a.fc, static_cast<size_t>(BT) * ffn_local_);
+  if (up_to_mlp) return;
   k_.matmul_forward(a.residual_3, a.fc_act, weight(p.mlp_out_weight),  // row-parallel
                     add_replicated_bias ? weight(p.mlp_out_bias) : nullptr, BT, ffn_local_, C);
   tp_.reduce_from_region(span(a.residual_3, BTC));
@@ -263,8 +220,9 @@ void Transformer::block_forward(const Slot& s, int slot, int l) {
 }
 
 void Transformer::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from) {
-  const Slot& s = slots_.at(slot);
+  const Slot& s = activations_.slots.at(slot);
   check(s.B > 0, "backward() without forward()");
+  const BackwardScratch& d = activations_.scratch;
   const auto report = [&](size_t offset) {
     if (grads_final_from) grads_final_from(offset);
   };
@@ -272,23 +230,30 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
   if (stage_.has_head) {
     // Head: logits become dlogits in place, then through the head and the final norm.
     k_.cross_entropy_backward(s.logits, s.lse, s.targets, vocab_start_, BT, vocab_valid_, vocab_shard_, loss_scale);
-    k_.matmul_backward(dnorm_, grad(layout_.head()), nullptr, s.logits, s.final_norm, weight(layout_.head()), BT, C,
+    k_.matmul_backward(d.dnorm, grad(layout_.head()), nullptr, s.logits, s.final_norm, weight(layout_.head()), BT, C,
                        vocab_shard_);
-    tp_.reduce_gradient_into_region(hidden(dnorm_, B));
-    k_.fill_zero(dresidual_, hidden(dresidual_, B).bytes());
-    norm_backward(dresidual_, layout_.final_norm_weight(), layout_.final_norm_bias(), dnorm_,
+    tp_.reduce_gradient_into_region(hidden(d.dnorm, B));
+    k_.fill_zero(d.dresidual, hidden(d.dresidual, B).bytes());
+    norm_backward(d.dresidual, layout_.final_norm_weight(), layout_.final_norm_bias(), d.dnorm,
                   layer_input(slot, layout_.layers()), s.final_norm_mean, s.final_norm_rstd, BT);
     report(layout_[layout_.final_norm_weight()].offset);
-  }  // else the pipeline put d loss / d output into dresidual_
+  }  // else the pipeline put d loss / d output into d.dresidual
   for (int l = layout_.layers() - 1; l >= 0; l--) {
-    block_backward(s, slot, l, dresidual_);
+    // What the layer did not keep, recomputed into the shared set (model/activations.h).
+    if (recompute() == Recompute::full) {
+      block_forward(s, slot, l, /*up_to_mlp=*/true);
+    } else if (recompute() == Recompute::selective) {
+      const LayerActivations& a = s.layers[l];
+      k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, spec().head_dim);
+    }
+    block_backward(s, slot, l, d.dresidual);
     report(layout_[layout_.block(l).first].offset);
   }
   if (stage_.has_embedding) {
     // A tied embedding's gradient has the head's part and now the embedding's.
-    k_.embedding_backward(grad(layout_.token_embedding()), dresidual_, s.tokens, vocab_start_, vocab_shard_, B, T, C);
+    k_.embedding_backward(grad(layout_.token_embedding()), d.dresidual, s.tokens, vocab_start_, vocab_shard_, B, T, C);
     if (layout_.position_embedding() >= 0)
-      k_.positions_backward(grad(layout_.position_embedding()), dresidual_, B, T, C);
+      k_.positions_backward(grad(layout_.position_embedding()), d.dresidual, B, T, C);
   }
   report(0);
 }
@@ -302,25 +267,26 @@ void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual)
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
   const int mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn_local_ : ffn_local_;
+  const BackwardScratch& d = activations_.scratch;
   // MLP branch.
-  k_.matmul_backward(dfc_act_, grad(p.mlp_out_weight), grad_or_null(p.mlp_out_bias), dresidual, a.fc_act,
+  k_.matmul_backward(d.dfc_act, grad(p.mlp_out_weight), grad_or_null(p.mlp_out_bias), dresidual, a.fc_act,
                      weight(p.mlp_out_weight), BT, ffn_local_, C);
-  if (sp.mlp == MlpKind::swiglu) k_.swiglu_backward(dfc_, a.fc, dfc_act_, BT, ffn_local_);
-  else k_.gelu_backward(dfc_, a.fc, dfc_act_, static_cast<size_t>(BT) * ffn_local_);
-  k_.matmul_backward(dnorm_, grad(p.mlp_in_weight), grad_or_null(p.mlp_in_bias), dfc_, a.norm_2,
+  if (sp.mlp == MlpKind::swiglu) k_.swiglu_backward(d.dfc, a.fc, d.dfc_act, BT, ffn_local_);
+  else k_.gelu_backward(d.dfc, a.fc, d.dfc_act, static_cast<size_t>(BT) * ffn_local_);
+  k_.matmul_backward(d.dnorm, grad(p.mlp_in_weight), grad_or_null(p.mlp_in_bias), d.dfc, a.norm_2,
                      weight(p.mlp_in_weight), BT, C, mlp_in);
-  tp_.reduce_gradient_into_region(hidden(dnorm_, B));
-  norm_backward(dresidual, p.norm_2_weight, p.norm_2_bias, dnorm_, a.residual_2, a.norm_2_mean, a.norm_2_rstd, BT);
+  tp_.reduce_gradient_into_region(hidden(d.dnorm, B));
+  norm_backward(dresidual, p.norm_2_weight, p.norm_2_bias, d.dnorm, a.residual_2, a.norm_2_mean, a.norm_2_rstd, BT);
   // Attention branch.
-  k_.matmul_backward(datty_, grad(p.attn_out_weight), grad_or_null(p.attn_out_bias), dresidual, a.atty,
+  k_.matmul_backward(d.datty, grad(p.attn_out_weight), grad_or_null(p.attn_out_bias), dresidual, a.atty,
                      weight(p.attn_out_weight), BT, attention_width_, C);
-  k_.attention_backward(dqkv_, datty_, a.qkv, a.atty, a.attention_stats, B, T, heads_local_, kv_heads_local_, hd);
+  k_.attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.attention_stats, B, T, heads_local_, kv_heads_local_, hd);
   if (sp.positions == PositionKind::rotary)
-    k_.rope_backward(dqkv_, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
-  k_.matmul_backward(dnorm_, grad(p.qkv_weight), grad_or_null(p.qkv_bias), dqkv_, a.norm_1, weight(p.qkv_weight), BT,
+    k_.rope_backward(d.dqkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
+  k_.matmul_backward(d.dnorm, grad(p.qkv_weight), grad_or_null(p.qkv_bias), d.dqkv, a.norm_1, weight(p.qkv_weight), BT,
                      C, qkv_width_);
-  tp_.reduce_gradient_into_region(hidden(dnorm_, B));
-  norm_backward(dresidual, p.norm_1_weight, p.norm_1_bias, dnorm_, layer_input(slot, l), a.norm_1_mean,
+  tp_.reduce_gradient_into_region(hidden(d.dnorm, B));
+  norm_backward(dresidual, p.norm_1_weight, p.norm_1_bias, d.dnorm, layer_input(slot, l), a.norm_1_mean,
                 a.norm_1_rstd, BT);
 }
 

@@ -19,12 +19,17 @@
 #include "config/config.h"
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
+#include "model/activations.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel.h"
 #include "model/transformer_spec.h"
 #include "parallel/communicator.h"
 
 namespace trident {
+
+// The activations of one stage on one rank (layout's tp share and layers).
+ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
+                                 const kernels::Kernels& k);
 
 class Transformer {
  public:
@@ -33,14 +38,17 @@ class Transformer {
   // parameter and gradient buffers are padded to a multiple. stage: the part of the
   // model held here (pipeline parallelism; default all). slots: micro-batches whose
   // activations can be alive at once (what the pipeline schedule needs).
+  // recompute: what backward recomputes instead of keeping (model/activations.h).
   Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
-              size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1);
+              size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1,
+              Recompute recompute = Recompute::none);
 
   const TransformerSpec& spec() const { return layout_.spec(); }
   const ParameterLayout& layout() const { return layout_; }
   TensorParallel& tensor_parallel() { return tp_; }
   int micro_batch() const { return B_; }
-  int slots() const { return static_cast<int>(slots_.size()); }
+  Recompute recompute() const { return activations_.shape().recompute; }
+  int slots() const { return static_cast<int>(activations_.slots.size()); }
   float* params() const { return params_.data(); }
   float* grads() const { return grads_.data(); }
   float* param(int index) const { return params_.data() + layout_[index].offset; }
@@ -92,35 +100,20 @@ class Transformer {
   bool first_stage() const { return stage_.has_embedding; }
   bool last_stage() const { return stage_.has_head; }
   // Hidden states [B, T, d] entering / leaving this stage for the micro-batch in `slot`.
-  ActivationSpan stage_input(int slot, int B) const { return hidden(slots_[slot].encoded, B); }
+  ActivationSpan stage_input(int slot, int B) const { return hidden(activations_.slots[slot].encoded, B); }
   ActivationSpan stage_output(int slot, int B) const { return hidden(layer_input(slot, layout_.layers()), B); }
   // Gradient buffers [B, T, d] of this stage's output (in) and input (out).
-  ActivationSpan output_gradient(int B) const { return hidden(dresidual_, B); }
-  ActivationSpan input_gradient(int B) const { return hidden(dresidual_, B); }
+  ActivationSpan output_gradient(int B) const { return hidden(activations_.scratch.dresidual, B); }
+  ActivationSpan input_gradient(int B) const { return hidden(activations_.scratch.dresidual, B); }
 
   // Activation bytes held for all slots, and of the weights' compute copy (for the memory report).
-  size_t activation_bytes() const { return activation_bytes_; }
+  const ActivationBytes& activation_bytes() const { return activations_.bytes(); }
   size_t compute_weight_bytes() const { return weights_.size() * sizeof(float); }
 
  private:
   using Act = kernels::Act;
-  // Activations (Act) and the fp32 statistics kept with them. norm_*_mean: LayerNorm only.
-  struct LayerActivations {
-    Act *norm_1, *qkv, *atty, *residual_2, *norm_2, *fc, *fc_act, *residual_3;
-    float *norm_1_mean, *norm_1_rstd, *attention_stats, *norm_2_mean, *norm_2_rstd;
-  };
+  using Slot = SlotActivations;
 
-  // One micro-batch's activations.
-  struct Slot {
-    int32_t *tokens = nullptr, *targets = nullptr;
-    Act *encoded = nullptr, *final_norm = nullptr, *logits = nullptr;
-    float *final_norm_mean = nullptr, *final_norm_rstd = nullptr, *losses = nullptr, *row_max = nullptr,
-          *sum_and_target = nullptr, *lse = nullptr;
-    std::vector<LayerActivations> layers;
-    int B = 0;
-  };
-
-  void allocate_activations(int slots);
   // The residual stream entering local block l (l = layers(): the stage's output).
   Act* layer_input(int slot, int l) const;
   // The compute copy of parameter `index` (what the layers read); null for -1 (none).
@@ -135,7 +128,9 @@ class Transformer {
   void norm_forward(Act* out, float* mean, float* rstd, const Act* inp, int weight_index, int bias_index, int N);
   void norm_backward(Act* dinp, int weight_index, int bias_index, const Act* dout, const Act* inp, const float* mean,
                      const float* rstd, int N);
-  void block_forward(const Slot& s, int slot, int l);
+  // up_to_mlp: stops before the MLP's output projection (what backward's full
+  // recomputation needs: the layer's output is kept).
+  void block_forward(const Slot& s, int slot, int l, bool up_to_mlp = false);
   void block_backward(const Slot& s, int slot, int l, Act* dresidual);
 
   StageSpec stage_;
@@ -153,12 +148,7 @@ class Transformer {
   bool weights_stale_ = true;
   kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
 
-  kernels::DeviceBuffer activations_;  // one arena for everything below
-  size_t activation_bytes_ = 0;
-  std::vector<Slot> slots_;
-  // Backward scratch, shared by all layers and slots.
-  Act *dresidual_ = nullptr, *dnorm_ = nullptr, *datty_ = nullptr, *dqkv_ = nullptr, *dfc_ = nullptr,
-      *dfc_act_ = nullptr;
+  ActivationArena activations_;  // every slot's, the recompute set, backward's scratch
   std::vector<float> host_losses_;
 };
 

@@ -5,19 +5,31 @@
 
 namespace trident {
 
-AdamW::AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kernels::Kernels& k,
-             const std::vector<FlatRange>& owned)
-    : settings_(settings), k_(k) {
+std::vector<AdamW::Segment> AdamW::segments_of(const ParameterLayout& layout, const std::vector<FlatRange>& owned) {
   const std::vector<FlatRange> ranges = owned.empty() ? std::vector<FlatRange>{{0, layout.total_floats()}} : owned;
+  std::vector<Segment> segments;
   size_t state = 0;
   for (const FlatRange& r : ranges) {
     for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
       if (begin >= end) continue;
-      segments_.push_back({begin, state, end - begin, t.weight_decay});
+      segments.push_back({begin, state, end - begin, t.weight_decay});
       state += end - begin;
     }
   }
+  return segments;
+}
+
+size_t AdamW::state_floats_for(const ParameterLayout& layout, const std::vector<FlatRange>& owned) {
+  size_t floats = 0;
+  for (const Segment& s : segments_of(layout, owned)) floats += 2 * s.size;
+  return floats;
+}
+
+AdamW::AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kernels::Kernels& k,
+             const std::vector<FlatRange>& owned)
+    : settings_(settings), k_(k), segments_(segments_of(layout, owned)) {
+  const size_t state = state_floats_for(layout, owned) / 2;
   m_ = kernels::DeviceBuffer(k, state);
   v_ = kernels::DeviceBuffer(k, state);
 }

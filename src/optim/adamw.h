@@ -34,6 +34,8 @@ class AdamW {
   void export_moments(std::vector<float>& m_full, std::vector<float>& v_full, size_t n) const;
   void import_moments(const float* m_full, const float* v_full);
   size_t state_floats() const { return m_.size() + v_.size(); }
+  // What state_floats() will be for these owned ranges (for memory plans).
+  static size_t state_floats_for(const ParameterLayout& layout, const std::vector<FlatRange>& owned);
 
  private:
   // A piece of one tensor inside an owned range: where it is, where its moments are.
@@ -41,6 +43,7 @@ class AdamW {
     size_t offset, state_offset, size;
     bool decay;
   };
+  static std::vector<Segment> segments_of(const ParameterLayout& layout, const std::vector<FlatRange>& owned);
 
   AdamWSettings settings_;
   kernels::Kernels& k_;

@@ -7,30 +7,43 @@
 
 namespace trident {
 
+std::vector<FlatRange> DataParallel::bucket_ranges(size_t n, double bucket_mb, size_t ranks) {
+  // Buckets from the end, each a multiple of dp floats; the first takes the remainder.
+  const size_t target = std::max<size_t>(ranks, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)) / ranks * ranks);
+  std::vector<FlatRange> buckets;
+  for (size_t end = n; end > 0;) {
+    const size_t begin = end > target ? end - target : 0;
+    buckets.insert(buckets.begin(), {begin, end});
+    end = begin;
+  }
+  return buckets;
+}
+
+std::vector<FlatRange> DataParallel::sharded_ranges(const std::vector<FlatRange>& buckets, size_t ranks, size_t rank) {
+  std::vector<FlatRange> owned;
+  for (const FlatRange& b : buckets) {
+    const size_t block = b.size() / ranks;
+    owned.push_back({b.begin + rank * block, b.begin + (rank + 1) * block});
+  }
+  return owned;
+}
+
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
                            bool overlap)
     : dp_(dp), zero_(zero && dp.size() > 1), overlap_(overlap), memory_(memory) {
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
-  // Buckets from the end, each a multiple of dp floats; the first takes the remainder.
-  const size_t target = std::max<size_t>(ranks, static_cast<size_t>(bucket_mb * (1 << 20) / sizeof(float)) / ranks * ranks);
-  for (size_t end = n; end > 0;) {
-    const size_t begin = end > target ? end - target : 0;
-    buckets_.insert(buckets_.begin(), {begin, end});
-    end = begin;
-  }
+  buckets_ = bucket_ranges(n, bucket_mb, ranks);
   next_bucket_ = buckets_.size();
   if (!zero_) {
     owned_ = {{0, n}};
     return;
   }
-  const size_t rank = dp.rank();
+  owned_ = sharded_ranges(buckets_, ranks, dp.rank());
   size_t shard_floats = 0;
-  for (const FlatRange& b : buckets_) {
-    const size_t block = b.size() / ranks;
+  for (const FlatRange& r : owned_) {
     shard_offset_.push_back(shard_floats);
-    owned_.push_back({b.begin + rank * block, b.begin + (rank + 1) * block});
-    shard_floats += block;
+    shard_floats += r.size();
   }
   shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
 }

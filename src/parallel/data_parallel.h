@@ -29,6 +29,11 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
+  // The buckets of a buffer of n floats (a multiple of ranks), and the block of each
+  // that ZeRO's rank `rank` owns: what the constructor uses, for memory plans.
+  static std::vector<FlatRange> bucket_ranges(size_t n, double bucket_mb, size_t ranks);
+  static std::vector<FlatRange> sharded_ranges(const std::vector<FlatRange>& buckets, size_t ranks, size_t rank);
+
   bool zero() const { return zero_; }
   const std::vector<FlatRange>& buckets() const { return buckets_; }
   // The ranges whose reduced gradients this rank holds after finish_gradients() and

@@ -24,7 +24,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
       plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
       shared_heads(shared_head_group(config.model, parallel)),
       model(config.model, config.train.micro_batch, k, TensorParallel(parallel.tp(), shared_heads.get()),
-            parallel.dims().dp, plan.stage, plan.slots),
+            parallel.dims().dp, plan.stage, plan.slots, parse_recompute(config.train.recompute)),
       data_parallel(parallel.dp(), k, model.layout().total_floats(), config.parallel.bucket_mb,
                     config.parallel.zero == 1, config.parallel.overlap),
       optimizer(model.layout(),

@@ -27,6 +27,8 @@
 #include "runtime/timer.h"
 #include "train/device_peak.h"
 #include "train/inference.h"
+#include "train/memory_fit.h"
+#include "train/memory_plan.h"
 #include "train/metrics_log.h"
 #include "train/setup.h"
 
@@ -35,8 +37,6 @@ namespace trident {
 namespace {
 
 constexpr uint64_t kTrainStream = 1, kValStream = 2;
-
-double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 std::string format_loss(double loss) {
   char text[32];
@@ -146,7 +146,7 @@ int restore(const Config& config, ParallelState& parallel, Transformer& model, C
 }
 
 void print_startup(const Config& config, ParallelState& parallel, TrainingSetup& s, kernels::Kernels& k,
-                   const DevicePeak& peak, double setup_s) {
+                   const DevicePeak& peak, const RankMemoryPlan& memory, double setup_s) {
   const TransformerSpec& spec = s.model.spec();
   const int tp = parallel.dims().tp, dp = parallel.dims().dp;
   const double floats = static_cast<double>(s.model.layout().total_floats());
@@ -154,15 +154,9 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
               "%.1f MFLOP/token\n",
               spec.describe().c_str(), spec.padded_vocab(tp), parameter_count(spec) / 1e6, floats / 1e6, tp,
               flops_per_token(spec) / 1e6);
-  char compute_copy[64] = "";  // none under fp32: the layers read the parameters
-  if (s.model.compute_weight_bytes() > 0)
-    std::snprintf(compute_copy, sizeof compute_copy, " + %.3f GiB bf16 compute copy",
-                  gib(static_cast<double>(s.model.compute_weight_bytes())));
-  std::printf("memory per rank: parameters %.3f GiB (fp32)%s, gradients %.3f GiB, "
-              "optimizer state %.3f GiB%s, activations %.3f GiB (micro-batch %d); resident %.3f GiB\n",
-              gib(floats * 4), compute_copy, gib(floats * 4), gib(static_cast<double>(s.optimizer.state_floats()) * 4),
-              s.data_parallel.zero() ? " (ZeRO-1: 1/dp)" : "", gib(static_cast<double>(s.model.activation_bytes())),
-              config.train.micro_batch, gib(static_cast<double>(resident_bytes())));
+  std::printf("memory plan of rank 0: %.3f GiB: %s; resident now %.3f GiB\n",
+              gib(static_cast<double>(memory.total_bytes())), memory.describe().c_str(),
+              gib(static_cast<double>(resident_bytes())));
   std::printf("batch: %d sequences per step = %d dp x %d micro-batches x %d; %zu gradient buckets of <= %.0f MiB%s\n",
               config.train.global_batch, dp, s.local_batch / config.train.micro_batch, config.train.micro_batch,
               s.data_parallel.buckets().size(), config.parallel.bucket_mb,
@@ -190,6 +184,22 @@ void maybe_stall(int rank, int step) {
   if (step != (stall_step != nullptr ? std::atoi(stall_step) : 1)) return;
   std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_STALL_RANK set: stalling at step %d\n", rank, step);
   while (true) pause();
+}
+
+// Where this rank's memory stood before the setup allocated anything.
+struct MemoryBaseline {
+  size_t resident = 0, device_free = 0;
+};
+
+// What the rank took since: the growth of its peak resident size (host memory), or the
+// device memory now taken; to hold against the plan's total (device part on a GPU).
+size_t memory_taken(const MemoryBaseline& b, kernels::Kernels& k) {
+  if (k.host_memory()) {
+    const size_t peak = peak_resident_bytes();
+    return peak > b.resident ? peak - b.resident : 0;
+  }
+  const size_t now = k.memory_pool().free_bytes;
+  return b.device_free > now ? b.device_free - now : 0;
 }
 
 // What one optimizer step measured.
@@ -386,6 +396,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
       kernels::make_kernels(tc.device, kernels::parse_precision(tc.resolved_precision()));
   enable_graceful_stop();  // from here on a stop signal is honoured at the next step's end
 
+  // Before anything large is allocated: a run that cannot fit ends here, on every rank.
+  const RankMemoryPlan memory_plan = check_memory_fits(config, parallel, *k);
   std::unique_ptr<Tokenizer> tokenizer;
   const TrainingData data = load_data(config, parallel, tokenizer);
   const BatchSampler train_sampler(data.train, config.model.seq_len, tc.seed, kTrainStream);
@@ -393,6 +405,10 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   result.unigram_entropy = data.unigram_entropy;
 
   Timer setup_time;
+  // What the plan says is measured from here: the peak's growth (host memory) or the
+  // device memory taken.
+  reset_peak_resident();
+  const MemoryBaseline baseline{resident_bytes(), k->memory_pool().free_bytes};
   TrainingSetup s(config, parallel, *k);
   s.model.init_parameters(tc.seed);
   Checkpointer checkpointer(config, parallel, s.model.parameters(), s.optimizer, s.data_parallel);
@@ -400,7 +416,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const int start_step = restore(config, parallel, s.model, checkpointer);
   const LearningRateSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
   const DevicePeak peak = device_peak(config, parallel, *k);
-  if (parallel.is_root()) print_startup(config, parallel, s, *k, peak, setup_time.seconds());
+  if (parallel.is_root()) print_startup(config, parallel, s, *k, peak, memory_plan, setup_time.seconds());
 
   StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak, result);
   std::vector<int32_t> inputs, targets;
@@ -415,7 +431,17 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   }
   checkpointer.finish();
   result.peak_gflops = peak.total_gflops;
-  if (parallel.is_root()) end.log().write_summary(run_summary_json(config, parallel, s, result, peak, *k));
+  const double planned = static_cast<double>(k->host_memory() ? memory_plan.total_bytes() : memory_plan.device_bytes());
+  const double taken = static_cast<double>(memory_taken(baseline, *k));
+  if (parallel.is_root()) {
+    std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan\n",
+                planned / (1 << 20), taken / (1 << 20), k->host_memory() ? "peak resident growth" : "device memory",
+                planned > 0 ? 100.0 * taken / planned : 0.0);
+    nlohmann::json summary = nlohmann::json::parse(run_summary_json(config, parallel, s, result, peak, *k));
+    summary["memory_planned_gib"] = gib(planned);
+    summary["memory_taken_gib"] = gib(taken);
+    end.log().write_summary(summary.dump());
+  }
   if (parallel.is_root())
     std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
                 "data wait %.2f%% and dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",

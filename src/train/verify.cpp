@@ -95,7 +95,8 @@ VerifyReport::Tolerances VerifyReport::tolerances_for(kernels::Precision precisi
 }
 
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
-                                      ParallelState& parallel, const ParallelConfig& settings) {
+                                      ParallelState& parallel, const ParallelConfig& settings,
+                                      const std::string& recompute) {
   const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
   require(ref.batch % dp == 0, "the reference batch (" + std::to_string(ref.batch) +
                                    ") must be a multiple of dp (" + std::to_string(dp) + ")");
@@ -110,6 +111,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   config.parallel = settings;
   config.train.global_batch = ref.batch;
   config.train.micro_batch = micro_batch;
+  config.train.recompute = recompute;
   config.train.beta1 = ref.beta1;
   config.train.beta2 = ref.beta2;
   config.train.adam_eps = ref.adam_eps;

@@ -53,8 +53,10 @@ struct VerifyReport {
 
 // Runs the reference's steps data-parallel over `parallel`'s dp group (each rank takes
 // its contiguous slice of the batch) with `micro_batch` sequences per forward/backward
-// (0: the rank's whole slice at once). Every rank gets the same report.
+// (0: the rank's whole slice at once), recomputing `recompute` in backward. Every rank
+// gets the same report.
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
-                                      ParallelState& parallel, const ParallelConfig& settings);
+                                      ParallelState& parallel, const ParallelConfig& settings,
+                                      const std::string& recompute = "none");
 
 }  // namespace trident

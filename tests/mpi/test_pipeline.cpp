@@ -61,7 +61,7 @@ Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, 
     runner.update(3e-3, 1.0);
   }
   for (const ParameterTensor& t : model.layout().tensors()) out.params[t.name] = model.get_parameter(t.name);
-  out.activation_bytes = model.activation_bytes();
+  out.activation_bytes = model.activation_bytes().total();
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include "cli_helpers.h"
 
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -149,6 +150,15 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {3, lh6, "--parallel.tp=3", "tp groups: {0,1,2}"},
       {6, lh6, "--parallel.tp=6 --parallel.zero=0", "tp groups: {0,1,2,3,4,5}"},
       {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=1", "dp groups: {0,2} {1,3}"},
+      // Activation recomputation, alone and in the grid, both families.
+      {1, a, "--train.recompute=full --train.micro_batch=2", "dp groups: {0}"},
+      {2, a, "--parallel.tp=2 --train.recompute=selective --train.precision=bf16", "tp groups: {0,1}"},
+      {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --parallel.zero=1 --train.recompute=full",
+       "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {4, la, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.recompute=selective",
+       "pp groups: {0,2} {1,3}"},
+      {6, lh6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1 --train.recompute=full",
+       "pp groups: {0,3} {1,4} {2,5}"},
   };
   for (const Layout& l : layouts) {
     const CliRun r = run("verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
@@ -159,6 +169,61 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     EXPECT_NE(r.out.find(l.grid), std::string::npos) << what << "\n" << r.out;
     EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << what << "\n" << r.out;
   }
+}
+
+// The memory plan against what the run then takes: the growth of each run's peak
+// resident size from just before the setup, over steps, validation and a checkpoint.
+TEST(Cli, MemoryTakenIsWithinFivePercentOfThePlan) {
+  const std::string base = "train --config configs/tiny.ini --model.d_model=384 --model.n_head=6 --model.n_layer=3 "
+                           "--train.steps=3 --log.val_batches=1 --log.peak_gflops=1 --log.run_dir=" +
+                           testing::TempDir() + "memory";
+  struct Case {
+    std::string flags, launcher;
+  };
+  const std::string np2 = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np 2";
+  const std::vector<Case> cases = {
+      {"", ""},
+      {"--train.recompute=full", ""},
+      {"--model.family=llama --model.n_kv_head=2 --model.ffn_dim=1024 --train.recompute=selective", ""},
+      {"--parallel.zero=1 --checkpoint.every_steps=2 --checkpoint.dir=" + testing::TempDir() + "memory_ckpt", np2},
+      {"--parallel.tp=2 --train.precision=bf16", np2},
+  };
+  std::filesystem::remove_all(testing::TempDir() + "memory_ckpt");  // a fresh start, not a resume
+  const std::regex taken_re("memory: rank 0 planned ([0-9.]+) MiB, took ([0-9.]+) MiB");
+  for (const Case& c : cases) {
+    const CliRun r = run(base + " " + c.flags, c.launcher, 180);
+    ASSERT_EQ(r.exit_code, 0) << c.flags << "\n" << r.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, taken_re)) << r.out;
+    const double planned = std::stod(m[1]), taken = std::stod(m[2]);
+    EXPECT_GT(planned, 40.0) << c.flags;  // large enough that 5% means something
+    EXPECT_NEAR(taken / planned, 1.0, 0.05) << c.flags << ": planned " << planned << " MiB, took " << taken;
+    std::printf("memory plan: %-60s planned %7.1f MiB, took %7.1f MiB (%.1f%%)\n", c.flags.substr(0, 60).c_str(), planned, taken, 100 * taken / planned);
+  }
+}
+
+// A model far beyond this machine ends before allocating: one error on every rank,
+// exit 2, with what it needs, its largest parts, and the changes that would fit.
+TEST(Cli, ARunThatCannotFitEndsAtOnceOnEveryRank) {
+  const auto start = std::chrono::steady_clock::now();
+  const CliRun huge = run("train --config configs/tiny.ini --model.d_model=8192 --model.n_head=64 "
+                          "--model.n_layer=48 --log.run_dir=" + testing::TempDir() + "huge",
+                          "mpirun --oversubscribe --allow-run-as-root -np 2", 60);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+  EXPECT_EQ(huge.exit_code, 2) << huge.err;
+  EXPECT_EQ(count(huge.err, "trident: error:"), 1) << huge.err;
+  EXPECT_NE(huge.err.find("does not fit in memory: 2 rank(s) sharing RAM need"), std::string::npos) << huge.err;
+  EXPECT_NE(huge.err.find("optimizer state"), std::string::npos) << huge.err;
+  EXPECT_NE(huge.err.find("more nodes (or GPUs) are needed"), std::string::npos) << huge.err;
+  EXPECT_EQ(huge.err.find("bad_alloc"), std::string::npos) << huge.err;
+  EXPECT_EQ(huge.out.find("step "), std::string::npos) << huge.out;
+  // Activations the CPU keeps per layer (the attention probabilities, 1 GiB a layer here):
+  // recomputation would fit, and the message says so.
+  const CliRun deep = run("train --config configs/tiny.ini --model.seq_len=1024 --model.n_head=16 --model.d_model=64 "
+                          "--model.n_layer=100 --log.run_dir=" + testing::TempDir() + "deep");
+  EXPECT_EQ(deep.exit_code, 2) << deep.err;
+  EXPECT_NE(deep.err.find("activations"), std::string::npos) << deep.err;
+  EXPECT_NE(deep.err.find("--train.recompute=full: "), std::string::npos) << deep.err;
 }
 
 TEST(Cli, StuckRankAbortsTheJobWithinTheTimeout) {

@@ -1,0 +1,125 @@
+#include "model/activations.h"
+
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace trident {
+
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  throw UsageError("train.recompute must be none, selective or full, got '" + name + "'");
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels& k) : ActivationArena(shape, &k) {}
+
+ActivationBytes ActivationArena::measure(const ActivationShape& shape) {
+  return ActivationArena(shape, nullptr).bytes();
+}
+
+// First every buffer is listed with its size and part, then (given a backend) one
+// allocation is cut into them: every page is touched once, at start. Activations take
+// the backend's type, statistics fp32, each buffer 64-byte aligned.
+ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels* k) : shape_(shape) {
+  using Act = kernels::Act;
+  const ActivationShape& s = shape;
+  check(s.micro_batch > 0 && s.slots > 0, "micro_batch and slots must be positive");
+  const size_t BT = static_cast<size_t>(s.micro_batch) * s.seq_len, C = s.d_model;
+  std::vector<std::pair<void**, size_t>> plan;
+  size_t* part = nullptr;  // where the next buffers' bytes are counted
+  const auto want_bytes = [&](void** p, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    plan.emplace_back(p, bytes);
+    *part += bytes;
+  };
+  const auto want = [&](Act*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), s.act_bytes(n)); };
+  const auto want_f32 = [&](float*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(float)); };
+  const auto want_i32 = [&](int32_t*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(int32_t)); };
+
+  // One layer's buffers; `keep` says which of them this set holds (the others alias the
+  // shared recompute set).
+  const auto want_layer = [&](LayerActivations& a, bool keep_attention_core, bool keep_rest, bool keep_output) {
+    if (keep_rest) {
+      want(a.norm_1, BT * C);
+      if (s.layernorm) want_f32(a.norm_1_mean, BT);
+      want_f32(a.norm_1_rstd, BT);
+      want(a.qkv, BT * s.qkv_width);
+    }
+    if (keep_attention_core) {
+      want(a.atty, BT * s.attention_width);
+      want_f32(a.attention_stats, s.attention_stats_floats);
+    }
+    if (keep_rest) {
+      want(a.residual_2, BT * C);
+      want(a.norm_2, BT * C);
+      if (s.layernorm) want_f32(a.norm_2_mean, BT);
+      want_f32(a.norm_2_rstd, BT);
+      want(a.fc, BT * s.mlp_in);
+      want(a.fc_act, BT * s.ffn);
+    }
+    if (keep_output) want(a.residual_3, BT * C);
+  };
+  const bool keep_core = s.recompute == Recompute::none, keep_rest = s.recompute != Recompute::full;
+
+  slots.resize(s.slots);
+  part = &bytes_.slots;
+  for (SlotActivations& slot : slots) {
+    want_i32(slot.tokens, BT);
+    want_i32(slot.targets, BT);
+    want(slot.encoded, BT * C);
+    slot.layers.resize(s.layers);
+    for (LayerActivations& a : slot.layers) want_layer(a, keep_core, keep_rest, /*keep_output=*/true);
+    if (s.has_head) {
+      want(slot.final_norm, BT * C);
+      if (s.layernorm) want_f32(slot.final_norm_mean, BT);
+      want_f32(slot.final_norm_rstd, BT);
+      want(slot.logits, BT * s.vocab_shard);
+      want_f32(slot.losses, BT);
+      want_f32(slot.row_max, BT);
+      want_f32(slot.sum_and_target, 2 * BT);
+      want_f32(slot.lse, BT);
+    }
+  }
+  bytes_.per_slot = bytes_.slots / s.slots;
+  part = &bytes_.recompute;
+  if (s.recompute != Recompute::none && s.layers > 0) want_layer(recompute, !keep_core, !keep_rest, false);
+  part = &bytes_.backward;
+  want(scratch.dresidual, BT * C);
+  want(scratch.dnorm, BT * C);
+  want(scratch.datty, BT * s.attention_width);
+  want(scratch.dqkv, BT * s.qkv_width);
+  want(scratch.dfc, BT * s.mlp_in);
+  // GELU's backward runs in place; SwiGLU's reads d(activation) [BT, ffn] and writes
+  // d(gate | up) [BT, 2 ffn], so it needs a buffer of its own.
+  if (s.swiglu) want(scratch.dfc_act, BT * s.ffn);
+  if (k == nullptr) return;
+
+  memory_ = kernels::DeviceBuffer(*k, bytes_.total() / sizeof(float));
+  char* next = reinterpret_cast<char*>(memory_.data());
+  for (auto& [ptr, bytes] : plan) {
+    *ptr = next;
+    next += bytes;
+  }
+  if (!s.swiglu) scratch.dfc_act = scratch.dfc;
+  // The layers that do not keep a buffer use the shared set's.
+  for (SlotActivations& slot : slots)
+    for (LayerActivations& a : slot.layers) {
+      kernels::Act* output = a.residual_3;
+      if (!keep_rest) a = recompute;
+      else if (!keep_core) a.atty = recompute.atty, a.attention_stats = recompute.attention_stats;
+      a.residual_3 = output;
+    }
+}
+
+}  // namespace trident

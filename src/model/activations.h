@@ -1,0 +1,97 @@
+// The activations one pipeline stage keeps between a micro-batch's forward and backward
+// passes, and the backward's scratch: every buffer laid out in one arena, once, from an
+// ActivationShape. The memory plan (train/memory_plan.h) measures the same layout
+// without allocating it, so what it prints is what the run holds.
+//
+// Recomputation trades compute for memory (Megatron's --recompute-granularity):
+//   none       every layer keeps all it produced.
+//   selective  attention's core is recomputed in backward (Megatron's selective
+//              recompute): its statistics (the CPU backend keeps the probabilities,
+//              B*NH*T*T per layer; flash attention the row log-sum-exps) and its
+//              output are not kept per layer; one attention forward per layer in backward.
+//   full       each layer keeps only its output (the next layer's input); backward
+//              reruns the layer's forward up to the MLP's output projection first.
+// What is not kept per layer lives in one shared "recompute" set, reused by every layer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/device_buffer.h"
+#include "kernels/kernels.h"
+
+namespace trident {
+
+enum class Recompute { none, selective, full };
+Recompute parse_recompute(const std::string& name);  // none | selective | full; UsageError otherwise
+const char* recompute_name(Recompute r);
+
+// The sizes of one stage's activations on one rank (its tensor-parallel share).
+struct ActivationShape {
+  int micro_batch = 1, seq_len = 1, d_model = 1;
+  int qkv_width = 1, attention_width = 1, ffn = 1, mlp_in = 1, vocab_shard = 1;
+  int layers = 0;
+  bool layernorm = true, swiglu = false, has_head = true;
+  int slots = 1;  // micro-batches whose activations are alive at once (the pipeline's)
+  Recompute recompute = Recompute::none;
+  kernels::DType act_type = kernels::DType::f32;
+  size_t attention_stats_floats = 0;  // one layer's, for a whole micro-batch (the backend's)
+
+  size_t act_bytes(size_t elements) const { return elements * kernels::dtype_bytes(act_type); }
+};
+
+// One layer's activations of one micro-batch. norm_*_mean: LayerNorm only.
+struct LayerActivations {
+  kernels::Act *norm_1 = nullptr, *qkv = nullptr, *atty = nullptr, *residual_2 = nullptr, *norm_2 = nullptr,
+               *fc = nullptr, *fc_act = nullptr, *residual_3 = nullptr;
+  float *norm_1_mean = nullptr, *norm_1_rstd = nullptr, *attention_stats = nullptr, *norm_2_mean = nullptr,
+        *norm_2_rstd = nullptr;
+};
+
+// One micro-batch's activations.
+struct SlotActivations {
+  int32_t *tokens = nullptr, *targets = nullptr;
+  kernels::Act *encoded = nullptr, *final_norm = nullptr, *logits = nullptr;
+  float *final_norm_mean = nullptr, *final_norm_rstd = nullptr, *losses = nullptr, *row_max = nullptr,
+        *sum_and_target = nullptr, *lse = nullptr;
+  std::vector<LayerActivations> layers;
+  int B = 0;  // sequences of the micro-batch now in the slot
+};
+
+// Backward's buffers, shared by all layers and slots.
+struct BackwardScratch {
+  kernels::Act *dresidual = nullptr, *dnorm = nullptr, *datty = nullptr, *dqkv = nullptr, *dfc = nullptr,
+               *dfc_act = nullptr;
+};
+
+// The arena's bytes by part.
+struct ActivationBytes {
+  size_t per_slot = 0;   // one micro-batch's kept activations
+  size_t slots = 0;      // all slots: per_slot * shape.slots
+  size_t recompute = 0;  // the shared set that recomputation refills
+  size_t backward = 0;   // BackwardScratch
+  size_t total() const { return slots + recompute + backward; }
+};
+
+class ActivationArena {
+ public:
+  ActivationArena(const ActivationShape& shape, kernels::Kernels& k);
+  // What the arena of `shape` takes, without allocating it.
+  static ActivationBytes measure(const ActivationShape& shape);
+
+  const ActivationShape& shape() const { return shape_; }
+  const ActivationBytes& bytes() const { return bytes_; }
+  std::vector<SlotActivations> slots;
+  LayerActivations recompute;  // the shared set (pointers of the layers that do not keep their own)
+  BackwardScratch scratch;
+
+ private:
+  ActivationArena(const ActivationShape& shape, kernels::Kernels* k);
+  ActivationShape shape_;
+  ActivationBytes bytes_;
+  kernels::DeviceBuffer memory_;
+};
+
+}  // namespace trident

@@ -1,0 +1,144 @@
+#include "train/memory_fit.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "parallel/agreement.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "train/setup.h"
+
+namespace trident {
+
+namespace {
+
+// What the ranks of one memory need together, and what that memory has free.
+struct PoolDemand {
+  std::string name;
+  double need = 0, free = 0;
+  int ranks = 0;
+  bool fits() const { return need <= kUsableFraction * free; }
+};
+
+std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", gib(bytes));
+  return text;
+}
+
+// The plan's largest parts, largest first: "optimizer state 12.00 GiB, parameters 6.00 GiB, ...".
+std::string largest_parts(const RankMemoryPlan& plan, size_t count) {
+  std::vector<MemoryPart> parts = plan.parts;
+  std::sort(parts.begin(), parts.end(), [](const MemoryPart& a, const MemoryPart& b) { return a.bytes > b.bytes; });
+  std::string text;
+  for (size_t i = 0; i < std::min(count, parts.size()) && parts[i].bytes > 0; i++)
+    text += (i ? ", " : "") + parts[i].kind + " " + gib_text(static_cast<double>(parts[i].bytes));
+  return text;
+}
+
+// Changes of the layout a user can make with flags, each with the busiest rank's
+// plan under it; those that do not resolve for this world are left out.
+struct Alternative {
+  std::string flags;
+  RankMemoryPlan plan;
+};
+
+std::vector<Alternative> alternatives(const Config& config, int world, const kernels::Kernels& k) {
+  std::vector<std::pair<std::string, std::function<void(Config&)>>> changes;
+  const ParallelConfig& p = config.parallel;
+  const TrainConfig& t = config.train;
+  if (p.zero == 0 && p.dp > 1) changes.push_back({"--parallel.zero=1", [](Config& c) { c.parallel.zero = 1; }});
+  if (t.recompute != "full") changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = "full"; }});
+  if (t.micro_batch > 1) changes.push_back({"--train.micro_batch=1", [](Config& c) { c.train.micro_batch = 1; }});
+  for (int factor : {2, 4, 8}) {
+    const int tp = p.tp * factor, pp = p.pp * factor;
+    changes.push_back({"--parallel.tp=" + std::to_string(tp), [tp](Config& c) { c.parallel.tp = tp; }});
+    changes.push_back({"--parallel.pp=" + std::to_string(pp), [pp](Config& c) { c.parallel.pp = pp; }});
+  }
+  changes.push_back({"--parallel.zero=1 --train.recompute=full --train.micro_batch=1", [](Config& c) {
+                       c.parallel.zero = 1;
+                       c.train.recompute = "full";
+                       c.train.micro_batch = 1;
+                     }});
+  std::vector<Alternative> out;
+  for (const auto& [flags, change] : changes) {
+    Config c = config;
+    c.parallel.dp = 0;  // follows tp and pp
+    change(c);
+    try {
+      resolve_for_world(c, world);
+      if ((c.train.global_batch / c.parallel.dp) % c.train.micro_batch != 0) continue;
+      if (c.parallel.zero == 1 && c.parallel.dp == 1) continue;
+      out.push_back({flags, busiest_rank_plan(c, k)});
+    } catch (const UsageError&) {
+      // not a layout of this world or this model
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+RankMemoryPlan check_memory_fits(const Config& config, ParallelState& parallel, const kernels::Kernels& k) {
+  Communicator& node = parallel.node();
+  const kernels::Kernels::MemoryPool pool = k.memory_pool();
+  // The node leader also holds the other ranks' checkpoint pieces during a save.
+  const double pieces = static_cast<double>(checkpoint_piece_bytes(config, parallel.coords()));
+  const double node_pieces = node.all_reduce(pieces);
+  const RankMemoryPlan plan =
+      plan_rank_memory(config, parallel.coords(), k, node.rank() == 0,
+                       node.rank() == 0 ? static_cast<size_t>(node_pieces - pieces) : 0);
+
+  // Every node rank's (pool, device bytes, host bytes), to sum those sharing a memory.
+  const int n = node.size(), me = node.rank();
+  std::vector<double> table(3 * static_cast<size_t>(n), 0.0);
+  const double key = static_cast<double>(std::hash<std::string>{}(pool.key) & ((uint64_t{1} << 52) - 1));
+  table[3 * me] = key;
+  table[3 * me + 1] = static_cast<double>(plan.device_bytes());
+  table[3 * me + 2] = static_cast<double>(plan.host_bytes());
+  node.all_reduce(std::span<double>(table));
+  PoolDemand device{pool.name, 0, static_cast<double>(pool.free_bytes), 0};
+  PoolDemand host{"RAM", 0, static_cast<double>(available_memory_bytes()), n};
+  for (int r = 0; r < n; r++) {
+    if (table[3 * r] == key) {
+      device.need += table[3 * r + 1];
+      device.ranks++;
+    }
+    host.need += table[3 * r + 2];
+  }
+  if (k.host_memory()) {  // one memory: the node's RAM holds everything
+    device.need += host.need;
+    host = {};
+  }
+
+  run_collectively([&] {
+    const PoolDemand& short_one = !device.fits() ? device : host;
+    if (device.fits() && host.fits()) return;
+    // Which changes would fit, judged by the busiest rank times the ranks sharing the memory.
+    std::string fixes;
+    for (const Alternative& a : alternatives(config, parallel.dims().world(), k)) {
+      const double dev = static_cast<double>(k.host_memory() ? a.plan.total_bytes() : a.plan.device_bytes());
+      const double hst = k.host_memory() ? 0.0 : static_cast<double>(a.plan.host_bytes());
+      if (dev * device.ranks > kUsableFraction * device.free || hst * n > kUsableFraction * host.free) continue;
+      fixes += "\n  " + a.flags + ": " + gib_text(dev + hst) + " per rank";
+    }
+    if (fixes.empty())
+      fixes = "\n  none of zero, recompute, a smaller micro-batch or more tp/pp on " +
+              std::to_string(parallel.dims().world()) + " ranks: more nodes (or GPUs) are needed";
+    char head[512];
+    std::snprintf(head, sizeof head,
+                  "the run does not fit in memory: %d rank(s) sharing %s need %s, %s of %s is free (%.0f%% usable). "
+                  "This rank (dp %d, tp %d, pp %d) needs %s: ",
+                  short_one.ranks, short_one.name.c_str(), gib_text(short_one.need).c_str(),
+                  gib_text(short_one.free).c_str(), short_one.name.c_str(), kUsableFraction * 100,
+                  parallel.coords().dp, parallel.coords().tp, parallel.coords().pp,
+                  gib_text(static_cast<double>(plan.total_bytes())).c_str());
+    throw UsageError(std::string(head) + largest_parts(plan, 4) + ". Would fit:" + fixes);
+  });
+  return plan;
+}
+
+}  // namespace trident

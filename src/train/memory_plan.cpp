@@ -1,0 +1,149 @@
+#include "train/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "ckpt/checkpoint.h"
+#include "model/activations.h"
+#include "model/transformer.h"
+#include "model/transformer_spec.h"
+#include "optim/adamw.h"
+#include "parallel/data_parallel.h"
+#include "pipeline/schedule.h"
+
+namespace trident {
+
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+size_t RankMemoryPlan::device_bytes() const {
+  size_t sum = 0;
+  for (const MemoryPart& p : parts) sum += p.host ? 0 : p.bytes;
+  return sum;
+}
+
+size_t RankMemoryPlan::host_bytes() const {
+  size_t sum = 0;
+  for (const MemoryPart& p : parts) sum += p.host ? p.bytes : 0;
+  return sum;
+}
+
+size_t RankMemoryPlan::of(const std::string& kind) const {
+  size_t sum = 0;
+  for (const MemoryPart& p : parts) sum += p.kind == kind ? p.bytes : 0;
+  return sum;
+}
+
+std::string RankMemoryPlan::describe() const {
+  std::string text;
+  for (const MemoryPart& p : parts) {
+    if (p.bytes == 0) continue;
+    char line[256];
+    std::snprintf(line, sizeof line, "%s%s %.3f GiB (%s)", text.empty() ? "" : ", ", p.kind.c_str(),
+                  gib(static_cast<double>(p.bytes)), p.detail.c_str());
+    text += line;
+  }
+  return text;
+}
+
+namespace {
+
+ParameterLayout rank_layout(const Config& config, const RankCoords& c) {
+  const ParallelDims d = config.dims();
+  return ParameterLayout(transformer_spec(config.model), c.tp, d.tp, d.dp,
+                         stage_spec(config.model.n_layer, c.pp, d.pp, config.parallel.pp_layers));
+}
+
+// What DeviceBuffer takes for `bytes` (whole floats).
+size_t buffer_bytes(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float); }
+
+}  // namespace
+
+size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
+  if (config.checkpoint.dir.empty()) return 0;
+  return Checkpointer::piece_bytes(rank_layout(config, coords), coords.dp == 0);
+}
+
+RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Kernels& k,
+                                bool node_leader, size_t node_leader_receives) {
+  const ParallelDims d = config.dims();
+  const ParameterLayout layout = rank_layout(config, coords);
+  const TransformerSpec& spec = layout.spec();
+  const size_t n = layout.total_floats(), f32 = sizeof(float);
+  RankMemoryPlan plan;
+  plan.coords = coords;
+  const auto add = [&plan](const std::string& kind, const std::string& detail, size_t bytes, bool host = false) {
+    plan.parts.push_back({kind, detail, bytes, host});
+  };
+  char detail[160];
+
+  add("parameters", "fp32", n * f32);
+  if (k.precision() == kernels::Precision::bf16) add("compute copy", "bf16 weights", buffer_bytes(k.activation_bytes(n)));
+  add("gradients", "fp32", n * f32);
+  // The optimizer's moments over the ranges this rank updates (ZeRO-1: its block of each bucket).
+  const bool zero = config.parallel.zero == 1 && d.dp > 1;
+  std::vector<FlatRange> owned;
+  if (zero) owned = DataParallel::sharded_ranges(DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp), d.dp,
+                                                 coords.dp);
+  add("optimizer state", zero ? "AdamW m, v; ZeRO-1: 1/dp" : "AdamW m, v", AdamW::state_floats_for(layout, owned) * f32);
+  if (zero) {
+    size_t shard = 0;
+    for (const FlatRange& r : owned) shard += r.size();
+    add("gradient shard", "ZeRO-1 reduce-scatter output", shard * f32);
+  }
+
+  const int micro_batch = config.train.micro_batch;
+  const int micro_batches = config.train.global_batch / d.dp / micro_batch;
+  const int slots = max_in_flight(parse_schedule(config.parallel.schedule), coords.pp, d.pp, micro_batches);
+  const ActivationShape shape =
+      activation_shape(layout, micro_batch, slots, parse_recompute(config.train.recompute), k);
+  const ActivationBytes a = ActivationArena::measure(shape);
+  std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", slots,
+                static_cast<double>(a.per_slot) / (1 << 20), micro_batch, config.train.recompute.c_str());
+  add("activations", detail, a.slots);
+  add("recompute set", "one layer's, shared", a.recompute);
+  add("backward scratch", "shared by the layers", a.backward);
+  if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table(spec).size() * f32);
+  const int widest = std::max({shape.qkv_width, shape.mlp_in, shape.d_model, shape.vocab_shard});
+  add("workspace", "the kernels' own",
+      k.workspace_bytes(micro_batch * spec.seq_len, spec.d_model, widest, micro_batch, spec.seq_len,
+                        spec.n_head / d.tp));
+
+  // Communication: MPI's non-blocking reductions (Open MPI's libnbc) take a temporary
+  // about the size of the message (measured: one largest message); NCCL keeps buffers of
+  // its own per communicator (NCCL_BUFFSIZE 4 MiB per channel and direction; 64 MiB assumed).
+  if (k.host_memory()) {
+    size_t largest = 0;
+    if (d.dp > 1)
+      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp))
+        largest = std::max(largest, b.size() * f32);
+    if (d.tp > 1) largest = std::max(largest, k.activation_bytes(static_cast<size_t>(micro_batch) * spec.seq_len * spec.d_model));
+    add("communication", "estimate: MPI's temporary for the largest reduction", largest);
+  } else {
+    const int groups = (d.tp > 1) + (d.dp > 1) + (d.pp > 1) + (d.pp > 1 && spec.tied_head);
+    add("communication", "estimate: NCCL's buffers, 64 MiB per communicator", static_cast<size_t>(groups) * (64u << 20));
+  }
+
+  if (!config.checkpoint.dir.empty()) {
+    add("checkpoint staging", "host copy of parameters and moments", Checkpointer::staging_bytes(layout), true);
+    add("checkpoint pieces", coords.dp == 0 ? "handed to the node leader" : "none: dp rank 0 writes",
+        Checkpointer::piece_bytes(layout, coords.dp == 0), true);
+    if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
+    if (node_leader)
+      add("checkpoint writer", "copy of one piece, CRC buffer", Checkpointer::leader_buffer_bytes(layout), true);
+  }
+  return plan;
+}
+
+RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Kernels& k) {
+  const ParallelDims d = config.dims();
+  RankMemoryPlan busiest;
+  // Every (tp, pp) position on dp rank 0 (it writes checkpoints; ZeRO shards differ by a block at most).
+  for (int pp = 0; pp < d.pp; pp++)
+    for (int tp = 0; tp < d.tp; tp++) {
+      RankMemoryPlan p = plan_rank_memory(config, {tp, 0, pp}, k);
+      if (busiest.parts.empty() || p.total_bytes() > busiest.total_bytes()) busiest = std::move(p);
+    }
+  return busiest;
+}
+
+}  // namespace trident

@@ -1,0 +1,153 @@
+// Activation recomputation and the memory plan: what each recompute mode keeps (bytes
+// counted by hand), gradients bit-identical to keeping everything even when micro-batches
+// interleave in the shared buffers, and the plan's parts against the buffers the
+// training setup then allocates.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "model/activations.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "parallel/data_parallel.h"
+#include "runtime/error.h"
+#include "runtime/random.h"
+#include "tests/model_shapes.h"
+#include "train/memory_plan.h"
+
+namespace trident {
+namespace {
+
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+TEST(Recompute, KeepsWhatEachModeSays) {
+  // GPT-2 (LayerNorm, GELU), 3 layers, tp 1, fp32 on the CPU: counted by hand.
+  ActivationShape s;
+  s.micro_batch = 2;
+  s.seq_len = 8;
+  s.d_model = 16;
+  s.qkv_width = 48;
+  s.attention_width = 16;
+  s.ffn = 64;
+  s.mlp_in = 64;
+  s.vocab_shard = 64;
+  s.layers = 3;
+  s.attention_stats_floats = 2 * 4 * 8 * 8;  // the CPU's probabilities, 4 heads
+  const size_t BT = 16, C = 16, f = 4;
+  const size_t io = 2 * aligned(BT * 4) + aligned(BT * C * f);  // tokens, targets, encoded
+  const size_t head = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 64 * f) + 3 * aligned(BT * f) +
+                      aligned(2 * BT * f);
+  const size_t core = aligned(BT * 16 * f) + aligned(s.attention_stats_floats * f);  // atty, probabilities
+  const size_t rest = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 48 * f) +  // norm_1, stats, qkv
+                      aligned(BT * C * f) + aligned(BT * C * f) + 2 * aligned(BT * f) +   // residual_2, norm_2
+                      aligned(BT * 64 * f) + aligned(BT * 64 * f);                         // fc, fc_act
+  const size_t output = aligned(BT * C * f);
+  const size_t backward = 2 * aligned(BT * C * f) + aligned(BT * 16 * f) + aligned(BT * 48 * f) + aligned(BT * 64 * f);
+
+  s.recompute = Recompute::none;
+  ActivationBytes none = ActivationArena::measure(s);
+  EXPECT_EQ(none.per_slot, io + 3 * (core + rest + output) + head);
+  EXPECT_EQ(none.recompute, 0u);
+  EXPECT_EQ(none.backward, backward);
+
+  s.recompute = Recompute::selective;
+  ActivationBytes selective = ActivationArena::measure(s);
+  EXPECT_EQ(selective.per_slot, io + 3 * (rest + output) + head);
+  EXPECT_EQ(selective.recompute, core);
+
+  s.recompute = Recompute::full;
+  s.slots = 3;
+  ActivationBytes full = ActivationArena::measure(s);
+  EXPECT_EQ(full.per_slot, io + 3 * output + head);
+  EXPECT_EQ(full.slots, 3 * full.per_slot);
+  EXPECT_EQ(full.recompute, core + rest);
+  EXPECT_EQ(full.total(), full.slots + full.recompute + full.backward);
+
+  EXPECT_THROW(parse_recompute("some"), UsageError);
+}
+
+// Gradients of two micro-batches whose forward and backward passes interleave as a
+// pipeline's do (forward 0, forward 1, backward 1, backward 0): the second forward
+// overwrites the shared recompute set, so only a real recomputation gets them right.
+std::vector<float> interleaved_gradients(const ModelConfig& mc, Recompute recompute, kernels::Kernels& k) {
+  const int B = 2, T = mc.seq_len;
+  Transformer model(mc, B, k, {}, 1, {}, 2, recompute);
+  model.init_parameters(7);
+  std::vector<int32_t> tokens(2 * B * T), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); i++) {
+    tokens[i] = static_cast<int32_t>(hash_key(3, 1, i) % mc.vocab_size);
+    targets[i] = static_cast<int32_t>(hash_key(3, 2, i) % mc.vocab_size);
+  }
+  model.zero_grad();
+  model.forward(0, tokens.data(), targets.data(), B);
+  model.forward(1, tokens.data() + B * T, targets.data() + B * T, B);
+  model.backward(1, 1.0f / (2 * B * T));
+  model.backward(0, 1.0f / (2 * B * T));
+  std::vector<float> grads(model.layout().total_floats());
+  std::memcpy(grads.data(), model.grads(), grads.size() * sizeof(float));
+  return grads;
+}
+
+TEST(Recompute, GradientsAreBitIdenticalToKeepingEverything) {
+  auto k = kernels::make_cpu_kernels();
+  ModelConfig llama = gpt2_shape(3, 4, 32, 8, 61);
+  llama.family = "llama";
+  llama.n_kv_head = 2;
+  llama.ffn_dim = 88;
+  for (const ModelConfig& mc : {gpt2_shape(3, 4, 32, 8, 61), llama}) {
+    const std::vector<float> kept = interleaved_gradients(mc, Recompute::none, *k);
+    for (Recompute r : {Recompute::selective, Recompute::full}) {
+      const std::vector<float> recomputed = interleaved_gradients(mc, r, *k);
+      ASSERT_EQ(kept.size(), recomputed.size());
+      EXPECT_EQ(std::memcmp(kept.data(), recomputed.data(), kept.size() * sizeof(float)), 0)
+          << mc.family << " recompute " << recompute_name(r);
+    }
+  }
+}
+
+TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
+  auto k = kernels::make_cpu_kernels();
+  Config c;
+  c.model = gpt2_shape(4, 4, 64, 16, 97);
+  c.train.global_batch = 8;
+  c.train.micro_batch = 2;
+  c.parallel.dp = 4;
+  c.parallel.zero = 1;
+  c.parallel.bucket_mb = 0.01;
+  c.train.recompute = "selective";
+  const ParameterLayout layout(transformer_spec(c.model), 0, 1, 4);
+  const size_t n = layout.total_floats();
+  size_t optimizer_sum = 0;
+  for (int r = 0; r < 4; r++) {
+    const RankMemoryPlan p = plan_rank_memory(c, {0, r, 0}, *k);
+    EXPECT_EQ(p.of("parameters"), n * 4);
+    EXPECT_EQ(p.of("gradients"), n * 4);
+    optimizer_sum += p.of("optimizer state");
+    EXPECT_EQ(p.of("compute copy"), 0u);  // fp32: the layers read the parameters
+    // The activations: what the model then allocates for the same shape.
+    Transformer model(c.model, 2, *k, {}, 4, {}, 1, Recompute::selective);
+    EXPECT_EQ(p.of("activations") + p.of("recompute set") + p.of("backward scratch"), model.activation_bytes().total());
+    EXPECT_EQ(p.of("checkpoint staging"), 0u);  // no checkpoint.dir
+    const auto owned = DataParallel::sharded_ranges(DataParallel::bucket_ranges(n, 0.01, 4), 4, r);
+    AdamW optimizer(layout, {}, *k, owned);
+    EXPECT_EQ(p.of("optimizer state"), optimizer.state_floats() * 4);
+  }
+  // ZeRO-1: the moments of the four ranks are those of the whole model once.
+  EXPECT_EQ(optimizer_sum, 2 * n * 4);
+  // Checkpoints add the host copy of parameters and moments, and dp rank 0's pieces.
+  c.checkpoint.dir = "/nonexistent";
+  const RankMemoryPlan writer = plan_rank_memory(c, {0, 0, 0}, *k, true, 1000);
+  EXPECT_EQ(writer.of("checkpoint staging"), 3 * n * 4);
+  EXPECT_GT(writer.of("checkpoint pieces"), 3 * parameter_count(layout.spec()) * 4);
+  EXPECT_EQ(writer.of("node's pieces"), 1000u);
+  EXPECT_EQ(writer.host_bytes(), writer.of("checkpoint staging") + writer.of("checkpoint pieces") + 1000 +
+                                     writer.of("checkpoint writer"));
+  const RankMemoryPlan other = plan_rank_memory(c, {0, 1, 0}, *k, false);
+  EXPECT_LT(other.of("checkpoint pieces"), 100u);  // only dp rank 0 writes: an empty header
+  EXPECT_EQ(other.of("checkpoint writer"), 0u);
+}
+
+}  // namespace
+}  // namespace trident
