@@ -171,6 +171,8 @@ class Kernels {
   virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
                             float beta1, float beta2, float eps, float weight_decay, int t,
                             float grad_scale) = 0;
+  // out[i] += in[i] (fp32: gradient shards summed over micro-batches)
+  virtual void add_f32(float* out, const float* in, size_t n) = 0;
   // sum of x[i]^2, accumulated in double
   virtual double sum_squares(const float* x, size_t n) = 0;
   // Measured rate of this backend's GEMM on n x n matrices of the activation type, in GFLOP/s, over

@@ -45,6 +45,10 @@ class CpuKernels final : public Kernels {
     std::memset(f + n, 0, bytes - n * sizeof(float));
   }
   void synchronize() override {}
+  void add_f32(float* out, const float* in, size_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] += in[i];
+  }
   void cast_to_activation(Act* compute, const float* master, size_t n) override {
     if (as_float(compute) != master) std::memcpy(as_float(compute), master, n * sizeof(float));
     written(compute, n);

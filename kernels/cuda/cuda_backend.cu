@@ -213,6 +213,7 @@ class CudaKernels final : public Kernels {
     cuda::swiglu_backward(t(dgate_up), t(gate_up), t(dout), N, F);
   }
   void add(Act* out, const Act* a, const Act* b, size_t n) override { cuda::add(t(out), t(a), t(b), n); }
+  void add_f32(float* out, const float* in, size_t n) override { cuda::add<float>(out, out, in, n); }
   void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) override {
     cuda::logits_row_max(row_max, t(logits), N, valid, Vs);
   }

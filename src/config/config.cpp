@@ -69,7 +69,8 @@ po::options_description config_options(Config& c) {
       ("parallel.pp", with_default(&p.pp), "pipeline-parallel stages")
       ("parallel.pp_layers", with_default(&p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
       ("parallel.schedule", with_default(&p.schedule), "pipeline schedule: 1f1b or gpipe")
-      ("parallel.zero", with_default(&p.zero), "1: ZeRO-1 (optimizer state sharded over dp)")
+      ("parallel.zero", with_default(&p.zero),
+       "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too")
       ("parallel.bucket_mb", with_default(&p.bucket_mb), "gradient bucket size (MiB)")
       ("parallel.overlap", with_default(&p.overlap), "reduce gradient buckets during backward")
       ("parallel.ranks_per_node", with_default(&p.ranks_per_node), "ranks per node (0: from MPI)")
@@ -149,7 +150,9 @@ void Config::validate() const {
   positive(parallel.tp, "parallel.tp");
   positive(parallel.pp, "parallel.pp");
   positive(parallel.timeout_s, "parallel.timeout_s");
-  require(parallel.zero == 0 || parallel.zero == 1, "parallel.zero must be 0 or 1 (ZeRO-1)");
+  require(parallel.zero >= 0 && parallel.zero <= 2,
+          "parallel.zero must be 0, 1 (optimizer state sharded) or 2 (and gradients), got " +
+              std::to_string(parallel.zero));
   positive(parallel.bucket_mb, "parallel.bucket_mb");
   require(parallel.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0 (0: from MPI)");
   require(train.steps >= 0, "train.steps must be >= 0");

@@ -1,6 +1,7 @@
 #include "model/parameters.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "runtime/error.h"
 
@@ -36,12 +37,24 @@ ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int t
   if (stage.has_embedding && spec.positions == PositionKind::learned)
     position_embedding_ = add(spec.position_embedding, {T, d}, Sharding::replicated, 1, Init::normal);
 
+  // Units (the embeddings, each block, the final norm and head) start and end at a
+  // multiple of pad_to, so that ZeRO can reduce-scatter each unit in equal blocks;
+  // every tensor start stays 64-byte aligned.
+  const size_t unit_align = std::lcm<size_t>(16, pad_to);
+  const auto end_unit = [&](size_t begin) {
+    total_ = (total_ + unit_align - 1) / unit_align * unit_align;
+    if (total_ > begin) units_.push_back({begin, total_});
+    return total_;
+  };
+  size_t unit_begin = end_unit(0);
+
   // A norm: gain (and bias).
   const auto norm = [&](const std::string& name, int& weight, int& bias) {
     weight = add(name + ".weight", {d}, Sharding::replicated, 1, Init::ones);
     bias = spec.biases ? add(name + ".bias", {d}, Sharding::replicated, 1, Init::zeros) : -1;
   };
   for (int i = stage.first_layer; i < last_layer; i++) {
+    unit_begin = total_;
     const BlockNames names = spec.block(i);
     BlockParameterIndex b{};
     norm(names.norm_1, b.norm_1_weight, b.norm_1_bias);
@@ -72,12 +85,14 @@ ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int t
     b.mlp_out_weight = add(names.mlp_out + ".weight", {d, F}, Sharding::columns, tp, Init::normal_residual);
     b.mlp_out_bias = spec.biases ? add(names.mlp_out + ".bias", {d}, Sharding::replicated, 1, Init::zeros) : -1;
     blocks_.push_back(b);
+    block_units_.push_back(static_cast<int>(units_.size()));
+    unit_begin = end_unit(unit_begin);
   }
   if (stage.has_head) {
     norm(spec.final_norm, final_norm_weight_, final_norm_bias_);
     head_ = spec.tied_head ? tied_ : add(spec.head, {V, d}, Sharding::rows, tp, Init::normal, Vp);
   }
-  total_ = (total_ + pad_to - 1) / pad_to * pad_to;
+  end_unit(unit_begin);
 }
 
 int ParameterLayout::add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int shards,

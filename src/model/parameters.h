@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "kernels/kernels.h"
 #include "model/transformer_spec.h"
+#include "runtime/flat_range.h"
 
 namespace trident {
 
@@ -116,6 +117,11 @@ class ParameterLayout {
   const BlockParameterIndex& block(int local) const { return blocks_[local]; }
   int first_layer() const { return first_layer_; }
   int layers() const { return static_cast<int>(blocks_.size()); }
+  // The flat buffer cut into units, in order: the embeddings (if any), each block, the
+  // final norm and head (if any); each a multiple of pad_to floats. Block `local` is
+  // units()[block_unit(local)].
+  const std::vector<FlatRange>& units() const { return units_; }
+  int block_unit(int local) const { return block_units_[local]; }
 
  private:
   // Adds a tensor cut into `shards` pieces; `adjacent`: right after the previous one,
@@ -129,6 +135,8 @@ class ParameterLayout {
   TransformerSpec spec_;
   std::vector<ParameterTensor> tensors_;
   std::vector<BlockParameterIndex> blocks_;
+  std::vector<FlatRange> units_;
+  std::vector<int> block_units_;
   int token_embedding_ = -1, position_embedding_ = -1, final_norm_weight_ = -1, final_norm_bias_ = -1, head_ = -1,
       tied_ = -1, first_layer_ = 0;
   int tp_rank_ = 0, tp_size_ = 1;

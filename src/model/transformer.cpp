@@ -34,12 +34,60 @@ ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch,
   return a;
 }
 
+namespace {
+
+// With windowed gradients: the kept units first (all but the blocks), then window 0 and
+// window 1, each as large as the largest block. Returns the storage offset of `offset`.
+struct GradientWindows {
+  size_t kept = 0, window = 0;
+  std::vector<size_t> unit_start;  // per unit: its storage offset
+};
+
+GradientWindows gradient_windows(const ParameterLayout& layout) {
+  GradientWindows w;
+  std::vector<bool> block(layout.units().size(), false);
+  for (int l = 0; l < layout.layers(); l++) {
+    block[layout.block_unit(l)] = true;
+    w.window = std::max(w.window, layout.units()[layout.block_unit(l)].size());
+  }
+  w.unit_start.resize(layout.units().size());
+  for (size_t u = 0; u < layout.units().size(); u++)
+    if (!block[u]) w.unit_start[u] = w.kept, w.kept += layout.units()[u].size();
+  for (int l = 0; l < layout.layers(); l++) w.unit_start[layout.block_unit(l)] = w.kept + (l % 2) * w.window;
+  return w;
+}
+
+size_t storage_offset(const ParameterLayout& layout, const GradientWindows& w, size_t offset) {
+  const auto& units = layout.units();
+  const auto u = std::upper_bound(units.begin(), units.end(), offset,
+                                  [](size_t o, const FlatRange& r) { return o < r.end; });
+  check(u != units.end() && offset >= u->begin, "gradient offset outside the layout's units");
+  return w.unit_start[u - units.begin()] + (offset - u->begin);
+}
+
+}  // namespace
+
+size_t Transformer::gradient_floats_for(const ParameterLayout& layout, bool windowed) {
+  if (!windowed) return layout.total_floats();
+  const GradientWindows w = gradient_windows(layout);
+  return w.kept + (layout.layers() > 1 ? 2 : layout.layers()) * w.window;
+}
+
+float* Transformer::gradient_location(size_t offset) const {
+  if (!windowed_) return grads_.data() + offset;
+  return grads_.data() + storage_offset(layout_, gradient_windows(layout_), offset);
+}
+
 Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp,
-                         size_t buffer_multiple, const StageSpec& stage, int slots, Recompute recompute)
+                         size_t buffer_multiple, const StageSpec& stage, int slots, Recompute recompute,
+                         bool windowed_gradients)
     : stage_(stage), tp_(tp), layout_(transformer_spec(config), tp.rank(), tp.size(), buffer_multiple, stage),
-      B_(micro_batch), k_(k), params_(k, layout_.total_floats()), grads_(k, layout_.total_floats()),
-      act_type_(k.activation_type()),
+      B_(micro_batch), k_(k), windowed_(windowed_gradients), params_(k, layout_.total_floats()),
+      grads_(k, gradient_floats_for(layout_, windowed_gradients)), act_type_(k.activation_type()),
       activations_(activation_shape(layout_, micro_batch, slots, recompute, k), k) {
+  const GradientWindows windows = gradient_windows(layout_);
+  for (const ParameterTensor& t : layout_.tensors())
+    grad_offset_.push_back(windowed_ ? storage_offset(layout_, windows, t.offset) : t.offset);
   const TransformerSpec& s = spec();
   heads_local_ = s.n_head / tp.size();
   kv_heads_local_ = s.n_kv_head / s.kv_shards(tp.size());
@@ -93,16 +141,23 @@ void Transformer::set_parameter(const std::string& name, const float* host, size
 }
 
 std::vector<float> Transformer::get_parameter(const std::string& name, bool gradient) {
+  const int index = static_cast<int>(&layout_.tensor(name) - layout_.tensors().data());
+  const ParameterTensor& t = layout_[index];
+  std::vector<float> mine(t.stored);
+  k_.copy_to_host(mine.data(), gradient ? grad(index) : param(index), t.stored * sizeof(float));
+  return assemble_over_tp(t, mine);
+}
+
+std::vector<float> Transformer::tensor_from_host(const std::string& name, const float* flat) {
   const ParameterTensor& t = layout_.tensor(name);
-  const float* base = (gradient ? grads_.data() : params_.data()) + t.offset;
-  std::vector<float> pieces(t.stored * t.shards);
-  if (t.shards == 1) {
-    k_.copy_to_host(pieces.data(), base, t.stored * sizeof(float));
-    return layout_.assemble(t, pieces);
-  }
+  return assemble_over_tp(t, std::vector<float>(flat + t.offset, flat + t.offset + t.stored));
+}
+
+std::vector<float> Transformer::assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine) {
+  if (t.shards == 1) return layout_.assemble(t, mine);
   // Every tp rank's copy, then one per piece (its first holder's).
-  std::vector<float> all(t.stored * tp_.size());
-  k_.copy_to_host(all.data() + tp_.rank() * t.stored, base, t.stored * sizeof(float));
+  std::vector<float> all(t.stored * tp_.size()), pieces(t.stored * t.shards);
+  std::copy(mine.begin(), mine.end(), all.begin() + tp_.rank() * t.stored);
   tp_.communicator()->all_gather(all);
   const int holders = tp_.size() / t.shards;
   for (int p = 0; p < t.shards; p++)
@@ -219,7 +274,8 @@ void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) 
   k_.add(a.residual_3, a.residual_3, a.residual_2, BTC);
 }
 
-void Transformer::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from) {
+void Transformer::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from,
+                           const std::function<void(int)>& block_begins) {
   const Slot& s = activations_.slots.at(slot);
   check(s.B > 0, "backward() without forward()");
   const BackwardScratch& d = activations_.scratch;
@@ -239,6 +295,7 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
     report(layout_[layout_.final_norm_weight()].offset);
   }  // else the pipeline put d loss / d output into d.dresidual
   for (int l = layout_.layers() - 1; l >= 0; l--) {
+    if (block_begins) block_begins(l);
     // What the layer did not keep, recomputed into the shared set (model/activations.h).
     if (recompute() == Recompute::full) {
       block_forward(s, slot, l, /*up_to_mlp=*/true);

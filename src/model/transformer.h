@@ -39,9 +39,12 @@ class Transformer {
   // model held here (pipeline parallelism; default all). slots: micro-batches whose
   // activations can be alive at once (what the pipeline schedule needs).
   // recompute: what backward recomputes instead of keeping (model/activations.h).
+  // windowed_gradients (ZeRO-2): the gradients of the embeddings and the head are kept,
+  // those of the blocks only in two windows that blocks of alternate parity reuse, each
+  // reduced away (parallel/data_parallel.h) before the block two below needs it.
   Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
               size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1,
-              Recompute recompute = Recompute::none);
+              Recompute recompute = Recompute::none, bool windowed_gradients = false);
 
   const TransformerSpec& spec() const { return layout_.spec(); }
   const ParameterLayout& layout() const { return layout_; }
@@ -50,9 +53,17 @@ class Transformer {
   Recompute recompute() const { return activations_.shape().recompute; }
   int slots() const { return static_cast<int>(activations_.slots.size()); }
   float* params() const { return params_.data(); }
+  // The gradient storage: the whole flat layout, or with windowed gradients the kept
+  // units and the two windows (gradient_location() maps a flat offset into it).
   float* grads() const { return grads_.data(); }
+  size_t gradient_floats() const { return grads_.size(); }
+  bool windowed_gradients() const { return windowed_; }
   float* param(int index) const { return params_.data() + layout_[index].offset; }
-  float* grad(int index) const { return grads_.data() + layout_[index].offset; }
+  float* grad(int index) const { return grads_.data() + grad_offset_[index]; }
+  // Where the gradient of flat offset `offset` lives (a block's: in its window).
+  float* gradient_location(size_t offset) const;
+  // The bytes gradient storage takes for `layout` (for memory plans).
+  static size_t gradient_floats_for(const ParameterLayout& layout, bool windowed);
   // Call after writing params() directly (the optimizer does): the compute copy of the
   // weights is refreshed before the next forward pass.
   void parameters_changed() { weights_stale_ = true; }
@@ -71,6 +82,8 @@ class Transformer {
   void set_parameter(const std::string& name, const float* host, size_t count);
   // The full canonical tensor (or its gradient), gathered over tp: collective.
   std::vector<float> get_parameter(const std::string& name, bool gradient = false);
+  // The same from a flat buffer of this rank's layout in host memory (collective).
+  std::vector<float> tensor_from_host(const std::string& name, const float* flat);
 
   // Runs this stage's forward pass for a micro-batch in activation slot `slot`, on
   // tokens/targets [B, T] (host memory, B <= micro_batch): the first stage embeds the
@@ -85,7 +98,10 @@ class Transformer {
   // grads_final_from(offset), if given, is called as soon as the gradients at
   // [offset, end) of the flat buffer are complete (the last layers come first), so that
   // their reduction can start while backward goes on.
-  void backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from = {});
+  // block_begins(l), if given, is called before block l's gradients are written (a
+  // window must be free and zeroed first).
+  void backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from = {},
+                const std::function<void(int)>& block_begins = {});
   // One stage, one slot.
   float forward(const int32_t* tokens, const int32_t* targets, int B) { return forward(0, tokens, targets, B); }
   void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {}) {
@@ -124,6 +140,8 @@ class Transformer {
   ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
   ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * spec().seq_len * spec().d_model); }
   void refresh_weights();
+  // The full canonical tensor from this rank's piece of it (host memory), over tp.
+  std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
   // The family's norm (LayerNorm or RMSNorm) over N rows of the residual stream.
   void norm_forward(Act* out, float* mean, float* rstd, const Act* inp, int weight_index, int bias_index, int N);
   void norm_backward(Act* dinp, int weight_index, int bias_index, const Act* dout, const Act* inp, const float* mean,
@@ -141,7 +159,9 @@ class Transformer {
   // This rank's share: query and key/value heads, MLP columns, vocabulary rows.
   int heads_local_, kv_heads_local_, qkv_width_, attention_width_, ffn_local_, vocab_shard_, vocab_start_,
       vocab_valid_;
+  bool windowed_;
   kernels::DeviceBuffer params_, grads_;
+  std::vector<size_t> grad_offset_;  // per tensor: where its gradient starts in grads_
   kernels::DType act_type_;
   kernels::DeviceBuffer weights_;  // the compute copy, when it is not params_ itself
   Act* weights_act_;

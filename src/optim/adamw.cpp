@@ -35,10 +35,15 @@ AdamW::AdamW(const ParameterLayout& layout, const AdamWSettings& settings, kerne
 }
 
 void AdamW::step(float* params, const float* grads, double lr, double grad_scale) {
+  step(params, [grads](size_t offset) { return grads + offset; }, lr, grad_scale);
+}
+
+void AdamW::step(float* params, const std::function<const float*(size_t)>& gradient_at, double lr,
+                 double grad_scale) {
   t_++;
   for (const Segment& s : segments_) {
     const double decay = s.decay ? settings_.weight_decay : 0.0;
-    k_.adamw_update(params + s.offset, grads + s.offset, m_.data() + s.state_offset, v_.data() + s.state_offset,
+    k_.adamw_update(params + s.offset, gradient_at(s.offset), m_.data() + s.state_offset, v_.data() + s.state_offset,
                     s.size, static_cast<float>(lr), static_cast<float>(settings_.beta1),
                     static_cast<float>(settings_.beta2), static_cast<float>(settings_.eps),
                     static_cast<float>(decay), t_, static_cast<float>(grad_scale));

@@ -4,6 +4,7 @@
 // keeps moments for those alone, in the backend's memory.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "kernels/device_buffer.h"
@@ -26,6 +27,10 @@ class AdamW {
   // One update with learning rate lr on gradients multiplied by grad_scale (the clip
   // coefficient). Advances the step count t first (bias correction counts from 1).
   void step(float* params, const float* grads, double lr, double grad_scale);
+  // The same with the gradients wherever they are (ZeRO-2: in a shard): gradient_at(offset)
+  // is where the gradient of flat offset `offset` lives; each tensor's piece of an owned
+  // range is contiguous there.
+  void step(float* params, const std::function<const float*(size_t)>& gradient_at, double lr, double grad_scale);
 
   int steps_taken() const { return t_; }
   void set_steps_taken(int t) { t_ = t; }

@@ -30,12 +30,12 @@ std::vector<FlatRange> DataParallel::sharded_ranges(const std::vector<FlatRange>
 
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
                            bool overlap)
-    : dp_(dp), zero_(zero && dp.size() > 1), overlap_(overlap), memory_(memory) {
+    : dp_(dp), stage_(zero && dp.size() > 1 ? 1 : 0), overlap_(overlap), n_(n), memory_(memory) {
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
   buckets_ = bucket_ranges(n, bucket_mb, ranks);
   next_bucket_ = buckets_.size();
-  if (!zero_) {
+  if (stage_ == 0) {
     owned_ = {{0, n}};
     return;
   }
@@ -48,28 +48,100 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
 }
 
+DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units)
+    : dp_(dp), stage_(2), n_(n), buckets_(units.units), memory_(memory), units_(std::move(units)) {
+  const size_t ranks = dp.size();
+  check(ranks > 1, "ZeRO-2 needs dp > 1");
+  for (const FlatRange& u : buckets_) check(u.size() % ranks == 0, "ZeRO-2: a unit must be a multiple of dp");
+  owned_ = sharded_ranges(buckets_, ranks, dp.rank());
+  size_t shard_floats = 0;
+  for (const FlatRange& r : owned_) {
+    shard_offset_.push_back(shard_floats);
+    shard_floats += r.size();
+  }
+  shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
+  reductions_.assign(buckets_.size(), 0);
+  for (size_t u = 0; u < buckets_.size(); u++)
+    if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, buckets_[u].size() / ranks);
+}
+
 DataParallel::~DataParallel() {
   pending_.clear();  // waits for what is in flight
+  for (BlockReduction& r : in_flight_) r.request.reset();
+  for (auto& [window, temporary] : temporaries_) memory_.free(temporary);
   if (shard_ != nullptr) memory_.free(shard_);
+}
+
+size_t DataParallel::unit_at(size_t offset) const {
+  const auto u = std::upper_bound(buckets_.begin(), buckets_.end(), offset,
+                                  [](size_t o, const FlatRange& r) { return o < r.end; });
+  check(u != buckets_.end() && offset >= u->begin, "DataParallel: offset outside the buckets");
+  return static_cast<size_t>(u - buckets_.begin());
+}
+
+float* DataParallel::gradient_at(size_t offset) const {
+  if (stage_ < 2) return grads_ + offset;
+  const size_t i = unit_at(offset);
+  check(offset >= owned_[i].begin && offset < owned_[i].end, "gradient_at: not an owned offset");
+  return shard_ + shard_offset_[i] + (offset - owned_[i].begin);
 }
 
 void DataParallel::start_backward(float* grads) {
   grads_ = grads;
   next_bucket_ = buckets_.size();
   pending_.clear();
+  std::fill(reductions_.begin(), reductions_.end(), 0);
+}
+
+void DataParallel::finish(BlockReduction& r) {
+  if (!r.request) return;
+  r.request->wait();
+  r.request.reset();
+  if (r.temporary != nullptr) memory_.add_f32(r.shard, r.temporary, r.floats);
+}
+
+void DataParallel::block_begins(size_t offset) {
+  if (stage_ != 2) return;
+  const size_t u = unit_at(offset);
+  float* window = units_.locate(buckets_[u].begin);
+  for (BlockReduction& r : in_flight_)
+    if (r.window == window) finish(r);
+  memory_.fill_zero(window, buckets_[u].size() * sizeof(float));
 }
 
 void DataParallel::start_bucket(size_t b) {
   const FlatRange& r = buckets_[b];
   std::span<float> data(grads_ + r.begin, r.size());
   if (dp_.size() == 1) return;
-  if (zero_)
+  if (stage_ == 1)
     pending_.push_back(dp_.reduce_scatter_async(data, {shard_ + shard_offset_[b], r.size() / dp_.size()}));
   else
     pending_.push_back(dp_.all_reduce_async(data));
 }
 
 void DataParallel::gradients_final_from(size_t offset) {
+  if (stage_ == 2) {
+    if (offset >= n_) return;
+    const size_t u = unit_at(offset);
+    if (!units_.windowed[u] || buckets_[u].begin != offset) return;  // the kept units go at the end
+    const float* window = units_.locate(offset);
+    const size_t floats = buckets_[u].size() / dp_.size();
+    BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[u], floats};
+    if (reductions_[u]++ > 0) {  // an earlier micro-batch's sum is in the shard: add to it
+      auto t = std::find_if(temporaries_.begin(), temporaries_.end(), [&](const auto& e) { return e.first == window; });
+      if (t == temporaries_.end())
+        t = temporaries_.insert(temporaries_.end(),
+                                {window, static_cast<float*>(memory_.alloc(window_shard_floats_ * sizeof(float)))});
+      r.temporary = t->second;
+    }
+    r.request = dp_.reduce_scatter_async({window, buckets_[u].size()}, {r.temporary ? r.temporary : r.shard, floats});
+    auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });
+    if (slot == in_flight_.end()) in_flight_.push_back(std::move(r));
+    else *slot = std::move(r);  // block_begins() finished the one before
+    for (BlockReduction& f : in_flight_)
+      if (f.request) f.request->test();  // MPI progresses non-blocking operations only when called
+    return;
+  }
   if (!overlap_ || grads_ == nullptr) return;
   while (next_bucket_ > 0 && buckets_[next_bucket_ - 1].begin >= offset) start_bucket(--next_bucket_);
   for (auto& p : pending_) p->test();  // MPI progresses non-blocking operations only when called
@@ -77,26 +149,47 @@ void DataParallel::gradients_final_from(size_t offset) {
 
 double DataParallel::finish_gradients() {
   check(grads_ != nullptr, "finish_gradients() without start_backward()");
-  while (next_bucket_ > 0) start_bucket(--next_bucket_);
   Timer waiting;
+  if (stage_ == 2) {
+    for (BlockReduction& r : in_flight_) finish(r);
+    for (size_t u = 0; u < buckets_.size(); u++)
+      if (!units_.windowed[u])
+        pending_.push_back(dp_.reduce_scatter_async({units_.locate(buckets_[u].begin), buckets_[u].size()},
+                                                    {shard_ + shard_offset_[u], owned_[u].size()}));
+    for (auto& p : pending_) p->wait();
+    pending_.clear();
+    return waiting.seconds();
+  }
+  while (next_bucket_ > 0) start_bucket(--next_bucket_);
+  waiting = Timer();
   for (auto& p : pending_) p->wait();
   const double waited = waiting.seconds();
   pending_.clear();
-  if (zero_) {
+  if (stage_ == 1) {
     for (size_t b = 0; b < buckets_.size(); b++)
       memory_.copy_on_device(grads_ + owned_[b].begin, shard_ + shard_offset_[b], owned_[b].size() * sizeof(float));
   }
-  grads_ = nullptr;
   return waited;
 }
 
 void DataParallel::gather_parameters(float* params) {
-  if (!zero_) return;
+  if (stage_ == 0) return;
   std::vector<RequestPtr> requests;
   for (const FlatRange& b : buckets_) requests.push_back(dp_.all_gather_async({params + b.begin, b.size()}));
   for (auto& r : requests) r->wait();
 }
 
-void DataParallel::gather_gradients(float* grads) { gather_parameters(grads); }
+std::vector<float> DataParallel::gathered_gradients() {
+  std::vector<float> full(n_, 0.0f);
+  if (stage_ < 2) {
+    gather_parameters(grads_);  // ZeRO-1: the owned blocks are in place; everything else in full
+    memory_.copy_to_host(full.data(), grads_, n_ * sizeof(float));
+    return full;
+  }
+  for (size_t b = 0; b < buckets_.size(); b++)
+    memory_.copy_to_host(full.data() + owned_[b].begin, shard_ + shard_offset_[b], owned_[b].size() * sizeof(float));
+  for (const FlatRange& b : buckets_) dp_.all_gather(std::span<float>(full.data() + b.begin, b.size()));
+  return full;
+}
 
 }  // namespace trident

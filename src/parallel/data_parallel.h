@@ -7,9 +7,18 @@
 // global batch). With ZeRO-1 each bucket is reduce-scattered: rank r owns block r of
 // every bucket, updates only those parameters (its optimizer state is 1/dp of the
 // model's), and the updated blocks are all-gathered into every rank's parameters.
+//
+// ZeRO-2 also shards the gradients (DeepSpeed's stage 2, FSDP's SHARD_GRAD_OP): the
+// buckets are the layout's units (model/parameters.h: embeddings, each block, head),
+// and the model keeps a block's gradients only in one of two windows (model/transformer.h).
+// After each micro-batch's backward of a block, its window is reduce-scattered into
+// this rank's shard (added to what earlier micro-batches left there); the embeddings'
+// and head's gradients accumulate where they are and are reduce-scattered once, at the
+// end. No full-size gradient exists, and accumulation stays exact.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "parallel/communicator.h"
@@ -18,6 +27,13 @@
 
 namespace trident {
 
+// ZeRO-2's view of the model's gradients.
+struct GradientUnits {
+  std::vector<FlatRange> units;             // the layout's units, in order
+  std::vector<bool> windowed;               // per unit: a block, kept in a window
+  std::function<float*(size_t)> locate;     // where the gradient of a flat offset lives
+};
+
 class DataParallel {
  public:
   // memory: the kernel backend whose memory holds the gradients (ZeRO's shard goes
@@ -25,6 +41,8 @@ class DataParallel {
   // false starts every bucket only when backward is complete (for measuring what
   // overlap buys).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero, bool overlap = true);
+  // ZeRO-2 over the units of a layout of n floats (each unit a multiple of dp).
+  DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -34,35 +52,64 @@ class DataParallel {
   static std::vector<FlatRange> bucket_ranges(size_t n, double bucket_mb, size_t ranks);
   static std::vector<FlatRange> sharded_ranges(const std::vector<FlatRange>& buckets, size_t ranks, size_t rank);
 
-  bool zero() const { return zero_; }
+  // 0, 1 or 2 (0 and 1 with one rank: nothing to shard).
+  int zero_stage() const { return stage_; }
+  bool zero() const { return stage_ > 0; }
   const std::vector<FlatRange>& buckets() const { return buckets_; }
   // The ranges whose reduced gradients this rank holds after finish_gradients() and
-  // whose parameters it updates: everything, or with ZeRO-1 its block of each bucket.
+  // whose parameters it updates: everything, or with ZeRO its block of each bucket.
   const std::vector<FlatRange>& owned() const { return owned_; }
+  // After finish_gradients(): the reduced gradient of a flat offset in owned().
+  float* gradient_at(size_t offset) const;
 
-  // Call before the backward pass that completes the step's gradients.
+  // Call before the backward passes of a step (grads: the model's gradient storage).
   void start_backward(float* grads);
-  // Backward's report: gradients at [offset, n) are final.
+  // ZeRO-2: block unit starting at `offset` is about to get gradients: its window must
+  // be free (its last reduction done) and zeroed.
+  void block_begins(size_t offset);
+  // Backward's report: gradients at [offset, n) are final (ZeRO-2: the block unit at
+  // `offset` is complete for this micro-batch).
   void gradients_final_from(size_t offset);
+  // Whether gradients_final_from() wants every micro-batch's reports, not only the last's.
+  bool reduces_every_micro_batch() const { return stage_ == 2; }
   // Starts what is left, waits for everything; returns the seconds spent waiting.
   double finish_gradients();
-  // ZeRO-1: brings every rank's updated blocks into all ranks' parameters.
+  // ZeRO: brings every rank's updated blocks into all ranks' parameters.
   void gather_parameters(float* params);
-  // ZeRO-1: the full reduced gradients on every rank (only `verify` needs them).
-  void gather_gradients(float* grads);
+  // The full reduced gradients, in host memory, on every rank (only `verify` needs them).
+  std::vector<float> gathered_gradients();
 
  private:
+  // A block unit's reduction in flight: from its window, into the shard (through a
+  // temporary when an earlier micro-batch's sum is there already).
+  struct BlockReduction {
+    const float* window = nullptr;
+    RequestPtr request;
+    float* temporary = nullptr;  // null: the shard received the sum directly
+    float* shard = nullptr;
+    size_t floats = 0;
+  };
   void start_bucket(size_t b);
+  size_t unit_at(size_t offset) const;
+  void finish(BlockReduction& r);
 
   Communicator& dp_;
-  bool zero_, overlap_;
+  int stage_ = 0;
+  bool overlap_ = true;
+  size_t n_ = 0;
   std::vector<FlatRange> buckets_, owned_;
   kernels::Kernels& memory_;
-  float* shard_ = nullptr;  // ZeRO-1: reduce-scatter output, the block of each bucket in order
+  float* shard_ = nullptr;  // ZeRO: the block of each bucket, in order
   std::vector<size_t> shard_offset_;
   float* grads_ = nullptr;
   size_t next_bucket_ = 0;  // buckets are started from the last one down
   std::vector<RequestPtr> pending_;
+  // ZeRO-2
+  GradientUnits units_;
+  std::vector<int> reductions_;              // per unit, this step
+  std::vector<BlockReduction> in_flight_;    // at most one per window
+  std::vector<std::pair<const float*, float*>> temporaries_;  // per window
+  size_t window_shard_floats_ = 0;                            // a temporary's size
 };
 
 }  // namespace trident

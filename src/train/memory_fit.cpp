@@ -51,6 +51,7 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
   const ParallelConfig& p = config.parallel;
   const TrainConfig& t = config.train;
   if (p.zero == 0 && p.dp > 1) changes.push_back({"--parallel.zero=1", [](Config& c) { c.parallel.zero = 1; }});
+  if (p.zero < 2 && p.dp > 1) changes.push_back({"--parallel.zero=2", [](Config& c) { c.parallel.zero = 2; }});
   if (t.recompute != "full") changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = "full"; }});
   if (t.micro_batch > 1) changes.push_back({"--train.micro_batch=1", [](Config& c) { c.train.micro_batch = 1; }});
   for (int factor : {2, 4, 8}) {
@@ -58,8 +59,8 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
     changes.push_back({"--parallel.tp=" + std::to_string(tp), [tp](Config& c) { c.parallel.tp = tp; }});
     changes.push_back({"--parallel.pp=" + std::to_string(pp), [pp](Config& c) { c.parallel.pp = pp; }});
   }
-  changes.push_back({"--parallel.zero=1 --train.recompute=full --train.micro_batch=1", [](Config& c) {
-                       c.parallel.zero = 1;
+  changes.push_back({"--parallel.zero=2 --train.recompute=full --train.micro_batch=1", [](Config& c) {
+                       c.parallel.zero = 2;
                        c.train.recompute = "full";
                        c.train.micro_batch = 1;
                      }});
@@ -71,7 +72,7 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
     try {
       resolve_for_world(c, world);
       if ((c.train.global_batch / c.parallel.dp) % c.train.micro_batch != 0) continue;
-      if (c.parallel.zero == 1 && c.parallel.dp == 1) continue;
+      if (c.parallel.zero > 0 && c.parallel.dp == 1) continue;
       out.push_back({flags, busiest_rank_plan(c, k)});
     } catch (const UsageError&) {
       // not a layout of this world or this model

@@ -78,17 +78,26 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
 
   add("parameters", "fp32", n * f32);
   if (k.precision() == kernels::Precision::bf16) add("compute copy", "bf16 weights", buffer_bytes(k.activation_bytes(n)));
-  add("gradients", "fp32", n * f32);
-  // The optimizer's moments over the ranges this rank updates (ZeRO-1: its block of each bucket).
-  const bool zero = config.parallel.zero == 1 && d.dp > 1;
+  const int zero = d.dp > 1 ? config.parallel.zero : 0;
+  const size_t windowed_floats = Transformer::gradient_floats_for(layout, zero == 2);
+  add("gradients", zero == 2 ? "fp32; ZeRO-2: embeddings and head kept, blocks in 2 windows" : "fp32",
+      windowed_floats * f32);
+  // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
+  // bucket; ZeRO-2's buckets are the layout's units).
   std::vector<FlatRange> owned;
-  if (zero) owned = DataParallel::sharded_ranges(DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp), d.dp,
-                                                 coords.dp);
-  add("optimizer state", zero ? "AdamW m, v; ZeRO-1: 1/dp" : "AdamW m, v", AdamW::state_floats_for(layout, owned) * f32);
-  if (zero) {
-    size_t shard = 0;
+  if (zero > 0)
+    owned = DataParallel::sharded_ranges(
+        zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp), d.dp, coords.dp);
+  add("optimizer state", zero > 0 ? "AdamW m, v; 1/dp" : "AdamW m, v", AdamW::state_floats_for(layout, owned) * f32);
+  if (zero > 0) {
+    size_t shard = 0, window_shard = 0;
     for (const FlatRange& r : owned) shard += r.size();
-    add("gradient shard", "ZeRO-1 reduce-scatter output", shard * f32);
+    add("gradient shard", "ZeRO reduce-scatter output", shard * f32);
+    for (int l = 0; l < layout.layers(); l++)
+      window_shard = std::max(window_shard, layout.units()[layout.block_unit(l)].size() / d.dp);
+    const int windows = std::min(layout.layers(), 2);
+    if (zero == 2 && config.train.global_batch / d.dp / config.train.micro_batch > 1)
+      add("accumulation buffers", "ZeRO-2: a window's shard, per window", windows * window_shard * f32);
   }
 
   const int micro_batch = config.train.micro_batch;
@@ -109,15 +118,16 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
                         spec.n_head / d.tp));
 
   // Communication: MPI's non-blocking reductions (Open MPI's libnbc) take a temporary
-  // about the size of the message (measured: one largest message); NCCL keeps buffers of
-  // its own per communicator (NCCL_BUFFSIZE 4 MiB per channel and direction; 64 MiB assumed).
+  // about the size of the message (measured: one largest message per reduction in
+  // flight; ZeRO-2 has two block windows in flight); NCCL keeps buffers of its own per
+  // communicator (NCCL_BUFFSIZE 4 MiB per channel and direction; 64 MiB assumed).
   if (k.host_memory()) {
     size_t largest = 0;
     if (d.dp > 1)
-      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp))
-        largest = std::max(largest, b.size() * f32);
+      for (const FlatRange& b : zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp))
+        largest = std::max(largest, b.size() * f32 * (zero == 2 ? std::min(layout.layers(), 2) : 1));
     if (d.tp > 1) largest = std::max(largest, k.activation_bytes(static_cast<size_t>(micro_batch) * spec.seq_len * spec.d_model));
-    add("communication", "estimate: MPI's temporary for the largest reduction", largest);
+    add("communication", "estimate: MPI's temporaries for the reductions in flight", largest);
   } else {
     const int groups = (d.tp > 1) + (d.dp > 1) + (d.pp > 1) + (d.pp > 1 && spec.tied_head);
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator", static_cast<size_t>(groups) * (64u << 20));

@@ -19,14 +19,34 @@ std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, Parall
   return holders > 1 ? parallel.split_tp(holders, "tp-kv") : nullptr;
 }
 
+int zero_stage(const Config& config, const ParallelDims& dims) { return dims.dp > 1 ? config.parallel.zero : 0; }
+
+namespace {
+
+DataParallel make_data_parallel(const Config& config, ParallelState& parallel, kernels::Kernels& k,
+                                const Transformer& model) {
+  const ParameterLayout& layout = model.layout();
+  if (zero_stage(config, parallel.dims()) < 2)
+    return DataParallel(parallel.dp(), k, layout.total_floats(), config.parallel.bucket_mb, config.parallel.zero >= 1,
+                        config.parallel.overlap);
+  GradientUnits units;
+  units.units = layout.units();
+  units.windowed.assign(units.units.size(), false);
+  for (int l = 0; l < layout.layers(); l++) units.windowed[layout.block_unit(l)] = true;
+  units.locate = [&model](size_t offset) { return model.gradient_location(offset); };
+  return DataParallel(parallel.dp(), k, layout.total_floats(), std::move(units));
+}
+
+}  // namespace
+
 TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kernels::Kernels& k)
     : local_batch(config.train.global_batch / parallel.dims().dp),
       plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
       shared_heads(shared_head_group(config.model, parallel)),
       model(config.model, config.train.micro_batch, k, TensorParallel(parallel.tp(), shared_heads.get()),
-            parallel.dims().dp, plan.stage, plan.slots, parse_recompute(config.train.recompute)),
-      data_parallel(parallel.dp(), k, model.layout().total_floats(), config.parallel.bucket_mb,
-                    config.parallel.zero == 1, config.parallel.overlap),
+            parallel.dims().dp, plan.stage, plan.slots, parse_recompute(config.train.recompute),
+            zero_stage(config, parallel.dims()) == 2),
+      data_parallel(make_data_parallel(config, parallel, k, model)),
       optimizer(model.layout(),
                 {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,
                 data_parallel.owned()),

@@ -26,6 +26,9 @@ void resolve_for_world(Config& config, int world_size);
 // key/value heads), for TensorParallel; null when no rank shares one. Collective.
 std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel);
 
+// The ZeRO stage that applies: parallel.zero, or 0 with one dp rank (nothing to shard).
+int zero_stage(const Config& config, const ParallelDims& dims);
+
 // One rank's share of the training: built from the config and the grid, every buffer
 // allocated here, once. The parameters are not initialized.
 class TrainingSetup {

@@ -60,7 +60,12 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
         pipeline_.pp->recv(model_.output_gradient(B), stage() + 1, gradient_tag(mb));
       }
       Timer computing;
-      if (++backwards_done < micro_batches) {
+      if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
+        const ParameterLayout& layout = model_.layout();
+        model_.backward(
+            slot, loss_scale, [this](size_t offset) { data_parallel_.gradients_final_from(offset); },
+            [this, &layout](int l) { data_parallel_.block_begins(layout.units()[layout.block_unit(l)].begin); });
+      } else if (++backwards_done < micro_batches) {
         model_.backward(slot, loss_scale);
       } else {  // the last backward completes the gradients: reduce while it runs
         // Everything but offset 0 (which holds the tied wte): that waits for the
@@ -120,7 +125,7 @@ void StepRunner::sync_tied_embedding() {
   const int tied = model_.layout().tied_across_stages();
   if (pipeline_.embedding == nullptr || tied < 0) return;
   const ParameterTensor& t = model_.layout()[tied];
-  pipeline_.embedding->all_reduce(std::span<float>(model_.grads() + t.offset, t.stored));
+  pipeline_.embedding->all_reduce(std::span<float>(model_.grad(tied), t.stored));
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced
@@ -131,22 +136,22 @@ void StepRunner::sum_shared_head_gradients() {
     for (const ParameterTensor& t : model_.layout().tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
       if (t.partial_gradient && begin < end)
-        sums.push_back(model_.tensor_parallel().sum_shared_head_gradients({model_.grads() + begin, end - begin}));
+        sums.push_back(model_.tensor_parallel().sum_shared_head_gradients({data_parallel_.gradient_at(begin), end - begin}));
     }
   for (RequestPtr& s : sums) finish(s);
 }
 
 double StepRunner::gradient_norm_squared() {
   // Every parameter once: each tensor from the rank whose copy counts (the first holder
-  // of its tp piece; not the last stage's copy of a tied embedding); with ZeRO-1 each
-  // dp rank holds the reduced gradients of its own ranges.
+  // of its tp piece; not the last stage's copy of a tied embedding); with ZeRO each dp
+  // rank holds the reduced gradients of its own ranges.
   TensorParallel& tp = model_.tensor_parallel();
   const ParameterLayout& layout = model_.layout();
   double sum = 0.0;
   for (const FlatRange& r : data_parallel_.owned())
     for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (begin < end && t.counted) sum += k_.sum_squares(model_.grads() + begin, end - begin);
+      if (begin < end && t.counted) sum += k_.sum_squares(data_parallel_.gradient_at(begin), end - begin);
     }
   if (data_parallel_.zero()) sum = dp_.all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
@@ -158,7 +163,8 @@ GradientNorm StepRunner::update(double lr, double grad_clip) {
   GradientNorm norm;
   norm.norm = std::sqrt(gradient_norm_squared());
   norm.clip_coefficient = clip_coefficient(norm.norm, grad_clip);
-  optimizer_.step(model_.params(), model_.grads(), lr, norm.clip_coefficient);
+  optimizer_.step(model_.params(), [this](size_t offset) { return data_parallel_.gradient_at(offset); }, lr,
+                  norm.clip_coefficient);
   data_parallel_.gather_parameters(model_.params());
   model_.parameters_changed();
   return norm;

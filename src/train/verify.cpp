@@ -143,14 +143,14 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
     }
     const double loss = runner.compute_gradients(inputs.data(), targets.data(), local_batch, ref.batch);
     if (step == 0) {
-      data_parallel.gather_gradients(model.grads());  // ZeRO-1 holds only a shard; compare them all
+      const std::vector<float> gradients = data_parallel.gathered_gradients();  // ZeRO holds a shard
       report.loss = loss;
       report.loss_reference = file.read_double("step0/loss").at(0);
       report.loss_error = std::abs(loss - report.loss_reference) / std::abs(report.loss_reference);
       const ParameterLayout whole_model(ref.model);
       for (const ParameterTensor& t : whole_model.tensors()) {  // in order, including other stages' tensors
         const bool here = model.layout().has(t.name);
-        report.tensors.push_back({t.name, here ? relative_error(model.get_parameter(t.name, /*gradient=*/true),
+        report.tensors.push_back({t.name, here ? relative_error(model.tensor_from_host(t.name, gradients.data()),
                                                                 file.read_double("step0/grads/" + t.name))
                                                : kNotHere, 0.0});
       }

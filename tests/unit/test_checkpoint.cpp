@@ -50,7 +50,8 @@ void expect_identical(const std::string& a, const std::string& b) {
 }
 
 TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
-  for (const std::string& layout : {std::string("1"), std::string("4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1")}) {
+  for (const std::string& layout : {std::string("1"), std::string("4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1"),
+                                    std::string("4 --parallel.dp=2 --parallel.tp=2 --parallel.zero=2")}) {
     const std::string whole = fresh_dir("whole"), halves = fresh_dir("halves");
     const std::string launcher = kMpirun + layout.substr(0, 1);
     const std::string flags = layout.size() > 1 ? layout.substr(2) : "";
@@ -83,7 +84,8 @@ TEST(Checkpoint, SavedOnTwoNodesLoadsUnderOtherLayouts) {
   std::map<int, double> reference;
   for (const std::string layout : {"1 --parallel.dp=1", "8 --parallel.dp=4 --parallel.tp=2 --parallel.zero=1",
                                    "8 --parallel.dp=1 --parallel.tp=2 --parallel.pp=4",
-                                   "4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=0"}) {
+                                   "4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=0",
+                                   "4 --parallel.dp=4 --parallel.zero=2"}) {
     const std::string copy = fresh_dir("reshard_copy");
     fs::copy(saved, copy, fs::copy_options::recursive);
     const CliRun r = run(kTrain + layout.substr(2) + " --train.steps=5 --checkpoint.dir=" + copy + run_dir_flag(copy),
@@ -93,6 +95,36 @@ TEST(Checkpoint, SavedOnTwoNodesLoadsUnderOtherLayouts) {
     ASSERT_EQ(l.size(), 2u) << layout << "\n" << r.out;
     if (reference.empty()) reference = l;
     for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference[step], 2e-4) << layout << " step " << step;
+  }
+}
+
+// A checkpoint saved under ZeRO-2 (gradients and optimizer state sharded) continues
+// under ZeRO 0 and 1 as it would have under ZeRO-2, and one saved without ZeRO continues
+// under ZeRO-2: still one file per node, the same tensors.
+TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
+  const auto continue_from = [](const std::string& saved, const std::string& layout) {
+    const std::string copy = fresh_dir("zero_copy");
+    fs::copy(saved, copy, fs::copy_options::recursive);
+    const CliRun r = run(kTrain + layout.substr(2) + " --train.steps=5 --checkpoint.dir=" + copy + run_dir_flag(copy),
+                         kMpirun + layout.substr(0, 1), 180);
+    EXPECT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
+    return losses(r.out);
+  };
+  std::map<int, double> reference;
+  for (const std::string save_layout : {"4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=2", "1 --parallel.zero=0"}) {
+    const std::string saved = fresh_dir("zero_saved");
+    const CliRun save = run(kTrain + save_layout.substr(2) + " --train.steps=3 --checkpoint.every_steps=3 "
+                                                            "--checkpoint.dir=" + saved + run_dir_flag(saved),
+                            kMpirun + save_layout.substr(0, 1), 180);
+    ASSERT_EQ(save.exit_code, 0) << save.err;
+    for (const std::string layout : {"4 --parallel.dp=4 --parallel.zero=2", "1 --parallel.zero=0",
+                                     "2 --parallel.dp=2 --parallel.zero=1"}) {
+      const auto l = continue_from(saved, layout);
+      ASSERT_EQ(l.size(), 2u) << save_layout << " -> " << layout;
+      if (reference.empty()) reference = l;
+      for (const auto& [step, loss] : l)
+        EXPECT_NEAR(loss, reference[step], 2e-4) << save_layout << " -> " << layout << " step " << step;
+    }
   }
 }
 

@@ -150,6 +150,15 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {3, lh6, "--parallel.tp=3", "tp groups: {0,1,2}"},
       {6, lh6, "--parallel.tp=6 --parallel.zero=0", "tp groups: {0,1,2,3,4,5}"},
       {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=1", "dp groups: {0,2} {1,3}"},
+      // ZeRO-2: gradients sharded too, with micro-batches (accumulated in the shard), in the
+      // grid, both families, bf16, shared key/value heads.
+      {2, a, "--parallel.zero=2", "dp groups: {0,1}"},
+      {4, a, "--parallel.zero=2 --train.micro_batch=1", "dp groups: {0,1,2,3}"},
+      {3, h6, "--parallel.zero=2 --train.micro_batch=1", "dp groups: {0,1,2}"},
+      {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --parallel.zero=2", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {4, la, "--parallel.tp=2 --parallel.zero=2 --train.micro_batch=1 --train.recompute=full", "dp groups: {0,2} {1,3}"},
+      {6, lh6, "--parallel.tp=3 --parallel.zero=2 --train.micro_batch=1 --train.precision=bf16", "dp groups: {0,3} {1,4} {2,5}"},
+      {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=2", "dp groups: {0,2} {1,3}"},
       // Activation recomputation, alone and in the grid, both families.
       {1, a, "--train.recompute=full --train.micro_batch=2", "dp groups: {0}"},
       {2, a, "--parallel.tp=2 --train.recompute=selective --train.precision=bf16", "tp groups: {0,1}"},
@@ -187,6 +196,7 @@ TEST(Cli, MemoryTakenIsWithinFivePercentOfThePlan) {
       {"--model.family=llama --model.n_kv_head=2 --model.ffn_dim=1024 --train.recompute=selective", ""},
       {"--parallel.zero=1 --checkpoint.every_steps=2 --checkpoint.dir=" + testing::TempDir() + "memory_ckpt", np2},
       {"--parallel.tp=2 --train.precision=bf16", np2},
+      {"--parallel.zero=2 --train.micro_batch=4", np2},
   };
   std::filesystem::remove_all(testing::TempDir() + "memory_ckpt");  // a fresh start, not a resume
   const std::regex taken_re("memory: rank 0 planned ([0-9.]+) MiB, took ([0-9.]+) MiB");
