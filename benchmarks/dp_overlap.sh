@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fraction of step time spent waiting for the data-parallel gradient reduction, with the
-# buckets reduced during backward (overlap) and only after it, with and without ZeRO-1.
+# buckets reduced during backward (overlap) and only after it, without ZeRO, with ZeRO-1
+# and with ZeRO-2 (which reduces each block as its backward ends, overlap or not).
 # Usage: benchmarks/dp_overlap.sh [BUILD_DIR]   (from the repository root)
 set -euo pipefail
 build=${1:-build}
@@ -11,7 +12,7 @@ args="train --config configs/tiny.ini $model --train.steps=12 --log.every_steps=
 echo "| ranks | ZeRO | overlap | buckets | step time (s) | dp wait, % of step |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for np in 2 4; do
-  for zero in 0 1; do
+  for zero in 0 1 2; do
     for overlap in true false; do
       out=$(mpirun --oversubscribe -np $np -x OMP_NUM_THREADS=1 "$build/trident" $args \
             --train.global_batch=$((4 * np)) --parallel.zero=$zero --parallel.overlap=$overlap 2>&1)

@@ -71,6 +71,8 @@ po::options_description config_options(Config& c) {
       ("parallel.schedule", with_default(&p.schedule), "pipeline schedule: 1f1b or gpipe")
       ("parallel.zero", with_default(&p.zero),
        "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too")
+      ("parallel.sequence_parallel", with_default(&p.sequence_parallel),
+       "split the norm and residual regions along the sequence over tp (needs tp > 1)")
       ("parallel.bucket_mb", with_default(&p.bucket_mb), "gradient bucket size (MiB)")
       ("parallel.overlap", with_default(&p.overlap), "reduce gradient buckets during backward")
       ("parallel.ranks_per_node", with_default(&p.ranks_per_node), "ranks per node (0: from MPI)")
@@ -154,6 +156,9 @@ void Config::validate() const {
           "parallel.zero must be 0, 1 (optimizer state sharded) or 2 (and gradients), got " +
               std::to_string(parallel.zero));
   positive(parallel.bucket_mb, "parallel.bucket_mb");
+  require(!parallel.sequence_parallel || parallel.tp > 1,
+          "parallel.sequence_parallel needs parallel.tp > 1 (it splits tensor parallelism's replicated regions)");
+
   require(parallel.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0 (0: from MPI)");
   require(train.steps >= 0, "train.steps must be >= 0");
   positive(train.global_batch, "train.global_batch");

@@ -48,6 +48,7 @@ struct ParallelConfig {
   std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
   std::string schedule = "1f1b";  // pipeline schedule: 1f1b or gpipe
   int zero = 0;             // 1: optimizer state sharded over dp (ZeRO-1); 2: gradients too (ZeRO-2)
+  bool sequence_parallel = false;  // Megatron's sequence parallelism (needs tp > 1)
   double bucket_mb = 25;    // size of the gradient buckets reduced during backward
   bool overlap = true;      // start a bucket's reduction as soon as its gradients are final
   int ranks_per_node = 0;   // 0: ranks sharing a machine form a node; N: N consecutive ranks

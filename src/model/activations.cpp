@@ -36,6 +36,8 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   const ActivationShape& s = shape;
   check(s.micro_batch > 0 && s.slots > 0, "micro_batch and slots must be positive");
   const size_t BT = static_cast<size_t>(s.micro_batch) * s.seq_len, C = s.d_model;
+  check(s.sequence_shards > 0 && BT % s.sequence_shards == 0, "sequence shards must divide the micro-batch's rows");
+  const size_t R = BT / s.sequence_shards;  // this rank's rows of the residual stream
   std::vector<std::pair<void**, size_t>> plan;
   size_t* part = nullptr;  // where the next buffers' bytes are counted
   const auto want_bytes = [&](void** p, size_t bytes) {
@@ -51,9 +53,9 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   // shared recompute set).
   const auto want_layer = [&](LayerActivations& a, bool keep_attention_core, bool keep_rest, bool keep_output) {
     if (keep_rest) {
-      want(a.norm_1, BT * C);
-      if (s.layernorm) want_f32(a.norm_1_mean, BT);
-      want_f32(a.norm_1_rstd, BT);
+      want(a.norm_1, R * C);
+      if (s.layernorm) want_f32(a.norm_1_mean, R);
+      want_f32(a.norm_1_rstd, R);
       want(a.qkv, BT * s.qkv_width);
     }
     if (keep_attention_core) {
@@ -61,14 +63,14 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
       want_f32(a.attention_stats, s.attention_stats_floats);
     }
     if (keep_rest) {
-      want(a.residual_2, BT * C);
-      want(a.norm_2, BT * C);
-      if (s.layernorm) want_f32(a.norm_2_mean, BT);
-      want_f32(a.norm_2_rstd, BT);
+      want(a.residual_2, R * C);
+      want(a.norm_2, R * C);
+      if (s.layernorm) want_f32(a.norm_2_mean, R);
+      want_f32(a.norm_2_rstd, R);
       want(a.fc, BT * s.mlp_in);
       want(a.fc_act, BT * s.ffn);
     }
-    if (keep_output) want(a.residual_3, BT * C);
+    if (keep_output) want(a.residual_3, R * C);
   };
   const bool keep_core = s.recompute == Recompute::none, keep_rest = s.recompute != Recompute::full;
 
@@ -77,13 +79,13 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   for (SlotActivations& slot : slots) {
     want_i32(slot.tokens, BT);
     want_i32(slot.targets, BT);
-    want(slot.encoded, BT * C);
+    want(slot.encoded, R * C);
     slot.layers.resize(s.layers);
     for (LayerActivations& a : slot.layers) want_layer(a, keep_core, keep_rest, /*keep_output=*/true);
     if (s.has_head) {
-      want(slot.final_norm, BT * C);
-      if (s.layernorm) want_f32(slot.final_norm_mean, BT);
-      want_f32(slot.final_norm_rstd, BT);
+      want(slot.final_norm, R * C);
+      if (s.layernorm) want_f32(slot.final_norm_mean, R);
+      want_f32(slot.final_norm_rstd, R);
       want(slot.logits, BT * s.vocab_shard);
       want_f32(slot.losses, BT);
       want_f32(slot.row_max, BT);
@@ -95,7 +97,7 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   part = &bytes_.recompute;
   if (s.recompute != Recompute::none && s.layers > 0) want_layer(recompute, !keep_core, !keep_rest, false);
   part = &bytes_.backward;
-  want(scratch.dresidual, BT * C);
+  want(scratch.dresidual, R * C);
   want(scratch.dnorm, BT * C);
   want(scratch.datty, BT * s.attention_width);
   want(scratch.dqkv, BT * s.qkv_width);
@@ -103,6 +105,10 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   // GELU's backward runs in place; SwiGLU's reads d(activation) [BT, ffn] and writes
   // d(gate | up) [BT, 2 ffn], so it needs a buffer of its own.
   if (s.swiglu) want(scratch.dfc_act, BT * s.ffn);
+  if (s.sequence_shards > 1) {
+    want(scratch.gathered, BT * C);
+    want(scratch.dnorm_rows, R * C);
+  }
   if (k == nullptr) return;
 
   memory_ = kernels::DeviceBuffer(*k, bytes_.total() / sizeof(float));

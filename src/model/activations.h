@@ -11,6 +11,9 @@
 //              output are not kept per layer; one attention forward per layer in backward.
 //   full       each layer keeps only its output (the next layer's input); backward
 //              reruns the layer's forward up to the MLP's output projection first.
+// Under sequence parallelism (Megatron's) the residual stream, the norms' outputs and
+// their statistics hold this rank's B*T/tp rows only; what the column- and row-parallel
+// GEMMs read and write holds all rows (split by width).
 // What is not kept per layer lives in one shared "recompute" set, reused by every layer.
 #pragma once
 
@@ -35,6 +38,9 @@ struct ActivationShape {
   int layers = 0;
   bool layernorm = true, swiglu = false, has_head = true;
   int slots = 1;  // micro-batches whose activations are alive at once (the pipeline's)
+  // Sequence parallelism: the residual stream and the norms' outputs hold 1/tp of the
+  // B*T rows (this rank's), the rest all of them; 1 without.
+  int sequence_shards = 1;
   Recompute recompute = Recompute::none;
   kernels::DType act_type = kernels::DType::f32;
   size_t attention_stats_floats = 0;  // one layer's, for a whole micro-batch (the backend's)
@@ -60,10 +66,12 @@ struct SlotActivations {
   int B = 0;  // sequences of the micro-batch now in the slot
 };
 
-// Backward's buffers, shared by all layers and slots.
+// Backward's buffers, shared by all layers and slots; with sequence parallelism also
+// the all-gathered rows (`gathered`, [B*T, C], forward's too) and a reduce-scatter's
+// output (`dnorm_rows`, this rank's rows).
 struct BackwardScratch {
   kernels::Act *dresidual = nullptr, *dnorm = nullptr, *datty = nullptr, *dqkv = nullptr, *dfc = nullptr,
-               *dfc_act = nullptr;
+               *dfc_act = nullptr, *gathered = nullptr, *dnorm_rows = nullptr;
 };
 
 // The arena's bytes by part.

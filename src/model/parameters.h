@@ -42,6 +42,9 @@ struct ParameterTensor {
   // The ranks holding one piece each compute part of its gradient (a shared key/value
   // head sees only this rank's query heads): summed over them after backward.
   bool partial_gradient = false;
+  // A norm's gain or bias: its gradient sums over the B*T rows, of which each rank sees
+  // 1/tp under sequence parallelism: summed over tp then.
+  bool norm = false;
   // A second copy of a tensor that another stage holds too (the tied wte on the last
   // pipeline stage): kept in step with it, never counted or saved.
   bool tied_copy = false;

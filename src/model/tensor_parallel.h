@@ -20,14 +20,32 @@ class TensorParallel {
   TensorParallel() = default;  // one rank: every function is the identity
   // shared_heads: the ranks of this rank's tp group that hold the same key/value head
   // (null: none share one).
-  explicit TensorParallel(Communicator& tp, Communicator* shared_heads = nullptr)
+  // sequence_parallel: Megatron's sequence parallelism (below).
+  explicit TensorParallel(Communicator& tp, Communicator* shared_heads = nullptr, bool sequence_parallel = false)
       : tp_(tp.size() > 1 ? &tp : nullptr),
         shared_heads_(shared_heads != nullptr && shared_heads->size() > 1 ? shared_heads : nullptr),
         rank_(tp.rank()),
-        size_(tp.size()) {}
+        size_(tp.size()),
+        sequence_parallel_(sequence_parallel && tp.size() > 1) {}
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+
+  // Sequence parallelism: between the tensor-parallel regions (the norms, the residual
+  // adds) each rank holds only its 1/tp of the B*T rows. Entering a column-parallel
+  // layer the rows are all-gathered (instead of the input being replicated); leaving a
+  // row-parallel one the partial sums are reduce-scattered to their rows' owners
+  // (instead of all-reduced). In backward each becomes the other. The same bytes as the
+  // all-reduces, and the norm regions' activations shrink by tp. The norms' gains and
+  // biases then see only this rank's rows: their gradients are summed over tp.
+  bool sequence_parallel() const { return sequence_parallel_; }
+  // `rows` holds size() blocks of rows, this rank's block filled: fill the others.
+  void gather_sequence(ActivationSpan rows) { tp_->all_gather(rows); }
+  // this rank's block of the sum over ranks of `partial` (all rows) into `mine`.
+  void scatter_sequence(ActivationSpan partial, ActivationSpan mine) { tp_->reduce_scatter(partial, mine); }
+  RequestPtr sum_sequence_partial_gradients(std::span<float> grads) {
+    return sequence_parallel_ ? tp_->all_reduce_async(grads, ReduceOp::sum) : nullptr;
+  }
 
   // Forward of a row-parallel layer: sum the partial outputs of all ranks.
   void reduce_from_region(ActivationSpan x) { all_reduce(x); }
@@ -59,6 +77,7 @@ class TensorParallel {
   Communicator* tp_ = nullptr;
   Communicator* shared_heads_ = nullptr;
   int rank_ = 0, size_ = 1;
+  bool sequence_parallel_ = false;
 };
 
 }  // namespace trident

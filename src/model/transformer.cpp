@@ -10,7 +10,7 @@
 namespace trident {
 
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Kernels& k) {
+                                 const kernels::Kernels& k, int sequence_shards) {
   const TransformerSpec& s = layout.spec();
   const int tp = layout.tp_size();
   const int heads = s.n_head / tp, kv_heads = s.n_kv_head / s.kv_shards(tp), ffn = s.ffn_dim / tp;
@@ -31,51 +31,55 @@ ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch,
   a.recompute = recompute;
   a.act_type = k.activation_type();
   a.attention_stats_floats = k.attention_stats_floats(micro_batch, s.seq_len, heads);
+  a.sequence_shards = sequence_shards;
   return a;
 }
 
 namespace {
 
-// With windowed gradients: the kept units first (all but the blocks), then window 0 and
-// window 1, each as large as the largest block. Returns the storage offset of `offset`.
-struct GradientWindows {
-  size_t kept = 0, window = 0;
-  std::vector<size_t> unit_start;  // per unit: its storage offset
+// Where each unit's gradients live in the gradient storage. Without windows: where
+// the unit is in the flat layout. With windows: the kept units first (all but the
+// blocks), then window 0 and window 1, each as large as the largest block; block l in
+// window l % 2.
+struct GradientStorage {
+  size_t floats = 0;
+  std::vector<size_t> unit_start;
 };
 
-GradientWindows gradient_windows(const ParameterLayout& layout) {
-  GradientWindows w;
-  std::vector<bool> block(layout.units().size(), false);
+GradientStorage gradient_storage(const ParameterLayout& layout, bool windowed) {
+  const std::vector<FlatRange>& units = layout.units();
+  GradientStorage g;
+  if (!windowed) {
+    for (const FlatRange& u : units) g.unit_start.push_back(u.begin);
+    g.floats = layout.total_floats();
+    return g;
+  }
+  std::vector<bool> block(units.size(), false);
+  size_t window = 0;
   for (int l = 0; l < layout.layers(); l++) {
     block[layout.block_unit(l)] = true;
-    w.window = std::max(w.window, layout.units()[layout.block_unit(l)].size());
+    window = std::max(window, units[layout.block_unit(l)].size());
   }
-  w.unit_start.resize(layout.units().size());
-  for (size_t u = 0; u < layout.units().size(); u++)
-    if (!block[u]) w.unit_start[u] = w.kept, w.kept += layout.units()[u].size();
-  for (int l = 0; l < layout.layers(); l++) w.unit_start[layout.block_unit(l)] = w.kept + (l % 2) * w.window;
-  return w;
-}
-
-size_t storage_offset(const ParameterLayout& layout, const GradientWindows& w, size_t offset) {
-  const auto& units = layout.units();
-  const auto u = std::upper_bound(units.begin(), units.end(), offset,
-                                  [](size_t o, const FlatRange& r) { return o < r.end; });
-  check(u != units.end() && offset >= u->begin, "gradient offset outside the layout's units");
-  return w.unit_start[u - units.begin()] + (offset - u->begin);
+  g.unit_start.resize(units.size());
+  for (size_t u = 0; u < units.size(); u++)
+    if (!block[u]) g.unit_start[u] = g.floats, g.floats += units[u].size();
+  for (int l = 0; l < layout.layers(); l++) g.unit_start[layout.block_unit(l)] = g.floats + (l % 2) * window;
+  g.floats += std::min(layout.layers(), 2) * window;
+  return g;
 }
 
 }  // namespace
 
 size_t Transformer::gradient_floats_for(const ParameterLayout& layout, bool windowed) {
-  if (!windowed) return layout.total_floats();
-  const GradientWindows w = gradient_windows(layout);
-  return w.kept + (layout.layers() > 1 ? 2 : layout.layers()) * w.window;
+  return gradient_storage(layout, windowed).floats;
 }
 
 float* Transformer::gradient_location(size_t offset) const {
-  if (!windowed_) return grads_.data() + offset;
-  return grads_.data() + storage_offset(layout_, gradient_windows(layout_), offset);
+  const std::vector<FlatRange>& units = layout_.units();
+  const auto u = std::upper_bound(units.begin(), units.end(), offset,
+                                  [](size_t o, const FlatRange& r) { return o < r.end; });
+  check(u != units.end() && offset >= u->begin, "gradient offset outside the layout's units");
+  return grads_.data() + unit_storage_[u - units.begin()] + (offset - u->begin);
 }
 
 Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp,
@@ -84,10 +88,11 @@ Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Ke
     : stage_(stage), tp_(tp), layout_(transformer_spec(config), tp.rank(), tp.size(), buffer_multiple, stage),
       B_(micro_batch), k_(k), windowed_(windowed_gradients), params_(k, layout_.total_floats()),
       grads_(k, gradient_floats_for(layout_, windowed_gradients)), act_type_(k.activation_type()),
-      activations_(activation_shape(layout_, micro_batch, slots, recompute, k), k) {
-  const GradientWindows windows = gradient_windows(layout_);
+      activations_(activation_shape(layout_, micro_batch, slots, recompute, k, tp.sequence_parallel() ? tp.size() : 1),
+                   k) {
+  unit_storage_ = gradient_storage(layout_, windowed_).unit_start;
   for (const ParameterTensor& t : layout_.tensors())
-    grad_offset_.push_back(windowed_ ? storage_offset(layout_, windows, t.offset) : t.offset);
+    grad_offset_.push_back(static_cast<size_t>(gradient_location(t.offset) - grads_.data()));
   const TransformerSpec& s = spec();
   heads_local_ = s.n_head / tp.size();
   kv_heads_local_ = s.n_kv_head / s.kv_shards(tp.size());
@@ -119,17 +124,28 @@ void Transformer::refresh_weights() {
 
 void Transformer::init_parameters(uint64_t seed) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * spec().n_layer);
-  std::vector<float> full;
+  const ShardedParameters view = parameters();
+  std::vector<float> staging;  // one shard, where the parameters are not host memory
   for (const auto& t : layout_.tensors()) {  // of this stage
-    // The full tensor on every rank, then this rank's shard: the same values under any tp.
-    full.assign(t.numel(), t.init == Init::ones ? 1.0f : 0.0f);
-    if (t.init == Init::normal || t.init == Init::normal_residual) {
-      const double std = 0.02 * (t.init == Init::normal_residual ? residual_scale : 1.0);
-      const uint64_t stream = hash_name(t.name);
-      for (size_t i = 0; i < full.size(); i++) full[i] = static_cast<float>(std * normal_at(seed, stream, i));
+    // Each element from its canonical index, straight into this rank's shard: the same
+    // values under any tp, and no full copy of a large tensor (the embedding) in memory.
+    const bool normal = t.init == Init::normal || t.init == Init::normal_residual;
+    const double std = 0.02 * (t.init == Init::normal_residual ? residual_scale : 1.0);
+    const float constant = t.init == Init::ones ? 1.0f : 0.0f;
+    const uint64_t stream = hash_name(t.name);
+    const auto values = [&](int64_t first, int64_t n, float* out) {
+      for (int64_t i = 0; i < n; i++)
+        out[i] = normal ? static_cast<float>(std * normal_at(seed, stream, static_cast<uint64_t>(first + i))) : constant;
+    };
+    float* shard = view.host_shard(t);
+    if (shard == nullptr) {
+      staging.resize(t.stored);
+      shard = staging.data();
     }
-    set_parameter(t.name, full.data(), full.size());
+    layout_.shard_into(t, values, shard);
+    if (shard == staging.data()) view.set_shard(t, shard);
   }
+  parameters_changed();
 }
 
 void Transformer::set_parameter(const std::string& name, const float* host, size_t count) {
@@ -206,18 +222,28 @@ float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targe
 
   if (stage_.has_embedding) {
     // Vocabulary-parallel embedding: each token's row comes from the shard that owns it.
-    k_.embedding_forward(s.encoded, s.tokens, weight(layout_.token_embedding()), vocab_start_, vocab_shard_, B, T, C);
-    tp_.sum_embedding_shards(hidden(s.encoded, B));
-    if (layout_.position_embedding() >= 0) k_.add_positions(s.encoded, weight(layout_.position_embedding()), B, T, C);
+    const int wpe = layout_.position_embedding();
+    if (tp_.sequence_parallel()) {
+      // The partial sums of all rows, positions added once (rank 0), each rank's rows summed.
+      Act* partial = activations_.scratch.gathered;
+      k_.embedding_forward(partial, s.tokens, weight(layout_.token_embedding()), vocab_start_, vocab_shard_, B, T, C);
+      if (wpe >= 0 && tp_.rank() == 0) k_.add_positions(partial, weight(wpe), B, T, C);
+      tp_.scatter_sequence(hidden(partial, B), rows_of(s.encoded, B));
+    } else {
+      k_.embedding_forward(s.encoded, s.tokens, weight(layout_.token_embedding()), vocab_start_, vocab_shard_, B, T,
+                           C);
+      tp_.sum_embedding_shards(hidden(s.encoded, B));
+      if (wpe >= 0) k_.add_positions(s.encoded, weight(wpe), B, T, C);
+    }
   }
   for (int l = 0; l < layout_.layers(); l++) block_forward(s, slot, l);
   if (!stage_.has_head) return 0.0f;
   norm_forward(s.final_norm, s.final_norm_mean, s.final_norm_rstd, layer_input(slot, layout_.layers()),
-               layout_.final_norm_weight(), layout_.final_norm_bias(), BT);
+               layout_.final_norm_weight(), layout_.final_norm_bias(), rows(B));
   // Vocabulary-parallel head (GPT-2: the tied wte): this rank's logits are
   // norm(x) @ head_shard^T; the softmax over the whole vocabulary is assembled from
   // per-shard partials.
-  k_.matmul_forward(s.logits, s.final_norm, weight(layout_.head()), nullptr, BT, C, vocab_shard_);
+  k_.matmul_forward(s.logits, gathered_rows(s.final_norm, B), weight(layout_.head()), nullptr, BT, C, vocab_shard_);
   k_.logits_row_max(s.row_max, s.logits, BT, vocab_valid_, vocab_shard_);
   tp_.max_over_vocab_shards(s.row_max, BT);
   k_.logits_sum_exp_and_target(s.sum_and_target, s.logits, s.row_max, s.targets, vocab_start_, BT, vocab_valid_,
@@ -244,34 +270,38 @@ std::vector<float> Transformer::logits(int slot, int b, int t) {
 
 void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) {
   const TransformerSpec& sp = spec();
-  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T;
+  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
   const Act* residual = layer_input(slot, l);
-  const size_t BTC = static_cast<size_t>(BT) * C;
+  const size_t NC = static_cast<size_t>(N) * C;
   // The row-parallel biases are added by one rank, before the sum over tp.
   const bool add_replicated_bias = tp_.rank() == 0;
   // Attention: residual_2 = residual + out(attention(rope(qkv(norm_1(residual)))))
-  norm_forward(a.norm_1, a.norm_1_mean, a.norm_1_rstd, residual, p.norm_1_weight, p.norm_1_bias, BT);
-  k_.matmul_forward(a.qkv, a.norm_1, weight(p.qkv_weight), weight(p.qkv_bias), BT, C, qkv_width_);  // column-parallel
+  norm_forward(a.norm_1, a.norm_1_mean, a.norm_1_rstd, residual, p.norm_1_weight, p.norm_1_bias, N);
+  k_.matmul_forward(a.qkv, gathered_rows(a.norm_1, B), weight(p.qkv_weight), weight(p.qkv_bias), BT, C,
+                    qkv_width_);  // column-parallel
   if (sp.positions == PositionKind::rotary)
     k_.rope_forward(a.qkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
   k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, hd);
-  k_.matmul_forward(a.residual_2, a.atty, weight(p.attn_out_weight),  // row-parallel
+  Act* out = row_parallel_output(a.residual_2);
+  k_.matmul_forward(out, a.atty, weight(p.attn_out_weight),  // row-parallel
                     add_replicated_bias ? weight(p.attn_out_bias) : nullptr, BT, attention_width_, C);
-  tp_.reduce_from_region(span(a.residual_2, BTC));
-  k_.add(a.residual_2, a.residual_2, residual, BTC);
+  reduce_rows(out, a.residual_2, B);
+  k_.add(a.residual_2, a.residual_2, residual, NC);
   // MLP: residual_3 = residual_2 + out(act(in(norm_2(residual_2)))), act GELU or SwiGLU
-  norm_forward(a.norm_2, a.norm_2_mean, a.norm_2_rstd, a.residual_2, p.norm_2_weight, p.norm_2_bias, BT);
+  norm_forward(a.norm_2, a.norm_2_mean, a.norm_2_rstd, a.residual_2, p.norm_2_weight, p.norm_2_bias, N);
   const int mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn_local_ : ffn_local_;
-  k_.matmul_forward(a.fc, a.norm_2, weight(p.mlp_in_weight), weight(p.mlp_in_bias), BT, C, mlp_in);  // column-parallel
+  k_.matmul_forward(a.fc, gathered_rows(a.norm_2, B), weight(p.mlp_in_weight), weight(p.mlp_in_bias), BT, C,
+                    mlp_in);  // column-parallel
   if (sp.mlp == MlpKind::swiglu) k_.swiglu_forward(a.fc_act, a.fc, BT, ffn_local_);
   else k_.gelu_forward(a.fc_act, a.fc, static_cast<size_t>(BT) * ffn_local_);
   if (up_to_mlp) return;
-  k_.matmul_forward(a.residual_3, a.fc_act, weight(p.mlp_out_weight),  // row-parallel
+  out = row_parallel_output(a.residual_3);
+  k_.matmul_forward(out, a.fc_act, weight(p.mlp_out_weight),  // row-parallel
                     add_replicated_bias ? weight(p.mlp_out_bias) : nullptr, BT, ffn_local_, C);
-  tp_.reduce_from_region(span(a.residual_3, BTC));
-  k_.add(a.residual_3, a.residual_3, a.residual_2, BTC);
+  reduce_rows(out, a.residual_3, B);
+  k_.add(a.residual_3, a.residual_3, a.residual_2, NC);
 }
 
 void Transformer::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from,
@@ -286,12 +316,12 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
   if (stage_.has_head) {
     // Head: logits become dlogits in place, then through the head and the final norm.
     k_.cross_entropy_backward(s.logits, s.lse, s.targets, vocab_start_, BT, vocab_valid_, vocab_shard_, loss_scale);
-    k_.matmul_backward(d.dnorm, grad(layout_.head()), nullptr, s.logits, s.final_norm, weight(layout_.head()), BT, C,
-                       vocab_shard_);
-    tp_.reduce_gradient_into_region(hidden(d.dnorm, B));
-    k_.fill_zero(d.dresidual, hidden(d.dresidual, B).bytes());
-    norm_backward(d.dresidual, layout_.final_norm_weight(), layout_.final_norm_bias(), d.dnorm,
-                  layer_input(slot, layout_.layers()), s.final_norm_mean, s.final_norm_rstd, BT);
+    k_.matmul_backward(d.dnorm, grad(layout_.head()), nullptr, s.logits, gathered_rows(s.final_norm, B),
+                       weight(layout_.head()), BT, C, vocab_shard_);
+    const Act* dnorm = reduce_gradient_rows(d.dnorm, B);
+    k_.fill_zero(d.dresidual, rows_of(d.dresidual, B).bytes());
+    norm_backward(d.dresidual, layout_.final_norm_weight(), layout_.final_norm_bias(), dnorm,
+                  layer_input(slot, layout_.layers()), s.final_norm_mean, s.final_norm_rstd, rows(B));
     report(layout_[layout_.final_norm_weight()].offset);
   }  // else the pipeline put d loss / d output into d.dresidual
   for (int l = layout_.layers() - 1; l >= 0; l--) {
@@ -307,10 +337,10 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
     report(layout_[layout_.block(l).first].offset);
   }
   if (stage_.has_embedding) {
-    // A tied embedding's gradient has the head's part and now the embedding's.
-    k_.embedding_backward(grad(layout_.token_embedding()), d.dresidual, s.tokens, vocab_start_, vocab_shard_, B, T, C);
-    if (layout_.position_embedding() >= 0)
-      k_.positions_backward(grad(layout_.position_embedding()), d.dresidual, B, T, C);
+    // A tied embedding's gradient has the head's part and now the embedding's (all rows).
+    const Act* dall = gathered_rows(d.dresidual, B);
+    k_.embedding_backward(grad(layout_.token_embedding()), dall, s.tokens, vocab_start_, vocab_shard_, B, T, C);
+    if (layout_.position_embedding() >= 0) k_.positions_backward(grad(layout_.position_embedding()), dall, B, T, C);
   }
   report(0);
 }
@@ -320,31 +350,59 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
 // It is the same on every tp rank, so replicated parameters get the same gradients.
 void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual) {
   const TransformerSpec& sp = spec();
-  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T;
+  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
   const int mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn_local_ : ffn_local_;
   const BackwardScratch& d = activations_.scratch;
-  // MLP branch.
-  k_.matmul_backward(d.dfc_act, grad(p.mlp_out_weight), grad_or_null(p.mlp_out_bias), dresidual, a.fc_act,
-                     weight(p.mlp_out_weight), BT, ffn_local_, C);
+  // MLP branch (under sequence parallelism each gathered input is used before the next gather).
+  k_.matmul_backward(d.dfc_act, grad(p.mlp_out_weight), grad_or_null(p.mlp_out_bias), gathered_rows(dresidual, B),
+                     a.fc_act, weight(p.mlp_out_weight), BT, ffn_local_, C);
   if (sp.mlp == MlpKind::swiglu) k_.swiglu_backward(d.dfc, a.fc, d.dfc_act, BT, ffn_local_);
   else k_.gelu_backward(d.dfc, a.fc, d.dfc_act, static_cast<size_t>(BT) * ffn_local_);
-  k_.matmul_backward(d.dnorm, grad(p.mlp_in_weight), grad_or_null(p.mlp_in_bias), d.dfc, a.norm_2,
+  k_.matmul_backward(d.dnorm, grad(p.mlp_in_weight), grad_or_null(p.mlp_in_bias), d.dfc, gathered_rows(a.norm_2, B),
                      weight(p.mlp_in_weight), BT, C, mlp_in);
-  tp_.reduce_gradient_into_region(hidden(d.dnorm, B));
-  norm_backward(dresidual, p.norm_2_weight, p.norm_2_bias, d.dnorm, a.residual_2, a.norm_2_mean, a.norm_2_rstd, BT);
+  norm_backward(dresidual, p.norm_2_weight, p.norm_2_bias, reduce_gradient_rows(d.dnorm, B), a.residual_2,
+                a.norm_2_mean, a.norm_2_rstd, N);
   // Attention branch.
-  k_.matmul_backward(d.datty, grad(p.attn_out_weight), grad_or_null(p.attn_out_bias), dresidual, a.atty,
-                     weight(p.attn_out_weight), BT, attention_width_, C);
+  k_.matmul_backward(d.datty, grad(p.attn_out_weight), grad_or_null(p.attn_out_bias), gathered_rows(dresidual, B),
+                     a.atty, weight(p.attn_out_weight), BT, attention_width_, C);
   k_.attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.attention_stats, B, T, heads_local_, kv_heads_local_, hd);
   if (sp.positions == PositionKind::rotary)
     k_.rope_backward(d.dqkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
-  k_.matmul_backward(d.dnorm, grad(p.qkv_weight), grad_or_null(p.qkv_bias), d.dqkv, a.norm_1, weight(p.qkv_weight), BT,
-                     C, qkv_width_);
-  tp_.reduce_gradient_into_region(hidden(d.dnorm, B));
-  norm_backward(dresidual, p.norm_1_weight, p.norm_1_bias, d.dnorm, layer_input(slot, l), a.norm_1_mean,
-                a.norm_1_rstd, BT);
+  k_.matmul_backward(d.dnorm, grad(p.qkv_weight), grad_or_null(p.qkv_bias), d.dqkv, gathered_rows(a.norm_1, B),
+                     weight(p.qkv_weight), BT, C, qkv_width_);
+  norm_backward(dresidual, p.norm_1_weight, p.norm_1_bias, reduce_gradient_rows(d.dnorm, B), layer_input(slot, l),
+                a.norm_1_mean, a.norm_1_rstd, N);
+}
+
+// ---- sequence parallelism's regions (model/tensor_parallel.h); identities without ----
+
+const kernels::Act* Transformer::gathered_rows(const Act* mine, int B) {
+  if (!tp_.sequence_parallel()) return mine;
+  Act* all = activations_.scratch.gathered;
+  const size_t block = static_cast<size_t>(rows(B)) * spec().d_model;
+  k_.copy_on_device(kernels::offset(all, tp_.rank() * block, act_type_), mine, k_.activation_bytes(block));
+  tp_.gather_sequence(hidden(all, B));
+  return all;
+}
+
+kernels::Act* Transformer::row_parallel_output(Act* mine) const {
+  return tp_.sequence_parallel() ? activations_.scratch.gathered : mine;
+}
+
+void Transformer::reduce_rows(Act* partial, Act* mine, int B) {
+  if (tp_.sequence_parallel()) tp_.scatter_sequence(hidden(partial, B), rows_of(mine, B));
+  else tp_.reduce_from_region(hidden(mine, B));
+}
+
+const kernels::Act* Transformer::reduce_gradient_rows(Act* partial, int B) {
+  if (!tp_.sequence_parallel()) {
+    tp_.reduce_gradient_into_region(hidden(partial, B));
+    return partial;
+  }
+  tp_.scatter_sequence(hidden(partial, B), rows_of(activations_.scratch.dnorm_rows, B));
+  return activations_.scratch.dnorm_rows;
 }
 
 }  // namespace trident

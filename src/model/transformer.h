@@ -27,9 +27,10 @@
 
 namespace trident {
 
-// The activations of one stage on one rank (layout's tp share and layers).
+// The activations of one stage on one rank (layout's tp share and layers; sequence_shards:
+// tp under sequence parallelism, else 1).
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Kernels& k);
+                                 const kernels::Kernels& k, int sequence_shards = 1);
 
 class Transformer {
  public:
@@ -116,11 +117,12 @@ class Transformer {
   bool first_stage() const { return stage_.has_embedding; }
   bool last_stage() const { return stage_.has_head; }
   // Hidden states [B, T, d] entering / leaving this stage for the micro-batch in `slot`.
-  ActivationSpan stage_input(int slot, int B) const { return hidden(activations_.slots[slot].encoded, B); }
-  ActivationSpan stage_output(int slot, int B) const { return hidden(layer_input(slot, layout_.layers()), B); }
+  // Under sequence parallelism each holds this rank's rows only.
+  ActivationSpan stage_input(int slot, int B) const { return rows_of(activations_.slots[slot].encoded, B); }
+  ActivationSpan stage_output(int slot, int B) const { return rows_of(layer_input(slot, layout_.layers()), B); }
   // Gradient buffers [B, T, d] of this stage's output (in) and input (out).
-  ActivationSpan output_gradient(int B) const { return hidden(activations_.scratch.dresidual, B); }
-  ActivationSpan input_gradient(int B) const { return hidden(activations_.scratch.dresidual, B); }
+  ActivationSpan output_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
+  ActivationSpan input_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
 
   // Activation bytes held for all slots, and of the weights' compute copy (for the memory report).
   const ActivationBytes& activation_bytes() const { return activations_.bytes(); }
@@ -139,6 +141,17 @@ class Transformer {
   float* grad_or_null(int index) const { return index < 0 ? nullptr : grad(index); }
   ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
   ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * spec().seq_len * spec().d_model); }
+  // The rows of the residual stream this rank holds: all B*T, or 1/tp of them under
+  // sequence parallelism (this rank's block).
+  int rows(int B) const { return B * spec().seq_len / (tp_.sequence_parallel() ? tp_.size() : 1); }
+  ActivationSpan rows_of(Act* x, int B) const { return span(x, static_cast<size_t>(rows(B)) * spec().d_model); }
+  // Sequence parallelism's four regions: all rows of `mine` (in the shared gathered
+  // buffer); where a row-parallel GEMM writes its partial sums; their sum into this
+  // rank's rows; the same for a gradient (returns where this rank's rows are).
+  const Act* gathered_rows(const Act* mine, int B);
+  Act* row_parallel_output(Act* mine) const;
+  void reduce_rows(Act* partial, Act* mine, int B);
+  const Act* reduce_gradient_rows(Act* partial, int B);
   void refresh_weights();
   // The full canonical tensor from this rank's piece of it (host memory), over tp.
   std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
@@ -161,7 +174,8 @@ class Transformer {
       vocab_valid_;
   bool windowed_;
   kernels::DeviceBuffer params_, grads_;
-  std::vector<size_t> grad_offset_;  // per tensor: where its gradient starts in grads_
+  std::vector<size_t> unit_storage_;  // per layout unit: where its gradients start in grads_
+  std::vector<size_t> grad_offset_;   // per tensor: where its gradient starts in grads_
   kernels::DType act_type_;
   kernels::DeviceBuffer weights_;  // the compute copy, when it is not params_ itself
   Act* weights_act_;

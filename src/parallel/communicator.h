@@ -80,6 +80,10 @@ class Communicator {
   virtual RequestPtr send_async(std::span<const float> data, int peer, int tag) = 0;
   virtual RequestPtr recv_async(std::span<float> data, int peer, int tag) = 0;
   virtual RequestPtr all_reduce_async(ActivationSpan data, ReduceOp op = ReduceOp::sum) = 0;
+  // The same two on activations (sequence parallelism): out = this rank's block of the
+  // sum of every rank's `in`; `data` filled with every rank's block, in place.
+  virtual RequestPtr reduce_scatter_async(ActivationSpan in, ActivationSpan out) = 0;
+  virtual RequestPtr all_gather_async(ActivationSpan data) = 0;
   virtual RequestPtr send_async(ActivationSpan data, int peer, int tag) = 0;
   virtual RequestPtr recv_async(ActivationSpan data, int peer, int tag) = 0;
   virtual void broadcast(std::span<float> data, int root) = 0;
@@ -102,6 +106,8 @@ class Communicator {
   void send(std::span<const float> data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
   void recv(std::span<float> data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
   void all_reduce(ActivationSpan data, ReduceOp op = ReduceOp::sum) { all_reduce_async(data, op)->wait(); }
+  void reduce_scatter(ActivationSpan in, ActivationSpan out) { reduce_scatter_async(in, out)->wait(); }
+  void all_gather(ActivationSpan data) { all_gather_async(data)->wait(); }
   void send(ActivationSpan data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
   void recv(ActivationSpan data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
   void send(std::span<const std::byte> data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }

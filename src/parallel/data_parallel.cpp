@@ -1,6 +1,7 @@
 #include "parallel/data_parallel.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "runtime/error.h"
 #include "runtime/timer.h"
@@ -61,6 +62,7 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   }
   shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
   reductions_.assign(buckets_.size(), 0);
+  armed_.assign(buckets_.size(), false);
   for (size_t u = 0; u < buckets_.size(); u++)
     if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, buckets_[u].size() / ranks);
 }
@@ -90,6 +92,7 @@ void DataParallel::start_backward(float* grads) {
   grads_ = grads;
   next_bucket_ = buckets_.size();
   pending_.clear();
+  admission_wait_s_ = 0;
   std::fill(reductions_.begin(), reductions_.end(), 0);
 }
 
@@ -107,23 +110,35 @@ void DataParallel::block_begins(size_t offset) {
   for (BlockReduction& r : in_flight_)
     if (r.window == window) finish(r);
   memory_.fill_zero(window, buckets_[u].size() * sizeof(float));
+  armed_[u] = true;
+}
+
+void DataParallel::admit(RequestPtr request) {
+  if (max_in_flight_ > 0 && pending_.size() >= max_in_flight_) {
+    Timer waiting;
+    pending_.front()->wait();  // the oldest: its temporary is freed before the next is taken
+    pending_.erase(pending_.begin());
+    admission_wait_s_ += waiting.seconds();
+  }
+  pending_.push_back(std::move(request));
 }
 
 void DataParallel::start_bucket(size_t b) {
   const FlatRange& r = buckets_[b];
   std::span<float> data(grads_ + r.begin, r.size());
   if (dp_.size() == 1) return;
-  if (stage_ == 1)
-    pending_.push_back(dp_.reduce_scatter_async(data, {shard_ + shard_offset_[b], r.size() / dp_.size()}));
-  else
-    pending_.push_back(dp_.all_reduce_async(data));
+  if (stage_ == 1) admit(dp_.reduce_scatter_async(data, {shard_ + shard_offset_[b], r.size() / dp_.size()}));
+  else admit(dp_.all_reduce_async(data));
 }
 
 void DataParallel::gradients_final_from(size_t offset) {
   if (stage_ == 2) {
     if (offset >= n_) return;
     const size_t u = unit_at(offset);
-    if (!units_.windowed[u] || buckets_[u].begin != offset) return;  // the kept units go at the end
+    // The kept units go at the end; a block once per block_begins() (backward also
+    // reports offset 0 at its end, a block's own offset on a stage without embeddings).
+    if (!units_.windowed[u] || buckets_[u].begin != offset || !armed_[u]) return;
+    armed_[u] = false;
     const float* window = units_.locate(offset);
     const size_t floats = buckets_[u].size() / dp_.size();
     BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[u], floats};
@@ -154,16 +169,16 @@ double DataParallel::finish_gradients() {
     for (BlockReduction& r : in_flight_) finish(r);
     for (size_t u = 0; u < buckets_.size(); u++)
       if (!units_.windowed[u])
-        pending_.push_back(dp_.reduce_scatter_async({units_.locate(buckets_[u].begin), buckets_[u].size()},
-                                                    {shard_ + shard_offset_[u], owned_[u].size()}));
+        admit(dp_.reduce_scatter_async({units_.locate(buckets_[u].begin), buckets_[u].size()},
+                                       {shard_ + shard_offset_[u], owned_[u].size()}));
     for (auto& p : pending_) p->wait();
     pending_.clear();
-    return waiting.seconds();
+    return waiting.seconds() + std::exchange(admission_wait_s_, 0.0);
   }
   while (next_bucket_ > 0) start_bucket(--next_bucket_);
   waiting = Timer();
   for (auto& p : pending_) p->wait();
-  const double waited = waiting.seconds();
+  const double waited = waiting.seconds() + std::exchange(admission_wait_s_, 0.0);
   pending_.clear();
   if (stage_ == 1) {
     for (size_t b = 0; b < buckets_.size(); b++)
@@ -174,8 +189,14 @@ double DataParallel::finish_gradients() {
 
 void DataParallel::gather_parameters(float* params) {
   if (stage_ == 0) return;
-  std::vector<RequestPtr> requests;
-  for (const FlatRange& b : buckets_) requests.push_back(dp_.all_gather_async({params + b.begin, b.size()}));
+  std::vector<RequestPtr> requests;  // within max_in_flight_, as the reductions
+  for (const FlatRange& b : buckets_) {
+    if (max_in_flight_ > 0 && requests.size() >= max_in_flight_) {
+      requests.front()->wait();
+      requests.erase(requests.begin());
+    }
+    requests.push_back(dp_.all_gather_async({params + b.begin, b.size()}));
+  }
   for (auto& r : requests) r->wait();
 }
 

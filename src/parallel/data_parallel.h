@@ -70,6 +70,11 @@ class DataParallel {
   // Backward's report: gradients at [offset, n) are final (ZeRO-2: the block unit at
   // `offset` is complete for this micro-batch).
   void gradients_final_from(size_t offset);
+  // At most `n` bucket reductions in flight (0: no bound): the oldest is waited for
+  // before another starts. For MPI: Open MPI's non-blocking collectives take a temporary
+  // the size of their message, so an unbounded backward held one for every bucket at once.
+  void set_max_in_flight(size_t n) { max_in_flight_ = n; }
+  size_t max_in_flight() const { return max_in_flight_; }
   // Whether gradients_final_from() wants every micro-batch's reports, not only the last's.
   bool reduces_every_micro_batch() const { return stage_ == 2; }
   // Starts what is left, waits for everything; returns the seconds spent waiting.
@@ -90,6 +95,7 @@ class DataParallel {
     size_t floats = 0;
   };
   void start_bucket(size_t b);
+  void admit(RequestPtr request);  // into pending_, within max_in_flight_
   size_t unit_at(size_t offset) const;
   void finish(BlockReduction& r);
 
@@ -104,9 +110,12 @@ class DataParallel {
   float* grads_ = nullptr;
   size_t next_bucket_ = 0;  // buckets are started from the last one down
   std::vector<RequestPtr> pending_;
+  size_t max_in_flight_ = 0;
+  double admission_wait_s_ = 0;  // waited in admit() this step
   // ZeRO-2
   GradientUnits units_;
   std::vector<int> reductions_;              // per unit, this step
+  std::vector<bool> armed_;                  // per unit: gradients written since its last reduction
   std::vector<BlockReduction> in_flight_;    // at most one per window
   std::vector<std::pair<const float*, float*>> temporaries_;  // per window
   size_t window_shard_floats_ = 0;                            // a temporary's size

@@ -163,6 +163,12 @@ RequestPtr MpiCommunicator::all_reduce_async(ActivationSpan data, ReduceOp op) {
   return all_reduce_async(host_floats(data), op);
 }
 
+RequestPtr MpiCommunicator::reduce_scatter_async(ActivationSpan in, ActivationSpan out) {
+  return reduce_scatter_async(std::span<const float>(host_floats(in)), host_floats(out));
+}
+
+RequestPtr MpiCommunicator::all_gather_async(ActivationSpan data) { return all_gather_async(host_floats(data)); }
+
 RequestPtr MpiCommunicator::send_async(ActivationSpan data, int peer, int tag) {
   return send_async(std::span<const float>(host_floats(data)), peer, tag);
 }

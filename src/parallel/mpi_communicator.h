@@ -31,6 +31,8 @@ class MpiCommunicator final : public Communicator {
   RequestPtr recv_async(std::span<float> data, int peer, int tag) override;
   // Host activations are float (the CPU backend stores bf16-emulated values in floats).
   RequestPtr all_reduce_async(ActivationSpan data, ReduceOp op) override;
+  RequestPtr reduce_scatter_async(ActivationSpan in, ActivationSpan out) override;
+  RequestPtr all_gather_async(ActivationSpan data) override;
   RequestPtr send_async(ActivationSpan data, int peer, int tag) override;
   RequestPtr recv_async(ActivationSpan data, int peer, int tag) override;
   void broadcast(std::span<float> data, int root) override;

@@ -136,6 +136,27 @@ class NcclCommunicator final : public Communicator {
                              collectives_.stream));
     return finished_staged(CommOp::all_gather, data.size(), data.data(), device, data.size_bytes());
   }
+  RequestPtr reduce_scatter_async(ActivationSpan in, ActivationSpan out) override {
+    check(in.count == out.count * size() && in.type == out.type,
+          "reduce_scatter: input must hold size() blocks of the output's size and type");
+    check(!on_host(in.data) && !on_host(out.data), "NCCL reduce_scatter needs device buffers");
+    stats_.add(CommOp::reduce_scatter, in.bytes());
+    after_compute(collectives_);
+    NCCL_CHECK(ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.type), ncclSum, collectives_.comm,
+                                 collectives_.stream));
+    return finished(collectives_, CommOp::reduce_scatter, in.count);
+  }
+  RequestPtr all_gather_async(ActivationSpan data) override {
+    check(data.count % size() == 0, "all_gather: buffer must hold size() equal blocks");
+    check(!on_host(data.data), "NCCL all_gather of activations needs device buffers");
+    stats_.add(CommOp::all_gather, data.bytes());
+    const size_t block = data.count / size();
+    char* base = reinterpret_cast<char*>(data.data);
+    after_compute(collectives_);
+    NCCL_CHECK(ncclAllGather(base + rank() * block * kernels::dtype_bytes(data.type), base, block,
+                             nccl_type(data.type), collectives_.comm, collectives_.stream));
+    return finished(collectives_, CommOp::all_gather, data.count);
+  }
   RequestPtr send_async(std::span<const float> data, int peer, int tag) override {
     return send(data.data(), data.size(), data.size_bytes(), ncclFloat32, peer, tag);
   }

@@ -10,6 +10,7 @@
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
 #include "pipeline/schedule.h"
+#include "train/setup.h"
 
 namespace trident {
 
@@ -104,7 +105,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   const int micro_batches = config.train.global_batch / d.dp / micro_batch;
   const int slots = max_in_flight(parse_schedule(config.parallel.schedule), coords.pp, d.pp, micro_batches);
   const ActivationShape shape =
-      activation_shape(layout, micro_batch, slots, parse_recompute(config.train.recompute), k);
+      activation_shape(layout, micro_batch, slots, parse_recompute(config.train.recompute), k,
+                       config.parallel.sequence_parallel && d.tp > 1 ? d.tp : 1);
   const ActivationBytes a = ActivationArena::measure(shape);
   std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", slots,
                 static_cast<double>(a.per_slot) / (1 << 20), micro_batch, config.train.recompute.c_str());
@@ -117,22 +119,47 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       k.workspace_bytes(micro_batch * spec.seq_len, spec.d_model, widest, micro_batch, spec.seq_len,
                         spec.n_head / d.tp));
 
-  // Communication: MPI's non-blocking reductions (Open MPI's libnbc) take a temporary
-  // about the size of the message (measured: one largest message per reduction in
-  // flight; ZeRO-2 has two block windows in flight); NCCL keeps buffers of its own per
-  // communicator (NCCL_BUFFSIZE 4 MiB per channel and direction; 64 MiB assumed).
+  // Communication: Open MPI's non-blocking reductions (libnbc, 4.1) take temporaries:
+  // an all-reduce one of its message's size, a reduce-scatter one (2 ranks) or two (more),
+  // an in-place all-gather none (measured, benchmarks/RESULTS.md); at most
+  // kMpiReductionsInFlight gradient buckets are in flight (ZeRO-2: the two block windows,
+  // or the kept units at the end). NCCL keeps buffers of its own per communicator
+  // (NCCL_BUFFSIZE 4 MiB per channel and direction; 64 MiB assumed).
   if (k.host_memory()) {
-    size_t largest = 0;
-    if (d.dp > 1)
-      for (const FlatRange& b : zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp))
-        largest = std::max(largest, b.size() * f32 * (zero == 2 ? std::min(layout.layers(), 2) : 1));
-    if (d.tp > 1) largest = std::max(largest, k.activation_bytes(static_cast<size_t>(micro_batch) * spec.seq_len * spec.d_model));
-    add("communication", "estimate: MPI's temporaries for the reductions in flight", largest);
+    const auto largest_sum = [](std::vector<size_t> sizes, size_t count) {
+      std::sort(sizes.rbegin(), sizes.rend());
+      size_t sum = 0;
+      for (size_t i = 0; i < std::min(count, sizes.size()); i++) sum += sizes[i];
+      return sum;
+    };
+    size_t in_flight = 0;
+    if (d.dp > 1) {
+      std::vector<size_t> windows, kept, buckets;
+      for (size_t u = 0; u < layout.units().size(); u++) {
+        bool block = false;
+        for (int l = 0; l < layout.layers(); l++) block = block || layout.block_unit(l) == static_cast<int>(u);
+        (block ? windows : kept).push_back(layout.units()[u].size() * f32);
+      }
+      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp))
+        buckets.push_back(b.size() * f32);
+      in_flight = zero == 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
+                            : largest_sum(buckets, kMpiReductionsInFlight);
+      if (zero > 0 && d.dp > 2) in_flight *= 2;  // reduce-scatters
+    }
+    const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * spec.seq_len * spec.d_model);
+    const bool scatters = config.parallel.sequence_parallel && d.tp > 2;
+    if (d.tp > 1) in_flight = std::max(in_flight, activations_all_rows * (scatters ? 2 : 1));
+    add("communication", "estimate: MPI's temporaries for the reductions in flight", in_flight);
   } else {
     const int groups = (d.tp > 1) + (d.dp > 1) + (d.pp > 1) + (d.pp > 1 && spec.tied_head);
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator", static_cast<size_t>(groups) * (64u << 20));
   }
 
+  if (!k.host_memory()) {  // initialization writes each tensor's shard through one host buffer
+    size_t largest = 0;
+    for (const ParameterTensor& t : layout.tensors()) largest = std::max(largest, t.stored);
+    add("init staging", "host copy of the largest shard", largest * f32, true);
+  }
   if (!config.checkpoint.dir.empty()) {
     add("checkpoint staging", "host copy of parameters and moments", Checkpointer::staging_bytes(layout), true);
     add("checkpoint pieces", coords.dp == 0 ? "handed to the node leader" : "none: dp rank 0 writes",

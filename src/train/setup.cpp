@@ -2,6 +2,7 @@
 
 #include "model/transformer_spec.h"
 #include "pipeline/schedule.h"
+#include "runtime/error.h"
 
 namespace trident {
 
@@ -11,6 +12,10 @@ void resolve_for_world(Config& config, int world_size) {
   stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers);
   config.resolve_layout(world_size);
   check_tensor_parallel(spec, config.parallel.tp);
+  const ParallelConfig& p = config.parallel;
+  require(!p.sequence_parallel || config.model.seq_len % p.tp == 0,
+          "parallel.sequence_parallel: model.seq_len (" + std::to_string(config.model.seq_len) +
+              ") must be a multiple of parallel.tp (" + std::to_string(p.tp) + "): each rank holds its share of the rows");
 }
 
 std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel) {
@@ -43,13 +48,16 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
     : local_batch(config.train.global_batch / parallel.dims().dp),
       plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
       shared_heads(shared_head_group(config.model, parallel)),
-      model(config.model, config.train.micro_batch, k, TensorParallel(parallel.tp(), shared_heads.get()),
+      model(config.model, config.train.micro_batch, k,
+            TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
             parallel.dims().dp, plan.stage, plan.slots, parse_recompute(config.train.recompute),
             zero_stage(config, parallel.dims()) == 2),
       data_parallel(make_data_parallel(config, parallel, k, model)),
       optimizer(model.layout(),
                 {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,
                 data_parallel.owned()),
-      runner(model, optimizer, data_parallel, parallel.dp(), k, plan.links) {}
+      runner(model, optimizer, data_parallel, parallel.dp(), k, plan.links) {
+  if (k.host_memory()) data_parallel.set_max_in_flight(kMpiReductionsInFlight);
+}
 
 }  // namespace trident

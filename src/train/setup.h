@@ -26,6 +26,10 @@ void resolve_for_world(Config& config, int world_size);
 // key/value heads), for TensorParallel; null when no rank shares one. Collective.
 std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel);
 
+// Gradient-bucket reductions in flight at once on the CPU backend (MPI): each holds a
+// temporary of its size in Open MPI (DataParallel::set_max_in_flight).
+constexpr size_t kMpiReductionsInFlight = 2;
+
 // The ZeRO stage that applies: parallel.zero, or 0 with one dp rank (nothing to shard).
 int zero_stage(const Config& config, const ParallelDims& dims);
 

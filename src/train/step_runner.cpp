@@ -129,14 +129,17 @@ void StepRunner::sync_tied_embedding() {
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced
-// gradients this rank holds: the same ranges on every rank of a tp group.
+// gradients this rank holds (the same ranges on every rank of a tp group): the shared
+// key/value heads' parts, and under sequence parallelism the norms' (each rank saw its rows).
 void StepRunner::sum_shared_head_gradients() {
   std::vector<RequestPtr> sums;
   for (const FlatRange& r : data_parallel_.owned())
     for (const ParameterTensor& t : model_.layout().tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (t.partial_gradient && begin < end)
-        sums.push_back(model_.tensor_parallel().sum_shared_head_gradients({data_parallel_.gradient_at(begin), end - begin}));
+      if (begin >= end) continue;
+      TensorParallel& tp = model_.tensor_parallel();
+      if (t.partial_gradient) sums.push_back(tp.sum_shared_head_gradients({data_parallel_.gradient_at(begin), end - begin}));
+      if (t.norm) sums.push_back(tp.sum_sequence_partial_gradients({data_parallel_.gradient_at(begin), end - begin}));
     }
   for (RequestPtr& s : sums) finish(s);
 }

@@ -183,6 +183,46 @@ TEST_P(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
   }
 }
 
+// Sequence parallelism: each all-reduce becomes an all-gather plus a reduce-scatter, and
+// backward gathers the norms' outputs again (they are kept as this rank's rows only).
+TEST_P(TensorParallelTest, SequenceParallelBytesMatchTheFormulaAndActivationsShrink) {
+  ModelConfig mc = small_model(GetParam());
+  mc.seq_len = 12;  // a multiple of 2, 3 and 4 ranks
+  const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
+  Transformer model(mc, B, *k_, TensorParallel(parallel_->tp(), shared_heads_.get(), /*sequence_parallel=*/true));
+  model.init_parameters(1);
+  DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
+  AdamW opt(model.layout(), {}, *k_, dp.owned());
+  StepRunner runner(model, opt, dp, parallel_->dp(), *k_);
+  const Batch batch = random_batch(B * micro_steps, T, mc.vocab_size, 2);
+  parallel_->tp().reset_stats();
+  runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B * micro_steps, B * micro_steps);
+  runner.update(1e-3, 1.0);
+  const CommStats& s = parallel_->tp().stats();
+  if (world_size() == 1) {
+    EXPECT_EQ(s.total_bytes(), 0u);
+    return;
+  }
+  // Per micro-batch, buffers of B*T*d floats: per block 2 gathers and 2 reduce-scatters
+  // forward, 4 gathers (the output gradient twice, the norms' outputs) and 2
+  // reduce-scatters backward; the embedding 1 reduce-scatter forward, 1 gather backward;
+  // the head's input 1 gather forward, 1 gather and 1 reduce-scatter backward. The loss's
+  // all-reduces as without; per step the norms' gains and biases (each rank saw its rows)
+  // and the gradient norm.
+  const uint64_t BTd = static_cast<uint64_t>(B) * T * d * sizeof(float);
+  EXPECT_EQ(s.bytes[static_cast<int>(CommOp::all_gather)], micro_steps * (6 * L + 3) * BTd);
+  EXPECT_EQ(s.bytes[static_cast<int>(CommOp::reduce_scatter)], micro_steps * (4 * L + 2) * BTd);
+  uint64_t norm_bytes = 0, norm_tensors = 0;
+  for (const ParameterTensor& t : model.layout().tensors())
+    if (t.norm) norm_bytes += t.stored * sizeof(float), norm_tensors++;
+  const uint64_t loss_bytes = 3 * static_cast<uint64_t>(B) * T * sizeof(float);
+  EXPECT_EQ(s.bytes[static_cast<int>(CommOp::all_reduce)], micro_steps * loss_bytes + norm_bytes + sizeof(double));
+  EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], micro_steps * 2 + norm_tensors + 1);
+  // The residual stream's rows are split: fewer activation bytes than without.
+  Transformer whole_rows(mc, B, *k_, tp());
+  EXPECT_LT(model.activation_bytes().per_slot, whole_rows.activation_bytes().per_slot);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, TensorParallelTest,
                          testing::Values(Family::gpt2, Family::llama_gqa, Family::llama_mqa), [](const auto& info) {
                            return std::string(info.param == Family::gpt2        ? "gpt2"

@@ -94,6 +94,12 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
        "--model.n_kv_head=2 --model.d_model=96 --model.ffn_dim=96", "do not fit"},  // 2 kv heads over 3 ranks
       {"train --model.family=mamba", "model.family must be gpt2 or llama"},
       {"verify --reference tests/data/llama_ref_a.h5 --parallel.tp=3", "parallel.tp (3) must divide model.n_head (4)"},
+      // Issue 16's settings that cannot work.
+      {"train --parallel.sequence_parallel=true", "parallel.sequence_parallel needs parallel.tp > 1"},
+      {"train --parallel.tp=3 --model.n_head=6 --model.d_model=96 --model.seq_len=64 --parallel.sequence_parallel=true "
+       "--train.global_batch=15", "model.seq_len (64) must be a multiple of parallel.tp (3)"},
+      {"train --train.recompute=some", "train.recompute must be none, selective or full"},
+      {"train --parallel.zero=3", "parallel.zero must be 0, 1"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun r = run(args, mpirun3, 60);
@@ -159,6 +165,20 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, la, "--parallel.tp=2 --parallel.zero=2 --train.micro_batch=1 --train.recompute=full", "dp groups: {0,2} {1,3}"},
       {6, lh6, "--parallel.tp=3 --parallel.zero=2 --train.micro_batch=1 --train.precision=bf16", "dp groups: {0,3} {1,4} {2,5}"},
       {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=2", "dp groups: {0,2} {1,3}"},
+      // Stages without an embedding: Llama's last (untied head), GPT-2's middle ones.
+      {4, la, "--parallel.pp=2 --parallel.zero=2 --train.micro_batch=1", "pp groups: {0,2} {1,3}"},
+      {8, a, "--parallel.pp=4 --parallel.zero=2 --train.micro_batch=1", "pp groups: {0,2,4,6} {1,3,5,7}"},
+      // Sequence parallelism: both families, shared key/value heads (tp 4 over 2), the grid with
+      // ZeRO-2 and recomputation, bf16, multi-query.
+      {2, a, "--parallel.tp=2 --parallel.sequence_parallel=true", "tp groups: {0,1}"},
+      {4, la, "--parallel.tp=4 --parallel.sequence_parallel=true", "tp groups: {0,1,2,3}"},
+      {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --parallel.zero=2 --train.recompute=full "
+             "--parallel.sequence_parallel=true", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {4, la, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.recompute=selective "
+              "--parallel.sequence_parallel=true", "pp groups: {0,2} {1,3}"},
+      {2, a, "--parallel.tp=2 --train.precision=bf16 --parallel.sequence_parallel=true", "tp groups: {0,1}"},
+      {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.sequence_parallel=true",
+       "dp groups: {0,2} {1,3}"},
       // Activation recomputation, alone and in the grid, both families.
       {1, a, "--train.recompute=full --train.micro_batch=2", "dp groups: {0}"},
       {2, a, "--parallel.tp=2 --train.recompute=selective --train.precision=bf16", "tp groups: {0,1}"},
@@ -197,6 +217,7 @@ TEST(Cli, MemoryTakenIsWithinFivePercentOfThePlan) {
       {"--parallel.zero=1 --checkpoint.every_steps=2 --checkpoint.dir=" + testing::TempDir() + "memory_ckpt", np2},
       {"--parallel.tp=2 --train.precision=bf16", np2},
       {"--parallel.zero=2 --train.micro_batch=4", np2},
+      {"--parallel.tp=2 --parallel.sequence_parallel=true", np2},
   };
   std::filesystem::remove_all(testing::TempDir() + "memory_ckpt");  // a fresh start, not a resume
   const std::regex taken_re("memory: rank 0 planned ([0-9.]+) MiB, took ([0-9.]+) MiB");
