@@ -397,8 +397,8 @@ void Checkpointer::collect_at_node_leader() {
   host_params_.resize(n);
   parameters_.memory->copy_to_host(host_params_.data(), parameters_.values, n * sizeof(float));
   optimizer_.export_moments(host_m_, host_v_, n);
-  data_parallel_.gather_parameters(host_m_.data());
-  data_parallel_.gather_parameters(host_v_.data());
+  data_parallel_.gather_host_buffer(host_m_.data());
+  data_parallel_.gather_host_buffer(host_v_.data());
   const float* sources[] = {host_params_.data(), host_m_.data(), host_v_.data()};
   const std::vector<Piece> pieces = rank_pieces(layout, parallel_.coords().dp == 0, sources);
   // 2. Hand them to the node leader, in messages below 1 GiB. The buffers keep their

@@ -179,6 +179,10 @@ int main(int argc, char** argv) {
     require(command == "train" || command == "verify",
             command.empty() ? std::string("no command given") : "unknown command '" + command + "'");
     return run_command(command, {args.begin() + 1, args.end()}, world);
+  } catch (const DivergedError& e) {
+    // Every rank saw the same loss and norm and stopped at the same step.
+    if (world.is_root()) std::fprintf(stderr, "trident: diverged: %s\n", e.what());
+    return kExitDiverged;
   } catch (const AgreedUsageError& e) {
     // Every rank raised it together: rank 0 says it once, all exit 2.
     if (world.is_root()) std::fprintf(stderr, "trident: error: %s\n", e.what());
@@ -198,6 +202,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trident: error: rank %d: %s\n", world.rank(), e.what());
     if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, kExitUsage);
     return kExitUsage;
+  } catch (const InfrastructureError& e) {
+    std::fprintf(stderr, "trident: rank %d: infrastructure error (exit 3, a retry may succeed): %s\n", world.rank(),
+                 e.what());
+    MPI_Abort(MPI_COMM_WORLD, kExitInfrastructure);
+    return kExitInfrastructure;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trident: rank %d: internal error: %s\n", world.rank(), e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);

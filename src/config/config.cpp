@@ -1,7 +1,5 @@
 #include "config/config.h"
 
-#include "model/activations.h"
-
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <filesystem>
@@ -73,8 +71,11 @@ po::options_description config_options(Config& c) {
        "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too")
       ("parallel.sequence_parallel", with_default(&p.sequence_parallel),
        "split the norm and residual regions along the sequence over tp (needs tp > 1)")
+      ("parallel.shard_size", with_default(&p.shard_size),
+       "hybrid sharding: ZeRO's states sharded over groups of N dp ranks (a node), replicated across them "
+       "(0: over all of dp)")
       ("parallel.bucket_mb", with_default(&p.bucket_mb), "gradient bucket size (MiB)")
-      ("parallel.overlap", with_default(&p.overlap), "reduce gradient buckets during backward")
+      ("parallel.overlap", with_default(&p.overlap), "reduce gradient buckets during backward (ZeRO-2 always does)")
       ("parallel.ranks_per_node", with_default(&p.ranks_per_node), "ranks per node (0: from MPI)")
       ("parallel.timeout_s", with_default(&p.timeout_s), "bound on every blocking wait (s)")
       ("train.steps", with_default(&t.steps), "optimizer steps")
@@ -92,6 +93,10 @@ po::options_description config_options(Config& c) {
       ("train.device", with_default(&t.device), "cpu or cuda")
       ("train.precision", with_default(&t.precision),
        "fp32, bf16 (bf16 compute, fp32 master weights; emulated on cpu) or auto (bf16 on cuda)")
+      ("train.max_bad_steps", with_default(&t.max_bad_steps),
+       "steps in a row with a non-finite loss or gradient norm (each skipped) before going back to the last "
+       "checkpoint once; a second streak ends the run with exit 4")
+      ("train.spike_factor", with_default(&t.spike_factor), "report a loss above this times its running mean (0: never)")
       ("train.recompute", with_default(&t.recompute),
        "activations recomputed in backward: none, selective (attention's core) or full (each layer)")
       ("data.path", with_default(&d.path),
@@ -156,6 +161,10 @@ void Config::validate() const {
           "parallel.zero must be 0, 1 (optimizer state sharded) or 2 (and gradients), got " +
               std::to_string(parallel.zero));
   positive(parallel.bucket_mb, "parallel.bucket_mb");
+  require(parallel.shard_size == 0 || parallel.shard_size >= 2,
+          "parallel.shard_size must be 0 (shard over all of dp) or at least 2, got " + std::to_string(parallel.shard_size));
+  require(parallel.shard_size == 0 || parallel.zero >= 1,
+          "parallel.shard_size needs parallel.zero = 1 or 2 (there is nothing to shard without ZeRO)");
   require(!parallel.sequence_parallel || parallel.tp > 1,
           "parallel.sequence_parallel needs parallel.tp > 1 (it splits tensor parallelism's replicated regions)");
 
@@ -164,6 +173,8 @@ void Config::validate() const {
   positive(train.global_batch, "train.global_batch");
   require(train.micro_batch >= 0, "train.micro_batch must be >= 0 (0: global_batch / dp)");
   parse_recompute(train.recompute);
+  positive(train.max_bad_steps, "train.max_bad_steps");
+  require(train.spike_factor >= 0, "train.spike_factor must be >= 0 (0: no spike reports)");
   require(train.lr >= 0, "train.lr must be >= 0, got " + std::to_string(train.lr));
   require(train.min_lr >= 0 && train.min_lr <= train.lr,
           "train.min_lr must lie in [0, train.lr], got " + std::to_string(train.min_lr));

@@ -48,6 +48,7 @@ struct ParallelConfig {
   std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
   std::string schedule = "1f1b";  // pipeline schedule: 1f1b or gpipe
   int zero = 0;             // 1: optimizer state sharded over dp (ZeRO-1); 2: gradients too (ZeRO-2)
+  int shard_size = 0;       // ZeRO over groups of this many dp ranks, replicated across them; 0: all of dp
   bool sequence_parallel = false;  // Megatron's sequence parallelism (needs tp > 1)
   double bucket_mb = 25;    // size of the gradient buckets reduced during backward
   bool overlap = true;      // start a bucket's reduction as soon as its gradients are final
@@ -71,6 +72,8 @@ struct TrainConfig {
   std::string device = "cpu";       // cpu | cuda
   std::string precision = "auto";   // fp32 | bf16 (fp32 master weights) | auto: bf16 on cuda, fp32 on cpu
   std::string recompute = "none";   // none | selective (attention's core) | full (each layer in backward)
+  int max_bad_steps = 5;            // non-finite steps in a row before going back to the last checkpoint
+  double spike_factor = 3.0;        // report a loss above this times its running mean; 0: never
 
   int accumulation_steps(int dp) const { return global_batch / dp / micro_batch; }
   // precision with "auto" resolved for the device

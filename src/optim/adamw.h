@@ -63,6 +63,7 @@ double clip_coefficient(double norm, double grad_clip);
 struct GradientNorm {
   double norm = 0.0;
   double clip_coefficient = 1.0;
+  bool skipped = false;  // non-finite loss or norm: no update was applied
 };
 // Global L2 norm of all n gradients of one rank, and the clip coefficient.
 GradientNorm clip_gradients(kernels::Kernels& k, const float* grads, size_t n, double grad_clip);

@@ -1,6 +1,8 @@
 #include "parallel/data_parallel.h"
 
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <utility>
 
 #include "runtime/error.h"
@@ -30,8 +32,10 @@ std::vector<FlatRange> DataParallel::sharded_ranges(const std::vector<FlatRange>
 }
 
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
-                           bool overlap)
-    : dp_(dp), stage_(zero && dp.size() > 1 ? 1 : 0), overlap_(overlap), n_(n), memory_(memory) {
+                           bool overlap, Communicator* replica)
+    : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr),
+      stage_(zero && dp.size() > 1 ? 1 : 0), overlap_(overlap), n_(n), memory_(memory) {
+  check(replica_ == nullptr || stage_ == 1, "hybrid sharding needs ZeRO over a shard group of 2 or more ranks");
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
   buckets_ = bucket_ranges(n, bucket_mb, ranks);
@@ -40,31 +44,31 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
     owned_ = {{0, n}};
     return;
   }
-  owned_ = sharded_ranges(buckets_, ranks, dp.rank());
-  size_t shard_floats = 0;
-  for (const FlatRange& r : owned_) {
-    shard_offset_.push_back(shard_floats);
-    shard_floats += r.size();
-  }
-  shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
+  shard_buckets();
 }
 
-DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units)
-    : dp_(dp), stage_(2), n_(n), buckets_(units.units), memory_(memory), units_(std::move(units)) {
+DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
+                           Communicator* replica)
+    : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr), stage_(2), n_(n),
+      buckets_(units.units), memory_(memory), units_(std::move(units)) {
   const size_t ranks = dp.size();
   check(ranks > 1, "ZeRO-2 needs dp > 1");
   for (const FlatRange& u : buckets_) check(u.size() % ranks == 0, "ZeRO-2: a unit must be a multiple of dp");
-  owned_ = sharded_ranges(buckets_, ranks, dp.rank());
-  size_t shard_floats = 0;
-  for (const FlatRange& r : owned_) {
-    shard_offset_.push_back(shard_floats);
-    shard_floats += r.size();
-  }
-  shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
+  shard_buckets();
   reductions_.assign(buckets_.size(), 0);
   armed_.assign(buckets_.size(), false);
   for (size_t u = 0; u < buckets_.size(); u++)
     if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, buckets_[u].size() / ranks);
+}
+
+void DataParallel::shard_buckets() {
+  owned_ = sharded_ranges(buckets_, dp_.size(), dp_.rank());
+  size_t shard_floats = 0;
+  for (const FlatRange& r : owned_) {
+    shard_offset_.push_back(shard_floats);
+    shard_floats += r.size();
+  }
+  shard_ = static_cast<float*>(memory_.alloc(shard_floats * sizeof(float)));
 }
 
 DataParallel::~DataParallel() {
@@ -72,6 +76,50 @@ DataParallel::~DataParallel() {
   for (BlockReduction& r : in_flight_) r.request.reset();
   for (auto& [window, temporary] : temporaries_) memory_.free(temporary);
   if (shard_ != nullptr) memory_.free(shard_);
+}
+
+// Hybrid sharding's two steps: a reduce-scatter within the shard group, then the
+// all-reduce of its block over the replicas. The second steps must start in the same
+// order on every rank (the replicas pair them by order), so they start strictly in the
+// order the chains were made, the same program order everywhere, never as each rank's
+// timing happens to complete the first steps.
+class DataParallel::ReplicaChain final : public Request {
+ public:
+  ReplicaChain(RequestPtr first, std::function<RequestPtr()> then, std::deque<ReplicaChain*>& order)
+      : first_(std::move(first)), then_(std::move(then)), order_(order) {
+    order_.push_back(this);
+  }
+  bool test() override {
+    // Promote from the front while the front's first step is done.
+    while (!order_.empty() && order_.front()->first_->test()) order_.front()->start_second();
+    return second_ && second_->test();
+  }
+  void wait() override {
+    while (!second_) order_.front()->start_second(true);  // everything made before this one first
+    second_->wait();
+  }
+  ~ReplicaChain() override {
+    if (!second_) wait();  // a started chain always finishes, in order
+  }
+
+ private:
+  void start_second(bool wait_first = false) {
+    if (wait_first) first_->wait();
+    second_ = then_();
+    order_.pop_front();  // this chain is the front
+  }
+  RequestPtr first_;
+  std::function<RequestPtr()> then_;
+  std::deque<ReplicaChain*>& order_;
+  RequestPtr second_;
+};
+
+RequestPtr DataParallel::reduce_to_shard(std::span<const float> in, std::span<float> out) {
+  RequestPtr scatter = dp_.reduce_scatter_async(in, out);
+  if (replica_ == nullptr) return scatter;
+  Communicator* replica = replica_;
+  return std::make_unique<ReplicaChain>(std::move(scatter), [replica, out] { return replica->all_reduce_async(out); },
+                                        replica_order_);
 }
 
 size_t DataParallel::unit_at(size_t offset) const {
@@ -127,7 +175,7 @@ void DataParallel::start_bucket(size_t b) {
   const FlatRange& r = buckets_[b];
   std::span<float> data(grads_ + r.begin, r.size());
   if (dp_.size() == 1) return;
-  if (stage_ == 1) admit(dp_.reduce_scatter_async(data, {shard_ + shard_offset_[b], r.size() / dp_.size()}));
+  if (stage_ == 1) admit(reduce_to_shard(data, {shard_ + shard_offset_[b], r.size() / dp_.size()}));
   else admit(dp_.all_reduce_async(data));
 }
 
@@ -149,7 +197,7 @@ void DataParallel::gradients_final_from(size_t offset) {
                                 {window, static_cast<float*>(memory_.alloc(window_shard_floats_ * sizeof(float)))});
       r.temporary = t->second;
     }
-    r.request = dp_.reduce_scatter_async({window, buckets_[u].size()}, {r.temporary ? r.temporary : r.shard, floats});
+    r.request = reduce_to_shard({window, buckets_[u].size()}, {r.temporary ? r.temporary : r.shard, floats});
     auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });
     if (slot == in_flight_.end()) in_flight_.push_back(std::move(r));
     else *slot = std::move(r);  // block_begins() finished the one before
@@ -169,8 +217,8 @@ double DataParallel::finish_gradients() {
     for (BlockReduction& r : in_flight_) finish(r);
     for (size_t u = 0; u < buckets_.size(); u++)
       if (!units_.windowed[u])
-        admit(dp_.reduce_scatter_async({units_.locate(buckets_[u].begin), buckets_[u].size()},
-                                       {shard_ + shard_offset_[u], owned_[u].size()}));
+        admit(reduce_to_shard({units_.locate(buckets_[u].begin), buckets_[u].size()},
+                              {shard_ + shard_offset_[u], owned_[u].size()}));
     for (auto& p : pending_) p->wait();
     pending_.clear();
     return waiting.seconds() + std::exchange(admission_wait_s_, 0.0);
@@ -198,6 +246,11 @@ void DataParallel::gather_parameters(float* params) {
     requests.push_back(dp_.all_gather_async({params + b.begin, b.size()}));
   }
   for (auto& r : requests) r->wait();
+}
+
+void DataParallel::gather_host_buffer(float* host) {
+  if (stage_ == 0) return;
+  for (const FlatRange& b : buckets_) dp_.all_gather(std::span<float>(host + b.begin, b.size()));
 }
 
 std::vector<float> DataParallel::gathered_gradients() {

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -26,6 +27,13 @@
 #include "runtime/flat_range.h"
 
 namespace trident {
+
+// Hybrid sharding (FSDP's HYBRID_SHARD, MiCS): with `replica` given, the communicator
+// passed as dp is a shard group (parallel.shard_size consecutive dp ranks, one node) and
+// the states are sharded within it and replicated across the groups: each bucket is
+// reduce-scattered within the group, then its block all-reduced over `replica` (the
+// ranks holding the same block in the other groups); parameters are gathered within the
+// group only.
 
 // ZeRO-2's view of the model's gradients.
 struct GradientUnits {
@@ -40,9 +48,11 @@ class DataParallel {
   // there too). n: floats in the gradient buffer, a multiple of dp's size. overlap =
   // false starts every bucket only when backward is complete (for measuring what
   // overlap buys).
-  DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero, bool overlap = true);
+  DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero, bool overlap = true,
+               Communicator* replica = nullptr);
   // ZeRO-2 over the units of a layout of n floats (each unit a multiple of dp).
-  DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units);
+  DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
+               Communicator* replica = nullptr);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -55,6 +65,9 @@ class DataParallel {
   // 0, 1 or 2 (0 and 1 with one rank: nothing to shard).
   int zero_stage() const { return stage_; }
   bool zero() const { return stage_ > 0; }
+  // The ranks the states are sharded over (dp, or the shard group when hybrid): what a
+  // sum over this rank's owned ranges must be reduced over to cover the model once.
+  Communicator& shard_group() const { return dp_; }
   const std::vector<FlatRange>& buckets() const { return buckets_; }
   // The ranges whose reduced gradients this rank holds after finish_gradients() and
   // whose parameters it updates: everything, or with ZeRO its block of each bucket.
@@ -81,6 +94,9 @@ class DataParallel {
   double finish_gradients();
   // ZeRO: brings every rank's updated blocks into all ranks' parameters.
   void gather_parameters(float* params);
+  // The same on a buffer of the layout in host memory (the checkpoint's moments), one
+  // bucket at a time (a NCCL communicator stages one host buffer at a time).
+  void gather_host_buffer(float* host);
   // The full reduced gradients, in host memory, on every rank (only `verify` needs them).
   std::vector<float> gathered_gradients();
 
@@ -94,12 +110,20 @@ class DataParallel {
     float* shard = nullptr;
     size_t floats = 0;
   };
+  class ReplicaChain;
+  // ZeRO: owned_ = this rank's block of every bucket, and the shard that holds them.
+  void shard_buckets();
   void start_bucket(size_t b);
+  // A sum of `in` over dp into this rank's block `out`: reduce-scatter over the shard
+  // group, then (hybrid) all-reduce of the block over the replicas.
+  RequestPtr reduce_to_shard(std::span<const float> in, std::span<float> out);
   void admit(RequestPtr request);  // into pending_, within max_in_flight_
   size_t unit_at(size_t offset) const;
   void finish(BlockReduction& r);
 
   Communicator& dp_;
+  Communicator* replica_ = nullptr;
+  std::deque<ReplicaChain*> replica_order_;  // hybrid: chains whose all-reduce has not started, in order
   int stage_ = 0;
   bool overlap_ = true;
   size_t n_ = 0;

@@ -30,7 +30,7 @@ void check_mpi(int code, const char* what) {
   char message[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, message, &length);
-  fail(std::string(what) + ": " + std::string(message, length));
+  throw InfrastructureError(std::string(what) + ": " + std::string(message, length));
 }
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "parallel/communicator.h"
+#include "runtime/error.h"
 
 namespace trident {
 
@@ -52,7 +53,7 @@ class MpiCommunicator final : public Communicator {
 };
 
 // Exit code of a job aborted by the watchdog.
-inline constexpr int kExitTimeout = 3;
+inline constexpr int kExitTimeout = kExitInfrastructure;
 
 // The wait of every backend: polls `done` (which makes progress) until it returns true.
 // Past the watchdog's bound it names the operation, the group, this rank and the step on

@@ -28,7 +28,13 @@ namespace trident {
 
 namespace {
 
-#define NCCL_CHECK(call) TRIDENT_CHECK_STATUS("NCCL", call, ncclSuccess, ncclGetErrorString)
+// A failed NCCL call is the network's or a peer's (exit 3), not trident's own.
+#define NCCL_CHECK(call)                                                                          \
+  do {                                                                                            \
+    const ncclResult_t trident_nccl_ = (call);                                                    \
+    if (trident_nccl_ != ncclSuccess)                                                             \
+      throw ::trident::InfrastructureError(std::string("NCCL: ") + ncclGetErrorString(trident_nccl_) + " in " + #call); \
+  } while (0)
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
 ncclDataType_t nccl_type(kernels::DType type) { return type == kernels::DType::f32 ? ncclFloat32 : ncclBfloat16; }

@@ -73,6 +73,13 @@ std::unique_ptr<Communicator> ParallelState::split_tp(int size, const std::strin
   return make_group(split(dims_.rank_of(first), coords_.tp), name);
 }
 
+std::unique_ptr<Communicator> ParallelState::split_dp(int size, bool consecutive, const std::string& name) {
+  check(size > 0 && dims_.dp % size == 0, "split_dp: the block size must divide dp");
+  RankCoords first = coords_;
+  first.dp = consecutive ? coords_.dp / size * size : coords_.dp % size;
+  return make_group(split(dims_.rank_of(first), coords_.dp), name);
+}
+
 std::string ParallelState::describe() const {
   std::ostringstream s;
   s << dims_.describe() << "\n  nodes: " << nodes_ << " (" << node_->size() << " ranks on rank 0's node)";

@@ -38,6 +38,10 @@ class ParallelState {
   // Consecutive blocks of `size` ranks of this rank's tp group, as a group of their own
   // (e.g. the ranks that hold the same key/value head). Collective over the world.
   std::unique_ptr<Communicator> split_tp(int size, const std::string& name);
+  // Hybrid sharding over dp (parallel.shard_size): the block of `size` consecutive dp
+  // ranks holding this rank (consecutive: true), or the dp ranks at this rank's place in
+  // every block (false). Collective over the world.
+  std::unique_ptr<Communicator> split_dp(int size, bool consecutive, const std::string& name);
 
   // The step that a timeout message names.
   void set_step(int step) { watchdog_->step = step; }

@@ -17,6 +17,25 @@ class UsageError : public std::runtime_error {
 
 inline constexpr int kExitUsage = 2;
 
+// The exit codes a scheduler acts on (README "Exit codes"): 0 done or stopped by a
+// signal, 2 bad input (never retry), 3 infrastructure (a timeout, a dead rank: retry;
+// kExitTimeout), 4 the run diverged (retrying repeats it).
+inline constexpr int kExitDiverged = 4;
+
+// A failure of the machinery under the run, not of its input or of trident: an MPI or
+// NCCL call that failed (a dead peer, a network error). Exit 3: a retry may succeed.
+inline constexpr int kExitInfrastructure = 3;
+class InfrastructureError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The run diverged (train/divergence.h): raised by every rank together, exit 4.
+class DivergedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Throws UsageError(message) unless `ok`.
 inline void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);

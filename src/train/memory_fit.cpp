@@ -1,5 +1,7 @@
 #include "train/memory_fit.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -70,9 +72,11 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
     c.parallel.dp = 0;  // follows tp and pp
     change(c);
     try {
+      // Hybrid sharding's groups only where they still divide the new dp.
+      const ParallelDims d = ParallelDims::resolve(world, 0, c.parallel.pp, c.parallel.tp);
+      if (c.parallel.shard_size > 0 && d.dp % c.parallel.shard_size != 0) c.parallel.shard_size = 0;
       resolve_for_world(c, world);
       if ((c.train.global_batch / c.parallel.dp) % c.train.micro_batch != 0) continue;
-      if (c.parallel.zero > 0 && c.parallel.dp == 1) continue;
       out.push_back({flags, busiest_rank_plan(c, k)});
     } catch (const UsageError&) {
       // not a layout of this world or this model
@@ -93,24 +97,30 @@ RankMemoryPlan check_memory_fits(const Config& config, ParallelState& parallel, 
       plan_rank_memory(config, parallel.coords(), k, node.rank() == 0,
                        node.rank() == 0 ? static_cast<size_t>(node_pieces - pieces) : 0);
 
-  // Every node rank's (pool, device bytes, host bytes), to sum those sharing a memory.
-  const int n = node.size(), me = node.rank();
-  std::vector<double> table(3 * static_cast<size_t>(n), 0.0);
-  const double key = static_cast<double>(std::hash<std::string>{}(pool.key) & ((uint64_t{1} << 52) - 1));
-  table[3 * me] = key;
-  table[3 * me + 1] = static_cast<double>(plan.device_bytes());
-  table[3 * me + 2] = static_cast<double>(plan.host_bytes());
-  node.all_reduce(std::span<double>(table));
+  // Every rank's (memory pool, its bytes there, host, its host bytes), over the world:
+  // ranks sharing a pool or a host sum their demands (parallel.ranks_per_node may cut
+  // one machine into several "nodes", which still share its RAM).
+  Communicator& world = parallel.world();
+  const int n = world.size(), me = world.rank();
+  const auto key_of = [](const std::string& text) {
+    return static_cast<double>(std::hash<std::string>{}(text) & ((uint64_t{1} << 52) - 1));
+  };
+  char hostname[256] = "";
+  gethostname(hostname, sizeof hostname - 1);
+  std::vector<double> table(4 * static_cast<size_t>(n), 0.0);
+  const double pool_key = key_of(pool.key), host_key = key_of(hostname);
+  table[4 * me] = pool_key;
+  table[4 * me + 1] = static_cast<double>(plan.device_bytes());
+  table[4 * me + 2] = host_key;
+  table[4 * me + 3] = static_cast<double>(plan.host_bytes());
+  world.all_reduce(std::span<double>(table));
   PoolDemand device{pool.name, 0, static_cast<double>(pool.free_bytes), 0};
-  PoolDemand host{"RAM", 0, static_cast<double>(available_memory_bytes()), n};
+  PoolDemand host{"RAM", 0, static_cast<double>(available_memory_bytes()), 0};
   for (int r = 0; r < n; r++) {
-    if (table[3 * r] == key) {
-      device.need += table[3 * r + 1];
-      device.ranks++;
-    }
-    host.need += table[3 * r + 2];
+    if (table[4 * r] == pool_key) device.need += table[4 * r + 1], device.ranks++;
+    if (table[4 * r + 2] == host_key) host.need += table[4 * r + 3], host.ranks++;
   }
-  if (k.host_memory()) {  // one memory: the node's RAM holds everything
+  if (k.host_memory()) {  // one memory: the host's RAM holds everything
     device.need += host.need;
     host = {};
   }
@@ -123,7 +133,7 @@ RankMemoryPlan check_memory_fits(const Config& config, ParallelState& parallel, 
     for (const Alternative& a : alternatives(config, parallel.dims().world(), k)) {
       const double dev = static_cast<double>(k.host_memory() ? a.plan.total_bytes() : a.plan.device_bytes());
       const double hst = k.host_memory() ? 0.0 : static_cast<double>(a.plan.host_bytes());
-      if (dev * device.ranks > kUsableFraction * device.free || hst * n > kUsableFraction * host.free) continue;
+      if (dev * device.ranks > kUsableFraction * device.free || hst * host.ranks > kUsableFraction * host.free) continue;
       fixes += "\n  " + a.flags + ": " + gib_text(dev + hst) + " per rank";
     }
     if (fixes.empty())

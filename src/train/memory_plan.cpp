@@ -85,17 +85,21 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       windowed_floats * f32);
   // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
+  // Hybrid sharding: over groups of shard_size dp ranks.
+  const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.dp;
   std::vector<FlatRange> owned;
   if (zero > 0)
     owned = DataParallel::sharded_ranges(
-        zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp), d.dp, coords.dp);
-  add("optimizer state", zero > 0 ? "AdamW m, v; 1/dp" : "AdamW m, v", AdamW::state_floats_for(layout, owned) * f32);
+        zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
+        coords.dp % shards);
+  add("optimizer state", zero > 0 ? "AdamW m, v; 1/" + std::to_string(shards) : std::string("AdamW m, v"),
+      AdamW::state_floats_for(layout, owned) * f32);
   if (zero > 0) {
     size_t shard = 0, window_shard = 0;
     for (const FlatRange& r : owned) shard += r.size();
     add("gradient shard", "ZeRO reduce-scatter output", shard * f32);
     for (int l = 0; l < layout.layers(); l++)
-      window_shard = std::max(window_shard, layout.units()[layout.block_unit(l)].size() / d.dp);
+      window_shard = std::max(window_shard, layout.units()[layout.block_unit(l)].size() / shards);
     const int windows = std::min(layout.layers(), 2);
     if (zero == 2 && config.train.global_batch / d.dp / config.train.micro_batch > 1)
       add("accumulation buffers", "ZeRO-2: a window's shard, per window", windows * window_shard * f32);
@@ -140,19 +144,35 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
         for (int l = 0; l < layout.layers(); l++) block = block || layout.block_unit(l) == static_cast<int>(u);
         (block ? windows : kept).push_back(layout.units()[u].size() * f32);
       }
-      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, d.dp))
+      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.dp))
         buckets.push_back(b.size() * f32);
       in_flight = zero == 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
                             : largest_sum(buckets, kMpiReductionsInFlight);
-      if (zero > 0 && d.dp > 2) in_flight *= 2;  // reduce-scatters
+      if (zero > 0 && shards > 2) in_flight *= 2;  // reduce-scatters
+      if (zero > 0 && shards < d.dp) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
     }
     const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * spec.seq_len * spec.d_model);
     const bool scatters = config.parallel.sequence_parallel && d.tp > 2;
     if (d.tp > 1) in_flight = std::max(in_flight, activations_all_rows * (scatters ? 2 : 1));
     add("communication", "estimate: MPI's temporaries for the reductions in flight", in_flight);
   } else {
-    const int groups = (d.tp > 1) + (d.dp > 1) + (d.pp > 1) + (d.pp > 1 && spec.tied_head);
-    add("communication", "estimate: NCCL's buffers, 64 MiB per communicator", static_cast<size_t>(groups) * (64u << 20));
+    // The NCCL communicators setup makes: tp (and tp-kv when ranks share a key/value head),
+    // dp (hybrid: its shard and replica groups), pp (three: collectives and one per
+    // direction), the tied embedding's.
+    const TransformerSpec& ts = spec;
+    const bool shared_kv = d.tp > ts.n_kv_head;
+    const bool hybrid = zero > 0 && shards < d.dp;
+    const int communicators = (d.tp > 1) * (1 + shared_kv) + (d.dp > 1) * (1 + 2 * hybrid) + (d.pp > 1) * 3 +
+                              (d.pp > 1 && ts.tied_head);
+    add("communication", "estimate: NCCL's buffers, 64 MiB per communicator",
+        static_cast<size_t>(communicators) * (64u << 20));
+    // A NCCL communicator stages host buffers (the checkpoint's moments) in device memory.
+    if (zero > 0 && !config.checkpoint.dir.empty()) {
+      size_t largest = 0;
+      for (const FlatRange& b : zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards))
+        largest = std::max(largest, b.size());
+      add("host staging", "NCCL's copy of one bucket of the checkpoint's moments", largest * f32);
+    }
   }
 
   if (!k.host_memory()) {  // initialization writes each tensor's shard through one host buffer

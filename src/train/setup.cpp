@@ -13,6 +13,9 @@ void resolve_for_world(Config& config, int world_size) {
   config.resolve_layout(world_size);
   check_tensor_parallel(spec, config.parallel.tp);
   const ParallelConfig& p = config.parallel;
+  require(p.shard_size == 0 || config.parallel.dp % p.shard_size == 0,
+          "parallel.shard_size (" + std::to_string(p.shard_size) + ") must divide dp (" +
+              std::to_string(config.parallel.dp) + ")");
   require(!p.sequence_parallel || config.model.seq_len % p.tp == 0,
           "parallel.sequence_parallel: model.seq_len (" + std::to_string(config.model.seq_len) +
               ") must be a multiple of parallel.tp (" + std::to_string(p.tp) + "): each rank holds its share of the rows");
@@ -26,20 +29,30 @@ std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, Parall
 
 int zero_stage(const Config& config, const ParallelDims& dims) { return dims.dp > 1 ? config.parallel.zero : 0; }
 
+HybridGroups hybrid_groups(const Config& config, ParallelState& parallel) {
+  const int size = config.parallel.shard_size;
+  HybridGroups g;
+  if (size == 0 || size == parallel.dims().dp || zero_stage(config, parallel.dims()) == 0) return g;
+  g.shard = parallel.split_dp(size, /*consecutive=*/true, "dp-shard");
+  g.replica = parallel.split_dp(size, /*consecutive=*/false, "dp-replica");
+  return g;
+}
+
 namespace {
 
 DataParallel make_data_parallel(const Config& config, ParallelState& parallel, kernels::Kernels& k,
-                                const Transformer& model) {
+                                const Transformer& model, const HybridGroups& hybrid) {
   const ParameterLayout& layout = model.layout();
+  Communicator& shards = hybrid.shard != nullptr ? *hybrid.shard : parallel.dp();
   if (zero_stage(config, parallel.dims()) < 2)
-    return DataParallel(parallel.dp(), k, layout.total_floats(), config.parallel.bucket_mb, config.parallel.zero >= 1,
-                        config.parallel.overlap);
+    return DataParallel(shards, k, layout.total_floats(), config.parallel.bucket_mb, config.parallel.zero >= 1,
+                        config.parallel.overlap, hybrid.replica.get());
   GradientUnits units;
   units.units = layout.units();
   units.windowed.assign(units.units.size(), false);
   for (int l = 0; l < layout.layers(); l++) units.windowed[layout.block_unit(l)] = true;
   units.locate = [&model](size_t offset) { return model.gradient_location(offset); };
-  return DataParallel(parallel.dp(), k, layout.total_floats(), std::move(units));
+  return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get());
 }
 
 }  // namespace
@@ -52,7 +65,8 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
             TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
             parallel.dims().dp, plan.stage, plan.slots, parse_recompute(config.train.recompute),
             zero_stage(config, parallel.dims()) == 2),
-      data_parallel(make_data_parallel(config, parallel, k, model)),
+      hybrid(hybrid_groups(config, parallel)),
+      data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(model.layout(),
                 {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,
                 data_parallel.owned()),

@@ -33,6 +33,13 @@ constexpr size_t kMpiReductionsInFlight = 2;
 // The ZeRO stage that applies: parallel.zero, or 0 with one dp rank (nothing to shard).
 int zero_stage(const Config& config, const ParallelDims& dims);
 
+// Hybrid sharding's groups (parallel.shard_size below dp): the shard group of
+// consecutive dp ranks and the replicas across them; both null otherwise. Collective.
+struct HybridGroups {
+  std::unique_ptr<Communicator> shard, replica;
+};
+HybridGroups hybrid_groups(const Config& config, ParallelState& parallel);
+
 // One rank's share of the training: built from the config and the grid, every buffer
 // allocated here, once. The parameters are not initialized.
 class TrainingSetup {
@@ -45,6 +52,7 @@ class TrainingSetup {
   const PipelinePlan plan;
   const std::unique_ptr<Communicator> shared_heads;  // ranks sharing a key/value head (tp > n_kv_head)
   Transformer model;
+  const HybridGroups hybrid;  // shard and replica groups of hybrid sharding, if any
   DataParallel data_parallel;
   AdamW optimizer;
   StepRunner runner;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "runtime/error.h"
 #include "runtime/timer.h"
@@ -156,15 +157,24 @@ double StepRunner::gradient_norm_squared() {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
       if (begin < end && t.counted) sum += k_.sum_squares(data_parallel_.gradient_at(begin), end - begin);
     }
-  if (data_parallel_.zero()) sum = dp_.all_reduce(sum);
+  if (data_parallel_.zero()) sum = data_parallel_.shard_group().all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
   if (pipeline_.pp != nullptr) sum = pipeline_.pp->all_reduce(sum);
   return sum;
 }
 
-GradientNorm StepRunner::update(double lr, double grad_clip) {
+GradientNorm StepRunner::update(double lr, double grad_clip, bool loss_finite) {
   GradientNorm norm;
   norm.norm = std::sqrt(gradient_norm_squared());
+  // The loss and the norm are global, so every rank should agree; a rank whose reduced
+  // gradients alone went bad (dp ranks each hold them all without ZeRO) still must not
+  // update while the others skip: the verdict is agreed over dp (tp and pp are in the norm).
+  const bool bad = !loss_finite || !std::isfinite(norm.norm);
+  if (dp_.all_reduce(bad ? 1.0 : 0.0, ReduceOp::max) > 0) {
+    norm.skipped = true;
+    if (!bad) norm.norm = std::numeric_limits<double>::quiet_NaN();  // another rank's gradients were not finite
+    return norm;
+  }
   norm.clip_coefficient = clip_coefficient(norm.norm, grad_clip);
   optimizer_.step(model_.params(), [this](size_t offset) { return data_parallel_.gradient_at(offset); }, lr,
                   norm.clip_coefficient);

@@ -33,7 +33,9 @@ class StepRunner {
   // batch of global_batch sequences. Returns the mean loss over the global batch.
   double compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
   // Clips by the global gradient norm and applies AdamW; returns the norm before clipping.
-  GradientNorm update(double lr, double grad_clip);
+  // A non-finite norm (or loss_finite false) skips the update on every rank: parameters
+  // and optimizer state stay as they were (train/divergence.h).
+  GradientNorm update(double lr, double grad_clip, bool loss_finite = true);
   // Forward passes only: the mean loss over the global batch.
   double evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
   // One micro-batch of B sequences through this rank's pipeline, forward only: its mean

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +27,7 @@
 #include "runtime/stop_signal.h"
 #include "runtime/timer.h"
 #include "train/device_peak.h"
+#include "train/divergence.h"
 #include "train/inference.h"
 #include "train/memory_fit.h"
 #include "train/memory_plan.h"
@@ -98,16 +100,24 @@ bool stop_requested(ParallelState& parallel) {
 
 // Where training starts: a checkpoint (checkpoint.load, else the latest under
 // checkpoint.dir, if any), or exported parameters (checkpoint.init_from), or step 0.
-int restore(const Config& config, ParallelState& parallel, Transformer& model, Checkpointer& checkpointer) {
+// latest_first: the newest complete checkpoint under checkpoint.dir before checkpoint.load
+// (going back mid-run); else checkpoint.load first (where a run starts). Collective.
+std::string chosen_checkpoint(const Config& config, ParallelState& parallel, bool latest_first) {
   const CheckpointConfig& cc = config.checkpoint;
   std::string chosen;
   run_collectively([&] {
     if (!parallel.is_root()) return;
-    if (!cc.load.empty()) chosen = read_manifest(cc.load).dir;
-    else if (!cc.dir.empty())
+    if (!cc.dir.empty() && (latest_first || cc.load.empty()))
       if (auto latest = find_latest_checkpoint(cc.dir)) chosen = latest->dir;
+    if (!cc.load.empty() && (chosen.empty() || !latest_first)) chosen = read_manifest(cc.load).dir;
   });
-  chosen = broadcast_string(chosen);
+  return broadcast_string(chosen);
+}
+
+int restore(const Config& config, ParallelState& parallel, Transformer& model, Checkpointer& checkpointer,
+            bool latest_first = false) {
+  const CheckpointConfig& cc = config.checkpoint;
+  const std::string chosen = chosen_checkpoint(config, parallel, latest_first);
   if (!chosen.empty()) {
     int step = 0;
     Timer loading;
@@ -166,6 +176,15 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
                 parallel.dims().pp, config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
                 config.parallel.schedule.c_str(), s.plan.stage.first_layer,
                 s.plan.stage.first_layer + s.plan.stage.layers - 1, s.plan.slots);
+  if (s.data_parallel.zero())
+    std::printf("ZeRO-%d: states sharded over %d dp ranks%s\n", s.data_parallel.zero_stage(),
+                s.data_parallel.shard_group().size(),
+                s.hybrid.replica ? (", replicated over " + std::to_string(s.hybrid.replica->size()) +
+                                    " groups (hybrid sharding)").c_str()
+                                 : "");
+  if (config.parallel.sequence_parallel && tp > 1)
+    std::printf("sequence parallel: each tp rank holds %d of the %d rows of a micro-batch's residual stream\n",
+                config.train.micro_batch * config.model.seq_len / tp, config.train.micro_batch * config.model.seq_len);
   if (s.shared_heads != nullptr)
     std::printf("tensor parallel: %d key/value heads over tp %d: each held by %d ranks, their gradients summed\n",
                 spec.n_kv_head, tp, s.shared_heads->size());
@@ -202,6 +221,30 @@ size_t memory_taken(const MemoryBaseline& b, kernels::Kernels& k) {
   return b.device_free > now ? b.device_free - now : 0;
 }
 
+// Fault injection for the divergence tests: TRIDENT_TEST_NAN_RANK=r puts a NaN into one
+// of rank r's reduced gradients at the steps TRIDENT_TEST_NAN_STEPS ("4" or "4-9", as
+// printed, from 1), as an overflow would.
+void maybe_inject_nan(int rank, int step, TrainingSetup& s, kernels::Kernels& k) {
+  const char* nan_rank = std::getenv("TRIDENT_TEST_NAN_RANK");
+  const char* steps = std::getenv("TRIDENT_TEST_NAN_STEPS");
+  if (nan_rank == nullptr || steps == nullptr || std::atoi(nan_rank) != rank) return;
+  const std::string range = steps;
+  const size_t dash = range.find('-');
+  const int first = std::atoi(range.c_str()), last = dash == std::string::npos ? first : std::atoi(range.c_str() + dash + 1);
+  if (step < first || step > last) return;
+  // A gradient the norm counts: of a counted tensor inside a range this rank owns.
+  for (const FlatRange& r : s.data_parallel.owned())
+    for (const ParameterTensor& t : s.model.layout().tensors()) {
+      const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
+      if (!t.counted || begin >= end) continue;
+      const float nan = std::nanf("");
+      k.copy_to_device(s.data_parallel.gradient_at(begin), &nan, sizeof nan);
+      std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_NAN_RANK set: a NaN in %s's gradient at step %d\n", rank,
+                   t.name.c_str(), step);
+      return;
+    }
+}
+
 // What one optimizer step measured.
 struct StepOutcome {
   double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
@@ -210,7 +253,7 @@ struct StepOutcome {
 };
 
 // The step's work: this rank's slice of the global batch, gradients, update.
-StepOutcome run_step(int step, const Config& config, ParallelState& parallel, TrainingSetup& s,
+StepOutcome run_step(int step, const Config& config, ParallelState& parallel, TrainingSetup& s, kernels::Kernels& k,
                      const BatchSampler& sampler, const LearningRateSchedule& schedule, std::vector<int32_t>& inputs,
                      std::vector<int32_t>& targets) {
   Timer timer;
@@ -220,8 +263,9 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
   o.compute_seconds = s.runner.compute_s();
   o.lr = schedule.at(step);
+  maybe_inject_nan(parallel.rank(), step + 1, s, k);
   const double before_update = timer.seconds();
-  o.norm = s.runner.update(o.lr, config.train.grad_clip);
+  o.norm = s.runner.update(o.lr, config.train.grad_clip, std::isfinite(o.loss));
   o.seconds = timer.seconds();
   o.update_seconds = o.seconds - before_update;
   return o;
@@ -241,6 +285,7 @@ class StepEnd {
         have_val_(has_sequences(data.val, config.model.seq_len) && config.log.val_batches > 0) {}
 
   bool have_val() const { return have_val_; }
+  bool saved_any() const { return saved_any_; }
   const MetricsLog& log() const { return log_; }
 
   // Accounts the step and prints its line when due (rank 0).
@@ -279,12 +324,17 @@ class StepEnd {
   }
 
   // Saves a checkpoint when due or when a stop signal arrived on any rank; true: stop.
-  bool checkpoint_or_stop(int step) {
+  // may_save false (a streak of non-finite steps): nothing is saved.
+  bool checkpoint_or_stop(int step, bool may_save) {
     const CheckpointConfig& cc = config_.checkpoint;
     const bool last = step + 1 == config_.train.steps;
     checkpointer_.poll();
     const bool stop = stop_requested(parallel_);
-    if (!cc.dir.empty() && ((cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last)) || stop)) {
+    const bool due = (cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last)) || stop;
+    if (!cc.dir.empty() && due && !may_save && parallel_.is_root())
+      std::printf("checkpoint: step %d not saved: the last steps were non-finite\n", step + 1);
+    if (!cc.dir.empty() && due && may_save) {
+      saved_any_ = true;
       checkpointer_.save(step + 1);
       if (parallel_.is_root() && cc.async)
         std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1,
@@ -294,7 +344,9 @@ class StepEnd {
     checkpointer_.finish();
     if (parallel_.is_root())
       std::printf("stopping after step %d on a signal%s\n", step + 1,
-                  cc.dir.empty() ? " (no checkpoint.dir: nothing saved)" : ", checkpoint saved");
+                  cc.dir.empty() ? " (no checkpoint.dir: nothing saved)"
+                : may_save     ? ", checkpoint saved"
+                               : " (the last steps were non-finite: no checkpoint saved)");
     return true;
   }
 
@@ -343,6 +395,7 @@ class StepEnd {
   const double flops_per_token_, tokens_per_step_, peak_total_;
   const bool have_val_;
   double time_per_step_ = 0;  // smoothed, for the ETA
+  bool saved_any_ = false;
 };
 
 // The run's averages over the steps after the first, as sweeps and scripts read them.
@@ -419,13 +472,26 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   if (parallel.is_root()) print_startup(config, parallel, s, *k, peak, memory_plan, setup_time.seconds());
 
   StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak, result);
+  DivergenceGuard guard(tc.max_bad_steps, tc.spike_factor);
+  const bool resumed = start_step > 0;
   std::vector<int32_t> inputs, targets;
   for (int step = start_step; step < tc.steps; step++) {
     parallel.set_step(step);
     maybe_stall(parallel.rank(), step);
-    const StepOutcome o = run_step(step, config, parallel, s, train_sampler, schedule, inputs, targets);
+    const StepOutcome o = run_step(step, config, parallel, s, *k, train_sampler, schedule, inputs, targets);
+    const DivergenceGuard::Verdict verdict = guard.observe(step + 1, o.loss, o.norm, resumed || end.saved_any());
+    if (verdict == DivergenceGuard::Verdict::diverged) {  // main prints the message
+      checkpointer.finish();
+      throw DivergedError(guard.message());
+    }
+    if (parallel.is_root() && !guard.message().empty()) std::printf("%s\n", guard.message().c_str());
+    if (verdict == DivergenceGuard::Verdict::roll_back) {
+      checkpointer.finish();
+      step = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true) - 1;  // then on after it
+      continue;
+    }
     end.record(step, start_step, o);
-    if (end.checkpoint_or_stop(step)) return result;
+    if (end.checkpoint_or_stop(step, !guard.in_streak())) return result;
     end.validate_if_due(step);
     end.sample_if_due(step);
   }
@@ -438,6 +504,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                 planned / (1 << 20), taken / (1 << 20), k->host_memory() ? "peak resident growth" : "device memory",
                 planned > 0 ? 100.0 * taken / planned : 0.0);
     nlohmann::json summary = nlohmann::json::parse(run_summary_json(config, parallel, s, result, peak, *k));
+    summary["skipped_steps"] = guard.skipped_steps();
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
     end.log().write_summary(summary.dump());

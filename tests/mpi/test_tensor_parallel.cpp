@@ -58,6 +58,18 @@ class TensorParallelTest : public testing::TestWithParam<Family> {
     shared_heads_ = shared_head_group(small_model(GetParam()), *parallel_);
   }
   TensorParallel tp() { return TensorParallel(parallel_->tp(), shared_heads_.get()); }
+  // What the tp group moved in one optimizer step of `micro_steps` micro-batches of B.
+  CommStats one_step(Transformer& model, int B, int micro_steps) {
+    model.init_parameters(1);
+    DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
+    AdamW opt(model.layout(), {}, *k_, dp.owned());
+    StepRunner runner(model, opt, dp, parallel_->dp(), *k_);
+    const Batch batch = random_batch(B * micro_steps, model.spec().seq_len, model.spec().vocab_size, 2);
+    parallel_->tp().reset_stats();
+    runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B * micro_steps, B * micro_steps);
+    runner.update(1e-3, 1.0);
+    return parallel_->tp().stats();
+  }
   std::unique_ptr<ParallelState> parallel_;
   std::unique_ptr<Communicator> shared_heads_;
   std::unique_ptr<kernels::Kernels> k_ = kernels::make_cpu_kernels();
@@ -159,15 +171,7 @@ TEST_P(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
   const ModelConfig mc = small_model(GetParam());
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
   Transformer model(mc, B, *k_, tp());
-  model.init_parameters(1);
-  DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
-  AdamW opt(model.layout(), {}, *k_, dp.owned());
-  StepRunner runner(model, opt, dp, parallel_->dp(), *k_);
-  const Batch batch = random_batch(B * micro_steps, T, mc.vocab_size, 2);
-  parallel_->tp().reset_stats();
-  runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B * micro_steps, B * micro_steps);
-  runner.update(1e-3, 1.0);
-  const CommStats& s = parallel_->tp().stats();
+  const CommStats s = one_step(model, B, micro_steps);
   // Per micro-batch: 2 all-reduces of B*T*d floats in the forward and 2 in the backward
   // of each block; 1 for the embedding, 1 for the head's input gradient; the loss needs
   // the row max (B*T) and the sum of exponentials with the target logit (2*B*T).
@@ -190,15 +194,7 @@ TEST_P(TensorParallelTest, SequenceParallelBytesMatchTheFormulaAndActivationsShr
   mc.seq_len = 12;  // a multiple of 2, 3 and 4 ranks
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
   Transformer model(mc, B, *k_, TensorParallel(parallel_->tp(), shared_heads_.get(), /*sequence_parallel=*/true));
-  model.init_parameters(1);
-  DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
-  AdamW opt(model.layout(), {}, *k_, dp.owned());
-  StepRunner runner(model, opt, dp, parallel_->dp(), *k_);
-  const Batch batch = random_batch(B * micro_steps, T, mc.vocab_size, 2);
-  parallel_->tp().reset_stats();
-  runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B * micro_steps, B * micro_steps);
-  runner.update(1e-3, 1.0);
-  const CommStats& s = parallel_->tp().stats();
+  const CommStats s = one_step(model, B, micro_steps);
   if (world_size() == 1) {
     EXPECT_EQ(s.total_bytes(), 0u);
     return;

@@ -17,7 +17,7 @@
 set -uo pipefail
 build=${1:-build}
 repo=$PWD
-checks=(to_end mpirun_in_allocation usr1_requeue_resume bad_config_exit2 sigkill_bounded_requeue
+checks=(to_end mpirun_in_allocation usr1_requeue_resume bad_config_exit2 diverged_exit4 sigkill_bounded_requeue
         sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume)
 passed=0 failed=0 skipped=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
@@ -193,6 +193,17 @@ if [ "$state" = FAILED ] && [ "$(job_field "$id" ExitCode)" = 2:0 ] && [ "$(job_
   pass "bad_config_exit2 ($(grep -m1 '^trident: error:' "$T/out/bad.out"))"
 else
   fail bad_config_exit2 "state $state, exit $(job_field "$id" ExitCode), restarts $(job_field "$id" Restarts); output: $(tail -5 "$T/out/bad.out" 2>&1)"
+fi
+
+# 4b. A run that diverges (a NaN in rank 0's gradients from step 2 on): exit 4, not requeued.
+id=$(submit diverged TRIDENT_TEST_NAN_RANK=0 TRIDENT_TEST_NAN_STEPS=2-100000 -- --nodes=1 --ntasks-per-node=2 \
+  slurm/train.sbatch configs/tiny.ini "${train_flags[@]}" --train.max_bad_steps=2 "$(run_flags g)")
+state=$(wait_job "$id" 120)
+if [ "$state" = FAILED ] && [ "$(job_field "$id" ExitCode)" = 4:0 ] && [ "$(job_field "$id" Restarts)" = 0 ] &&
+   grep -q 'the run diverged (exit 4): not requeued' "$T/out/diverged.out"; then
+  pass "diverged_exit4 ($(grep -m1 -o '^trident: diverged: [^;]*' "$T/out/diverged.out" | cut -c1-80))"
+else
+  fail diverged_exit4 "state $state, exit $(job_field "$id" ExitCode), restarts $(job_field "$id" Restarts); output: $(tail -5 "$T/out/diverged.out" 2>&1)"
 fi
 
 # 5. A rank killed with SIGKILL, twice, with one restart allowed: requeued once, then the job fails.

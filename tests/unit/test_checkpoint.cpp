@@ -99,8 +99,8 @@ TEST(Checkpoint, SavedOnTwoNodesLoadsUnderOtherLayouts) {
 }
 
 // A checkpoint saved under ZeRO-2 (gradients and optimizer state sharded) continues
-// under ZeRO 0 and 1 as it would have under ZeRO-2, and one saved without ZeRO continues
-// under ZeRO-2: still one file per node, the same tensors.
+// under ZeRO 0 and 1 and hybrid sharding as it would have under ZeRO-2, and one saved
+// without ZeRO continues under ZeRO-2: still one file per node, the same tensors.
 TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
   const auto continue_from = [](const std::string& saved, const std::string& layout) {
     const std::string copy = fresh_dir("zero_copy");
@@ -118,7 +118,8 @@ TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
                             kMpirun + save_layout.substr(0, 1), 180);
     ASSERT_EQ(save.exit_code, 0) << save.err;
     for (const std::string layout : {"4 --parallel.dp=4 --parallel.zero=2", "1 --parallel.zero=0",
-                                     "2 --parallel.dp=2 --parallel.zero=1"}) {
+                                     "2 --parallel.dp=2 --parallel.zero=1",
+                                     "4 --parallel.dp=4 --parallel.zero=1 --parallel.shard_size=2"}) {
       const auto l = continue_from(saved, layout);
       ASSERT_EQ(l.size(), 2u) << save_layout << " -> " << layout;
       if (reference.empty()) reference = l;

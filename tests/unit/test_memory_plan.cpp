@@ -136,6 +136,13 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   }
   // ZeRO-1: the moments of the four ranks are those of the whole model once.
   EXPECT_EQ(optimizer_sum, 2 * n * 4);
+  // Hybrid sharding over groups of 2: each group holds the moments once, the groups alike.
+  c.parallel.shard_size = 2;
+  size_t group_sum = 0;
+  for (int r = 0; r < 2; r++) group_sum += plan_rank_memory(c, {0, r, 0}, *k).of("optimizer state");
+  EXPECT_EQ(group_sum, 2 * n * 4);
+  EXPECT_EQ(plan_rank_memory(c, {0, 2, 0}, *k).of("optimizer state"), plan_rank_memory(c, {0, 0, 0}, *k).of("optimizer state"));
+  c.parallel.shard_size = 0;
   // Checkpoints add the host copy of parameters and moments, and dp rank 0's pieces.
   c.checkpoint.dir = "/nonexistent";
   const RankMemoryPlan writer = plan_rank_memory(c, {0, 0, 0}, *k, true, 1000);
