@@ -95,6 +95,8 @@ ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int t
     head_ = spec.tied_head ? tied_ : add(spec.head, {V, d}, Sharding::rows, tp, Init::normal, Vp);
   }
   end_unit(unit_begin);
+  unit_is_block_.assign(units_.size(), false);
+  for (int u : block_units_) unit_is_block_[u] = true;
 }
 
 int ParameterLayout::add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int shards,

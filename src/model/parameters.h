@@ -125,6 +125,8 @@ class ParameterLayout {
   // units()[block_unit(local)].
   const std::vector<FlatRange>& units() const { return units_; }
   int block_unit(int local) const { return block_units_[local]; }
+  // Per unit: whether it is a block (the others: embeddings, final norm and head).
+  const std::vector<bool>& unit_is_block() const { return unit_is_block_; }
 
  private:
   // Adds a tensor cut into `shards` pieces; `adjacent`: right after the previous one,
@@ -140,6 +142,7 @@ class ParameterLayout {
   std::vector<BlockParameterIndex> blocks_;
   std::vector<FlatRange> units_;
   std::vector<int> block_units_;
+  std::vector<bool> unit_is_block_;
   int token_embedding_ = -1, position_embedding_ = -1, final_norm_weight_ = -1, final_norm_bias_ = -1, head_ = -1,
       tied_ = -1, first_layer_ = 0;
   int tp_rank_ = 0, tp_size_ = 1;

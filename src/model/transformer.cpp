@@ -54,12 +54,9 @@ GradientStorage gradient_storage(const ParameterLayout& layout, bool windowed) {
     g.floats = layout.total_floats();
     return g;
   }
-  std::vector<bool> block(units.size(), false);
+  const std::vector<bool>& block = layout.unit_is_block();
   size_t window = 0;
-  for (int l = 0; l < layout.layers(); l++) {
-    block[layout.block_unit(l)] = true;
-    window = std::max(window, units[layout.block_unit(l)].size());
-  }
+  for (int l = 0; l < layout.layers(); l++) window = std::max(window, units[layout.block_unit(l)].size());
   g.unit_start.resize(units.size());
   for (size_t u = 0; u < units.size(); u++)
     if (!block[u]) g.unit_start[u] = g.floats, g.floats += units[u].size();

@@ -139,11 +139,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     size_t in_flight = 0;
     if (d.dp > 1) {
       std::vector<size_t> windows, kept, buckets;
-      for (size_t u = 0; u < layout.units().size(); u++) {
-        bool block = false;
-        for (int l = 0; l < layout.layers(); l++) block = block || layout.block_unit(l) == static_cast<int>(u);
-        (block ? windows : kept).push_back(layout.units()[u].size() * f32);
-      }
+      for (size_t u = 0; u < layout.units().size(); u++)
+        (layout.unit_is_block()[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
       for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.dp))
         buckets.push_back(b.size() * f32);
       in_flight = zero == 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))

@@ -49,8 +49,7 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
                         config.parallel.overlap, hybrid.replica.get());
   GradientUnits units;
   units.units = layout.units();
-  units.windowed.assign(units.units.size(), false);
-  for (int l = 0; l < layout.layers(); l++) units.windowed[layout.block_unit(l)] = true;
+  units.windowed = layout.unit_is_block();
   units.locate = [&model](size_t offset) { return model.gradient_location(offset); };
   return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get());
 }
