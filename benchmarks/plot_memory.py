@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 def main(csv_path, png_path):
     rows = [r for r in csv.DictReader(open(csv_path)) if r["part"] == "memory"]
     fig, ax = plt.subplots(figsize=(10.5, 4.8))
-    colors = {"zero0": "tab:blue", "zero1": "tab:orange", "zero2": "tab:green"}
+    colors = {"zero0": "tab:blue", "zero1": "tab:orange", "zero2": "tab:green", "zero3": "tab:red"}
     for mode, color in colors.items():
         points = sorted((int(r["dp"]), r) for r in rows if r["mode"] == mode)
         if not points:

@@ -25,20 +25,16 @@
 #include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/footprint.h"
 
 namespace trident::kernels {
 
-const char* precision_name(Precision p);
-Precision parse_precision(const std::string& name);  // "fp32" or "bf16"; UsageError otherwise
-
-class Kernels {
+// What a backend's memory holds besides the buffers it is given (precision(),
+// activation_type(), host_memory(), attention_stats_floats(), workspace_bytes()) is its
+// Footprint (kernels/footprint.h): what a memory plan needs, answerable without the device.
+class Kernels : public Footprint {
  public:
-  virtual ~Kernels() = default;
   virtual std::string name() const = 0;
-  virtual Precision precision() const = 0;
-  // How Act elements are stored (what communication of activations sends).
-  virtual DType activation_type() const = 0;
-  size_t activation_bytes(size_t elements) const { return elements * dtype_bytes(activation_type()); }
 
   // ---- memory (device memory of this backend) ----
   // Returns zero-filled memory that stays valid until free(); pages are touched
@@ -46,8 +42,6 @@ class Kernels {
   virtual void* alloc(size_t bytes) = 0;
   virtual void free(void* p) = 0;
   virtual void copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
-  // True where this memory is the host's (the CPU backend): readers may then fill it in place.
-  virtual bool host_memory() const { return false; }
   // The memory this backend allocates from: what is free now and in all, and a key
   // that the ranks drawing on the same memory share (the node for RAM, the device).
   struct MemoryPool {
@@ -56,10 +50,6 @@ class Kernels {
     std::string key;
   };
   virtual MemoryPool memory_pool() const = 0;
-  // The most memory the kernels take for themselves besides the buffers they are given
-  // (GEMM workspace, backward scratch), for rows N of width C, outputs up to max_width
-  // wide and attention over B sequences of T tokens with NH heads.
-  virtual size_t workspace_bytes(int N, int C, int max_width, int B, int T, int NH) const = 0;
   virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;
@@ -123,10 +113,7 @@ class Kernels {
 
   // Causal self-attention: out[B,T,NH*HD] = softmax(q k^T / sqrt(HD), causal) v per query
   // head. `stats` keeps what the backward pass needs besides qkv and out,
-  // attention_stats_floats() of it: the CPU keeps the probabilities (lower triangle of
-  // [B,NH,T,T]); CUDA, flash-attention style, only each row's log-sum-exp [B,NH,T],
-  // and recomputes the rest.
-  virtual size_t attention_stats_floats(int B, int T, int NH) const = 0;
+  // attention_stats_floats() of it (Footprint).
   virtual void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int NH, int NKV,
                                  int HD) = 0;
   // dqkv = gradient w.r.t. qkv (overwritten; dk and dv summed over the query heads that

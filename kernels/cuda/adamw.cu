@@ -6,7 +6,7 @@ namespace trident::kernels::cuda {
 
 namespace {
 
-constexpr int kPartials = 1024;  // blocks of the first reduction stage
+constexpr int kPartials = cuda_sizes::kSumSquaresPartials;  // blocks of the first reduction stage
 constexpr int kThreads = 256;
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,

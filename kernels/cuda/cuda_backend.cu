@@ -192,7 +192,7 @@ class CudaKernels final : public Kernels {
     cuda::rope_backward(t(dqkv), rope_table, B, T_, NH, NKV, HD);
   }
   size_t attention_stats_floats(int B, int T_, int NH) const override {
-    return static_cast<size_t>(B) * NH * T_;  // each row's log-sum-exp
+    return cuda_sizes::attention_stats_floats(B, T_, NH);  // each row's log-sum-exp
   }
   void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T_, int NH, int NKV, int HD) override {
     cuda::attention_forward(t(out), stats, t(qkv), B, T_, NH, NKV, HD);
@@ -252,12 +252,7 @@ class CudaKernels final : public Kernels {
     return {name_ + " device memory", free_bytes, total_bytes, std::string(host) + "/" + bus};
   }
   size_t workspace_bytes(int N, int C, int max_width, int B, int T_, int NH) const override {
-    // Scratch_ grows to the largest of its users; the index and norm scratch are their own.
-    const size_t scratch = std::max({cuda::layernorm_backward_scratch_floats(N, C), cuda::rmsnorm_backward_scratch_floats(N, C),
-                                     cuda::column_sums_scratch_floats(max_width), static_cast<size_t>(B) * NH * T_}) *
-                           sizeof(float);
-    return cuda::gemm_workspace_bytes() + scratch + (3 * static_cast<size_t>(N) + 2) * sizeof(int32_t) +
-           cuda::sum_squares_partials() * sizeof(double);
+    return cuda_sizes::workspace_bytes(N, C, max_width, B, T_, NH);  // the same sizes as cuda_footprint()'s
   }
   double measure_gemm_gflops(int n, double seconds) override {
     const size_t elements = static_cast<size_t>(n) * n;

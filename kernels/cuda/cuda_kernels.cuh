@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda_common.cuh"
+#include "kernels/cuda/cuda_sizes.h"
 
 namespace trident::kernels::cuda {
 

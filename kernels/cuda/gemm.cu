@@ -15,7 +15,7 @@ constexpr cudaDataType_t data_type() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
-constexpr size_t kWorkspaceBytes = 32u << 20;  // what cuBLASLt's fastest Hopper kernels ask for
+constexpr size_t kWorkspaceBytes = cuda_sizes::kGemmWorkspaceBytes;
 
 }  // namespace
 
@@ -108,7 +108,7 @@ const Plan& plan_for(bool trans_a, bool trans_b, int M, int N, int K, const T* A
   return plans.emplace(key, p).first->second;
 }
 
-constexpr int kRowChunks = 32;  // column sums: row ranges summed by separate blocks
+constexpr int kRowChunks = cuda_sizes::kColumnSumRowChunks;  // column sums: row ranges summed by separate blocks
 
 // Block (x, y) of 32 x 32 threads sums 32 columns over row chunk y: each thread every
 // 32nd row of the chunk, then the 32 partial sums in order, into partials[y][col].

@@ -9,7 +9,7 @@ namespace trident::kernels::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kBackwardBlocks = 2048;  // one warp each; slots of the weight-gradient partial sums
+constexpr int kBackwardBlocks = cuda_sizes::kNormBackwardBlocks;
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight,

@@ -391,11 +391,12 @@ size_t Checkpointer::leader_buffer_bytes(const ParameterLayout& layout) {
 
 void Checkpointer::collect_at_node_leader() {
   // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
-  //    moments in full (ZeRO-1 gathers them over dp first).
+  //    moments in full (ZeRO gathers the sharded ones over dp first).
   const ParameterLayout& layout = *parameters_.layout;
   const size_t n = layout.total_floats();
   host_params_.resize(n);
-  parameters_.memory->copy_to_host(host_params_.data(), parameters_.values, n * sizeof(float));
+  parameters_.to_host(host_params_.data());
+  if (parameters_.sharded()) data_parallel_.gather_host_buffer(host_params_.data());  // ZeRO-3
   optimizer_.export_moments(host_m_, host_v_, n);
   data_parallel_.gather_host_buffer(host_m_.data());
   data_parallel_.gather_host_buffer(host_v_.data());
@@ -591,7 +592,7 @@ int Checkpointer::load(const Manifest& m) {
       const std::vector<float> shard = layout.shard_of(t, canonical.data());
       std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
     }
-  parameters_.memory->copy_to_device(parameters_.values, full[0].data(), n * sizeof(float));
+  parameters_.from_host(full[0].data());
   parameters_.changed();
   optimizer_.import_moments(full[1].data(), full[2].data());
   optimizer_.set_steps_taken(m.step);

@@ -13,6 +13,7 @@
 
 #include "cli/ckpt_command.h"
 #include "cli/doctor_command.h"
+#include "cli/plan_command.h"
 #include "cli/prepare_command.h"
 #include "cli/tokenize_command.h"
 #include "config/config.h"
@@ -47,12 +48,13 @@ constexpr const char* kUsage =
     "  eval      --checkpoint.load=DIR: validation loss and perplexity\n"
     "  generate  --checkpoint.load=DIR --prompt TEXT: sample a continuation\n"
     "  doctor    [--config F] [--checkpoint.dir=DIR]: preflight of ranks, GPUs, NCCL, EFA, network, disk\n"
+    "  plan      --config F --nodes N --gpus_per_node G --gpu h100: layouts that fit a GPU cluster, fastest first\n"
     "\n"
     "  trident <command> --help   options of a command\n"
     "  trident --version          what this build was made with\n";
 
 bool is_command(const std::string& c) {
-  for (const char* known : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate", "doctor"})
+  for (const char* known : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate", "doctor", "plan"})
     if (c == known) return true;
   return false;
 }
@@ -168,11 +170,13 @@ int main(int argc, char** argv) {
     if (command == "doctor") return run_doctor_command({args.begin() + 1, args.end()}, world);
     if (command == "eval") return run_eval_command({args.begin() + 1, args.end()});
     if (command == "generate") return run_generate_command({args.begin() + 1, args.end()});
-    if (command == "ckpt" || command == "tokenize") {
+    if (command == "ckpt" || command == "tokenize" || command == "plan") {
       int code = 0;
       run_collectively([&] {
         if (world.is_root())
-          code = (command == "ckpt" ? run_ckpt_command : run_tokenize_command)({args.begin() + 1, args.end()});
+          code = (command == "ckpt"       ? run_ckpt_command
+                  : command == "tokenize" ? run_tokenize_command
+                                          : run_plan_command)({args.begin() + 1, args.end()});
       });
       return code;
     }

@@ -117,6 +117,8 @@ po::options_description config_options(Config& c) {
       ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from: an exported .h5, or Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file)")
       ("log.run_dir", with_default(&l.run_dir), "directory of metrics.jsonl")
       ("log.every_steps", with_default(&l.every_steps), "log every N steps")
+      ("log.straggler_factor", with_default(&l.straggler_factor),
+       "at each log step, name the slowest rank when its work took this many times its stage's median (0: never)")
       ("log.val_every_steps", with_default(&l.val_every_steps), "validation every N steps (0: at the end)")
       ("log.val_batches", with_default(&l.val_batches), "validation batches per evaluation")
       ("log.sample_every_steps", with_default(&l.sample_every_steps),
@@ -157,14 +159,14 @@ void Config::validate() const {
   positive(parallel.tp, "parallel.tp");
   positive(parallel.pp, "parallel.pp");
   positive(parallel.timeout_s, "parallel.timeout_s");
-  require(parallel.zero >= 0 && parallel.zero <= 2,
-          "parallel.zero must be 0, 1 (optimizer state sharded) or 2 (and gradients), got " +
+  require(parallel.zero >= 0 && parallel.zero <= 3,
+          "parallel.zero must be 0, 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters), got " +
               std::to_string(parallel.zero));
   positive(parallel.bucket_mb, "parallel.bucket_mb");
   require(parallel.shard_size == 0 || parallel.shard_size >= 2,
           "parallel.shard_size must be 0 (shard over all of dp) or at least 2, got " + std::to_string(parallel.shard_size));
   require(parallel.shard_size == 0 || parallel.zero >= 1,
-          "parallel.shard_size needs parallel.zero = 1 or 2 (there is nothing to shard without ZeRO)");
+          "parallel.shard_size needs parallel.zero = 1, 2 or 3 (there is nothing to shard without ZeRO)");
   require(!parallel.sequence_parallel || parallel.tp > 1,
           "parallel.sequence_parallel needs parallel.tp > 1 (it splits tensor parallelism's replicated regions)");
 
@@ -196,6 +198,8 @@ void Config::validate() const {
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
   require(checkpoint.every_steps == 0 || !checkpoint.dir.empty(), "checkpoint.every_steps needs checkpoint.dir");
   positive(log.every_steps, "log.every_steps");
+  require(log.straggler_factor == 0 || log.straggler_factor >= 1,
+          "log.straggler_factor must be 0 (off) or at least 1, got " + std::to_string(log.straggler_factor));
   require(log.val_every_steps >= 0, "log.val_every_steps must be >= 0");
   require(log.val_batches >= 0, "log.val_batches must be >= 0");
   require(log.sample_every_steps >= 0, "log.sample_every_steps must be >= 0");

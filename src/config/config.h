@@ -47,7 +47,7 @@ struct ParallelConfig {
   int pp = 1;               // pipeline stages
   std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
   std::string schedule = "1f1b";  // pipeline schedule: 1f1b or gpipe
-  int zero = 0;             // 1: optimizer state sharded over dp (ZeRO-1); 2: gradients too (ZeRO-2)
+  int zero = 0;             // 1: optimizer state sharded over dp (ZeRO-1); 2: gradients too; 3: parameters too
   int shard_size = 0;       // ZeRO over groups of this many dp ranks, replicated across them; 0: all of dp
   bool sequence_parallel = false;  // Megatron's sequence parallelism (needs tp > 1)
   double bucket_mb = 25;    // size of the gradient buckets reduced during backward
@@ -103,6 +103,7 @@ struct CheckpointConfig {
 struct LogConfig {
   std::string run_dir = "runs/default";  // metrics.jsonl goes here
   int every_steps = 10;                  // print/log every N steps (and the last)
+  double straggler_factor = 1.2;         // report the slowest rank above this times its stage's median; 0: never
   int val_every_steps = 0;               // validation loss every N steps; 0: at the end only
   int val_batches = 4;                   // batches of the validation split per evaluation
   int sample_every_steps = 0;            // print a greedy sample of the model every N steps; 0: never

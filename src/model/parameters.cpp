@@ -187,8 +187,44 @@ void ShardedParameters::set(const ParameterTensor& t, const float* full) const {
   set_shard(t, shard.data());
 }
 
+namespace {
+
+// Calls f(range start in the flat buffer, where it is in `values`, floats) for each part of
+// [begin, end) that `held` covers (all of it when held is empty).
+template <typename F>
+void for_each_held(const std::vector<FlatRange>& held, size_t begin, size_t end, F f) {
+  if (held.empty()) {
+    f(begin, begin, end - begin);
+    return;
+  }
+  size_t stored = 0;
+  for (const FlatRange& r : held) {
+    const size_t b = std::max(begin, r.begin), e = std::min(end, r.end);
+    if (b < e) f(b, stored + (b - r.begin), e - b);
+    stored += r.size();
+  }
+}
+
+}  // namespace
+
 void ShardedParameters::set_shard(const ParameterTensor& t, const float* shard) const {
-  memory->copy_to_device(values + t.offset, shard, t.stored * sizeof(float));
+  for_each_held(held, t.offset, t.offset + t.stored, [&](size_t flat, size_t at, size_t n) {
+    memory->copy_to_device(values + at, shard + (flat - t.offset), n * sizeof(float));
+  });
+}
+
+void ShardedParameters::to_host(float* flat) const {
+  const size_t n = layout->total_floats();
+  if (sharded()) std::fill(flat, flat + n, 0.0f);
+  for_each_held(held, 0, n, [&](size_t begin, size_t at, size_t count) {
+    memory->copy_to_host(flat + begin, values + at, count * sizeof(float));
+  });
+}
+
+void ShardedParameters::from_host(const float* flat) const {
+  for_each_held(held, 0, layout->total_floats(), [&](size_t begin, size_t at, size_t count) {
+    memory->copy_to_device(values + at, flat + begin, count * sizeof(float));
+  });
 }
 
 bool ParameterLayout::has(const std::string& name) const {

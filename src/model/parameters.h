@@ -151,18 +151,29 @@ class ParameterLayout {
 
 // What checkpoints and initializers see of a model: its named, sharded tensors (the
 // layout) over the flat parameter buffer in a kernel backend's memory. Not the model.
+// Under ZeRO-3 this rank holds only its pieces of the flat buffer (`held`, in order, one
+// after the other at `values`): writes keep what falls inside them, reads give zeros
+// elsewhere (the other ranks' pieces complete them).
 struct ShardedParameters {
   const ParameterLayout* layout = nullptr;
-  float* values = nullptr;              // layout->total_floats() floats
+  float* values = nullptr;              // layout->total_floats() floats, or the held pieces
   kernels::Kernels* memory = nullptr;   // whose memory holds them
   std::function<void()> changed;        // to call after writing values
+  std::vector<FlatRange> held;          // ZeRO-3: the ranges held; empty: all of it
 
+  bool sharded() const { return !held.empty(); }
   // Copies a full canonical tensor from the host into this rank's shard of it.
   void set(const ParameterTensor& t, const float* full) const;
   // Copies this rank's shard (t.stored floats, host memory) into place.
   void set_shard(const ParameterTensor& t, const float* shard) const;
   // Where the shard lives when that is host memory (a reader can write it in place), else null.
-  float* host_shard(const ParameterTensor& t) const { return memory->host_memory() ? values + t.offset : nullptr; }
+  float* host_shard(const ParameterTensor& t) const {
+    return memory->host_memory() && !sharded() ? values + t.offset : nullptr;
+  }
+  // The whole flat buffer from / into host memory (total_floats() floats); sharded: the
+  // held ranges only, zeros elsewhere on the way out.
+  void to_host(float* flat) const;
+  void from_host(const float* flat) const;
 };
 
 }  // namespace trident

@@ -10,7 +10,7 @@
 namespace trident {
 
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Kernels& k, int sequence_shards) {
+                                 const kernels::Footprint& k, int sequence_shards) {
   const TransformerSpec& s = layout.spec();
   const int tp = layout.tp_size();
   const int heads = s.n_head / tp, kv_heads = s.n_kv_head / s.kv_shards(tp), ffn = s.ffn_dim / tp;
@@ -81,15 +81,36 @@ float* Transformer::gradient_location(size_t offset) const {
 
 Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp,
                          size_t buffer_multiple, const StageSpec& stage, int slots, Recompute recompute,
-                         bool windowed_gradients)
+                         bool windowed_gradients, Communicator* parameter_shards)
     : stage_(stage), tp_(tp), layout_(transformer_spec(config), tp.rank(), tp.size(), buffer_multiple, stage),
-      B_(micro_batch), k_(k), windowed_(windowed_gradients), params_(k, layout_.total_floats()),
+      B_(micro_batch), k_(k), windowed_(windowed_gradients),
+      shards_(parameter_shards != nullptr && parameter_shards->size() > 1 ? parameter_shards : nullptr),
+      params_(k, parameter_floats_for(layout_, shards_ != nullptr, k.precision())),
       grads_(k, gradient_floats_for(layout_, windowed_gradients)), act_type_(k.activation_type()),
       activations_(activation_shape(layout_, micro_batch, slots, recompute, k, tp.sequence_parallel() ? tp.size() : 1),
                    k) {
+  check(shards_ == nullptr || windowed_, "sharded parameters (ZeRO-3) need windowed gradients");
   unit_storage_ = gradient_storage(layout_, windowed_).unit_start;
   for (const ParameterTensor& t : layout_.tensors())
     grad_offset_.push_back(static_cast<size_t>(gradient_location(t.offset) - grads_.data()));
+  // Parameters: stored as the gradients are (ZeRO-3: the kept units and the two windows).
+  for (const ParameterTensor& t : layout_.tensors()) param_offset_.push_back(t.offset);
+  if (shards_ != nullptr) {
+    const std::vector<FlatRange>& units = layout_.units();
+    const size_t ranks = shards_->size(), rank = shards_->rank();
+    size_t floats = 0;
+    for (const FlatRange& u : units) {
+      check(u.size() % ranks == 0, "ZeRO-3: a unit must be a multiple of the shard group");
+      const size_t piece = u.size() / ranks;
+      held_.push_back({u.begin + rank * piece, u.begin + (rank + 1) * piece});
+      master_offset_.push_back(floats);
+      floats += piece;
+    }
+    master_ = kernels::DeviceBuffer(k, floats);
+    for (size_t i = 0; i < param_offset_.size(); i++)
+      param_offset_[i] = static_cast<size_t>(gradient_location(layout_[i].offset) - grads_.data());
+  }
+  const size_t compute_floats = gradient_floats_for(layout_, shards_ != nullptr);  // what the layers read
   const TransformerSpec& s = spec();
   heads_local_ = s.n_head / tp.size();
   kv_heads_local_ = s.n_kv_head / s.kv_shards(tp.size());
@@ -102,7 +123,7 @@ Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Ke
   if (k.precision() == kernels::Precision::fp32) {
     weights_act_ = kernels::as_act(params_.data());  // fp32 compute reads the parameters themselves
   } else {
-    weights_ = kernels::DeviceBuffer(k, (k.activation_bytes(layout_.total_floats()) + 3) / 4);
+    weights_ = kernels::DeviceBuffer(k, (k.activation_bytes(compute_floats) + 3) / 4);
     weights_act_ = reinterpret_cast<Act*>(weights_.data());
   }
   if (s.positions == PositionKind::rotary) {
@@ -114,9 +135,84 @@ Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Ke
 }
 
 void Transformer::refresh_weights() {
-  if (weights_stale_ && weights_.data() != nullptr)
-    k_.cast_to_activation(weights_act_, params_.data(), layout_.total_floats());
+  if (!weights_stale_) return;
   weights_stale_ = false;
+  if (shards_ == nullptr) {
+    if (weights_.data() != nullptr) k_.cast_to_activation(weights_act_, params_.data(), layout_.total_floats());
+    return;
+  }
+  // ZeRO-3: the kept units (embeddings, final norm and head) gathered whole; the blocks
+  // as they come.
+  const std::vector<bool>& block = layout_.unit_is_block();
+  std::vector<RequestPtr> gathers;  // all started, then waited for
+  for (size_t u = 0; u < block.size(); u++)
+    if (!block[u]) gathers.push_back(gather_unit(u));
+  for (RequestPtr& g : gathers) g->wait();
+}
+
+void Transformer::progress_gathers() {
+  // MPI moves a non-blocking operation on only inside MPI calls: without these the next
+  // block's gather would wait for the next wait.
+  for (RequestPtr& g : window_gather_)
+    if (g) g->test();
+}
+
+size_t Transformer::parameter_floats_for(const ParameterLayout& layout, bool sharded, kernels::Precision precision) {
+  // ZeRO-3 in bf16 gathers the compute copy itself: the fp32 values live in the shard only.
+  if (sharded && precision != kernels::Precision::fp32) return 0;
+  return gradient_floats_for(layout, sharded);
+}
+
+void Transformer::parameters_changed() {
+  weights_stale_ = true;
+  for (int w = 0; w < 2; w++) {
+    window_gather_[w].reset();  // waits for a gather still in flight
+    window_block_[w] = -1;
+  }
+}
+
+float* Transformer::parameter_at(size_t offset) const {
+  if (shards_ == nullptr) return params_.data() + offset;
+  const std::vector<FlatRange>& units = layout_.units();
+  const auto u = std::upper_bound(units.begin(), units.end(), offset,
+                                  [](size_t o, const FlatRange& r) { return o < r.end; });
+  check(u != units.end(), "parameter offset outside the layout's units");
+  const size_t i = static_cast<size_t>(u - units.begin());
+  check(offset >= held_[i].begin && offset < held_[i].end, "parameter_at: not an offset this rank holds");
+  return master_.data() + master_offset_[i] + (offset - held_[i].begin);
+}
+
+RequestPtr Transformer::gather_unit(size_t u) {
+  const FlatRange& unit = layout_.units()[u];
+  const size_t piece = held_[u].size(), mine = shards_->rank() * piece;
+  const float* master = master_.data() + master_offset_[u];
+  // In place: this rank's piece at its position, the others' arrive around it. In bf16
+  // the compute copy is what travels (half the bytes, as FSDP's bf16 param_dtype).
+  if (weights_.data() == nullptr) {  // fp32: the layers read the parameters themselves
+    float* storage = params_.data() + unit_storage_[u];
+    k_.copy_on_device(storage + mine, master, piece * sizeof(float));
+    return shards_->all_gather_async(std::span<float>(storage, unit.size()));
+  }
+  Act* storage = kernels::offset(weights_act_, unit_storage_[u], act_type_);
+  k_.cast_to_activation(kernels::offset(storage, mine, act_type_), master, piece);
+  return shards_->all_gather_async(ActivationSpan{storage, unit.size(), act_type_});
+}
+
+void Transformer::gather_block(int l) {
+  const int w = l % 2;
+  if (window_block_[w] == l) return;  // there, or on its way
+  window_gather_[w].reset();
+  window_gather_[w] = gather_unit(static_cast<size_t>(layout_.block_unit(l)));
+  window_block_[w] = l;
+}
+
+void Transformer::use_block(int l, int next) {
+  const int w = l % 2;
+  gather_block(l);
+  if (window_gather_[w]) window_gather_[w]->wait();
+  window_gather_[w].reset();
+  // Ahead: the other window's block is done with (forward: the one before; backward: after).
+  if (next >= 0 && next < layout_.layers()) gather_block(next);
 }
 
 void Transformer::init_parameters(uint64_t seed) {
@@ -157,6 +253,16 @@ std::vector<float> Transformer::get_parameter(const std::string& name, bool grad
   const int index = static_cast<int>(&layout_.tensor(name) - layout_.tensors().data());
   const ParameterTensor& t = layout_[index];
   std::vector<float> mine(t.stored);
+  if (shards_ != nullptr && !gradient) {  // ZeRO-3: this rank's part of it, the rest from the others' (zeros here)
+    for (size_t u = 0; u < held_.size(); u++) {
+      const size_t begin = std::max(held_[u].begin, t.offset), end = std::min(held_[u].end, t.offset + t.stored);
+      if (begin < end)
+        k_.copy_to_host(mine.data() + (begin - t.offset), master_.data() + master_offset_[u] + (begin - held_[u].begin),
+                        (end - begin) * sizeof(float));
+    }
+    shards_->all_reduce(std::span<float>(mine));
+    return assemble_over_tp(t, mine);
+  }
   k_.copy_to_host(mine.data(), gradient ? grad(index) : param(index), t.stored * sizeof(float));
   return assemble_over_tp(t, mine);
 }
@@ -233,7 +339,10 @@ float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targe
       if (wpe >= 0) k_.add_positions(s.encoded, weight(wpe), B, T, C);
     }
   }
-  for (int l = 0; l < layout_.layers(); l++) block_forward(s, slot, l);
+  for (int l = 0; l < layout_.layers(); l++) {
+    if (shards_ != nullptr) use_block(l, l + 1);
+    block_forward(s, slot, l);
+  }
   if (!stage_.has_head) return 0.0f;
   norm_forward(s.final_norm, s.final_norm_mean, s.final_norm_rstd, layer_input(slot, layout_.layers()),
                layout_.final_norm_weight(), layout_.final_norm_bias(), rows(B));
@@ -281,6 +390,7 @@ void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) 
   if (sp.positions == PositionKind::rotary)
     k_.rope_forward(a.qkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
   k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, hd);
+  if (shards_ != nullptr) progress_gathers();
   Act* out = row_parallel_output(a.residual_2);
   k_.matmul_forward(out, a.atty, weight(p.attn_out_weight),  // row-parallel
                     add_replicated_bias ? weight(p.attn_out_bias) : nullptr, BT, attention_width_, C);
@@ -293,6 +403,7 @@ void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) 
                     mlp_in);  // column-parallel
   if (sp.mlp == MlpKind::swiglu) k_.swiglu_forward(a.fc_act, a.fc, BT, ffn_local_);
   else k_.gelu_forward(a.fc_act, a.fc, static_cast<size_t>(BT) * ffn_local_);
+  if (shards_ != nullptr) progress_gathers();
   if (up_to_mlp) return;
   out = row_parallel_output(a.residual_3);
   k_.matmul_forward(out, a.fc_act, weight(p.mlp_out_weight),  // row-parallel
@@ -323,6 +434,7 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
   }  // else the pipeline put d loss / d output into d.dresidual
   for (int l = layout_.layers() - 1; l >= 0; l--) {
     if (block_begins) block_begins(l);
+    if (shards_ != nullptr) use_block(l, l - 1);
     // What the layer did not keep, recomputed into the shared set (model/activations.h).
     if (recompute() == Recompute::full) {
       block_forward(s, slot, l, /*up_to_mlp=*/true);
@@ -361,6 +473,7 @@ void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual)
                      weight(p.mlp_in_weight), BT, C, mlp_in);
   norm_backward(dresidual, p.norm_2_weight, p.norm_2_bias, reduce_gradient_rows(d.dnorm, B), a.residual_2,
                 a.norm_2_mean, a.norm_2_rstd, N);
+  if (shards_ != nullptr) progress_gathers();
   // Attention branch.
   k_.matmul_backward(d.datty, grad(p.attn_out_weight), grad_or_null(p.attn_out_bias), gathered_rows(dresidual, B),
                      a.atty, weight(p.attn_out_weight), BT, attention_width_, C);

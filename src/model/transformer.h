@@ -30,7 +30,7 @@ namespace trident {
 // The activations of one stage on one rank (layout's tp share and layers; sequence_shards:
 // tp under sequence parallelism, else 1).
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Kernels& k, int sequence_shards = 1);
+                                 const kernels::Footprint& k, int sequence_shards = 1);
 
 class Transformer {
  public:
@@ -43,9 +43,16 @@ class Transformer {
   // windowed_gradients (ZeRO-2): the gradients of the embeddings and the head are kept,
   // those of the blocks only in two windows that blocks of alternate parity reuse, each
   // reduced away (parallel/data_parallel.h) before the block two below needs it.
+  // parameter_shards (ZeRO-3, FSDP's FULL_SHARD): the ranks this stage's parameters are
+  // sharded over, each layout unit cut into one piece per rank (rank r holds piece r,
+  // as ZeRO's gradient shards). A block's parameters are all-gathered into one of two
+  // windows before its forward and again before its backward (unless still there), the
+  // next block's gather issued ahead; the embeddings and head are gathered after each
+  // update and stay, as FSDP2 keeps its root module unsharded. Needs windowed_gradients.
   Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
               size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1,
-              Recompute recompute = Recompute::none, bool windowed_gradients = false);
+              Recompute recompute = Recompute::none, bool windowed_gradients = false,
+              Communicator* parameter_shards = nullptr);
 
   const TransformerSpec& spec() const { return layout_.spec(); }
   const ParameterLayout& layout() const { return layout_; }
@@ -53,24 +60,37 @@ class Transformer {
   int micro_batch() const { return B_; }
   Recompute recompute() const { return activations_.shape().recompute; }
   int slots() const { return static_cast<int>(activations_.slots.size()); }
+  // The flat parameters (not under ZeRO-3: there the storage holds the kept units and
+  // two windows, as the gradients' does, in bf16 none at all; parameter_at() is where
+  // the values are).
   float* params() const { return params_.data(); }
+  bool parameters_sharded() const { return shards_ != nullptr; }
+  // Where the value of flat offset `offset` lives that the optimizer updates: in
+  // params(), or under ZeRO-3 in this rank's shard (offset must be in held()).
+  float* parameter_at(size_t offset) const;
+  // ZeRO-3: the ranges of the flat layout this rank's shard holds (its piece of each unit).
+  const std::vector<FlatRange>& held() const { return held_; }
   // The gradient storage: the whole flat layout, or with windowed gradients the kept
   // units and the two windows (gradient_location() maps a flat offset into it).
   float* grads() const { return grads_.data(); }
   size_t gradient_floats() const { return grads_.size(); }
   bool windowed_gradients() const { return windowed_; }
-  float* param(int index) const { return params_.data() + layout_[index].offset; }
+  float* param(int index) const { return params_.data() + param_offset_[index]; }
   float* grad(int index) const { return grads_.data() + grad_offset_[index]; }
   // Where the gradient of flat offset `offset` lives (a block's: in its window).
   float* gradient_location(size_t offset) const;
-  // The bytes gradient storage takes for `layout` (for memory plans).
+  // The floats gradient storage takes for `layout` (windowed: ZeRO-2/3), and the fp32
+  // parameters' (sharded: ZeRO-3, as the gradients' in fp32, none in bf16: the compute
+  // copy is gathered; the compute copy always takes gradient_floats_for(layout, sharded)).
   static size_t gradient_floats_for(const ParameterLayout& layout, bool windowed);
+  static size_t parameter_floats_for(const ParameterLayout& layout, bool sharded, kernels::Precision precision);
   // Call after writing params() directly (the optimizer does): the compute copy of the
   // weights is refreshed before the next forward pass.
-  void parameters_changed() { weights_stale_ = true; }
+  void parameters_changed();
   // The named, sharded tensors over params(), for checkpoints and initializers.
   ShardedParameters parameters() {
-    return {&layout_, params_.data(), &k_, [this] { parameters_changed(); }};
+    return {&layout_, shards_ != nullptr ? master_.data() : params_.data(), &k_, [this] { parameters_changed(); },
+            held_};
   }
 
   // Initialization from a seed, as the spec says per tensor: normal(0, 0.02) weights and
@@ -81,7 +101,8 @@ class Transformer {
   // Copies a named parameter in its full canonical shape from the host into this
   // rank's shard.
   void set_parameter(const std::string& name, const float* host, size_t count);
-  // The full canonical tensor (or its gradient), gathered over tp: collective.
+  // The full canonical tensor (or its gradient), gathered over tp: collective (under
+  // ZeRO-3 over the shard group too).
   std::vector<float> get_parameter(const std::string& name, bool gradient = false);
   // The same from a flat buffer of this rank's layout in host memory (collective).
   std::vector<float> tensor_from_host(const std::string& name, const float* flat);
@@ -136,7 +157,7 @@ class Transformer {
   Act* layer_input(int slot, int l) const;
   // The compute copy of parameter `index` (what the layers read); null for -1 (none).
   const Act* weight(int index) const {
-    return index < 0 ? nullptr : kernels::offset(weights_act_, layout_[index].offset, act_type_);
+    return index < 0 ? nullptr : kernels::offset(weights_act_, param_offset_[index], act_type_);
   }
   float* grad_or_null(int index) const { return index < 0 ? nullptr : grad(index); }
   ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
@@ -153,6 +174,14 @@ class Transformer {
   void reduce_rows(Act* partial, Act* mine, int B);
   const Act* reduce_gradient_rows(Act* partial, int B);
   void refresh_weights();
+  // ZeRO-3: starts gathering local block l's parameters into its window (unless there);
+  // makes block l ready to use and starts gathering block `next` (if one) ahead.
+  void gather_block(int l);
+  void use_block(int l, int next);
+  void progress_gathers();  // lets the gathers in flight move on (MPI progresses inside its calls)
+  // Unit u's parameters (in bf16 its compute copy) from every rank's piece into their
+  // storage; returns the gather in flight.
+  RequestPtr gather_unit(size_t u);
   // The full canonical tensor from this rank's piece of it (host memory), over tp.
   std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
   // The family's norm (LayerNorm or RMSNorm) over N rows of the residual stream.
@@ -173,9 +202,18 @@ class Transformer {
   int heads_local_, kv_heads_local_, qkv_width_, attention_width_, ffn_local_, vocab_shard_, vocab_start_,
       vocab_valid_;
   bool windowed_;
+  Communicator* shards_ = nullptr;  // ZeRO-3's group; null: the parameters are whole here
   kernels::DeviceBuffer params_, grads_;
-  std::vector<size_t> unit_storage_;  // per layout unit: where its gradients start in grads_
+  std::vector<size_t> unit_storage_;  // per layout unit: where its gradients (ZeRO-3: and parameters) start
   std::vector<size_t> grad_offset_;   // per tensor: where its gradient starts in grads_
+  std::vector<size_t> param_offset_;  // per tensor: where it starts in params_ (and the compute copy)
+  // ZeRO-3: this rank's piece of every unit (held_), one after the other, the fp32 master
+  // values the optimizer updates; per window the block in it (-1: none) and its gather.
+  kernels::DeviceBuffer master_;
+  std::vector<FlatRange> held_;
+  std::vector<size_t> master_offset_;  // per unit: where its piece starts in master_
+  int window_block_[2] = {-1, -1};
+  RequestPtr window_gather_[2];
   kernels::DType act_type_;
   kernels::DeviceBuffer weights_;  // the compute copy, when it is not params_ itself
   Act* weights_act_;

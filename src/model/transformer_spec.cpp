@@ -143,10 +143,12 @@ std::vector<double> rope_frequencies(const TransformerSpec& spec) {
   return freq;
 }
 
+size_t rope_table_floats(const TransformerSpec& spec) { return static_cast<size_t>(spec.seq_len) * 2 * (spec.head_dim / 2); }
+
 std::vector<float> rope_table(const TransformerSpec& spec) {
   const std::vector<double> freq = rope_frequencies(spec);
   const size_t pairs = freq.size();
-  std::vector<float> table(static_cast<size_t>(spec.seq_len) * 2 * pairs);
+  std::vector<float> table(rope_table_floats(spec));
   for (int t = 0; t < spec.seq_len; t++)
     for (size_t i = 0; i < pairs; i++) {
       const double angle = t * freq[i];

@@ -75,5 +75,6 @@ std::vector<double> rope_frequencies(const TransformerSpec& spec);
 // cos and sin of t * frequency_i for t < seq_len: [T, head_dim / 2, 2], what the
 // rope kernels read.
 std::vector<float> rope_table(const TransformerSpec& spec);
+size_t rope_table_floats(const TransformerSpec& spec);  // its size, without computing it
 
 }  // namespace trident

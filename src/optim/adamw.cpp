@@ -40,10 +40,15 @@ void AdamW::step(float* params, const float* grads, double lr, double grad_scale
 
 void AdamW::step(float* params, const std::function<const float*(size_t)>& gradient_at, double lr,
                  double grad_scale) {
+  step([params](size_t offset) { return params + offset; }, gradient_at, lr, grad_scale);
+}
+
+void AdamW::step(const std::function<float*(size_t)>& parameter_at,
+                 const std::function<const float*(size_t)>& gradient_at, double lr, double grad_scale) {
   t_++;
   for (const Segment& s : segments_) {
     const double decay = s.decay ? settings_.weight_decay : 0.0;
-    k_.adamw_update(params + s.offset, gradient_at(s.offset), m_.data() + s.state_offset, v_.data() + s.state_offset,
+    k_.adamw_update(parameter_at(s.offset), gradient_at(s.offset), m_.data() + s.state_offset, v_.data() + s.state_offset,
                     s.size, static_cast<float>(lr), static_cast<float>(settings_.beta1),
                     static_cast<float>(settings_.beta2), static_cast<float>(settings_.eps),
                     static_cast<float>(decay), t_, static_cast<float>(grad_scale));

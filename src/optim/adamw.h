@@ -1,6 +1,6 @@
 // AdamW over a model's flat parameter buffer, as PyTorch does it (FORMAT.md): decoupled
 // weight decay on tensors of 2 or more dimensions only, bias-corrected moments. It
-// updates the parameters of `owned` ranges only (all of them, or a ZeRO-1 shard), and
+// updates the parameters of `owned` ranges only (all of them, or a ZeRO shard), and
 // keeps moments for those alone, in the backend's memory.
 #pragma once
 
@@ -31,6 +31,9 @@ class AdamW {
   // is where the gradient of flat offset `offset` lives; each tensor's piece of an owned
   // range is contiguous there.
   void step(float* params, const std::function<const float*(size_t)>& gradient_at, double lr, double grad_scale);
+  // The same with the parameters wherever they are too (ZeRO-3: this rank's shard).
+  void step(const std::function<float*(size_t)>& parameter_at, const std::function<const float*(size_t)>& gradient_at,
+            double lr, double grad_scale);
 
   int steps_taken() const { return t_; }
   void set_steps_taken(int t) { t_ = t; }

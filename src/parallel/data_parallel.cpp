@@ -48,12 +48,13 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
 }
 
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
-                           Communicator* replica)
-    : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr), stage_(2), n_(n),
+                           Communicator* replica, int stage)
+    : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr), stage_(stage), n_(n),
       buckets_(units.units), memory_(memory), units_(std::move(units)) {
   const size_t ranks = dp.size();
-  check(ranks > 1, "ZeRO-2 needs dp > 1");
-  for (const FlatRange& u : buckets_) check(u.size() % ranks == 0, "ZeRO-2: a unit must be a multiple of dp");
+  check(stage == 2 || stage == 3, "DataParallel: gradient units are for ZeRO-2 and -3");
+  check(ranks > 1, "ZeRO-2 and -3 need dp > 1");
+  for (const FlatRange& u : buckets_) check(u.size() % ranks == 0, "ZeRO-2/3: a unit must be a multiple of dp");
   shard_buckets();
   reductions_.assign(buckets_.size(), 0);
   armed_.assign(buckets_.size(), false);
@@ -152,7 +153,7 @@ void DataParallel::finish(BlockReduction& r) {
 }
 
 void DataParallel::block_begins(size_t offset) {
-  if (stage_ != 2) return;
+  if (stage_ < 2) return;
   const size_t u = unit_at(offset);
   float* window = units_.locate(buckets_[u].begin);
   for (BlockReduction& r : in_flight_)
@@ -180,7 +181,7 @@ void DataParallel::start_bucket(size_t b) {
 }
 
 void DataParallel::gradients_final_from(size_t offset) {
-  if (stage_ == 2) {
+  if (stage_ >= 2) {
     if (offset >= n_) return;
     const size_t u = unit_at(offset);
     // The kept units go at the end; a block once per block_begins() (backward also
@@ -213,7 +214,7 @@ void DataParallel::gradients_final_from(size_t offset) {
 double DataParallel::finish_gradients() {
   check(grads_ != nullptr, "finish_gradients() without start_backward()");
   Timer waiting;
-  if (stage_ == 2) {
+  if (stage_ >= 2) {
     for (BlockReduction& r : in_flight_) finish(r);
     for (size_t u = 0; u < buckets_.size(); u++)
       if (!units_.windowed[u])

@@ -15,6 +15,11 @@
 // this rank's shard (added to what earlier micro-batches left there); the embeddings'
 // and head's gradients accumulate where they are and are reduce-scattered once, at the
 // end. No full-size gradient exists, and accumulation stays exact.
+//
+// ZeRO-3 (FSDP's FULL_SHARD) reduces the gradients as ZeRO-2 does; the parameters are
+// sharded the same way, by the model, which gathers each unit before using it
+// (model/transformer.h). AdamW then updates this rank's shard only and nothing is
+// gathered after the step.
 #pragma once
 
 #include <cstddef>
@@ -50,9 +55,10 @@ class DataParallel {
   // overlap buys).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero, bool overlap = true,
                Communicator* replica = nullptr);
-  // ZeRO-2 over the units of a layout of n floats (each unit a multiple of dp).
+  // ZeRO-2 over the units of a layout of n floats (each unit a multiple of dp); stage 3
+  // reduces the gradients the same way (the model shards and gathers its parameters).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
-               Communicator* replica = nullptr);
+               Communicator* replica = nullptr, int stage = 2);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -62,7 +68,7 @@ class DataParallel {
   static std::vector<FlatRange> bucket_ranges(size_t n, double bucket_mb, size_t ranks);
   static std::vector<FlatRange> sharded_ranges(const std::vector<FlatRange>& buckets, size_t ranks, size_t rank);
 
-  // 0, 1 or 2 (0 and 1 with one rank: nothing to shard).
+  // 0 to 3 (0 with one rank: nothing to shard).
   int zero_stage() const { return stage_; }
   bool zero() const { return stage_ > 0; }
   // The ranks the states are sharded over (dp, or the shard group when hybrid): what a
@@ -89,7 +95,7 @@ class DataParallel {
   void set_max_in_flight(size_t n) { max_in_flight_ = n; }
   size_t max_in_flight() const { return max_in_flight_; }
   // Whether gradients_final_from() wants every micro-batch's reports, not only the last's.
-  bool reduces_every_micro_batch() const { return stage_ == 2; }
+  bool reduces_every_micro_batch() const { return stage_ >= 2; }
   // Starts what is left, waits for everything; returns the seconds spent waiting.
   double finish_gradients();
   // ZeRO: brings every rank's updated blocks into all ranks' parameters.

@@ -54,6 +54,7 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
   const TrainConfig& t = config.train;
   if (p.zero == 0 && p.dp > 1) changes.push_back({"--parallel.zero=1", [](Config& c) { c.parallel.zero = 1; }});
   if (p.zero < 2 && p.dp > 1) changes.push_back({"--parallel.zero=2", [](Config& c) { c.parallel.zero = 2; }});
+  if (p.zero < 3 && p.dp > 1) changes.push_back({"--parallel.zero=3", [](Config& c) { c.parallel.zero = 3; }});
   if (t.recompute != "full") changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = "full"; }});
   if (t.micro_batch > 1) changes.push_back({"--train.micro_batch=1", [](Config& c) { c.train.micro_batch = 1; }});
   for (int factor : {2, 4, 8}) {
@@ -61,8 +62,8 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
     changes.push_back({"--parallel.tp=" + std::to_string(tp), [tp](Config& c) { c.parallel.tp = tp; }});
     changes.push_back({"--parallel.pp=" + std::to_string(pp), [pp](Config& c) { c.parallel.pp = pp; }});
   }
-  changes.push_back({"--parallel.zero=2 --train.recompute=full --train.micro_batch=1", [](Config& c) {
-                       c.parallel.zero = 2;
+  changes.push_back({"--parallel.zero=3 --train.recompute=full --train.micro_batch=1", [](Config& c) {
+                       c.parallel.zero = 3;
                        c.train.recompute = "full";
                        c.train.micro_batch = 1;
                      }});

@@ -64,7 +64,7 @@ size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
   return Checkpointer::piece_bytes(rank_layout(config, coords), coords.dp == 0);
 }
 
-RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Kernels& k,
+RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
                                 bool node_leader, size_t node_leader_receives) {
   const ParallelDims d = config.dims();
   const ParameterLayout layout = rank_layout(config, coords);
@@ -77,12 +77,17 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   };
   char detail[160];
 
-  add("parameters", "fp32", n * f32);
-  if (k.precision() == kernels::Precision::bf16) add("compute copy", "bf16 weights", buffer_bytes(k.activation_bytes(n)));
   const int zero = d.dp > 1 ? config.parallel.zero : 0;
-  const size_t windowed_floats = Transformer::gradient_floats_for(layout, zero == 2);
-  add("gradients", zero == 2 ? "fp32; ZeRO-2: embeddings and head kept, blocks in 2 windows" : "fp32",
-      windowed_floats * f32);
+  // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
+  // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
+  const size_t compute_floats = Transformer::gradient_floats_for(layout, zero == 3);
+  add("parameters", zero == 3 ? "fp32 gathered; ZeRO-3: embeddings and head kept, blocks in 2 windows" : "fp32",
+      Transformer::parameter_floats_for(layout, zero == 3, k.precision()) * f32);
+  if (k.precision() == kernels::Precision::bf16)
+    add("compute copy", zero == 3 ? "bf16 weights gathered: embeddings and head kept, blocks in 2 windows" : "bf16 weights",
+        buffer_bytes(k.activation_bytes(compute_floats)));
+  const size_t windowed_floats = Transformer::gradient_floats_for(layout, zero >= 2);
+  add("gradients", zero >= 2 ? "fp32; embeddings and head kept, blocks in 2 windows" : "fp32", windowed_floats * f32);
   // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
@@ -90,7 +95,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   std::vector<FlatRange> owned;
   if (zero > 0)
     owned = DataParallel::sharded_ranges(
-        zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
+        zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
         coords.dp % shards);
   add("optimizer state", zero > 0 ? "AdamW m, v; 1/" + std::to_string(shards) : std::string("AdamW m, v"),
       AdamW::state_floats_for(layout, owned) * f32);
@@ -98,11 +103,12 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     size_t shard = 0, window_shard = 0;
     for (const FlatRange& r : owned) shard += r.size();
     add("gradient shard", "ZeRO reduce-scatter output", shard * f32);
+    if (zero == 3) add("parameter shard", "ZeRO-3: fp32 master, 1/" + std::to_string(shards) + " of each unit", shard * f32);
     for (int l = 0; l < layout.layers(); l++)
       window_shard = std::max(window_shard, layout.units()[layout.block_unit(l)].size() / shards);
     const int windows = std::min(layout.layers(), 2);
-    if (zero == 2 && config.train.global_batch / d.dp / config.train.micro_batch > 1)
-      add("accumulation buffers", "ZeRO-2: a window's shard, per window", windows * window_shard * f32);
+    if (zero >= 2 && config.train.global_batch / d.dp / config.train.micro_batch > 1)
+      add("accumulation buffers", "ZeRO-2/3: a window's shard, per window", windows * window_shard * f32);
   }
 
   const int micro_batch = config.train.micro_batch;
@@ -117,7 +123,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   add("activations", detail, a.slots);
   add("recompute set", "one layer's, shared", a.recompute);
   add("backward scratch", "shared by the layers", a.backward);
-  if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table(spec).size() * f32);
+  if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
   const int widest = std::max({shape.qkv_width, shape.mlp_in, shape.d_model, shape.vocab_shard});
   add("workspace", "the kernels' own",
       k.workspace_bytes(micro_batch * spec.seq_len, spec.d_model, widest, micro_batch, spec.seq_len,
@@ -143,7 +149,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
         (layout.unit_is_block()[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
       for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.dp))
         buckets.push_back(b.size() * f32);
-      in_flight = zero == 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
+      in_flight = zero >= 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
                             : largest_sum(buckets, kMpiReductionsInFlight);
       if (zero > 0 && shards > 2) in_flight *= 2;  // reduce-scatters
       if (zero > 0 && shards < d.dp) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
@@ -166,7 +172,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     // A NCCL communicator stages host buffers (the checkpoint's moments) in device memory.
     if (zero > 0 && !config.checkpoint.dir.empty()) {
       size_t largest = 0;
-      for (const FlatRange& b : zero == 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards))
+      for (const FlatRange& b : zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards))
         largest = std::max(largest, b.size());
       add("host staging", "NCCL's copy of one bucket of the checkpoint's moments", largest * f32);
     }
@@ -188,7 +194,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   return plan;
 }
 
-RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Kernels& k) {
+RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Footprint& k) {
   const ParallelDims d = config.dims();
   RankMemoryPlan busiest;
   // Every (tp, pp) position on dp rank 0 (it writes checkpoints; ZeRO shards differ by a block at most).

@@ -41,14 +41,14 @@ struct RankMemoryPlan {
 // The plan of the rank at `coords` of a run of `config` (resolved for its world: dp and
 // micro_batch set) on backend `k`. A node leader writes its node's checkpoint file and
 // collects `node_leader_receives` bytes of pieces from the node's other ranks.
-RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Kernels& k,
+RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
                                 bool node_leader = true, size_t node_leader_receives = 0);
 
 // The checkpoint pieces a rank hands its node leader (0 without checkpoint.dir).
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords);
 
 // The largest plan over every rank coordinate of the grid (the busiest rank).
-RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Kernels& k);
+RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Footprint& k);
 
 double gib(double bytes);
 

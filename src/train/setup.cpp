@@ -44,14 +44,15 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
                                 const Transformer& model, const HybridGroups& hybrid) {
   const ParameterLayout& layout = model.layout();
   Communicator& shards = hybrid.shard != nullptr ? *hybrid.shard : parallel.dp();
-  if (zero_stage(config, parallel.dims()) < 2)
+  const int zero = zero_stage(config, parallel.dims());
+  if (zero < 2)
     return DataParallel(shards, k, layout.total_floats(), config.parallel.bucket_mb, config.parallel.zero >= 1,
                         config.parallel.overlap, hybrid.replica.get());
   GradientUnits units;
   units.units = layout.units();
   units.windowed = layout.unit_is_block();
   units.locate = [&model](size_t offset) { return model.gradient_location(offset); };
-  return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get());
+  return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero);
 }
 
 }  // namespace
@@ -59,12 +60,12 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
 TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kernels::Kernels& k)
     : local_batch(config.train.global_batch / parallel.dims().dp),
       plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
-      shared_heads(shared_head_group(config.model, parallel)),
+      shared_heads(shared_head_group(config.model, parallel)), hybrid(hybrid_groups(config, parallel)),
       model(config.model, config.train.micro_batch, k,
             TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
             parallel.dims().dp, plan.stage, plan.slots, parse_recompute(config.train.recompute),
-            zero_stage(config, parallel.dims()) == 2),
-      hybrid(hybrid_groups(config, parallel)),
+            zero_stage(config, parallel.dims()) >= 2,
+            zero_stage(config, parallel.dims()) == 3 ? (hybrid.shard ? hybrid.shard.get() : &parallel.dp()) : nullptr),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(model.layout(),
                 {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,

@@ -51,8 +51,8 @@ class TrainingSetup {
   const int local_batch;  // sequences of each global batch on this dp rank
   const PipelinePlan plan;
   const std::unique_ptr<Communicator> shared_heads;  // ranks sharing a key/value head (tp > n_kv_head)
-  Transformer model;
   const HybridGroups hybrid;  // shard and replica groups of hybrid sharding, if any
+  Transformer model;
   DataParallel data_parallel;
   AdamW optimizer;
   StepRunner runner;

@@ -116,6 +116,9 @@ std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int posi
   else pipeline_.pp->send(model_.stage_output(0, 1), stage() + 1, activation_tag(0));
   // The last stage has them; the others hold zeros.
   if (pipeline_.pp != nullptr) pipeline_.pp->all_reduce(std::span<float>(logits));
+  // Every dp rank samples from dp rank 0's logits, so that all take the same token and run
+  // the same number of forwards (under ZeRO-3 each forward is collective over dp).
+  if (dp_.size() > 1) dp_.broadcast(std::span<float>(logits), 0);
   return logits;
 }
 
@@ -176,9 +179,9 @@ GradientNorm StepRunner::update(double lr, double grad_clip, bool loss_finite) {
     return norm;
   }
   norm.clip_coefficient = clip_coefficient(norm.norm, grad_clip);
-  optimizer_.step(model_.params(), [this](size_t offset) { return data_parallel_.gradient_at(offset); }, lr,
-                  norm.clip_coefficient);
-  data_parallel_.gather_parameters(model_.params());
+  optimizer_.step([this](size_t offset) { return model_.parameter_at(offset); },
+                  [this](size_t offset) { return data_parallel_.gradient_at(offset); }, lr, norm.clip_coefficient);
+  if (!model_.parameters_sharded()) data_parallel_.gather_parameters(model_.params());  // ZeRO-3: the model gathers
   model_.parameters_changed();
   return norm;
 }

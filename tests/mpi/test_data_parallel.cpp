@@ -1,5 +1,5 @@
 // Data parallelism under mpirun: the float64 reference passes with dp = world (with and
-// without ZeRO-1 and -2, one bucket or many, overlapped or not, with micro-batches), and
+// without ZeRO-1, -2 and -3, one bucket or many, overlapped or not, with micro-batches), and
 // training data-parallel gives the parameters of one rank training the whole batch.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -62,7 +62,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelVerify,
                                          Variant{"no_overlap", 0, 0.02, false, 0},
                                          Variant{"zero1_micro_batches", 1, 0.05, true, 1},
                                          Variant{"zero2", 2, 25, true, 0},
-                                         Variant{"zero2_micro_batches", 2, 25, true, 1}),
+                                         Variant{"zero2_micro_batches", 2, 25, true, 1},
+                                         Variant{"zero3", 3, 25, true, 0},
+                                         Variant{"zero3_micro_batches", 3, 25, true, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Parameters after a few steps: data-parallel over the world against one rank that

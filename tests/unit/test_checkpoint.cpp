@@ -51,7 +51,8 @@ void expect_identical(const std::string& a, const std::string& b) {
 
 TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
   for (const std::string& layout : {std::string("1"), std::string("4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1"),
-                                    std::string("4 --parallel.dp=2 --parallel.tp=2 --parallel.zero=2")}) {
+                                    std::string("4 --parallel.dp=2 --parallel.tp=2 --parallel.zero=2"),
+                                    std::string("4 --parallel.dp=4 --parallel.zero=3")}) {
     const std::string whole = fresh_dir("whole"), halves = fresh_dir("halves");
     const std::string launcher = kMpirun + layout.substr(0, 1);
     const std::string flags = layout.size() > 1 ? layout.substr(2) : "";
@@ -98,9 +99,9 @@ TEST(Checkpoint, SavedOnTwoNodesLoadsUnderOtherLayouts) {
   }
 }
 
-// A checkpoint saved under ZeRO-2 (gradients and optimizer state sharded) continues
-// under ZeRO 0 and 1 and hybrid sharding as it would have under ZeRO-2, and one saved
-// without ZeRO continues under ZeRO-2: still one file per node, the same tensors.
+// A checkpoint saved under ZeRO-3 (parameters, gradients and optimizer state sharded)
+// continues under ZeRO 0, 1 and 2 (hybrid) as it would have under ZeRO-3, and one saved
+// without ZeRO continues under ZeRO-3: still one file per node, the same tensors.
 TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
   const auto continue_from = [](const std::string& saved, const std::string& layout) {
     const std::string copy = fresh_dir("zero_copy");
@@ -111,15 +112,16 @@ TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
     return losses(r.out);
   };
   std::map<int, double> reference;
-  for (const std::string save_layout : {"4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=2", "1 --parallel.zero=0"}) {
+  for (const std::string save_layout : {"4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=3", "1 --parallel.zero=0"}) {
     const std::string saved = fresh_dir("zero_saved");
     const CliRun save = run(kTrain + save_layout.substr(2) + " --train.steps=3 --checkpoint.every_steps=3 "
                                                             "--checkpoint.dir=" + saved + run_dir_flag(saved),
                             kMpirun + save_layout.substr(0, 1), 180);
     ASSERT_EQ(save.exit_code, 0) << save.err;
-    for (const std::string layout : {"4 --parallel.dp=4 --parallel.zero=2", "1 --parallel.zero=0",
+    for (const std::string layout : {"4 --parallel.dp=4 --parallel.zero=3", "1 --parallel.zero=0",
                                      "2 --parallel.dp=2 --parallel.zero=1",
-                                     "4 --parallel.dp=4 --parallel.zero=1 --parallel.shard_size=2"}) {
+                                     "4 --parallel.dp=4 --parallel.zero=2 --parallel.shard_size=2",
+                                     "4 --parallel.dp=2 --parallel.tp=2 --parallel.zero=3"}) {
       const auto l = continue_from(saved, layout);
       ASSERT_EQ(l.size(), 2u) << save_layout << " -> " << layout;
       if (reference.empty()) reference = l;

@@ -143,6 +143,27 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   EXPECT_EQ(group_sum, 2 * n * 4);
   EXPECT_EQ(plan_rank_memory(c, {0, 2, 0}, *k).of("optimizer state"), plan_rank_memory(c, {0, 0, 0}, *k).of("optimizer state"));
   c.parallel.shard_size = 0;
+  // ZeRO-3: each rank holds 1/dp of every unit as its master parameters, gradient shard and
+  // moments (4 states of n floats over the 4 ranks, once); the embeddings and head are kept
+  // whole, the blocks' parameters and gradients live in two windows.
+  c.parallel.zero = 3;
+  size_t states = 0;
+  for (int r = 0; r < 4; r++) {
+    const RankMemoryPlan p = plan_rank_memory(c, {0, r, 0}, *k);
+    states += p.of("parameter shard") + p.of("gradient shard") + p.of("optimizer state");
+    const size_t windowed = Transformer::gradient_floats_for(layout, true) * 4;
+    EXPECT_EQ(p.of("parameters"), windowed);
+    EXPECT_EQ(p.of("gradients"), windowed);
+    EXPECT_LT(windowed, n * 4);
+    EXPECT_EQ(p.of("parameter shard"), n * 4 / 4);
+  }
+  EXPECT_EQ(states, 4 * n * 4);
+  // In bf16 the compute copy is what is gathered: no fp32 parameters besides the shard.
+  auto bf16 = kernels::make_cpu_kernels(kernels::Precision::bf16);
+  const RankMemoryPlan mixed = plan_rank_memory(c, {0, 0, 0}, *bf16);
+  EXPECT_EQ(mixed.of("parameters"), 0u);
+  EXPECT_EQ(mixed.of("compute copy"), bf16->activation_bytes(Transformer::gradient_floats_for(layout, true)));
+  c.parallel.zero = 1;
   // Checkpoints add the host copy of parameters and moments, and dp rank 0's pieces.
   c.checkpoint.dir = "/nonexistent";
   const RankMemoryPlan writer = plan_rank_memory(c, {0, 0, 0}, *k, true, 1000);
