@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "parallel/mpi_world.h"
+#include "parallel/progress_board.h"
 
 namespace {
 
@@ -32,6 +33,7 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   trident::tune_mpi_before_init();
   MPI_Init(&argc, &argv);
+  trident::progress_board::open();
   testing::InitGoogleTest(&argc, argv);
   int rank = world_rank(), size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -83,6 +83,23 @@ void maybe_kill_mid_write(int step) {
   if (kill_at != nullptr && std::atoi(kill_at) == step) raise(SIGKILL);
 }
 
+// TRIDENT_TEST_SAVE_FAULT=R:N:kill (or :stop): world rank R, a node leader's helper, dies
+// of SIGKILL (or stops with SIGSTOP, as a hung node would) while handing its pieces of
+// step N's checkpoint to its leader.
+void maybe_fail_sending_pieces(int step) {
+  const char* fault = std::getenv("TRIDENT_TEST_SAVE_FAULT");
+  if (fault == nullptr) return;
+  int rank = -1, at = -1, world_rank = 0;
+  char how[8] = "";
+  if (std::sscanf(fault, "%d:%d:%7s", &rank, &at, how) != 3) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (rank != world_rank || at != step) return;
+  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_SAVE_FAULT set: %s while sending its pieces of step %d\n",
+               world_rank, how, step);
+  std::fflush(stderr);
+  raise(std::string(how) == "stop" ? SIGSTOP : SIGKILL);
+}
+
 // One rank's pieces: a JSON header, then the floats of every piece in order.
 struct Piece {
   std::string kind, name, sharding;
@@ -373,7 +390,7 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, Sharde
   for (int r = 0; r < parallel.rank(); r++) node_index_ += static_cast<int>(leaders[r]);
   // Touch every host buffer of a save now, once: fresh pages are slow here, and the
   // first checkpoint should stall training no longer than the later ones.
-  if (!config.checkpoint.dir.empty()) collect_at_node_leader();
+  if (!config.checkpoint.dir.empty()) collect_at_node_leader(0);
 }
 
 size_t Checkpointer::staging_bytes(const ParameterLayout& layout) { return 3 * layout.total_floats() * sizeof(float); }
@@ -389,7 +406,7 @@ size_t Checkpointer::leader_buffer_bytes(const ParameterLayout& layout) {
   return kCrcBufferBytes + largest * sizeof(float);
 }
 
-void Checkpointer::collect_at_node_leader() {
+void Checkpointer::collect_at_node_leader(int step) {
   // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
   //    moments in full (ZeRO gathers the sharded ones over dp first).
   const ParameterLayout& layout = *parameters_.layout;
@@ -420,6 +437,7 @@ void Checkpointer::collect_at_node_leader() {
   } else {
     const std::vector<char>& blob = node_blobs_[0];
     const uint64_t size = blob.size();
+    maybe_fail_sending_pieces(step);
     node.send(std::as_bytes(std::span(&size, 1)), 0, 0);
     for (uint64_t done = 0; done < size; done += kChunk)
       node.send(std::as_bytes(std::span(blob.data() + done, std::min(size - done, kChunk))), 0, 1);
@@ -443,7 +461,7 @@ void Checkpointer::save(int step) {
   auto p = std::make_unique<Pending>();
   p->step = step;
   p->dir = (fs::path(config_.checkpoint.dir) / step_name(step)).string();
-  collect_at_node_leader();
+  collect_at_node_leader(step);
   Communicator& node = parallel_.node();
   if (parallel_.is_root()) fs::create_directories(p->dir);
   parallel_.world().barrier();  // the directory exists before any leader writes

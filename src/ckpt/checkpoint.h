@@ -94,7 +94,7 @@ class Checkpointer {
   struct Pending;
   // Copies this rank's pieces to host memory and gathers the node's at its leader
   // (through the node communicator: every wait bounded).
-  void collect_at_node_leader();
+  void collect_at_node_leader(int step);  // step: of the save (0: the buffers' first touch)
   void write_node_file(Pending& p);
   void complete(Pending& p);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "parallel/progress_board.h"
 
 namespace trident {
 
@@ -134,9 +135,27 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
+  // The members' ranks in MPI_COMM_WORLD, in group rank order (for the timeout's report).
+  virtual std::vector<int> world_ranks() const = 0;
+  // Where this communicator's collective numbers go on the progress board: its name, or
+  // more where two communicators of a rank share one (NCCL's over its MPI group).
+  virtual std::string board_key() const { return name(); }
 
  protected:
+  // Counts an operation this rank starts; a collective also gets its number on this group,
+  // put on the machine's progress board (parallel/progress_board.h) with the step.
+  // Returns that number (0 for point-to-point: those are not matched by order).
+  uint64_t count_started(CommOp op, uint64_t payload_bytes, int step) {
+    stats_.add(op, payload_bytes);
+    if (op == CommOp::send || op == CommOp::recv) return 0;
+    progress_board::record(board_key(), ++collectives_started_, step);
+    return collectives_started_;
+  }
+
   CommStats stats_;
+
+ private:
+  uint64_t collectives_started_ = 0;
 };
 
 }  // namespace trident

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "runtime/error.h"
 #include "runtime/timer.h"
@@ -37,9 +38,9 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
 
 class MpiRequest final : public Request {
  public:
-  MpiRequest(MPI_Request request, CommOp op, size_t count, const MpiCommunicator& comm,
+  MpiRequest(MPI_Request request, CommOp op, size_t count, uint64_t seq, int peer, const MpiCommunicator& comm,
              std::shared_ptr<Watchdog> watchdog)
-      : request_(request), op_(op), count_(count), comm_(comm), watchdog_(std::move(watchdog)) {}
+      : request_(request), op_(op), count_(count), seq_(seq), peer_(peer), comm_(comm), watchdog_(std::move(watchdog)) {}
   ~MpiRequest() override {
     if (request_ != MPI_REQUEST_NULL) wait();
   }
@@ -51,20 +52,50 @@ class MpiRequest final : public Request {
     return done != 0;
   }
 
-  void wait() override { wait_bounded([this] { return test(); }, "", op_, count_, comm_, *watchdog_); }
+  void wait() override { wait_bounded([this] { return test(); }, "", op_, count_, comm_, *watchdog_, {}, seq_, peer_); }
 
  private:
   MPI_Request request_;
   CommOp op_;
   size_t count_;
+  uint64_t seq_;  // its number among the group's collectives (0: point-to-point)
+  int peer_;      // point-to-point: the other side (group rank), else -1
   const MpiCommunicator& comm_;
   std::shared_ptr<Watchdog> watchdog_;
 };
 
 }  // namespace
 
+std::string missing_members_report(const Communicator& group, CommOp op, uint64_t seq, int world_rank) {
+  std::string missing, unseen;
+  char item[160];
+  const std::vector<int> members = group.world_ranks();
+  for (int r : members) {
+    if (r == world_rank) continue;
+    const progress_board::Seen s = progress_board::lookup(r, group.board_key());
+    if (!s.visible) {
+      unseen += (unseen.empty() ? "" : ", ") + std::to_string(r);
+    } else if (s.seq < seq) {
+      if (s.started)
+        std::snprintf(item, sizeof item, "%d (its last was #%llu, at step %d, %.1f s ago)", r,
+                      static_cast<unsigned long long>(s.seq), s.step, s.seconds_ago);
+      else
+        std::snprintf(item, sizeof item, "%d (none yet on this group)", r);
+      missing += (missing.empty() ? "" : ", ") + std::string(item);
+    }
+  }
+  std::string report = "trident: rank " + std::to_string(world_rank) + ": of the " + group.name() + " group, " +
+                       (missing.empty() ? std::string("every member on this machine had started this ") + comm_op_name(op) +
+                                              " (#" + std::to_string(seq) + " on the group): it is stuck inside it"
+                                        : "ranks that had not started this " + std::string(comm_op_name(op)) + " (#" +
+                                              std::to_string(seq) + " on the group): " + missing);
+  if (!unseen.empty()) report += "; on other machines, not visible from here: " + unseen;
+  return report + "\n";
+}
+
 void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp op, size_t count,
-                  const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort) {
+                  const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort,
+                  uint64_t seq, int peer) {
   Timer timer;
   for (long spins = 0; !done(); spins++) {
     if (spins % 64 == 0 && timer.seconds() > watchdog.timeout_s) {
@@ -77,6 +108,13 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
                    "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
                    world_rank, host, backend, comm_op_name(op), count, group.name().c_str(), group.rank(),
                    group.size(), timer.seconds(), watchdog.step);
+      if (seq > 0) std::fprintf(stderr, "%s", missing_members_report(group, op, seq, world_rank).c_str());
+      if (peer >= 0) {
+        const std::vector<int> members = group.world_ranks();
+        std::fprintf(stderr, "trident: rank %d: the %s was %s rank %d (rank %d of the %s group)\n", world_rank,
+                     comm_op_name(op), op == CommOp::send ? "to" : "from",
+                     peer < static_cast<int>(members.size()) ? members[peer] : -1, peer, group.name().c_str());
+      }
       std::fflush(stderr);
       if (before_abort) before_abort();
       MPI_Abort(MPI_COMM_WORLD, kExitTimeout);
@@ -96,12 +134,24 @@ MpiCommunicator::~MpiCommunicator() {
   if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-RequestPtr MpiCommunicator::started(MPI_Request request, CommOp op, size_t count) {
-  return std::make_unique<MpiRequest>(request, op, count, *this, watchdog_);
+RequestPtr MpiCommunicator::started(MPI_Request request, CommOp op, size_t count, int peer) {
+  return std::make_unique<MpiRequest>(request, op, count, std::exchange(last_started_, 0), peer, *this, watchdog_);
+}
+
+std::vector<int> MpiCommunicator::world_ranks() const {
+  MPI_Group mine, world;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> local(size_), global(size_);
+  for (int r = 0; r < size_; r++) local[r] = r;
+  MPI_Group_translate_ranks(mine, size_, local.data(), world, global.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  return global;
 }
 
 RequestPtr MpiCommunicator::start_all_reduce(void* data, size_t count, size_t bytes, MPI_Datatype type, ReduceOp op) {
-  stats_.add(CommOp::all_reduce, bytes);
+  last_started_ = count_started(CommOp::all_reduce, bytes, watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), type, mpi_op(op), comm_, &r), "MPI_Iallreduce");
   return started(r, CommOp::all_reduce, count);
@@ -117,7 +167,7 @@ RequestPtr MpiCommunicator::all_reduce_async(std::span<double> data, ReduceOp op
 
 RequestPtr MpiCommunicator::reduce_scatter_async(std::span<const float> in, std::span<float> out) {
   check(in.size() == out.size() * size_, "reduce_scatter: input must hold size() blocks of the output's size");
-  stats_.add(CommOp::reduce_scatter, in.size_bytes());
+  last_started_ = count_started(CommOp::reduce_scatter, in.size_bytes(), watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Ireduce_scatter_block(in.data(), out.data(), static_cast<int>(out.size()), MPI_FLOAT, MPI_SUM,
                                       comm_, &r),
@@ -127,7 +177,7 @@ RequestPtr MpiCommunicator::reduce_scatter_async(std::span<const float> in, std:
 
 RequestPtr MpiCommunicator::all_gather_async(std::span<float> data) {
   check(data.size() % size_ == 0, "all_gather: buffer must hold size() equal blocks");
-  stats_.add(CommOp::all_gather, data.size_bytes());
+  last_started_ = count_started(CommOp::all_gather, data.size_bytes(), watchdog_->step);
   const int block = static_cast<int>(data.size() / size_);
   MPI_Request r;
   check_mpi(MPI_Iallgather(MPI_IN_PLACE, block, MPI_FLOAT, data.data(), block, MPI_FLOAT, comm_, &r),
@@ -136,17 +186,17 @@ RequestPtr MpiCommunicator::all_gather_async(std::span<float> data) {
 }
 
 RequestPtr MpiCommunicator::send_async(std::span<const float> data, int peer, int tag) {
-  stats_.add(CommOp::send, data.size_bytes());
+  last_started_ = count_started(CommOp::send, data.size_bytes(), watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Isend");
-  return started(r, CommOp::send, data.size());
+  return started(r, CommOp::send, data.size(), peer);
 }
 
 RequestPtr MpiCommunicator::recv_async(std::span<float> data, int peer, int tag) {
-  stats_.add(CommOp::recv, data.size_bytes());
+  last_started_ = count_started(CommOp::recv, data.size_bytes(), watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, peer, tag, comm_, &r), "MPI_Irecv");
-  return started(r, CommOp::recv, data.size());
+  return started(r, CommOp::recv, data.size(), peer);
 }
 
 namespace {
@@ -178,7 +228,7 @@ RequestPtr MpiCommunicator::recv_async(ActivationSpan data, int peer, int tag) {
 }
 
 void MpiCommunicator::broadcast(std::span<float> data, int root) {
-  stats_.add(CommOp::broadcast, data.size_bytes());
+  last_started_ = count_started(CommOp::broadcast, data.size_bytes(), watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Ibcast(data.data(), static_cast<int>(data.size()), MPI_FLOAT, root, comm_, &r), "MPI_Ibcast");
   started(r, CommOp::broadcast, data.size())->wait();
@@ -194,28 +244,28 @@ int byte_count(size_t bytes) {
 }  // namespace
 
 RequestPtr MpiCommunicator::send_async(std::span<const std::byte> data, int peer, int tag) {
-  stats_.add(CommOp::send, data.size());
+  last_started_ = count_started(CommOp::send, data.size(), watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Isend(data.data(), byte_count(data.size()), MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend");
-  return started(r, CommOp::send, data.size());
+  return started(r, CommOp::send, data.size(), peer);
 }
 
 RequestPtr MpiCommunicator::recv_async(std::span<std::byte> data, int peer, int tag) {
-  stats_.add(CommOp::recv, data.size());
+  last_started_ = count_started(CommOp::recv, data.size(), watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Irecv(data.data(), byte_count(data.size()), MPI_BYTE, peer, tag, comm_, &r), "MPI_Irecv");
-  return started(r, CommOp::recv, data.size());
+  return started(r, CommOp::recv, data.size(), peer);
 }
 
 void MpiCommunicator::broadcast(std::span<std::byte> data, int root) {
-  stats_.add(CommOp::broadcast, data.size());
+  last_started_ = count_started(CommOp::broadcast, data.size(), watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Ibcast(data.data(), byte_count(data.size()), MPI_BYTE, root, comm_, &r), "MPI_Ibcast");
   started(r, CommOp::broadcast, data.size())->wait();
 }
 
 void MpiCommunicator::barrier() {
-  stats_.add(CommOp::barrier, 0);
+  last_started_ = count_started(CommOp::barrier, 0, watchdog_->step);
   MPI_Request r;
   check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
   started(r, CommOp::barrier, 0)->wait();

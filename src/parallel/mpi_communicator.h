@@ -22,6 +22,7 @@ class MpiCommunicator final : public Communicator {
   const std::string& name() const override { return name_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::vector<int> world_ranks() const override;
   MPI_Comm comm() const { return comm_; }
 
   RequestPtr all_reduce_async(std::span<float> data, ReduceOp op) override;
@@ -43,7 +44,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast(std::span<std::byte> data, int root) override;
 
  private:
-  RequestPtr started(MPI_Request request, CommOp op, size_t count);
+  RequestPtr started(MPI_Request request, CommOp op, size_t count, int peer = -1);
+  uint64_t last_started_ = 0;  // count_started()'s number for the request started() wraps next
   RequestPtr start_all_reduce(void* data, size_t count, size_t bytes, MPI_Datatype type, ReduceOp op);
 
   MPI_Comm comm_;
@@ -59,7 +61,14 @@ inline constexpr int kExitTimeout = kExitInfrastructure;
 // Past the watchdog's bound it names the operation, the group, this rank and the step on
 // stderr, calls `before_abort` (NCCL aborts its communicators there), and aborts the job
 // with kExitTimeout.
+// seq: the operation's number among the group's collectives (0: point-to-point); with it
+// the message also says which members on this machine had not started it (their numbers
+// on the machine's progress board) and which members it cannot see (other machines).
+// peer: a send's or receive's other side (group rank), named in the message.
 void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp op, size_t count,
-                  const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort = {});
+                  const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort = {},
+                  uint64_t seq = 0, int peer = -1);
+// The second line of a timeout's message (exposed for tests).
+std::string missing_members_report(const Communicator& group, CommOp op, uint64_t seq, int world_rank);
 
 }  // namespace trident

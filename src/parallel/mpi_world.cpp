@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "parallel/progress_board.h"
+
 namespace trident {
 
 void tune_mpi_before_init() {
@@ -16,6 +18,7 @@ MpiWorld::MpiWorld(int* argc, char*** argv) {
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  progress_board::open();  // where each rank stands, for the timeout's report
 }
 
 MpiWorld::~MpiWorld() { MPI_Finalize(); }

@@ -50,9 +50,9 @@ class NcclCommunicator;
 // A started operation: complete when its event on the communication stream has fired.
 class NcclRequest final : public Request {
  public:
-  NcclRequest(NcclCommunicator& comm, ncclComm_t nccl, CommOp op, size_t count, cudaEvent_t done,
+  NcclRequest(NcclCommunicator& comm, ncclComm_t nccl, CommOp op, size_t count, uint64_t seq, cudaEvent_t done,
               void* host_out = nullptr, const void* staged = nullptr, size_t bytes = 0)
-      : comm_(comm), nccl_(nccl), op_(op), count_(count), done_(done), host_out_(host_out), staged_(staged),
+      : comm_(comm), nccl_(nccl), op_(op), count_(count), seq_(seq), done_(done), host_out_(host_out), staged_(staged),
         bytes_(bytes) {}
   ~NcclRequest() override {
     try {
@@ -75,6 +75,7 @@ class NcclRequest final : public Request {
   ncclComm_t nccl_;  // the communicator it runs on
   CommOp op_;
   size_t count_;
+  uint64_t seq_;  // its number among the group's collectives (0: point-to-point)
   cudaEvent_t done_;
   void* host_out_;       // host buffer to fill from the staging buffer on completion
   const void* staged_;
@@ -107,6 +108,8 @@ class NcclCommunicator final : public Communicator {
   const std::string& name() const override { return group_->name(); }
   int rank() const override { return group_->rank(); }
   int size() const override { return group_->size(); }
+  std::vector<int> world_ranks() const override { return group_->world_ranks(); }
+  std::string board_key() const override { return group_->name() + "/nccl"; }
   const Watchdog& watchdog() const { return *watchdog_; }
   // Ends every NCCL communicator of the group, so that no kernel waits on forever.
   void abort_all() {
@@ -126,7 +129,7 @@ class NcclCommunicator final : public Communicator {
   RequestPtr reduce_scatter_async(std::span<const float> in, std::span<float> out) override {
     check(in.size() == out.size() * size(), "reduce_scatter: input must hold size() blocks of the output's size");
     check(!on_host(in.data()) && !on_host(out.data()), "NCCL reduce_scatter needs device buffers");
-    stats_.add(CommOp::reduce_scatter, in.size_bytes());
+    last_started_ = count_started(CommOp::reduce_scatter, in.size_bytes(), watchdog_->step);
     after_compute(collectives_);
     NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat32, ncclSum, collectives_.comm,
                                  collectives_.stream));
@@ -134,7 +137,7 @@ class NcclCommunicator final : public Communicator {
   }
   RequestPtr all_gather_async(std::span<float> data) override {
     check(data.size() % size() == 0, "all_gather: buffer must hold size() equal blocks");
-    stats_.add(CommOp::all_gather, data.size_bytes());
+    last_started_ = count_started(CommOp::all_gather, data.size_bytes(), watchdog_->step);
     const size_t block = data.size() / size();
     float* device = stage_in(data.data(), data.size_bytes());
     after_compute(collectives_);
@@ -146,7 +149,7 @@ class NcclCommunicator final : public Communicator {
     check(in.count == out.count * size() && in.type == out.type,
           "reduce_scatter: input must hold size() blocks of the output's size and type");
     check(!on_host(in.data) && !on_host(out.data), "NCCL reduce_scatter needs device buffers");
-    stats_.add(CommOp::reduce_scatter, in.bytes());
+    last_started_ = count_started(CommOp::reduce_scatter, in.bytes(), watchdog_->step);
     after_compute(collectives_);
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.type), ncclSum, collectives_.comm,
                                  collectives_.stream));
@@ -155,7 +158,7 @@ class NcclCommunicator final : public Communicator {
   RequestPtr all_gather_async(ActivationSpan data) override {
     check(data.count % size() == 0, "all_gather: buffer must hold size() equal blocks");
     check(!on_host(data.data), "NCCL all_gather of activations needs device buffers");
-    stats_.add(CommOp::all_gather, data.bytes());
+    last_started_ = count_started(CommOp::all_gather, data.bytes(), watchdog_->step);
     const size_t block = data.count / size();
     char* base = reinterpret_cast<char*>(data.data);
     after_compute(collectives_);
@@ -176,14 +179,14 @@ class NcclCommunicator final : public Communicator {
     return recv(data.data, data.count, data.bytes(), nccl_type(data.type), peer, tag);
   }
   void broadcast(std::span<float> data, int root) override {
-    stats_.add(CommOp::broadcast, data.size_bytes());
+    last_started_ = count_started(CommOp::broadcast, data.size_bytes(), watchdog_->step);
     float* device = stage_in(data.data(), data.size_bytes());
     after_compute(collectives_);
     NCCL_CHECK(ncclBroadcast(device, device, data.size(), ncclFloat32, root, collectives_.comm, collectives_.stream));
     finished_staged(CommOp::broadcast, data.size(), data.data(), device, data.size_bytes())->wait();
   }
   void barrier() override {
-    stats_.add(CommOp::barrier, 0);
+    last_started_ = count_started(CommOp::barrier, 0, watchdog_->step);
     group_->barrier();
   }
   // Host bytes travel over the group's MPI communicator.
@@ -197,7 +200,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   RequestPtr all_reduce(void* data, size_t count, size_t bytes, ncclDataType_t type, ReduceOp op) {
-    stats_.add(CommOp::all_reduce, bytes);
+    last_started_ = count_started(CommOp::all_reduce, bytes, watchdog_->step);
     void* device = stage_in(data, bytes);
     after_compute(collectives_);
     NCCL_CHECK(ncclAllReduce(device, device, count, type, nccl_op(op), collectives_.comm, collectives_.stream));
@@ -208,7 +211,7 @@ class NcclCommunicator final : public Communicator {
   // both sides.
   RequestPtr send(const void* data, size_t count, size_t bytes, ncclDataType_t type, int peer, int /*tag*/) {
     check(!on_host(data), "NCCL send needs a device buffer");
-    stats_.add(CommOp::send, bytes);
+    last_started_ = count_started(CommOp::send, bytes, watchdog_->step);
     Channel& c = channel_to(peer);
     after_compute(c);
     NCCL_CHECK(ncclGroupStart());
@@ -218,7 +221,7 @@ class NcclCommunicator final : public Communicator {
   }
   RequestPtr recv(void* data, size_t count, size_t bytes, ncclDataType_t type, int peer, int /*tag*/) {
     check(!on_host(data), "NCCL recv needs a device buffer");
-    stats_.add(CommOp::recv, bytes);
+    last_started_ = count_started(CommOp::recv, bytes, watchdog_->step);
     // Data from a lower rank travels towards higher ranks, and the other way round.
     Channel& c = peer < rank() ? towards_higher_ : towards_lower_;
     check(c.comm != nullptr, "NCCL: point-to-point on the " + name() + " group, made without it");
@@ -259,7 +262,8 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t done;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventRecord(done, c.stream));
-    return std::make_unique<NcclRequest>(*this, c.comm, op, count, done, host_out, staged, bytes);
+    return std::make_unique<NcclRequest>(*this, c.comm, op, count, std::exchange(last_started_, 0), done, host_out,
+                                         staged, bytes);
   }
   // A collective on `data`, which ran on `device`: a staging copy when they differ.
   RequestPtr finished_staged(CommOp op, size_t count, void* data, void* device, size_t bytes) {
@@ -282,6 +286,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   friend class NcclRequest;
+  uint64_t last_started_ = 0;  // count_started()'s number for the request finished() makes next
   std::unique_ptr<MpiCommunicator> group_;
   std::shared_ptr<Watchdog> watchdog_;
   Channel collectives_, towards_higher_, towards_lower_;
@@ -309,7 +314,8 @@ bool NcclRequest::test() {
 
 void NcclRequest::wait() {
   // On a timeout, abort NCCL first: that frees the GPU from the stuck kernels.
-  wait_bounded([this] { return test(); }, "NCCL ", op_, count_, comm_, comm_.watchdog(), [this] { comm_.abort_all(); });
+  wait_bounded([this] { return test(); }, "NCCL ", op_, count_, comm_, comm_.watchdog(), [this] { comm_.abort_all(); },
+               seq_);
 }
 
 void NcclRequest::completed() {

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +35,7 @@
 #include "train/memory_plan.h"
 #include "train/metrics_log.h"
 #include "train/setup.h"
+#include "train/stragglers.h"
 
 namespace trident {
 
@@ -194,14 +197,19 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
               peak.source.c_str());
 }
 
-// Fault injection for the timeout test: TRIDENT_TEST_STALL_RANK=r makes rank r stop
-// participating at step TRIDENT_TEST_STALL_STEP (default 1), as a dead node would.
+// Fault injection for the timeout tests: TRIDENT_TEST_STALL_RANK=r makes rank r stop
+// participating at step TRIDENT_TEST_STALL_STEP (default 1), as a dead node would; with
+// TRIDENT_TEST_STALL_SIGNAL=STOP it stops itself with SIGSTOP (no thread of it runs on).
 void maybe_stall(int rank, int step) {
   const char* stall_rank = std::getenv("TRIDENT_TEST_STALL_RANK");
   if (stall_rank == nullptr || std::atoi(stall_rank) != rank) return;
   const char* stall_step = std::getenv("TRIDENT_TEST_STALL_STEP");
   if (step != (stall_step != nullptr ? std::atoi(stall_step) : 1)) return;
-  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_STALL_RANK set: stalling at step %d\n", rank, step);
+  const char* signal = std::getenv("TRIDENT_TEST_STALL_SIGNAL");
+  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_STALL_RANK set: stalling at step %d%s\n", rank, step,
+               signal != nullptr ? " (SIGSTOP)" : "");
+  std::fflush(stderr);
+  if (signal != nullptr && std::string(signal) == "STOP") raise(SIGSTOP);
   while (true) pause();
 }
 
@@ -245,6 +253,18 @@ void maybe_inject_nan(int rank, int step, TrainingSetup& s, kernels::Kernels& k)
     }
 }
 
+// Fault injection for the straggler test: TRIDENT_TEST_SLOW_RANK=r makes rank r's every
+// step TRIDENT_TEST_SLOW_MS (default 200) longer, as a slow GPU or a throttled node would;
+// returns the seconds it slept (part of the rank's compute).
+double maybe_slow_down(int rank) {
+  const char* slow_rank = std::getenv("TRIDENT_TEST_SLOW_RANK");
+  if (slow_rank == nullptr || std::atoi(slow_rank) != rank) return 0;
+  const char* ms = std::getenv("TRIDENT_TEST_SLOW_MS");
+  Timer slept;
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms != nullptr ? std::atoi(ms) : 200));
+  return slept.seconds();
+}
+
 // What one optimizer step measured.
 struct StepOutcome {
   double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
@@ -260,8 +280,9 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   StepOutcome o;
   sampler.fill(step, parallel.coords().dp * s.local_batch, s.local_batch, inputs, targets);
   o.data_seconds = timer.seconds();
+  const double slowed = maybe_slow_down(parallel.rank());
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
-  o.compute_seconds = s.runner.compute_s();
+  o.compute_seconds = s.runner.compute_s() + slowed;
   o.lr = schedule.at(step);
   maybe_inject_nan(parallel.rank(), step + 1, s, k);
   const double before_update = timer.seconds();
@@ -307,7 +328,17 @@ class StepEnd {
     result_.tokens_per_s = tokens_per_step_ / o.seconds;
     result_.mfu = flops_per_token_ * tokens_per_step_ / o.seconds / (peak_total_ * 1e9);
     const bool last = step + 1 == tc.steps;
-    if (!parallel_.is_root() || !((step + 1) % config_.log.every_steps == 0 || step == 0 || last)) return;
+    if (!((step + 1) % config_.log.every_steps == 0 || step == 0 || last)) return;
+    // Every rank's own work (not its waiting on the others), against its stage's median.
+    const Straggler straggler = config_.log.straggler_factor > 0 && parallel_.dims().world() > 1
+                                    ? find_straggler(parallel_, o.data_seconds + o.compute_seconds,
+                                                     config_.log.straggler_factor)
+                                    : Straggler{};
+    if (!parallel_.is_root()) return;
+    if (straggler.found) {
+      std::printf("%s\n", straggler.describe(step + 1).c_str());
+      result_.straggler_reports++;
+    }
     StepMetrics m;
     m.step = step + 1;
     m.total_steps = tc.steps;
@@ -505,6 +536,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                 planned > 0 ? 100.0 * taken / planned : 0.0);
     nlohmann::json summary = nlohmann::json::parse(run_summary_json(config, parallel, s, result, peak, *k));
     summary["skipped_steps"] = guard.skipped_steps();
+    summary["straggler_reports"] = result.straggler_reports;
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
     end.log().write_summary(summary.dump());

@@ -18,6 +18,7 @@ struct TrainResult {
   int steady_steps = 0;
   double steady_time_s = 0, pipeline_wait_s = 0;
   double peak_gflops = 0;  // what MFU is measured against, all ranks together
+  int straggler_reports = 0;  // log steps at which a rank worked log.straggler_factor x its stage's median
 };
 
 // Trains under a config whose layout is resolved (Config::resolve_layout), on the grid

@@ -202,6 +202,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, la, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.recompute=selective "
               "--parallel.sequence_parallel=true", "pp groups: {0,2} {1,3}"},
       {2, a, "--parallel.tp=2 --train.precision=bf16 --parallel.sequence_parallel=true", "tp groups: {0,1}"},
+      {3, h6, "--parallel.tp=3 --parallel.sequence_parallel=true", "tp groups: {0,1,2}"},
+      {6, h6, "--parallel.tp=3 --parallel.zero=3 --parallel.sequence_parallel=true --train.micro_batch=1",
+       "dp groups: {0,3} {1,4} {2,5}"},
       {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.sequence_parallel=true",
        "dp groups: {0,2} {1,3}"},
       // Activation recomputation, alone and in the grid, both families.

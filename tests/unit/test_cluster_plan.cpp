@@ -5,6 +5,7 @@
 //     on Selene (DGX A100 80GB, 8 x 200 Gbit/s InfiniBand per node), s = 2048, V = 51200,
 //     full recomputation, reported in teraFLOP/s per GPU by their formula
 //     96 B s l h^2 (1 + s/6h + V/16lh) per iteration (recomputation counted).
+//   llm.c's GPT-2 124M run (discussion #481): 10B tokens in about 90 minutes on 8 A100s.
 //   torchtitan's docs/performance.md: Llama 3 8B and 70B with FSDP2 (ZeRO-3) on 64 A100s,
 //     local batch 1, T = 8192; Llama 3.1 8B with FSDP on 8 H100s (500 W), local batch 2.
 // Also: the layouts plan_cluster() returns fit, come fastest first, and what cannot fit is
@@ -74,6 +75,12 @@ std::vector<PublishedRun> published_runs() {
   megatron("Megatron-LM 18B, 256 A100", 40, 6144, 48, 8, 1, 256, 1024, 135);
   megatron("Megatron-LM 145B, 1536 A100", 80, 12288, 96, 8, 8, 1536, 2304, 148);
   megatron("Megatron-LM 1T, 3072 A100", 128, 25600, 160, 8, 64, 3072, 3072, 163);
+  // llm.c's GPT-2 124M reproduction (its discussion #481): 10B tokens in about 90 minutes on
+  // one node of 8 A100 80GB SXM, batch 524288 tokens as 8 x 64 x 1024, ZeRO-1, no recompute.
+  ModelConfig gpt2_124m = megatron_gpt(12, 768, 12);
+  gpt2_124m.seq_len = 1024;
+  gpt2_124m.vocab_size = 50257;
+  runs.push_back({"llm.c GPT-2 124M, 8 A100", gpt2_124m, 8, 1, 1, 1, 512, 64, "none", "a100", "efa", 10e9 / 5400 / 8});
   runs.push_back({"torchtitan Llama 3 8B FSDP, 64 A100", llama3(32, 4096, 32, 14336), 64, 1, 1, 3, 64, 1,
                   "selective", "a100", "ib", 2973});
   runs.push_back({"torchtitan Llama 3 70B FSDP, 64 A100", llama3(80, 8192, 64, 28672), 64, 1, 1, 3, 64, 1, "full",
@@ -111,16 +118,27 @@ TEST(ClusterPlan, PredictsPublishedRunsWithinTwentyFivePercent) {
   }
 }
 
-// The parts of the model each count: more recomputation costs time, a pipeline a bubble,
-// tensor parallelism its all-reduces, and dp over the network more than within a node.
-TEST(ClusterPlan, EachPartOfTheStepCountsWhereItShould) {
+// `nodes` nodes of 8 H100s over EFA, training Llama 3 8B on 64 sequences a step.
+Cluster h100s(int nodes) {
   Cluster cluster;
-  cluster.nodes = 4;
+  cluster.nodes = nodes;
   cluster.gpu = gpu_model("h100");
   cluster.network = network_model("efa", cluster.gpu);
+  return cluster;
+}
+
+Config llama3_8b() {
   Config c;
   c.model = llama3(32, 4096, 32, 14336);
   c.train.global_batch = 64;
+  return c;
+}
+
+// The parts of the model each count: more recomputation costs time, a pipeline a bubble,
+// tensor parallelism its all-reduces, and dp over the network more than within a node.
+TEST(ClusterPlan, EachPartOfTheStepCountsWhereItShould) {
+  const Cluster cluster = h100s(4);
+  Config c = llama3_8b();
   c.train.micro_batch = 1;
   c.parallel.dp = 32;
   const auto predict = [&](const std::function<void(Config&)>& change) {
@@ -140,8 +158,7 @@ TEST(ClusterPlan, EachPartOfTheStepCountsWhereItShould) {
   const StepPrediction piped = predict([](Config& v) { v.parallel.dp = 8, v.parallel.pp = 4; });
   EXPECT_NEAR(piped.bubble_s / piped.compute_s, 3.0 / 8.0, 1e-9);  // (pp - 1) / m, m = 64 / 8
   EXPECT_GT(predict([](Config& v) { v.parallel.dp = 8, v.parallel.tp = 4; }).tp_s, 0.0);
-  Cluster one_node = cluster;
-  one_node.nodes = 1;
+  const Cluster one_node = h100s(1);
   Config within = c;
   within.parallel.dp = 8;
   within.parallel.zero = 1;
@@ -153,14 +170,7 @@ TEST(ClusterPlan, EachPartOfTheStepCountsWhereItShould) {
 }
 
 TEST(ClusterPlan, LayoutsFitAndComeFastestFirst) {
-  Cluster cluster;
-  cluster.nodes = 2;
-  cluster.gpu = gpu_model("h100");
-  cluster.network = network_model("efa", cluster.gpu);
-  Config c;
-  c.model = llama3(32, 4096, 32, 14336);
-  c.train.global_batch = 64;
-  const std::vector<PlannedLayout> layouts = plan_cluster(c, cluster);
+  const std::vector<PlannedLayout> layouts = plan_cluster(llama3_8b(), h100s(2));
   ASSERT_FALSE(layouts.empty());
   bool zero3 = false, pipelined = false;
   for (size_t i = 0; i < layouts.size(); i++) {

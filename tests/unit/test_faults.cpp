@@ -1,15 +1,24 @@
 // Faults injected into real runs through the executable (issue 17): a non-finite
 // gradient on one rank skips the step on every rank under every layout; a streak of them
 // goes back to the last checkpoint once, and a second streak ends the run with exit 4
-// without writing a checkpoint in the middle of it.
+// without writing a checkpoint in the middle of it; a stopped rank is named by the ranks
+// that time out waiting for it.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
 #include <regex>
+#include <signal.h>
+#include <sstream>
+#include <thread>
 
+#include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
 
 namespace fs = std::filesystem;
@@ -91,6 +100,184 @@ TEST(Faults, AStreakGoesBackToTheLastCheckpointOnceThenTheRunStopsWithExit4) {
   const CliRun none = run(kRun + "--train.steps=6 --train.max_bad_steps=2 --log.run_dir=" + dir + "_none", with_nan(2, 0, "2-100"), 120);
   EXPECT_EQ(none.exit_code, 4) << none.err;
   EXPECT_NE(none.err.find("there is no checkpoint to go back to"), std::string::npos) << none.err;
+}
+
+// A rank stopped with SIGSTOP (no thread of it runs: it cannot answer anything): the
+// others' waits time out and name it from the machine's progress board, the job ends
+// within the timeout plus 15 s with exit 3. 8 ranks as (dp, tp) = (4, 2): rank 5 is tp
+// rank 1 of dp rank 2; its tp partner and its dp group wait on it in collectives.
+TEST(Faults, AStoppedRankIsNamedByTheRanksWaitingForIt) {
+  const int timeout_s = 8;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string base = kRun.substr(0, kRun.find("--parallel.timeout_s"));
+  const CliRun r = run(base + "--model.d_model=64 --model.n_head=4 --train.steps=6 --parallel.tp=2 --log.run_dir=" +
+                           testing::TempDir() + "stopped --parallel.timeout_s=" + std::to_string(timeout_s),
+                       "env TRIDENT_TEST_STALL_RANK=5 TRIDENT_TEST_STALL_STEP=3 TRIDENT_TEST_STALL_SIGNAL=STOP " + kMpirun +
+                           "8 -x TRIDENT_TEST_STALL_RANK -x TRIDENT_TEST_STALL_STEP -x TRIDENT_TEST_STALL_SIGNAL",
+                       120);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_LT(elapsed, timeout_s + 15.0 + 10.0) << "start-up of 8 ranks included";
+  std::printf("fault: rank 5 of 8 stopped at step 3: job ended with exit %d, %.1f s after its start (timeout %d s)\n",
+              r.exit_code, elapsed, timeout_s);
+  EXPECT_NE(r.err.find("rank 5: TRIDENT_TEST_STALL_RANK set: stalling at step 3 (SIGSTOP)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("timeout: "), std::string::npos) << r.err;
+  // Whoever timed out first names rank 5 as the member that had not started the operation.
+  const std::regex named("ranks that had not started this [a-z_]+ \\(#[0-9]+ on the group\\): 5 \\(");
+  EXPECT_TRUE(std::regex_search(r.err, named)) << r.err;
+}
+
+// A rank that dies (kill -9) or hangs (SIGSTOP) while handing its pieces of a checkpoint
+// to its node leader: the job ends within the timeout plus 15 s, the rank is named, and
+// `latest` still names the previous complete checkpoint (the half-collected one never
+// gets a manifest).
+TEST(Faults, ARankLostDuringASaveEndsTheJobAndKeepsThePreviousCheckpoint) {
+  const int timeout_s = 6;
+  const std::string base = kRun.substr(0, kRun.find("--parallel.timeout_s")) +
+                           "--train.steps=6 --checkpoint.every_steps=2 --parallel.timeout_s=" + std::to_string(timeout_s);
+  struct Case {
+    int np;
+    std::string fault, named;
+  };
+  for (const Case& c : {Case{4, "2:4:kill", "rank 2 with PID"}, Case{2, "1:4:stop", "the recv was from rank 1 (rank 1 of the node group)"}}) {
+    const std::string dir = testing::TempDir() + "save_fault";
+    fs::remove_all(dir);
+    const auto start = std::chrono::steady_clock::now();
+    const CliRun r = run(base + " --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run",
+                         "env TRIDENT_TEST_SAVE_FAULT=" + c.fault + " " + kMpirun + std::to_string(c.np) +
+                             " -x TRIDENT_TEST_SAVE_FAULT",
+                         120);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(r.exit_code, 0) << c.fault;
+    EXPECT_NE(r.exit_code, 124) << c.fault << ": hung until the test's own limit";
+    if (c.fault.ends_with("stop")) {
+      EXPECT_EQ(r.exit_code, 3) << r.err;  // trident's timeout: infrastructure
+    }
+    EXPECT_LT(elapsed, timeout_s + 15.0 + 5.0) << c.fault << " (start-up included)";
+    std::printf("fault: %s (rank:step:how) during a save on %d ranks: exit %d, %.1f s after the job's start (timeout %d s)\n",
+                c.fault.c_str(), c.np, r.exit_code, elapsed, timeout_s);
+    EXPECT_NE(r.err.find("TRIDENT_TEST_SAVE_FAULT set"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.named), std::string::npos) << c.fault << "\n" << r.err;
+    std::ifstream latest(dir + "/latest");
+    std::string name;
+    latest >> name;
+    EXPECT_EQ(name, "step_00000002") << c.fault;
+    EXPECT_FALSE(fs::exists(dir + "/step_00000004/manifest.json")) << c.fault;
+  }
+}
+
+// The world ranks of a running mpirun job on this machine and their pids: mpirun's
+// children, by the OMPI_COMM_WORLD_RANK in their environment.
+std::map<int, int> rank_pids(int mpirun_pid) {
+  std::map<int, int> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::istringstream stat(slurp(entry.path() / "stat"));
+    std::string pid, comm, state;
+    int ppid = 0;
+    stat >> pid >> comm >> state >> ppid;
+    if (ppid != mpirun_pid) continue;
+    const std::string environ = slurp(entry.path() / "environ");
+    const size_t at = environ.find("OMPI_COMM_WORLD_RANK=");
+    if (at != std::string::npos) pids[std::atoi(environ.c_str() + at + 21)] = std::stoi(name);
+  }
+  return pids;
+}
+
+std::map<int, std::string> printed_losses(const std::string& out) {
+  std::map<int, std::string> losses;
+  const std::regex line("step +([0-9]+)/[0-9]+ \\| loss ([0-9.]+)");
+  for (std::sregex_iterator i(out.begin(), out.end(), line), end; i != end; ++i) losses[std::stoi((*i)[1])] = (*i)[2];
+  return losses;
+}
+
+// kill -9 of a random rank at a random moment of a run that checkpoints every step, 10
+// times (the seed is fixed and printed): each job ends within the timeout plus 15 s, and
+// the run resumed from the newest complete checkpoint (its files' CRCs checked) prints the
+// losses of an uninterrupted run and ends with the same parameters and moments, bit for bit.
+TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
+  const int timeout_s = 10, np = 2, steps = 9;
+  const std::string args = kRun.substr(0, kRun.find("--parallel.timeout_s")) + "--train.steps=" + std::to_string(steps) +
+                           " --checkpoint.every_steps=1 --parallel.timeout_s=" + std::to_string(timeout_s);
+  const std::string whole = testing::TempDir() + "kill_whole";
+  fs::remove_all(whole);
+  const auto started = std::chrono::steady_clock::now();
+  const CliRun reference = run(args + " --checkpoint.dir=" + whole + " --log.run_dir=" + whole + "_run", kMpirun + std::to_string(np));
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  const std::map<int, std::string> expected = printed_losses(reference.out);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(steps)) << reference.out;
+
+  const uint32_t seed = 20261201;
+  std::mt19937 rng(seed);
+  std::printf("random kills: seed %u, %d trials, %d ranks, uninterrupted run %.1f s\n", seed, 10, np, run_s);
+  int killed = 0;
+  for (int trial = 0; trial < 10; trial++) {
+    const int victim = static_cast<int>(rng() % np);
+    // Within the steps (the uninterrupted run's time less its start-up, about half of it here).
+    const double delay_s = std::uniform_real_distribution<double>(0.0, 0.4 * run_s)(rng);
+    const std::string dir = testing::TempDir() + "kill_trial", out = dir + ".out";
+    fs::remove_all(dir);
+    const std::string cmd = without_mpi_environment() + " " + kMpirun + std::to_string(np) + " " + trident_bin() + " " +
+                            args + " --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run >" + out + " 2>&1 & echo $!";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    int mpirun = 0;
+    ASSERT_EQ(fscanf(pipe, "%d", &mpirun), 1);
+    pclose(pipe);
+    const std::unique_ptr<int, void (*)(int*)> reaper(&mpirun, [](int* p) { kill(*p, SIGKILL); });
+    // The random moment counts from the first checkpoint (start-up times vary), however slow.
+    for (int i = 0; i < 1200 && !fs::exists(dir + "/latest") && kill(mpirun, 0) == 0; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+    const std::map<int, int> pids = rank_pids(mpirun);
+    const bool hit = pids.count(victim) > 0 && kill(pids.at(victim), SIGKILL) == 0;
+    const auto kill_time = std::chrono::steady_clock::now();
+    for (int i = 0; i < 1200 && kill(mpirun, 0) == 0; i++)  // not our child: wait until it is gone
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - kill_time).count();
+    EXPECT_LT(ended_s, timeout_s + 15.0) << "trial " << trial;
+    killed += hit;
+    const std::optional<Manifest> latest = find_latest_checkpoint(dir, /*quiet=*/true);
+    std::printf("trial %d: rank %d killed %.2f s after the first checkpoint: %s, job gone %.2f s later, newest complete "
+                "checkpoint step %d\n", trial, victim, delay_s, hit ? "killed" : "already finished", ended_s,
+                latest ? latest->step : 0);
+    const CliRun resumed = run(args + " --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run", kMpirun + std::to_string(np));
+    ASSERT_EQ(resumed.exit_code, 0) << "trial " << trial << "\n" << resumed.err;
+    for (const auto& [step, loss] : printed_losses(resumed.out)) EXPECT_EQ(loss, expected.at(step)) << "trial " << trial << " step " << step;
+    for (const char* kind : {"params", "exp_avg", "exp_avg_sq"}) {
+      const auto a = read_canonical(read_manifest(whole + "/step_0000000" + std::to_string(steps)), kind);
+      const auto b = read_canonical(read_manifest(dir + "/step_0000000" + std::to_string(steps)), kind);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << "trial " << trial << " " << kind << " " << a[i].first;
+    }
+  }
+  EXPECT_GE(killed, 5) << "most trials should have killed a rank mid-run";
+}
+
+// One rank slowed by 300 ms a step (as a throttled GPU would be): rank 0 names it at every
+// log step, against the median of its own pipeline stage, and counts it in summary.json.
+TEST(Faults, ASlowRankIsNamedAsTheStraggler) {
+  struct Case {
+    std::string layout;
+    int slow_rank;
+    std::string named;
+  };
+  for (const Case& c : {Case{"", 2, "straggler: rank 2 (dp 2, tp 0, pp 0) worked "},
+                        Case{"--parallel.pp=2 --train.micro_batch=2 ", 3, "straggler: rank 3 (dp 1, tp 0, pp 1) worked "}}) {
+    const std::string dir = testing::TempDir() + "straggler";
+    fs::remove_all(dir);
+    const CliRun r = run(kRun + c.layout + "--train.steps=4 --log.run_dir=" + dir,
+                         "env TRIDENT_TEST_SLOW_RANK=" + std::to_string(c.slow_rank) + " TRIDENT_TEST_SLOW_MS=300 " +
+                             kMpirun + "4 -x TRIDENT_TEST_SLOW_RANK -x TRIDENT_TEST_SLOW_MS",
+                         120);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(count(r.out, c.named), 4) << r.out;  // every step is a log step here
+    EXPECT_NE(r.out.find(c.layout.empty() ? "of its stage's 4 ranks" : "of its stage's 2 ranks"), std::string::npos)
+        << r.out;
+    std::ifstream summary(dir + "/summary.json");
+    EXPECT_EQ(nlohmann::json::parse(summary).value("straggler_reports", -1), 4);
+  }
 }
 
 }  // namespace

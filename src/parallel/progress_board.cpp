@@ -1,0 +1,133 @@
+#include "parallel/progress_board.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+namespace trident::progress_board {
+
+namespace {
+
+constexpr int kGroups = 24;       // groups a rank can be in (world, node, tp, dp, pp, embedding, ...)
+constexpr int kNameBytes = 24;
+
+struct GroupProgress {
+  char name[kNameBytes];          // written once, before `named`
+  std::atomic<int> named;
+  std::atomic<uint64_t> seq;
+  std::atomic<int> step;
+  std::atomic<int64_t> at_ns;     // CLOCK_MONOTONIC: one clock for the machine's processes
+};
+
+struct RankProgress {
+  std::atomic<int> world_rank;
+  GroupProgress groups[kGroups];
+};
+
+// This process's view: the mapping and its own entry.
+RankProgress* board = nullptr;
+int entries = 0;
+RankProgress* mine = nullptr;
+
+int64_t now_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+const GroupProgress* find(const RankProgress& r, const std::string& group) {
+  for (const GroupProgress& g : r.groups)
+    if (g.named.load(std::memory_order_acquire) && std::strncmp(g.name, group.c_str(), kNameBytes) == 0) return &g;
+  return nullptr;
+}
+
+}  // namespace
+
+void open() {
+  if (board != nullptr) return;
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm machine;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &machine) != MPI_SUCCESS)
+    return;
+  int local = 0, size = 1;
+  MPI_Comm_rank(machine, &local);
+  MPI_Comm_size(machine, &size);
+  // The first rank of the machine creates it under a name of its own and tells the others;
+  // it is unlinked once all have mapped it, so that no name outlives the job.
+  char name[64] = "";
+  if (local == 0) std::snprintf(name, sizeof name, "/trident-progress-%d-%lld", getpid(), static_cast<long long>(now_ns()));
+  MPI_Bcast(name, sizeof name, MPI_CHAR, 0, machine);
+  const size_t bytes = sizeof(RankProgress) * static_cast<size_t>(size);
+  int fd = -1;
+  if (local == 0) {
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  int created = fd >= 0 || local != 0;
+  MPI_Bcast(&created, 1, MPI_INT, 0, machine);
+  if (created && local != 0) fd = shm_open(name, O_RDWR, 0600);
+  void* map = fd >= 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (fd >= 0) close(fd);
+  int ok = map != MAP_FAILED, all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, machine);
+  if (local == 0 && created) shm_unlink(name);
+  MPI_Comm_free(&machine);
+  if (!all_ok) {  // the board is a diagnostic: without it the messages just say less
+    if (map != MAP_FAILED) munmap(map, bytes);
+    return;
+  }
+  board = static_cast<RankProgress*>(map);  // zero-filled by ftruncate
+  entries = size;
+  mine = board + local;
+  mine->world_rank.store(world_rank + 1, std::memory_order_release);  // 0: not yet there
+}
+
+void record(const std::string& group, uint64_t seq, int step) {
+  if (mine == nullptr) return;
+  GroupProgress* slot = nullptr;
+  for (GroupProgress& g : mine->groups) {
+    if (!g.named.load(std::memory_order_relaxed)) {  // only this rank writes its entry
+      std::strncpy(g.name, group.c_str(), kNameBytes - 1);
+      g.named.store(1, std::memory_order_release);
+      slot = &g;
+      break;
+    }
+    if (std::strncmp(g.name, group.c_str(), kNameBytes) == 0) {
+      slot = &g;
+      break;
+    }
+  }
+  if (slot == nullptr) return;  // more groups than slots: the rest go unrecorded
+  slot->step.store(step, std::memory_order_relaxed);
+  slot->at_ns.store(now_ns(), std::memory_order_relaxed);
+  slot->seq.store(seq, std::memory_order_release);
+}
+
+Seen lookup(int world_rank, const std::string& group) {
+  Seen s;
+  for (int i = 0; i < entries; i++) {
+    const RankProgress& r = board[i];
+    if (r.world_rank.load(std::memory_order_acquire) != world_rank + 1) continue;
+    s.visible = true;
+    if (const GroupProgress* g = find(r, group)) {
+      s.seq = g->seq.load(std::memory_order_acquire);
+      s.started = s.seq > 0;
+      s.step = g->step.load(std::memory_order_relaxed);
+      s.seconds_ago = static_cast<double>(now_ns() - g->at_ns.load(std::memory_order_relaxed)) / 1e9;
+    }
+    return s;
+  }
+  return s;
+}
+
+}  // namespace trident::progress_board

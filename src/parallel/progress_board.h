@@ -1,0 +1,33 @@
+// Where each rank of this machine stands in its collectives, in POSIX shared memory that
+// the machine's ranks all map, so that a rank whose wait timed out can say which members of
+// its group had not arrived at that operation, even members that can no longer answer
+// (stopped, hung in a kernel, dead). Each communicator numbers the collectives it starts
+// (every member starts them in the same order), and the board holds each rank's latest
+// number per group: a member whose number on the group is below the waiting rank's has
+// not reached its operation. Members on other machines are not visible here; their own
+// machine's ranks name them when they time out in turn.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace trident::progress_board {
+
+// Maps this machine's board: collective over MPI_COMM_WORLD, once, after MPI_Init. Until
+// then (and where shared memory fails) record() does nothing and lookup() sees nothing.
+void open();
+
+// This rank started collective number `seq` (from 1) on its group `group` at `step`.
+void record(const std::string& group, uint64_t seq, int step);
+
+struct Seen {
+  bool visible = false;  // the rank is on this machine
+  bool started = false;  // it has started a collective on that group
+  uint64_t seq = 0;      // the latest one's number
+  int step = -1;         // the step it was at then
+  double seconds_ago = 0;
+};
+// What the board shows of world rank `world_rank` on group `group`.
+Seen lookup(int world_rank, const std::string& group);
+
+}  // namespace trident::progress_board
