@@ -36,9 +36,9 @@ double usable_bytes(const GpuModel& gpu) { return gpu.memory_gib * kUsableMemory
 // stage (embedding, the most activations in flight) or the last (the head and its logits).
 RankMemoryPlan busiest_stage_plan(const Config& config, const kernels::Footprint& k) {
   const int pp = config.parallel.pp;
-  RankMemoryPlan first = plan_rank_memory(config, {0, 0, 0}, k);
+  RankMemoryPlan first = plan_rank_memory(config, {0, 0, 0}, k, true, 0, /*device_only=*/true);
   if (pp == 1) return first;
-  RankMemoryPlan last = plan_rank_memory(config, {0, 0, pp - 1}, k);
+  RankMemoryPlan last = plan_rank_memory(config, {0, 0, pp - 1}, k, true, 0, /*device_only=*/true);
   return last.device_bytes() > first.device_bytes() ? last : first;
 }
 
@@ -229,7 +229,8 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
             }
             RankMemoryPlan memory = busiest_stage_plan(c, *footprint);
             smallest = std::min(smallest, memory.device_bytes());
-            if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
+            // A larger micro-batch only holds more activations: none after this fits.
+            if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) break;
             fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
           }
     }

@@ -65,7 +65,7 @@ size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
 }
 
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
-                                bool node_leader, size_t node_leader_receives) {
+                                bool node_leader, size_t node_leader_receives, bool device_only) {
   const ParallelDims d = config.dims();
   const ParameterLayout layout = rank_layout(config, coords);
   const TransformerSpec& spec = layout.spec();
@@ -178,6 +178,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     }
   }
 
+  if (device_only) return plan;
   if (!k.host_memory()) {  // initialization writes each tensor's shard through one host buffer
     size_t largest = 0;
     for (const ParameterTensor& t : layout.tensors()) largest = std::max(largest, t.stored);
