@@ -69,10 +69,12 @@ class MpiRequest final : public Request {
 std::string missing_members_report(const Communicator& group, CommOp op, uint64_t seq, int world_rank) {
   std::string missing, unseen;
   char item[160];
+  int seen = 0;
   const std::vector<int> members = group.world_ranks();
   for (int r : members) {
     if (r == world_rank) continue;
     const progress_board::Seen s = progress_board::lookup(r, group.board_key());
+    seen += s.visible;
     if (!s.visible) {
       unseen += (unseen.empty() ? "" : ", ") + std::to_string(r);
     } else if (s.seq < seq) {
@@ -84,11 +86,11 @@ std::string missing_members_report(const Communicator& group, CommOp op, uint64_
       missing += (missing.empty() ? "" : ", ") + std::string(item);
     }
   }
+  const std::string what = std::string(comm_op_name(op)) + " (#" + std::to_string(seq) + " on the group)";
   std::string report = "trident: rank " + std::to_string(world_rank) + ": of the " + group.name() + " group, " +
-                       (missing.empty() ? std::string("every member on this machine had started this ") + comm_op_name(op) +
-                                              " (#" + std::to_string(seq) + " on the group): it is stuck inside it"
-                                        : "ranks that had not started this " + std::string(comm_op_name(op)) + " (#" +
-                                              std::to_string(seq) + " on the group): " + missing);
+                       (!missing.empty() ? "ranks that had not started this " + what + ": " + missing
+                        : seen > 0       ? "every member on this machine had started this " + what + ": it is stuck inside it"
+                                         : "no other member is on this machine");
   if (!unseen.empty()) report += "; on other machines, not visible from here: " + unseen;
   return report + "\n";
 }

@@ -29,6 +29,9 @@ struct RankProgress {
   std::atomic<int> world_rank;
   GroupProgress groups[kGroups];
 };
+// The processes share these atomics through the mapping: they must not hide a lock.
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free &&
+              std::atomic<int64_t>::is_always_lock_free);
 
 // This process's view: the mapping and its own entry.
 RankProgress* board = nullptr;
@@ -41,9 +44,12 @@ int64_t now_ns() {
   return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
+// Names are kept to kNameBytes - 1 characters, and compared so.
+bool same_name(const char* stored, const std::string& group) { return std::strncmp(stored, group.c_str(), kNameBytes - 1) == 0; }
+
 const GroupProgress* find(const RankProgress& r, const std::string& group) {
   for (const GroupProgress& g : r.groups)
-    if (g.named.load(std::memory_order_acquire) && std::strncmp(g.name, group.c_str(), kNameBytes) == 0) return &g;
+    if (g.named.load(std::memory_order_acquire) && same_name(g.name, group)) return &g;
   return nullptr;
 }
 
@@ -66,9 +72,12 @@ void open() {
   MPI_Bcast(name, sizeof name, MPI_CHAR, 0, machine);
   const size_t bytes = sizeof(RankProgress) * static_cast<size_t>(size);
   int fd = -1;
+  bool named = false;  // this rank made the name: it unlinks it, whatever happens next
   if (local == 0) {
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    named = fd >= 0;
+    // Allocated now (not only sized): a full /dev/shm fails here, not as SIGBUS at a store.
+    if (fd >= 0 && posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0) {
       close(fd);
       fd = -1;
     }
@@ -80,7 +89,7 @@ void open() {
   if (fd >= 0) close(fd);
   int ok = map != MAP_FAILED, all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, machine);
-  if (local == 0 && created) shm_unlink(name);
+  if (named) shm_unlink(name);
   MPI_Comm_free(&machine);
   if (!all_ok) {  // the board is a diagnostic: without it the messages just say less
     if (map != MAP_FAILED) munmap(map, bytes);
@@ -102,7 +111,7 @@ void record(const std::string& group, uint64_t seq, int step) {
       slot = &g;
       break;
     }
-    if (std::strncmp(g.name, group.c_str(), kNameBytes) == 0) {
+    if (same_name(g.name, group)) {
       slot = &g;
       break;
     }

@@ -229,8 +229,9 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
             }
             RankMemoryPlan memory = busiest_stage_plan(c, *footprint);
             smallest = std::min(smallest, memory.device_bytes());
-            // A larger micro-batch only holds more activations: none after this fits.
-            if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) break;
+            // Not monotone in the micro-batch (the slots in flight, ZeRO-2/3's accumulation
+            // buffers change with it): every one is tried.
+            if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
             fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
           }
     }

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -57,6 +58,16 @@ inline CliRun run(const std::string& args, const std::string& launcher = "", int
                           trident_bin() + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+// Whether `pid` still runs. For a process that is not our child (started in the background
+// by a shell) nobody may reap it at once when it ends: a zombie does not run.
+inline bool running(int pid) {
+  if (kill(pid, 0) != 0) return false;
+  std::istringstream stat(slurp("/proc/" + std::to_string(pid) + "/stat"));
+  std::string id, comm, state;
+  stat >> id >> comm >> state;
+  return state != "Z";
 }
 
 inline int count(const std::string& text, const std::string& what) {

@@ -242,11 +242,11 @@ TEST(Checkpoint, SignalSavesAndExitsZero) {
   // However the test ends, the 100000-step run does not outlive it.
   const std::unique_ptr<int, void (*)(int*)> reaper(&pid, [](int* p) { kill(*p, SIGKILL); });
   // Signalled once training runs (its first step line), however slow the start is.
-  for (int i = 0; i < 1200 && slurp(out).find("\nstep ") == std::string::npos && kill(pid, 0) == 0; i++)
+  for (int i = 0; i < 1200 && slurp(out).find("\nstep ") == std::string::npos && running(pid); i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_NE(slurp(out).find("\nstep "), std::string::npos) << slurp(out);
   kill(pid, SIGUSR1);
-  for (int i = 0; i < 600 && kill(pid, 0) == 0; i++)  // not our child: wait until it is gone
+  for (int i = 0; i < 600 && running(pid); i++)  // not our child: wait until it is gone
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::string text = slurp(out);
   EXPECT_NE(text.find("on a signal, checkpoint saved"), std::string::npos) << text;

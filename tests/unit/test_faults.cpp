@@ -235,13 +235,13 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
     ASSERT_TRUE(launched) << "trial " << t;
     const std::unique_ptr<int, void (*)(int*)> reaper(&mpirun, [](int* p) { kill(*p, SIGKILL); });
     // The random moment counts from the first checkpoint (start-up times vary), however slow.
-    for (int i = 0; i < 1200 && !fs::exists(dir + "/latest") && kill(mpirun, 0) == 0; i++)
+    for (int i = 0; i < 1200 && !fs::exists(dir + "/latest") && running(mpirun); i++)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
     const std::map<int, int> pids = rank_pids(mpirun);
     const bool hit = pids.count(victim) > 0 && kill(pids.at(victim), SIGKILL) == 0;
     const auto kill_time = std::chrono::steady_clock::now();
-    for (int i = 0; i < 1200 && kill(mpirun, 0) == 0; i++)  // not our child: wait until it is gone
+    for (int i = 0; i < 1200 && running(mpirun); i++)  // not our child: wait until it is gone
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - kill_time).count();
     EXPECT_LT(ended_s, timeout_s + 15.0) << "trial " << t;
@@ -250,8 +250,8 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
     std::printf("trial %d: rank %d killed %.2f s after the first checkpoint: %s, job gone %.2f s later, newest complete "
                 "checkpoint step %d\n", t, victim, delay_s, hit ? "killed" : "already finished", ended_s,
                 latest ? latest->step : 0);
-    // Resumed (its own output files: two trials run at once).
-    const int status = std::system((job + " >" + out + ".resumed 2>&1").c_str());
+    // Resumed (its own output files: two trials run at once), bounded as run() is.
+    const int status = std::system(("timeout 120 " + job + " >" + out + ".resumed 2>&1").c_str());
     const std::string resumed = slurp(out + ".resumed");
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "trial " << t << "\n" << resumed;
     for (const auto& [step, loss] : printed_losses(resumed)) EXPECT_EQ(loss, expected.at(step)) << "trial " << t << " step " << step;
@@ -263,9 +263,17 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
     }
   };
   // Two trials at a time: most of a trial is waiting (start-up, the launcher's teardown).
+  // An exception in the thread would end the whole test binary: it is a failure instead.
+  const auto guarded = [&](int t) {
+    try {
+      trial(t);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "trial " << t << ": " << e.what();
+    }
+  };
   for (int t = 0; t < trials; t += 2) {
-    std::thread second(trial, t + 1);
-    trial(t);
+    std::thread second(guarded, t + 1);
+    guarded(t);
     second.join();
   }
   EXPECT_GE(killed.load(), trials / 2) << "most trials should have killed a rank mid-run";
