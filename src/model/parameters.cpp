@@ -213,6 +213,13 @@ void ShardedParameters::set_shard(const ParameterTensor& t, const float* shard) 
   });
 }
 
+void ShardedParameters::shard_to_host(const ParameterTensor& t, float* shard) const {
+  if (sharded()) std::fill(shard, shard + t.stored, 0.0f);
+  for_each_held(held, t.offset, t.offset + t.stored, [&](size_t flat, size_t at, size_t n) {
+    memory->copy_to_host(shard + (flat - t.offset), values + at, n * sizeof(float));
+  });
+}
+
 void ShardedParameters::to_host(float* flat) const {
   const size_t n = layout->total_floats();
   if (sharded()) std::fill(flat, flat + n, 0.0f);
@@ -225,6 +232,13 @@ void ShardedParameters::from_host(const float* flat) const {
   for_each_held(held, 0, layout->total_floats(), [&](size_t begin, size_t at, size_t count) {
     memory->copy_to_device(values + at, flat + begin, count * sizeof(float));
   });
+}
+
+size_t ParameterLayout::unit_of(size_t offset) const {
+  const auto u = std::upper_bound(units_.begin(), units_.end(), offset,
+                                  [](size_t o, const FlatRange& r) { return o < r.end; });
+  check(u != units_.end() && offset >= u->begin, "flat offset " + std::to_string(offset) + " outside the layout's units");
+  return static_cast<size_t>(u - units_.begin());
 }
 
 bool ParameterLayout::has(const std::string& name) const {

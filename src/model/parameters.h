@@ -127,6 +127,8 @@ class ParameterLayout {
   int block_unit(int local) const { return block_units_[local]; }
   // Per unit: whether it is a block (the others: embeddings, final norm and head).
   const std::vector<bool>& unit_is_block() const { return unit_is_block_; }
+  // The unit holding flat offset `offset` (an index into units()); check-fails outside.
+  size_t unit_of(size_t offset) const;
 
  private:
   // Adds a tensor cut into `shards` pieces; `adjacent`: right after the previous one,
@@ -164,8 +166,10 @@ struct ShardedParameters {
   bool sharded() const { return !held.empty(); }
   // Copies a full canonical tensor from the host into this rank's shard of it.
   void set(const ParameterTensor& t, const float* full) const;
-  // Copies this rank's shard (t.stored floats, host memory) into place.
+  // Copies this rank's shard (t.stored floats, host memory) into place, and back out
+  // (sharded: zeros where another rank holds it).
   void set_shard(const ParameterTensor& t, const float* shard) const;
+  void shard_to_host(const ParameterTensor& t, float* shard) const;
   // Where the shard lives when that is host memory (a reader can write it in place), else null.
   float* host_shard(const ParameterTensor& t) const {
     return memory->host_memory() && !sharded() ? values + t.offset : nullptr;

@@ -72,11 +72,8 @@ size_t Transformer::gradient_floats_for(const ParameterLayout& layout, bool wind
 }
 
 float* Transformer::gradient_location(size_t offset) const {
-  const std::vector<FlatRange>& units = layout_.units();
-  const auto u = std::upper_bound(units.begin(), units.end(), offset,
-                                  [](size_t o, const FlatRange& r) { return o < r.end; });
-  check(u != units.end() && offset >= u->begin, "gradient offset outside the layout's units");
-  return grads_.data() + unit_storage_[u - units.begin()] + (offset - u->begin);
+  const size_t u = layout_.unit_of(offset);
+  return grads_.data() + unit_storage_[u] + (offset - layout_.units()[u].begin);
 }
 
 Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp,
@@ -173,11 +170,7 @@ void Transformer::parameters_changed() {
 
 float* Transformer::parameter_at(size_t offset) const {
   if (shards_ == nullptr) return params_.data() + offset;
-  const std::vector<FlatRange>& units = layout_.units();
-  const auto u = std::upper_bound(units.begin(), units.end(), offset,
-                                  [](size_t o, const FlatRange& r) { return o < r.end; });
-  check(u != units.end(), "parameter offset outside the layout's units");
-  const size_t i = static_cast<size_t>(u - units.begin());
+  const size_t i = layout_.unit_of(offset);
   check(offset >= held_[i].begin && offset < held_[i].end, "parameter_at: not an offset this rank holds");
   return master_.data() + master_offset_[i] + (offset - held_[i].begin);
 }
@@ -253,17 +246,13 @@ std::vector<float> Transformer::get_parameter(const std::string& name, bool grad
   const int index = static_cast<int>(&layout_.tensor(name) - layout_.tensors().data());
   const ParameterTensor& t = layout_[index];
   std::vector<float> mine(t.stored);
-  if (shards_ != nullptr && !gradient) {  // ZeRO-3: this rank's part of it, the rest from the others' (zeros here)
-    for (size_t u = 0; u < held_.size(); u++) {
-      const size_t begin = std::max(held_[u].begin, t.offset), end = std::min(held_[u].end, t.offset + t.stored);
-      if (begin < end)
-        k_.copy_to_host(mine.data() + (begin - t.offset), master_.data() + master_offset_[u] + (begin - held_[u].begin),
-                        (end - begin) * sizeof(float));
-    }
-    shards_->all_reduce(std::span<float>(mine));
-    return assemble_over_tp(t, mine);
+  if (gradient) {
+    k_.copy_to_host(mine.data(), grad(index), t.stored * sizeof(float));
+  } else {
+    parameters().shard_to_host(t, mine.data());
+    // ZeRO-3: this rank's part of it, the others' parts from them (zeros here).
+    if (shards_ != nullptr) shards_->all_reduce(std::span<float>(mine));
   }
-  k_.copy_to_host(mine.data(), gradient ? grad(index) : param(index), t.stored * sizeof(float));
   return assemble_over_tp(t, mine);
 }
 
