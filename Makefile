@@ -8,7 +8,8 @@ SHELL := /bin/bash
 BUILD ?= build
 CUDA_HOME ?= /usr/local/cuda
 NCCL_HOME ?= $(CUDA_HOME)
-NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# SASS for A100 and H100/H200, and compute_90 PTX that the driver compiles for a newer GPU.
+NVCC_GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 
 # ---- tools and libraries ----------------------------------------------------------
 # mpicxx wraps g++ with Open MPI's flags; OMPI_CXX picks the compiler underneath.

@@ -22,6 +22,7 @@ namespace {
 }  // namespace
 
 bool cuda_compiled_in() { return false; }
+int cuda_device_count() { return 0; }
 std::unique_ptr<Kernels> make_cuda_kernels(Precision) { no_cuda(); }
 void select_cuda_device(int) { no_cuda(); }
 #endif

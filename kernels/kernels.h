@@ -35,13 +35,56 @@ namespace trident::kernels {
 class Kernels : public Footprint {
  public:
   virtual std::string name() const = 0;
+  // What else the startup line should say about this backend (how it allocates).
+  virtual std::string details() const { return ""; }
+  // Sizes the kernels' own workspace (workspace_bytes()) for these shapes now, before the
+  // first step: a GPU without memory pools could only grow it mid-step by draining its queue.
+  virtual void reserve_workspace(int /*N*/, int /*C*/, int /*max_width*/, int /*B*/, int /*T*/, int /*NH*/) {}
 
   // ---- memory (device memory of this backend) ----
-  // Returns zero-filled memory that stays valid until free(); pages are touched
-  // once here so that the training loop never pays first-touch costs.
-  virtual void* alloc(size_t bytes) = 0;
-  virtual void free(void* p) = 0;
-  virtual void copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
+  // The calls of this section marked "blocking" return only once the device has caught
+  // up with the work issued before them: on a GPU each is a host synchronization, a
+  // drained queue. They are counted (host_syncs()) by this class, the same way on every
+  // backend, so a test on the CPU holds how many a training step makes on a GPU.
+  // Blocking: zero-filled memory that stays valid until free(); pages are touched once
+  // here so that the training loop never pays first-touch costs.
+  void* alloc(size_t bytes) {
+    host_syncs_++;
+    return do_alloc(bytes);
+  }
+  void free(void* p) {  // blocking
+    host_syncs_++;
+    do_free(p);
+  }
+  void copy_to_device(void* dst, const void* src_host, size_t bytes) {  // blocking
+    host_syncs_++;
+    do_copy_to_device(dst, src_host, bytes);
+  }
+  void copy_to_host(void* dst_host, const void* src, size_t bytes) {  // blocking
+    host_syncs_++;
+    do_copy_to_host(dst_host, src, bytes);
+  }
+  // Waits until the device has finished all work issued so far (blocking; a no-op on the CPU).
+  void synchronize() {
+    host_syncs_++;
+    do_synchronize();
+  }
+  // host[i] = x[i] as float, for tests and the host side of the pipeline check (blocking).
+  void activations_to_host(float* host, const Act* x, size_t n) {
+    host_syncs_++;
+    do_activations_to_host(host, x, n);
+  }
+  void activations_from_host(Act* x, const float* host, size_t n) {  // blocking
+    host_syncs_++;
+    do_activations_from_host(x, host, n);
+  }
+  // Host synchronizations so far (the blocking calls above and sum_squares()).
+  uint64_t host_syncs() const { return host_syncs_; }
+
+  // Not blocking: a copy from host memory ordered after the work issued so far; the host
+  // buffer may be reused as soon as this returns (the backend stages it: pinned memory
+  // on a GPU). For per-step inputs (tokens, embedding gradient indices).
+  virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
   // The memory this backend allocates from: what is free now and in all, and a key
   // that the ranks drawing on the same memory share (the node for RAM, the device).
   struct MemoryPool {
@@ -50,25 +93,22 @@ class Kernels : public Footprint {
     std::string key;
   };
   virtual MemoryPool memory_pool() const = 0;
-  virtual void copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* p, size_t bytes) = 0;
-  // Waits until the device has finished all work issued so far (a no-op on the CPU).
-  virtual void synchronize() = 0;
   // compute[i] = master[i] in the activation type: the weights the layers read.
   virtual void cast_to_activation(Act* compute, const float* master, size_t n) = 0;
-  // host[i] = x[i] as float, for tests and the host side of the pipeline check.
-  virtual void activations_to_host(float* host, const Act* x, size_t n) = 0;
-  virtual void activations_from_host(Act* x, const float* host, size_t n) = 0;
 
   // ---- embeddings (the token table may be a vocabulary shard) ----
   // out[b,t,:] = wte_shard[tokens[b,t] - vocab_start,:] when the token lies in the shard's
   // rows [vocab_start, vocab_start + shard_rows), else 0 (another shard supplies it).
   virtual void embedding_forward(Act* out, const int32_t* tokens, const Act* wte_shard, int vocab_start,
                                  int shard_rows, int B, int T, int C) = 0;
-  // dwte_shard[tokens[b,t] - vocab_start,:] += dout[b,t,:] for the shard's tokens
-  virtual void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, int vocab_start,
-                                  int shard_rows, int B, int T, int C) = 0;
+  // dwte_shard[tokens[b,t] - vocab_start,:] += dout[b,t,:] for the shard's tokens.
+  // host_tokens: the same ids in host memory (a GPU groups the positions by token there,
+  // without reading `tokens` back).
+  virtual void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens,
+                                  const int32_t* host_tokens, int vocab_start, int shard_rows, int B, int T,
+                                  int C) = 0;
   // out[b,t,:] += wpe[t,:]
   virtual void add_positions(Act* out, const Act* wpe, int B, int T, int C) = 0;
   // dwpe[t,:] += sum over b of dout[b,t,:]
@@ -160,11 +200,35 @@ class Kernels : public Footprint {
                             float grad_scale) = 0;
   // out[i] += in[i] (fp32: gradient shards summed over micro-batches)
   virtual void add_f32(float* out, const float* in, size_t n) = 0;
-  // sum of x[i]^2, accumulated in double
-  virtual double sum_squares(const float* x, size_t n) = 0;
+  // *total += sum of x[i] (or of x[i]^2), accumulated in double; `total` is this
+  // backend's memory. Not blocking: a step sums its losses and its gradient norm on the
+  // device and reads them once.
+  virtual void accumulate_sum(double* total, const float* x, size_t n) = 0;
+  virtual void accumulate_sum_squares(double* total, const float* x, size_t n) = 0;
+  // sum of x[i]^2, accumulated in double, on the host (blocking).
+  double sum_squares(const float* x, size_t n) {
+    host_syncs_++;
+    return do_sum_squares(x, n);
+  }
   // Measured rate of this backend's GEMM on n x n matrices of the activation type, in GFLOP/s, over
   // about `seconds`: the peak that MFU and the benchmarks compare against.
   virtual double measure_gemm_gflops(int n, double seconds) = 0;
+
+ protected:
+  // A synchronization a backend makes on its own (a staging ring that caught up with the device).
+  void count_host_sync() { host_syncs_++; }
+  // The blocking calls, as each backend does them.
+  virtual void* do_alloc(size_t bytes) = 0;
+  virtual void do_free(void* p) = 0;
+  virtual void do_copy_to_device(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void do_copy_to_host(void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void do_synchronize() = 0;
+  virtual void do_activations_to_host(float* host, const Act* x, size_t n) = 0;
+  virtual void do_activations_from_host(Act* x, const float* host, size_t n) = 0;
+  virtual double do_sum_squares(const float* x, size_t n) = 0;
+
+ private:
+  uint64_t host_syncs_ = 0;
 };
 
 // The CPU backend (kernels/cpu). Threads: OpenMP's one pool, shared with the GEMM library.
@@ -177,6 +241,8 @@ std::unique_ptr<Kernels> make_cpu_kernels(Precision precision = Precision::fp32)
 // no CUDA or the machine no GPU.
 std::unique_ptr<Kernels> make_cuda_kernels(Precision precision);
 bool cuda_compiled_in();
+// GPUs this process can use: 0 in a build without CUDA or on a machine without GPUs.
+int cuda_device_count();
 // Makes GPU (local_rank mod GPUs on the machine) this process's device; UsageError
 // without CUDA or GPUs.
 void select_cuda_device(int local_rank);

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # The GPU check (issue 7), on a machine with one NVIDIA GPU, from the repository root:
 #   1. build: the CUDA path is compiled whenever nvcc is found;
-#   2. every CUDA kernel against the CPU kernel on fresh random inputs, fp32 and bf16,
-#      then a kernel timing table at GPT-2 124M's shapes with flash vs naive attention,
-#      and one of the Llama kernels (RMSNorm, SwiGLU, rotary, grouped-query attention)
-#      at Llama-2-7B shapes (build/bench/kernel_check);
+#   2. every CUDA kernel against the CPU kernel on fresh random inputs, bf16 then fp32,
+#      each precision in a process of its own (a CUDA fault is sticky: it would end the
+#      other's checks too), first without timing, then under compute-sanitizer where it
+#      is installed, then with the timing tables: GPT-2 124M's shapes with flash vs naive
+#      attention at T 1024, the Llama kernels (RMSNorm, SwiGLU, rotary, grouped-query
+#      attention at T 2048 and 4096) at Llama-2-7B / Llama-3-8B shapes (build/bench/kernel_check);
 #   3. `trident verify` on the GPT-2 and Llama references with --device=cuda, bf16 and
-#      fp32 tolerances (grouped-query and multi-query Llama references included);
-#   4. 50 training steps of gpt2-124m at batch 16 x 1024, then 20 steps of Llama-2-7B's
-#      layer shapes (4 of its 32 layers, batch 8 x 2048): tokens/s and MFU against the
-#      datasheet bf16 rate of the GPU the driver names (H200: 989 TFLOP/s dense; the
-#      GEMM rate measured in step 2 beside it).
+#      fp32 tolerances (grouped-query and multi-query Llama references included), and once
+#      with the scratch from cudaMalloc as on a GPU without memory pools;
+#   4. 50 training steps of gpt2-124m at batch 16 x 1024, then 20 steps of a Llama of
+#      1.2B parameters (16 layers, d 2048, 32 heads over 8, SwiGLU 8192, vocabulary
+#      128256, batch 8 x 2048): tokens/s, MFU against the datasheet bf16 rate of the GPU the
+#      driver names (H200: 989 TFLOP/s dense; the GEMM rate measured in step 2 beside it),
+#      and the host synchronizations per step (summary.json; at most 2 is the target);
+#   5. the default job of `make run` on the GPU where the fortunes corpus is installed.
 #
 #   bash benchmarks/gpu/check.sh [OUT_DIR]      (default runs/gpu_check; the log is OUT_DIR/check.log)
 #
@@ -49,8 +54,22 @@ fi
 $build/trident --version
 
 status=0
-step "kernels: CUDA against CPU, then timings"
-$build/bench/kernel_check || status=1
+step "kernels: CUDA against CPU, each precision in its own process (bf16 first), no timing"
+for precision in bf16 fp32; do
+  $build/bench/kernel_check --precision $precision --no-timing --seed 1 || status=1
+done
+if command -v compute-sanitizer > /dev/null; then
+  step "compute-sanitizer memcheck on the same checks"
+  for precision in bf16 fp32; do
+    compute-sanitizer --tool memcheck --error-exitcode 9 $build/bench/kernel_check --precision $precision \
+      --no-timing --seed 1 > "$out/sanitizer_$precision.log" 2>&1 || { status=1; tail -40 "$out/sanitizer_$precision.log"; }
+    grep -E "ERROR SUMMARY|^PASS|^FAIL" "$out/sanitizer_$precision.log"
+  done
+fi
+step "kernel timings (bf16, then fp32)"
+for precision in bf16 fp32; do
+  $build/bench/kernel_check --precision $precision --seed 2 || status=1
+done
 
 step "verify on the references with --device=cuda"
 for precision in bf16 fp32; do
@@ -63,6 +82,9 @@ done
 for reference in llama_ref_h6_kv3_v101 llama_ref_mqa_v61; do  # 6 heads over 3 key/value heads; multi-query
   $build/trident verify --reference tests/data/$reference.h5 --device=cuda || status=1
 done
+echo "without memory pools (the scratch cudaMalloc'd up front):"
+TRIDENT_CUDA_NO_MEMORY_POOLS=1 $build/trident verify --reference tests/data/llama_ref_a.h5 --device=cuda \
+  --train.precision=bf16 || status=1
 
 step "50 steps of gpt2-124m, batch 16 x 1024, bf16"
 data=/usr/share/games/fortunes
@@ -75,12 +97,11 @@ $build/trident train --config configs/gpt2-124m.ini --device=cuda --train.steps=
   --train.micro_batch=16 --train.warmup_steps=5 --data.path="$data" --log.run_dir="$out/train" \
   --log.val_batches=0 --log.every_steps=5 | tee "$out/train_gpt2.log" || status=1
 
-step "20 steps of llama2-7b's shapes, 4 layers, batch 8 x 2048, bf16"
-# d 4096, 32 heads of 128, SwiGLU 11008, vocabulary 32000 (1.07B parameters with 4 layers),
-# on one GPU: no tensor or pipeline parallelism, no ZeRO.
-$build/trident train --config configs/llama2-7b.ini --device=cuda --train.precision=bf16 --model.n_layer=4 \
+step "20 steps of a 1.2B Llama (L16, d 2048, 32/8 heads, ffn 8192, V 128256), batch 8 x 2048, bf16"
+$build/trident train --config configs/llama3-8b.ini --device=cuda --train.precision=bf16 --model.n_layer=16 \
+  --model.d_model=2048 --model.n_head=32 --model.n_kv_head=8 --model.ffn_dim=8192 --model.seq_len=2048 \
   --parallel.tp=1 --parallel.pp=1 --parallel.zero=0 --train.global_batch=8 --train.micro_batch=8 \
-  --model.seq_len=2048 --train.steps=20 --train.warmup_steps=5 --data.path="$data" \
+  --train.steps=20 --train.warmup_steps=5 --data.path="$data" --data.tokenizer=byte \
   --log.run_dir="$out/train_llama" --log.val_batches=0 --log.every_steps=5 | tee "$out/train_llama.log" || status=1
 
 step "throughput (the last logged step of each run)"
@@ -89,6 +110,14 @@ for run in gpt2 llama; do
   echo "$run: $(grep -oE '[0-9]+ tok/s' <<< "$line" || echo "no step logged"), $(grep -oE 'MFU [0-9.]+%' <<< "$line")"
   grep -m1 '^MFU peak:' "$out/train_$run.log" || true
 done
+for summary in "$out/train/summary.json" "$out/train_llama/summary.json"; do
+  [ -f "$summary" ] && python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[1], 'host_syncs_per_step', s.get('host_syncs_per_step'), 'mfu', s.get('mfu'))" "$summary"
+done
+
+if [ -d /usr/share/games/fortunes ] && [ "$build" = build ]; then
+  step "the default job on the GPU: make run DEVICE=cuda NP=1"
+  make run DEVICE=cuda NP=1 2>&1 | tail -15 || status=1
+fi
 
 step "done: $([ $status = 0 ] && echo PASS || echo FAIL)"
 exit $status

@@ -9,9 +9,18 @@
 // Llama-3-8B shapes; a row that fails (an exception) is printed with its message and the
 // next row runs.
 //
-//   build/bench/kernel_check [--seed N] [--no-timing]    exit 1 when a check or timing row fails
+// A CUDA fault (an illegal or misaligned address) is sticky: every later CUDA call of the
+// process fails. The group that faulted is printed failed, the rest of that precision's
+// groups are printed skipped, its timing table is not run, and the program goes on and
+// ends with exit 1; benchmarks/gpu/check.sh runs each precision in a process of its own
+// (bf16 first: the tensor-core attention that training uses) so that a fault in one
+// leaves the other measured.
+//
+//   build/bench/kernel_check [--precision fp32|bf16] [--seed N] [--no-timing]
+//       exit 1 when a check or timing row fails (default: bf16, then fp32)
 //   build/bench/kernel_check --cpu-self-check            the CPU backend in place of the
-//       GPU's (bf16 emulated): checks this program itself where there is no GPU
+//       GPU's (bf16 emulated): checks this program itself where there is no GPU, a
+//       simulated fault included
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -25,6 +34,7 @@
 #include <tuple>
 #include <vector>
 
+#include "benchmarks/gpu/faulty_kernels.h"
 #include "kernels/bf16.h"
 #include "kernels/cuda/naive_attention.h"
 #include "kernels/kernels.h"
@@ -49,6 +59,7 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
 class Comparison {
  public:
   Comparison(Kernels& gpu, uint64_t seed) : gpu_(gpu), rng_(seed) {}
+  Comparison(const Comparison&) = delete;
   ~Comparison() { release(); }
 
   bool bf16() const { return gpu_.precision() == Precision::bf16; }
@@ -106,22 +117,46 @@ class Comparison {
     std::printf("| %-38s | %-4s | %10.3e | %7.0e | %s |\n", what.c_str(), precision_name(gpu_.precision()), e, limit,
                 ok ? "ok" : "FAIL");
   }
-  void release() {
-    for (void* p : allocations_) gpu_.free(p);
+  // Frees the group's buffers; never throws. After a fault the device is gone: they
+  // are left to the process's end.
+  void release() noexcept {
+    for (void* p : allocations_) {
+      if (broken_) break;
+      try {
+        gpu_.free(p);
+      } catch (const std::exception&) {
+        broken_ = true;
+      }
+    }
     allocations_.clear();
   }
   // One group of checks. An exception (a CUDA error, say) counts as a failure and the
-  // next group still runs.
+  // next group still runs, unless the device is broken (a sticky fault): then every
+  // group after it is printed skipped.
   void run(const char* group, const std::function<void()>& checks) {
+    if (broken_) {
+      skipped_++;
+      std::printf("| %-38s | %-4s | %10s | %7s | skipped: the device faulted above |\n", group,
+                  precision_name(gpu_.precision()), "-", "");
+      return;
+    }
     try {
       checks();
     } catch (const std::exception& e) {
       failures_++;
       std::printf("| %-38s | %-4s | %10s | %7s | FAIL: %s |\n", group, precision_name(gpu_.precision()), "error", "",
                   e.what());
+      try {  // an error of the call alone, or a fault every later call will see?
+        gpu_.synchronize();
+      } catch (const std::exception&) {
+        broken_ = true;
+      }
     }
+    std::fflush(stdout);  // what was measured is on the page even if the process dies later
     release();
   }
+  bool broken() const { return broken_; }
+  int skipped() const { return skipped_; }
   int failures() const { return failures_; }
 
  private:
@@ -133,12 +168,13 @@ class Comparison {
   Kernels& gpu_;
   std::mt19937_64 rng_;
   std::vector<void*> allocations_;
-  int failures_ = 0;
+  int failures_ = 0, skipped_ = 0;
+  bool broken_ = false;
 };
 
 void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
   const int B = 2, T = 200, C = 256, N = B * T;  // T not a multiple of any tile
-  {  // the compute copy of the weights: bit-exact round to nearest even
+  c.run("cast_to_activation", [&] {  // the compute copy of the weights: bit-exact round to nearest even
     std::vector<float> master(4096);
     std::mt19937_64 rng(7);
     std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -149,7 +185,7 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     if (c.bf16())
       for (float& x : want) x = round_to_bf16(x);
     c.compare("cast_to_activation (exact)", c.host(g, master.size()), want, 0.0);
-  }
+  });
   c.run("embeddings", [&] {  // a vocabulary shard [64, 264) of 300 ids
     const int start = 64, rows = 200;
     const auto tokens = c.ids(N, 300);
@@ -167,8 +203,8 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     auto dwte = c.input(wte.size()), dwpe = c.input(wpe.size());
     float *g_dwte = c.f32(dwte), *g_dwpe = c.f32(dwpe);
     Act* g_dout = c.act(dout);
-    gpu.embedding_backward(g_dwte, g_dout, g_tokens, start, rows, B, T, C);
-    cpu.embedding_backward(dwte.data(), as_act(dout.data()), tokens.data(), start, rows, B, T, C);
+    gpu.embedding_backward(g_dwte, g_dout, g_tokens, tokens.data(), start, rows, B, T, C);
+    cpu.embedding_backward(dwte.data(), as_act(dout.data()), tokens.data(), tokens.data(), start, rows, B, T, C);
     c.compare("embedding_backward (dwte +=)", c.host(g_dwte, dwte.size()), dwte);
     gpu.positions_backward(g_dwpe, g_dout, B, T, C);
     cpu.positions_backward(dwpe.data(), as_act(dout.data()), B, T, C);
@@ -362,6 +398,17 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("adamw_update exp_avg_sq", c.host(g_v, n), v, 1e-6);
     const double want = cpu.sum_squares(grad.data(), n), got = gpu.sum_squares(g_grad, n);
     c.compare("sum_squares", {static_cast<float>(got)}, {static_cast<float>(want)}, 1e-6);
+    // A step's sums on the device: two ranges into one total, read once.
+    double want_total = 0;
+    cpu.accumulate_sum_squares(&want_total, grad.data(), n / 2);
+    cpu.accumulate_sum(&want_total, grad.data() + n / 2, n / 2);
+    auto* g_total = reinterpret_cast<double*>(c.f32(2));
+    gpu.accumulate_sum_squares(g_total, g_grad, n / 2);
+    gpu.accumulate_sum(g_total, g_grad + n / 2, n / 2);
+    double got_total = 0;
+    gpu.copy_to_host(&got_total, g_total, sizeof got_total);
+    c.compare("accumulate_sum_squares + accumulate_sum", {static_cast<float>(got_total)},
+              {static_cast<float>(want_total)}, 1e-6);
   });
 }
 
@@ -581,7 +628,7 @@ int llama_timing_table(Kernels& gpu) {
   TimingRows rows(gpu);
   const int C = 4096, F = 11008, NH = 32, NKV = 8, HD = 128, N = 8192;
   const int rope_B = 2, rope_T = 4096;    // rotary embeddings over 4096 positions
-  const int att_B = 4, att_T = 2048;      // attention: 4 sequences of 2048
+  const int att_B = 4, att_T = 2048;      // attention: 4 sequences of 2048, then 2 of 4096
   const size_t W = static_cast<size_t>(NH + 2 * NKV) * HD;  // one qkv row
   Buffers buffers(gpu);
   Act *x = nullptr, *y = nullptr, *dy = nullptr, *dx = nullptr, *gate_up = nullptr, *h = nullptr, *dh = nullptr,
@@ -611,9 +658,9 @@ int llama_timing_table(Kernels& gpu) {
     gpu.copy_to_device(table, t.data(), t.size() * sizeof(float));
   });
   if (!ready) return rows.failures();
-  std::printf("\n| Llama kernel, N=%d C=%d F=%d NH=%d NKV=%d HD=%d, attention B=%d T=%d (%s) | ms | rate |\n"
+  std::printf("\n| Llama kernel, N=%d C=%d F=%d NH=%d NKV=%d HD=%d, attention B=%d T=%d and B=%d T=%d (%s) | ms | rate |\n"
               "|---|---:|---:|\n",
-              N, C, F, NH, NKV, HD, att_B, att_T, precision_name(gpu.precision()));
+              N, C, F, NH, NKV, HD, att_B, att_T, att_B / 2, 2 * att_T, precision_name(gpu.precision()));
   const double bytes = static_cast<double>(gpu.activation_bytes(1));
   const double nc = static_cast<double>(N) * C, nf = static_cast<double>(N) * F;
   rows.row("rmsnorm_forward (8192x4096)", [&] { gpu.rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f); },
@@ -629,7 +676,9 @@ int llama_timing_table(Kernels& gpu) {
            rope_bytes * 1e3, "GB/s");
   rows.row("rope_backward (B=2 T=4096)", [&] { gpu.rope_backward(dqkv, table, rope_B, rope_T, NH, NKV, HD); },
            rope_bytes * 1e3, "GB/s");
-  attention_rows(rows, gpu, buffers, "GQA ", {out, qkv, dqkv, dout, stats}, att_B, att_T, NH, NKV, HD, "");
+  attention_rows(rows, gpu, buffers, "GQA T=2048 ", {out, qkv, dqkv, dout, stats}, att_B, att_T, NH, NKV, HD, "");
+  attention_rows(rows, gpu, buffers, "GQA T=4096 ", {out, qkv, dqkv, dout, stats}, att_B / 2, 2 * att_T, NH, NKV, HD,
+                 " (target >= 3x)");
   return rows.failures();
 }
 
@@ -646,44 +695,75 @@ int timing_rows_self_check(Kernels& kernels) {
   return ok ? 0 : 1;
 }
 
+// --cpu-self-check of a fault: the CPU backend faulting in the first attention forward
+// as a GPU does (faulty_kernels.h). That group fails, every later group is skipped, the
+// program goes on. Returns 0 when so.
+int fault_self_check(Kernels& cpu, uint64_t seed) {
+  std::printf("\na simulated fault in attention_forward (bf16), on purpose:\n");
+  FaultyKernels faulty(make_cpu_kernels(Precision::bf16), "attention_forward");
+  int failures = 0, skipped = 0;
+  {
+    Comparison comparison(faulty, seed);
+    check_all(cpu, faulty, comparison);
+    failures = comparison.failures();
+    skipped = comparison.skipped();
+  }  // released without a throw although every call now throws
+  const bool ok = faulty.broken() && failures == 1 && skipped > 0;
+  std::printf("fault self-check: %s (%d failed, %d skipped after the fault)\n", ok ? "ok" : "FAIL", failures, skipped);
+  return ok ? 0 : 1;
+}
+
+// The checks and the timing tables of one precision; returns the failed checks and rows.
+int check_precision(Kernels& cpu, Precision precision, uint64_t seed, bool timing, bool self_check) {
+  std::unique_ptr<Kernels> gpu;
+  try {
+    gpu = self_check ? make_cpu_kernels(precision) : make_cuda_kernels(precision);
+  } catch (const std::exception& e) {
+    std::printf("| %-38s | %-4s | %10s | %7s | FAIL: %s |\n", "backend", precision_name(precision), "error", "",
+                e.what());
+    return 1;
+  }
+  Comparison comparison(*gpu, seed);
+  check_all(cpu, *gpu, comparison);
+  int failures = comparison.failures();
+  if (comparison.broken()) {
+    std::printf("\n%s: the device faulted; the other precision runs in a process of its own: --precision %s\n",
+                precision_name(precision), precision == Precision::bf16 ? "fp32" : "bf16");
+    return failures;
+  }
+  if (timing && !self_check) {
+    const int rows = timing_table(*gpu) + llama_timing_table(*gpu);
+    std::printf("\n%s timing: %d rows failed\n", precision_name(precision), rows);
+    failures += rows;
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   bool timing = true, self_check = false;
-  for (int i = 1; i < argc; i++) {
-    if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = std::stoull(argv[++i]);
-    else if (std::strcmp(argv[i], "--no-timing") == 0) timing = false;
-    else if (std::strcmp(argv[i], "--cpu-self-check") == 0) self_check = true;
-  }
-  const auto under_test = [&](Precision precision) {
-    return self_check ? make_cpu_kernels(precision) : make_cuda_kernels(precision);
-  };
+  std::vector<Precision> precisions = {Precision::bf16, Precision::fp32};
   try {
+    for (int i = 1; i < argc; i++) {
+      if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = std::stoull(argv[++i]);
+      else if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) precisions = {parse_precision(argv[++i])};
+      else if (std::strcmp(argv[i], "--no-timing") == 0) timing = false;
+      else if (std::strcmp(argv[i], "--cpu-self-check") == 0) self_check = true;
+      else throw std::invalid_argument(std::string("unknown argument ") + argv[i] +
+                                       " (--precision fp32|bf16, --seed N, --no-timing, --cpu-self-check)");
+    }
     if (!self_check) select_cuda_device(0);
     auto cpu = make_cpu_kernels(Precision::fp32);
-    int failures = 0;
     std::printf("kernel check, seed %llu: ||gpu - cpu|| / ||cpu|| on the same inputs\n\n",
                 static_cast<unsigned long long>(seed));
     std::printf("| %-38s | prec | rel. error | toler. | |\n|---|---|---:|---:|---|\n", "kernel, output");
-    for (Precision precision : {Precision::fp32, Precision::bf16}) {
-      auto gpu = under_test(precision);
-      Comparison comparison(*gpu, seed);
-      check_all(*cpu, *gpu, comparison);
-      failures += comparison.failures();
-    }
-    if (self_check) failures += timing_rows_self_check(*cpu);
+    int failures = 0;
+    for (Precision precision : precisions) failures += check_precision(*cpu, precision, seed, timing, self_check);
+    if (self_check) failures += timing_rows_self_check(*cpu) + fault_self_check(*cpu, seed);
     std::printf("\n%s: %d failed\n", failures == 0 ? "PASS" : "FAIL", failures);
-    int timing_failures = 0;
-    if (timing && !self_check) {
-      for (Precision precision : {Precision::bf16, Precision::fp32}) {
-        auto gpu = make_cuda_kernels(precision);
-        timing_failures += timing_table(*gpu);
-        timing_failures += llama_timing_table(*gpu);
-      }
-      std::printf("\ntiming: %d rows failed\n", timing_failures);
-    }
-    return failures + timing_failures == 0 ? 0 : 1;
+    return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_check: %s\n", e.what());
     return 2;

@@ -22,9 +22,11 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, 
   }
 }
 
-template <typename T>
-double sum_squares(const T* x, size_t n) {
-  // Fixed-size blocks summed in order: the same result for any thread count.
+namespace {
+
+// Fixed-size blocks summed in order: the same result for any thread count.
+template <bool kSquares, typename T>
+double block_sum(const T* x, size_t n) {
   constexpr size_t kBlock = 1 << 14;
   const size_t blocks = (n + kBlock - 1) / kBlock;
   double total = 0.0;
@@ -33,12 +35,21 @@ double sum_squares(const T* x, size_t n) {
     const size_t end = (b + 1) * kBlock < n ? (b + 1) * kBlock : n;
     double s = 0.0;
 #pragma omp simd reduction(+ : s)
-    for (size_t i = b * kBlock; i < end; i++) s += static_cast<double>(x[i]) * x[i];
+    for (size_t i = b * kBlock; i < end; i++) s += kSquares ? static_cast<double>(x[i]) * x[i] : static_cast<double>(x[i]);
 #pragma omp ordered
     total += s;
   }
   return total;
 }
+
+}  // namespace
+
+template <typename T>
+double sum_squares(const T* x, size_t n) {
+  return block_sum<true>(x, n);
+}
+
+double sum(const float* x, size_t n) { return block_sum<false>(x, n); }
 
 template void adamw_update<float>(float*, const float*, float*, float*, size_t, float, float, float, float, float, int, float);
 template void adamw_update<double>(double*, const double*, double*, double*, size_t, double, double, double, double, double, int, double);

@@ -26,16 +26,17 @@ class CpuKernels final : public Kernels {
   Precision precision() const override { return precision_; }
   DType activation_type() const override { return DType::f32; }
 
-  void* alloc(size_t bytes) override {
+  void* do_alloc(size_t bytes) override {
     constexpr size_t kAlign = 64;  // one cache line, one AVX-512 vector
     void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
     if (p == nullptr) throw std::bad_alloc();
     std::memset(p, 0, bytes);  // touch every page now, not in the first step
     return p;
   }
-  void free(void* p) override { std::free(p); }
-  void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void do_free(void* p) override { std::free(p); }
+  void do_copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void do_copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void fill_zero(void* p, size_t bytes) override {
     const size_t n = bytes / sizeof(float);
@@ -44,7 +45,7 @@ class CpuKernels final : public Kernels {
     for (size_t i = 0; i < n; i++) f[i] = 0.0f;
     std::memset(f + n, 0, bytes - n * sizeof(float));
   }
-  void synchronize() override {}
+  void do_synchronize() override {}
   void add_f32(float* out, const float* in, size_t n) override {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] += in[i];
@@ -53,8 +54,10 @@ class CpuKernels final : public Kernels {
     if (as_float(compute) != master) std::memcpy(as_float(compute), master, n * sizeof(float));
     written(compute, n);
   }
-  void activations_to_host(float* host, const Act* x, size_t n) override { std::memcpy(host, x, n * sizeof(float)); }
-  void activations_from_host(Act* x, const float* host, size_t n) override {
+  void do_activations_to_host(float* host, const Act* x, size_t n) override {
+    std::memcpy(host, x, n * sizeof(float));
+  }
+  void do_activations_from_host(Act* x, const float* host, size_t n) override {
     std::memcpy(x, host, n * sizeof(float));
     written(x, n);
   }
@@ -64,8 +67,8 @@ class CpuKernels final : public Kernels {
     cpu::embedding_forward(f(out), tokens, f(wte_shard), vocab_start, shard_rows, B, T, C);
     written(out, static_cast<size_t>(B) * T * C);
   }
-  void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, int vocab_start,
-                          int shard_rows, int B, int T, int C) override {
+  void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, const int32_t* /*host_tokens*/,
+                          int vocab_start, int shard_rows, int B, int T, int C) override {
     cpu::embedding_backward(dwte_shard, f(dout), tokens, vocab_start, shard_rows, B, T, C);
   }
   void add_positions(Act* out, const Act* wpe, int B, int T, int C) override {
@@ -168,7 +171,9 @@ class CpuKernels final : public Kernels {
                     float grad_scale) override {
     cpu::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
   }
-  double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+  double do_sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+  void accumulate_sum(double* total, const float* x, size_t n) override { *total += cpu::sum(x, n); }
+  void accumulate_sum_squares(double* total, const float* x, size_t n) override { *total += cpu::sum_squares(x, n); }
   bool host_memory() const override { return true; }
   MemoryPool memory_pool() const override {
     char host[256] = "";

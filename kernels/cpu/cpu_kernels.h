@@ -84,5 +84,6 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, 
 
 template <typename T>
 double sum_squares(const T* x, size_t n);
+double sum(const float* x, size_t n);
 
 }  // namespace trident::kernels::cpu

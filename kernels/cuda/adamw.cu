@@ -1,5 +1,6 @@
 // The optimizer's kernels: fused AdamW on fp32 master weights (moments fp32), and the
-// sum of squares behind the global gradient norm (fp64 partials in a fixed order).
+// sums behind the global gradient norm and the step's loss (fp64 partials in a fixed
+// order, added into a total that stays on the device until the step reads it once).
 #include "cuda_kernels.cuh"
 
 namespace trident::kernels::cuda {
@@ -22,13 +23,16 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   param[i] = param[i] * decay - lr * (mi / bias1) / (sqrtf(vi / bias2) + eps);
 }
 
-// Block b sums the b-th contiguous chunk; fixed chunks, fixed tree: deterministic.
-__global__ void sum_squares_stage1(double* partials, const float* x, size_t n) {
+// Block b sums the b-th contiguous chunk (of x[i] or of x[i]^2); fixed chunks, fixed
+// tree: deterministic.
+template <bool kSquares>
+__global__ void sum_stage1(double* partials, const float* x, size_t n) {
   __shared__ double shared[kThreads];
   const size_t chunk = (n + gridDim.x - 1) / gridDim.x;
   const size_t begin = blockIdx.x * chunk, end = begin + chunk < n ? begin + chunk : n;
   double s = 0.0;
-  for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
+  for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    s += kSquares ? static_cast<double>(x[i]) * x[i] : static_cast<double>(x[i]);
   shared[threadIdx.x] = s;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -38,7 +42,8 @@ __global__ void sum_squares_stage1(double* partials, const float* x, size_t n) {
   if (threadIdx.x == 0) partials[blockIdx.x] = shared[0];
 }
 
-__global__ void sum_squares_stage2(double* partials, int count) {
+// *total += the partials, summed by one block in a fixed tree.
+__global__ void sum_stage2(double* total, const double* partials, int count) {
   __shared__ double shared[kPartials];
   shared[threadIdx.x] = static_cast<int>(threadIdx.x) < count ? partials[threadIdx.x] : 0.0;
   __syncthreads();
@@ -46,7 +51,7 @@ __global__ void sum_squares_stage2(double* partials, int count) {
     if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partials[0] = shared[0];
+  if (threadIdx.x == 0) *total += shared[0];
 }
 
 }  // namespace
@@ -62,12 +67,14 @@ void adamw_update(float* param, const float* grad, float* m, float* v, size_t n,
   CUDA_CHECK_LAUNCH();
 }
 
-int sum_squares_partials() { return kPartials; }
+int sum_partials() { return kPartials; }
 
-void sum_squares(double* partials, const float* x, size_t n) {
-  sum_squares_stage1<<<kPartials, kThreads, 0, compute_stream()>>>(partials, x, n);
+void accumulate_sum(double* total, double* partials, const float* x, size_t n, bool squares) {
+  if (n == 0) return;
+  if (squares) sum_stage1<true><<<kPartials, kThreads, 0, compute_stream()>>>(partials, x, n);
+  else sum_stage1<false><<<kPartials, kThreads, 0, compute_stream()>>>(partials, x, n);
   CUDA_CHECK_LAUNCH();
-  sum_squares_stage2<<<1, kPartials, 0, compute_stream()>>>(partials, kPartials);
+  sum_stage2<<<1, kPartials, 0, compute_stream()>>>(total, partials, kPartials);
   CUDA_CHECK_LAUNCH();
 }
 

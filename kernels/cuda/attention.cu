@@ -1,17 +1,18 @@
 // Causal self-attention, flash-attention style, with grouped-query attention: the
-// T x T score matrix never exists in memory. Forward: each thread owns one query row and
-// streams key/value tiles through shared memory with an online softmax; it keeps the
-// row's log-sum-exp. Backward recomputes the probabilities from it, in two kernels that
-// each own their outputs (one thread per key row of a key/value head for dK and dV,
-// summed over the query heads of its group; one per query row for dQ), so no atomics
-// and the result is deterministic. The kernels: attention_scalar_kernels.cuh.
+// T x T score matrix never exists in memory. Forward: each query row belongs to HD / 32
+// threads (its lanes, 32 dimensions each in registers), which stream key/value tiles
+// through shared memory with an online softmax; it keeps the row's log-sum-exp. Backward
+// recomputes the probabilities from it, in two kernels that each own their outputs (key
+// rows of a key/value head for dK and dV, summed over the query heads of its group; query
+// rows for dQ), so no atomics and the result is deterministic. The kernels:
+// attention_scalar_kernels.cuh.
 #include <cstdlib>
 #include <cstring>
 
 #include "cuda_kernels.cuh"
 
-#define TRIDENT_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
-#define TRIDENT_STATIC_SHARED(type, name, count) __shared__ type name[count]
+// 16-byte aligned: the kernels read shared rows as float4.
+#define TRIDENT_STATIC_SHARED(type, name, count) __shared__ __align__(16) type name[count]
 
 namespace trident::kernels::cuda {
 
@@ -19,26 +20,22 @@ namespace {
 
 #include "attention_scalar_kernels.cuh"
 
+// Every kernel's shared memory is static (scalar_*_shared<HD>(), under 48 KB).
 template <int HD, typename T>
 void forward_with(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hd) {
   const dim3 grid(blocks_for(T_, kRows), B * NH);
-  flash_forward_kernel<HD, T><<<grid, kRows, 0, compute_stream()>>>(out, lse, qkv, T_, NH, NKV, hd);
+  flash_forward_kernel<HD, T><<<grid, kThreads<HD>, 0, compute_stream()>>>(out, lse, qkv, T_, NH, NKV, hd);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int HD, typename T>
 void backward_with(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int B, int T_, int NH,
                    int NKV, int hd) {
-  const size_t kv_shared = scalar_backward_kv_shared<HD>(), q_shared = scalar_backward_q_shared<HD>();
-  CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kv_kernel<HD, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(kv_shared)));
-  CUDA_CHECK(cudaFuncSetAttribute(flash_backward_q_kernel<HD, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(q_shared)));
   // dK/dV: one block row per (batch, key/value head); dQ: per (batch, query head).
-  flash_backward_kv_kernel<HD, T><<<dim3(blocks_for(T_, kRows), B * NKV), kRows, kv_shared, compute_stream()>>>(
+  flash_backward_kv_kernel<HD, T><<<dim3(blocks_for(T_, kRows), B * NKV), kThreads<HD>, 0, compute_stream()>>>(
       dqkv, dout, qkv, lse, delta, T_, NH, NKV, hd);
   CUDA_CHECK_LAUNCH();
-  flash_backward_q_kernel<HD, T><<<dim3(blocks_for(T_, kRows), B * NH), kRows, q_shared, compute_stream()>>>(
+  flash_backward_q_kernel<HD, T><<<dim3(blocks_for(T_, kRows), B * NH), kThreads<HD>, 0, compute_stream()>>>(
       dqkv, dout, qkv, lse, delta, T_, NH, NKV, hd);
   CUDA_CHECK_LAUNCH();
 }

@@ -6,6 +6,11 @@ namespace trident::kernels {
 
 bool cuda_compiled_in() { return true; }
 
+int cuda_device_count() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess ? devices : 0;
+}
+
 void select_cuda_device(int local_rank) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);

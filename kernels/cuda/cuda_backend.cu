@@ -4,7 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "../bf16.h"
@@ -18,39 +22,122 @@ namespace {
 using cuda::bf16;
 using cuda::compute_stream;
 
-// Device memory that grows on demand (scratch of the backward kernels), from the
-// stream-ordered allocator on the compute stream: the old block is freed after the
-// kernels queued before that still use it, and growing never synchronizes the device
-// (cudaFree would, mid-backward).
+// Whether this GPU's runtime offers the stream-ordered allocator (cudaMallocAsync):
+// some sandboxed or virtualized GPUs do not. TRIDENT_CUDA_NO_MEMORY_POOLS=1 acts as if
+// it did not (the fallback, tried where pools exist).
+bool memory_pools_supported() {
+  const char* off = std::getenv("TRIDENT_CUDA_NO_MEMORY_POOLS");
+  if (off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0) return false;
+  int device = 0, supported = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+  return supported != 0;
+}
+
+// Device memory that grows on demand (scratch of the backward kernels). With memory
+// pools it comes from the stream-ordered allocator on the compute stream: the old block
+// is freed after the kernels queued before that still use it, and growing never
+// synchronizes (cudaFree would, mid-backward). Without pools it is cudaMalloc'd, and
+// reserve() sizes it up front (the setup knows the shapes) so that it need not grow;
+// growing anyway drains the stream first, counted by `grew_with_sync`.
 class Scratch {
  public:
+  Scratch(bool pooled, std::function<void()> grew_with_sync) : pooled_(pooled), grew_with_sync_(std::move(grew_with_sync)) {}
+  Scratch(const Scratch&) = delete;
   ~Scratch() {
-    if (data_ != nullptr) cudaFreeAsync(data_, compute_stream());
+    if (data_ == nullptr) return;
+    if (pooled_) cudaFreeAsync(data_, compute_stream());
+    else cudaFree(data_);
+  }
+  void reserve(size_t bytes) {
+    if (bytes <= bytes_) return;
+    if (pooled_) {
+      if (data_ != nullptr) CUDA_CHECK(cudaFreeAsync(data_, compute_stream()));
+      data_ = nullptr;
+      bytes_ = 0;
+      CUDA_CHECK(cudaMallocAsync(&data_, bytes, compute_stream()));
+    } else {
+      grew_with_sync_();
+      CUDA_CHECK(cudaStreamSynchronize(compute_stream()));  // kernels queued earlier may still read it
+      if (data_ != nullptr) CUDA_CHECK(cudaFree(data_));
+      data_ = nullptr;
+      bytes_ = 0;
+      CUDA_CHECK(cudaMalloc(&data_, bytes));
+    }
+    bytes_ = bytes;
   }
   template <typename E>
   E* get(size_t count) {
-    const size_t bytes = count * sizeof(E);
-    if (bytes > bytes_) {
-      if (data_ != nullptr) {
-        CUDA_CHECK(cudaFreeAsync(data_, compute_stream()));
-        data_ = nullptr;
-        bytes_ = 0;
-      }
-      CUDA_CHECK(cudaMallocAsync(&data_, bytes, compute_stream()));
-      bytes_ = bytes;
-    }
+    reserve(count * sizeof(E));
     return static_cast<E*>(data_);
   }
 
  private:
+  const bool pooled_;
+  std::function<void()> grew_with_sync_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// Pinned host memory for upload(): a ring of slots, each reused once the copy that read
+// it has run (an event), so that the caller's buffer is free at once and the copy stays
+// asynchronous. A step's uploads (tokens, targets, the embedding gradient's index, per
+// micro-batch) fit the ring many times over: the wait is for a host far ahead of the GPU.
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  PinnedStaging(const PinnedStaging&) = delete;
+  ~PinnedStaging() {
+    for (Slot& s : slots_) {
+      if (s.host != nullptr) cudaFreeHost(s.host);
+      if (s.copied != nullptr) cudaEventDestroy(s.copied);
+    }
+  }
+  // Copies src into the next slot and queues the copy to dst; returns whether it had to
+  // wait for the device (a host synchronization).
+  bool upload(void* dst, const void* src, size_t bytes) {
+    Slot& s = slots_[next_];
+    next_ = (next_ + 1) % kSlots;
+    bool waited = false;
+    if (s.in_flight) {
+      const cudaError_t state = cudaEventQuery(s.copied);
+      if (state == cudaErrorNotReady) {
+        waited = true;
+        CUDA_CHECK(cudaEventSynchronize(s.copied));
+      } else {
+        CUDA_CHECK(state);
+      }
+    }
+    if (bytes > s.bytes) {
+      if (s.host != nullptr) CUDA_CHECK(cudaFreeHost(s.host));
+      s.host = nullptr;
+      CUDA_CHECK(cudaMallocHost(&s.host, bytes));
+      s.bytes = bytes;
+    }
+    if (s.copied == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    std::memcpy(s.host, src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, compute_stream()));
+    CUDA_CHECK(cudaEventRecord(s.copied, compute_stream()));
+    s.in_flight = true;
+    return waited;
+  }
+
+ private:
+  static constexpr int kSlots = 64;
+  struct Slot {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+    bool in_flight = false;
+  };
+  std::array<Slot, kSlots> slots_{};
+  int next_ = 0;
 };
 
 template <typename T>
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels() {
+  CudaKernels() : pooled_(memory_pools_supported()) {
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
@@ -59,10 +146,25 @@ class CudaKernels final : public Kernels {
   }
 
   std::string name() const override { return name_; }
+  std::string details() const override {
+    return pooled_ ? "scratch from the stream-ordered memory pool"
+                   : "scratch by cudaMalloc, sized up front (this GPU's runtime has no memory pools)";
+  }
   Precision precision() const override { return std::is_same_v<T, float> ? Precision::fp32 : Precision::bf16; }
   DType activation_type() const override { return std::is_same_v<T, float> ? DType::f32 : DType::bf16; }
 
-  void* alloc(size_t bytes) override {
+  void reserve_workspace(int N, int C, int max_width, int B, int T_, int NH) override {
+    scratch_.reserve(std::max({cuda_sizes::layernorm_backward_scratch_floats(N, C),
+                               cuda_sizes::rmsnorm_backward_scratch_floats(N, C),
+                               cuda_sizes::column_sums_scratch_floats(max_width),
+                               static_cast<size_t>(B) * NH * T_}) *
+                     sizeof(float));
+    index_scratch_.reserve((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t));
+    norm_scratch_.reserve((cuda::sum_partials() + 1) * sizeof(double));  // + sum_squares()'s total
+    cuda::gemm_workspace();  // cuBLASLt's, allocated now rather than in the first GEMM
+  }
+
+  void* do_alloc(size_t bytes) override {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes > 0 ? bytes : 1);
     if (e == cudaErrorMemoryAllocation) {
@@ -77,43 +179,46 @@ class CudaKernels final : public Kernels {
     CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
     return p;
   }
-  void free(void* p) override {
+  void do_free(void* p) override {
     CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
     CUDA_CHECK(cudaFree(p));
   }
-  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+  void do_copy_to_device(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_stream()));
     CUDA_CHECK(cudaStreamSynchronize(compute_stream()));  // the host buffer may go away
   }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+  void do_copy_to_host(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream()));
     CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0 && staging_.upload(dst, src, bytes)) count_host_sync();
   }
   void copy_on_device(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream()));
   }
   void fill_zero(void* p, size_t bytes) override { CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, compute_stream())); }
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(compute_stream())); }
+  void do_synchronize() override { CUDA_CHECK(cudaStreamSynchronize(compute_stream())); }
   void cast_to_activation(Act* compute, const float* master, size_t n) override {
     if (static_cast<const void*>(compute) == static_cast<const void*>(master)) return;
     cuda::cast(t(compute), master, n);
   }
-  void activations_to_host(float* host, const Act* x, size_t n) override {
+  void do_activations_to_host(float* host, const Act* x, size_t n) override {
     if constexpr (std::is_same_v<T, float>) {
-      copy_to_host(host, x, n * sizeof(float));
+      do_copy_to_host(host, x, n * sizeof(float));
     } else {
       std::vector<uint16_t> bits(n);
-      copy_to_host(bits.data(), x, n * sizeof(uint16_t));
+      do_copy_to_host(bits.data(), x, n * sizeof(uint16_t));
       for (size_t i = 0; i < n; i++) host[i] = bf16_bits_to_float(bits[i]);
     }
   }
-  void activations_from_host(Act* x, const float* host, size_t n) override {
+  void do_activations_from_host(Act* x, const float* host, size_t n) override {
     if constexpr (std::is_same_v<T, float>) {
-      copy_to_device(x, host, n * sizeof(float));
+      do_copy_to_device(x, host, n * sizeof(float));
     } else {
       std::vector<uint16_t> bits(n);
       for (size_t i = 0; i < n; i++) bits[i] = float_to_bf16_bits(host[i]);
-      copy_to_device(x, bits.data(), n * sizeof(uint16_t));
+      do_copy_to_device(x, bits.data(), n * sizeof(uint16_t));
     }
   }
 
@@ -121,35 +226,45 @@ class CudaKernels final : public Kernels {
                          int B, int T_, int C) override {
     cuda::embedding_forward(t(out), tokens, t(wte_shard), vocab_start, shard_rows, B, T_, C);
   }
-  void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, int vocab_start, int shard_rows,
-                          int B, int T_, int C) override {
-    // Group the positions by token on the host (B*T ids), so that each row's gradient
-    // is one block's ordered sum: deterministic, no atomics.
+  void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* /*tokens*/, const int32_t* host_tokens,
+                          int vocab_start, int shard_rows, int B, int T_, int C) override {
+    // Group the positions by token on the host, from the host's copy of the ids (B*T of
+    // them), so that each row's gradient is one block's ordered sum: deterministic, no
+    // atomics, and no read back from the device.
+    check(host_tokens != nullptr, "CUDA embedding_backward needs the token ids in host memory");
     const size_t BT = static_cast<size_t>(B) * T_;
-    host_tokens_.resize(BT);
-    copy_to_host(host_tokens_.data(), tokens, BT * sizeof(int32_t));
-    std::vector<int32_t> count(shard_rows + 1, 0);
-    for (int32_t token : host_tokens_)
+    std::vector<int32_t>& count = csr_count_;
+    count.assign(shard_rows + 1, 0);
+    for (size_t p = 0; p < BT; p++) {
+      const int32_t token = host_tokens[p];
       if (token >= vocab_start && token < vocab_start + shard_rows) count[token - vocab_start]++;
-    std::vector<int32_t> rows, starts{0};
+    }
+    std::vector<int32_t>& packed = csr_packed_;  // rows | starts | positions, one upload
+    packed.clear();
+    std::vector<int32_t>& slot = csr_slot_;
+    slot.assign(shard_rows, -1);
+    int distinct = 0, total = 0;
     for (int r = 0; r < shard_rows; r++)
       if (count[r] > 0) {
-        rows.push_back(r);
-        starts.push_back(starts.back() + count[r]);
+        packed.push_back(r);
+        distinct++;
       }
-    std::vector<int32_t> slot(shard_rows, -1), positions(starts.back());
-    for (size_t i = 0; i < rows.size(); i++) slot[rows[i]] = starts[i];
-    for (size_t p = 0; p < BT; p++) {
-      const int32_t token = host_tokens_[p];
-      if (token >= vocab_start && token < vocab_start + shard_rows) positions[slot[token - vocab_start]++] = static_cast<int32_t>(p);
+    packed.push_back(0);  // starts[0]
+    for (int i = 0; i < distinct; i++) {
+      const int r = packed[i];
+      slot[r] = total;
+      total += count[r];
+      packed.push_back(total);
     }
-    std::vector<int32_t> packed;  // rows | starts | positions, one upload
-    packed.insert(packed.end(), rows.begin(), rows.end());
-    packed.insert(packed.end(), starts.begin(), starts.end());
-    packed.insert(packed.end(), positions.begin(), positions.end());
+    const size_t positions_at = packed.size();
+    packed.resize(positions_at + total);
+    for (size_t p = 0; p < BT; p++) {
+      const int32_t token = host_tokens[p];
+      if (token >= vocab_start && token < vocab_start + shard_rows)
+        packed[positions_at + slot[token - vocab_start]++] = static_cast<int32_t>(p);
+    }
     int32_t* device = index_scratch_.get<int32_t>(3 * BT + 2);  // the most it can hold: one size every step
-    copy_to_device(device, packed.data(), packed.size() * sizeof(int32_t));
-    const int distinct = static_cast<int>(rows.size());
+    upload(device, packed.data(), packed.size() * sizeof(int32_t));
     cuda::embedding_backward(dwte_shard, t(dout), device, device + distinct, device + 2 * distinct + 1, distinct, C);
   }
   void add_positions(Act* out, const Act* wpe, int B, int T_, int C) override {
@@ -233,12 +348,20 @@ class CudaKernels final : public Kernels {
                     float eps, float weight_decay, int step, float grad_scale) override {
     cuda::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   }
-  double sum_squares(const float* x, size_t n) override {
-    double* partials = norm_scratch_.get<double>(cuda::sum_squares_partials());
-    cuda::sum_squares(partials, x, n);
-    double total = 0;
-    copy_to_host(&total, partials, sizeof total);
-    return total;
+  void accumulate_sum(double* total, const float* x, size_t n) override {
+    cuda::accumulate_sum(total, norm_scratch_.get<double>(cuda::sum_partials()), x, n, /*squares=*/false);
+  }
+  void accumulate_sum_squares(double* total, const float* x, size_t n) override {
+    cuda::accumulate_sum(total, norm_scratch_.get<double>(cuda::sum_partials()), x, n, /*squares=*/true);
+  }
+  double do_sum_squares(const float* x, size_t n) override {
+    double* partials = norm_scratch_.get<double>(cuda::sum_partials() + 1);
+    double* total = partials + cuda::sum_partials();
+    CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(double), compute_stream()));
+    cuda::accumulate_sum(total, partials, x, n, /*squares=*/true);
+    double result = 0;
+    do_copy_to_host(&result, total, sizeof result);
+    return result;
   }
   MemoryPool memory_pool() const override {
     size_t free_bytes = 0, total_bytes = 0;
@@ -290,8 +413,11 @@ class CudaKernels final : public Kernels {
   static const T* t(const Act* p) { return reinterpret_cast<const T*>(p); }
 
   std::string name_;
-  Scratch scratch_, index_scratch_, norm_scratch_;
-  std::vector<int32_t> host_tokens_;
+  const bool pooled_;
+  Scratch scratch_{pooled_, [this] { count_host_sync(); }}, index_scratch_{pooled_, [this] { count_host_sync(); }},
+      norm_scratch_{pooled_, [this] { count_host_sync(); }};
+  PinnedStaging staging_;
+  std::vector<int32_t> csr_count_, csr_packed_, csr_slot_;  // embedding_backward's, kept between calls
 };
 
 }  // namespace

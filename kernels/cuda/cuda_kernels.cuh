@@ -11,8 +11,10 @@
 
 namespace trident::kernels::cuda {
 
-// The cuBLASLt workspace, allocated once per process on first use.
+// The cuBLASLt workspace, allocated once per process on first use (before the first
+// step: reserve_workspace()).
 size_t gemm_workspace_bytes();
+void* gemm_workspace();
 
 // Row-major C[M,N] = op(A)[M,K] @ op(B)[K,N] (+ bias[N] on every row) (+ C when
 // `accumulate`), through cuBLASLt with fp32 accumulation. TC is T, or float for
@@ -108,9 +110,9 @@ void cross_entropy_backward(T* logits_to_dlogits, const float* lse, const int32_
 
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int t, float grad_scale);
-// Partial sums of squares into `partials` (sum_squares_partials() doubles), then one
-// block adds them in order: the result lands in partials[0].
-int sum_squares_partials();
-void sum_squares(double* partials, const float* x, size_t n);
+// *total += sum of x[i] (squares: of x[i]^2): partial sums into `partials`
+// (sum_partials() doubles), then one block adds them in order into *total.
+int sum_partials();
+void accumulate_sum(double* total, double* partials, const float* x, size_t n, bool squares);
 
 }  // namespace trident::kernels::cuda

@@ -29,7 +29,7 @@ inline size_t workspace_bytes(int N, int C, int max_width, int B, int T, int NH)
                                    column_sums_scratch_floats(max_width), static_cast<size_t>(B) * NH * T}) *
                          sizeof(float);
   return kGemmWorkspaceBytes + scratch + (3 * static_cast<size_t>(N) + 2) * sizeof(int32_t) +
-         kSumSquaresPartials * sizeof(double);
+         (kSumSquaresPartials + 1) * sizeof(double);
 }
 
 }  // namespace trident::kernels::cuda_sizes

@@ -21,9 +21,7 @@ constexpr size_t kWorkspaceBytes = cuda_sizes::kGemmWorkspaceBytes;
 
 size_t gemm_workspace_bytes() { return kWorkspaceBytes; }
 
-namespace {
-
-void* workspace() {
+void* gemm_workspace() {
   static void* w = [] {
     void* p = nullptr;
     CUDA_CHECK(cudaMalloc(&p, kWorkspaceBytes));
@@ -31,6 +29,8 @@ void* workspace() {
   }();
   return w;
 }
+
+namespace {
 
 // The largest power of two (up to 256) that divides the address: what the algorithm
 // may assume about each operand.
@@ -149,7 +149,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
-                              workspace(), kWorkspaceBytes, compute_stream()));
+                              gemm_workspace(), kWorkspaceBytes, compute_stream()));
 }
 
 size_t column_sums_scratch_floats(int OC) { return static_cast<size_t>(kRowChunks) * OC; }

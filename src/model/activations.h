@@ -17,6 +17,8 @@
 // What is not kept per layer lives in one shared "recompute" set, reused by every layer.
 #pragma once
 
+#include <algorithm>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -46,6 +48,8 @@ struct ActivationShape {
   size_t attention_stats_floats = 0;  // one layer's, for a whole micro-batch (the backend's)
 
   size_t act_bytes(size_t elements) const { return elements * kernels::dtype_bytes(act_type); }
+  // The widest output a GEMM writes (what the kernels' workspace is sized by).
+  int widest_output() const { return std::max({qkv_width, mlp_in, d_model, vocab_shard}); }
 };
 
 // One layer's activations of one micro-batch. norm_*_mean: LayerNorm only.

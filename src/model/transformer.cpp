@@ -128,7 +128,11 @@ Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Ke
     rope_table_ = kernels::DeviceBuffer(k, table.size());
     k.copy_to_device(rope_table_.data(), table.data(), table.size() * sizeof(float));
   }
-  host_losses_.resize(static_cast<size_t>(micro_batch) * s.seq_len);
+  loss_sum_ = kernels::DeviceBuffer(k, 2);  // one double
+  host_tokens_.resize(slots);
+  // The kernels' workspace for these shapes now, as the memory plan counts it.
+  k.reserve_workspace(micro_batch * s.seq_len, s.d_model, activations_.shape().widest_output(), micro_batch,
+                      s.seq_len, heads_local_);
 }
 
 void Transformer::refresh_weights() {
@@ -299,7 +303,7 @@ void Transformer::norm_backward(Act* dinp, int weight_index, int bias_index, con
     k_.rmsnorm_backward(dinp, grad(weight_index), dout, inp, weight(weight_index), rstd, N, C);
 }
 
-float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targets, int B) {
+void Transformer::forward(int slot, const int32_t* tokens, const int32_t* targets, int B) {
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
   Slot& s = activations_.slots.at(slot);
@@ -307,8 +311,13 @@ float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targe
   for (int i = 0; i < BT; i++)
     require(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
             "token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
-  k_.copy_to_device(s.tokens, tokens, BT * sizeof(int32_t));
-  k_.copy_to_device(s.targets, targets, BT * sizeof(int32_t));
+  // Without waiting for the device: the first stage embeds the tokens (and keeps the
+  // host's copy for the embedding's backward), the last scores the targets.
+  if (stage_.has_embedding) {
+    k_.upload(s.tokens, tokens, BT * sizeof(int32_t));
+    host_tokens_.at(slot).assign(tokens, tokens + BT);
+  }
+  if (stage_.has_head) k_.upload(s.targets, targets, BT * sizeof(int32_t));
   s.B = B;
   refresh_weights();
 
@@ -332,7 +341,7 @@ float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targe
     if (shards_ != nullptr) use_block(l, l + 1);
     block_forward(s, slot, l);
   }
-  if (!stage_.has_head) return 0.0f;
+  if (!stage_.has_head) return;
   norm_forward(s.final_norm, s.final_norm_mean, s.final_norm_rstd, layer_input(slot, layout_.layers()),
                layout_.final_norm_weight(), layout_.final_norm_bias(), rows(B));
   // Vocabulary-parallel head (GPT-2: the tied wte): this rank's logits are
@@ -345,10 +354,25 @@ float Transformer::forward(int slot, const int32_t* tokens, const int32_t* targe
                                vocab_shard_);
   tp_.sum_over_vocab_shards(s.sum_and_target, 2 * static_cast<size_t>(BT));
   k_.cross_entropy_loss(s.losses, s.lse, s.row_max, s.sum_and_target, BT);
-  k_.copy_to_host(host_losses_.data(), s.losses, BT * sizeof(float));
+  k_.accumulate_sum(loss_sum(), s.losses, BT);  // read once per step: take_loss_sum()
+}
+
+double Transformer::take_loss_sum() {
+  if (!stage_.has_head) return 0.0;
   double sum = 0.0;
-  for (int i = 0; i < BT; i++) sum += host_losses_[i];
-  return static_cast<float>(sum / BT);
+  k_.copy_to_host(&sum, loss_sum(), sizeof sum);
+  discard_loss_sum();
+  return sum;
+}
+
+void Transformer::discard_loss_sum() {
+  if (stage_.has_head) k_.fill_zero(loss_sum(), sizeof(double));
+}
+
+float Transformer::forward(const int32_t* tokens, const int32_t* targets, int B) {
+  discard_loss_sum();
+  forward(0, tokens, targets, B);
+  return static_cast<float>(take_loss_sum() / (static_cast<double>(B) * spec().seq_len));
 }
 
 std::vector<float> Transformer::logits(int slot, int b, int t) {
@@ -437,7 +461,8 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
   if (stage_.has_embedding) {
     // A tied embedding's gradient has the head's part and now the embedding's (all rows).
     const Act* dall = gathered_rows(d.dresidual, B);
-    k_.embedding_backward(grad(layout_.token_embedding()), dall, s.tokens, vocab_start_, vocab_shard_, B, T, C);
+    k_.embedding_backward(grad(layout_.token_embedding()), dall, s.tokens, host_tokens_.at(slot).data(), vocab_start_,
+                          vocab_shard_, B, T, C);
     if (layout_.position_embedding() >= 0) k_.positions_backward(grad(layout_.position_embedding()), dall, B, T, C);
   }
   report(0);

@@ -110,9 +110,14 @@ class Transformer {
   // Runs this stage's forward pass for a micro-batch in activation slot `slot`, on
   // tokens/targets [B, T] (host memory, B <= micro_batch): the first stage embeds the
   // tokens; a later stage reads its input from stage_input(slot), where the pipeline
-  // put the previous stage's output. Keeps the activations for backward(). Returns the
-  // mean loss on the last stage, 0 elsewhere (the output is then stage_output(slot)).
-  float forward(int slot, const int32_t* tokens, const int32_t* targets, int B);
+  // put the previous stage's output. Keeps the activations for backward(). The last
+  // stage adds the sum of the micro-batch's token losses to a total on the device (no
+  // host synchronization); elsewhere the output is stage_output(slot).
+  void forward(int slot, const int32_t* tokens, const int32_t* targets, int B);
+  // The last stage's total of token losses since the last take or discard (reading it
+  // is a host synchronization), then zero; 0 on other stages.
+  double take_loss_sum();
+  void discard_loss_sum();
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
   // micro-batch in `slot`. For a mean over G sequences: loss_scale = 1/(G*T). A stage
   // other than the last starts from output_gradient(), filled by the pipeline; a stage
@@ -124,8 +129,8 @@ class Transformer {
   // window must be free and zeroed first).
   void backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from = {},
                 const std::function<void(int)>& block_begins = {});
-  // One stage, one slot.
-  float forward(const int32_t* tokens, const int32_t* targets, int B) { return forward(0, tokens, targets, B); }
+  // One stage, one slot: the mean loss of the micro-batch on the last stage (0 elsewhere).
+  float forward(const int32_t* tokens, const int32_t* targets, int B);
   void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {}) {
     backward(0, loss_scale, grads_final_from);
   }
@@ -221,7 +226,9 @@ class Transformer {
   kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
 
   ActivationArena activations_;  // every slot's, the recompute set, backward's scratch
-  std::vector<float> host_losses_;
+  kernels::DeviceBuffer loss_sum_;  // a double: the token losses summed since the last take
+  double* loss_sum() const { return reinterpret_cast<double*>(loss_sum_.data()); }
+  std::vector<std::vector<int32_t>> host_tokens_;  // per slot: the first stage's token ids
 };
 
 }  // namespace trident

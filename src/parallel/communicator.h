@@ -49,8 +49,9 @@ using RequestPtr = std::unique_ptr<Request>;
 
 // Operation counts and payload bytes (the size of the buffer each call reduces,
 // gathers or sends), per kind, as counted by this rank.
-enum class CommOp { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier };
-inline constexpr int kCommOps = 7;
+// connect: NCCL's set-up of a communicator and of its connections to the peers.
+enum class CommOp { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier, connect };
+inline constexpr int kCommOps = 8;
 const char* comm_op_name(CommOp op);
 
 struct CommStats {

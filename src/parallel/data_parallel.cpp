@@ -60,6 +60,14 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   armed_.assign(buckets_.size(), false);
   for (size_t u = 0; u < buckets_.size(); u++)
     if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, buckets_[u].size() / ranks);
+  if (!units_.accumulates) return;
+  for (size_t u = 0; u < buckets_.size(); u++) {
+    if (!units_.windowed[u]) continue;
+    const float* window = units_.locate(buckets_[u].begin);
+    const auto known = [&](const auto& e) { return e.first == window; };
+    if (std::find_if(temporaries_.begin(), temporaries_.end(), known) == temporaries_.end())
+      temporaries_.emplace_back(window, static_cast<float*>(memory_.alloc(window_shard_floats_ * sizeof(float))));
+  }
 }
 
 void DataParallel::shard_buckets() {
@@ -193,9 +201,7 @@ void DataParallel::gradients_final_from(size_t offset) {
     BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[u], floats};
     if (reductions_[u]++ > 0) {  // an earlier micro-batch's sum is in the shard: add to it
       auto t = std::find_if(temporaries_.begin(), temporaries_.end(), [&](const auto& e) { return e.first == window; });
-      if (t == temporaries_.end())
-        t = temporaries_.insert(temporaries_.end(),
-                                {window, static_cast<float*>(memory_.alloc(window_shard_floats_ * sizeof(float)))});
+      check(t != temporaries_.end(), "ZeRO-2/3: a second micro-batch, but GradientUnits::accumulates was false");
       r.temporary = t->second;
     }
     r.request = reduce_to_shard({window, buckets_[u].size()}, {r.temporary ? r.temporary : r.shard, floats});

@@ -45,6 +45,9 @@ struct GradientUnits {
   std::vector<FlatRange> units;             // the layout's units, in order
   std::vector<bool> windowed;               // per unit: a block, kept in a window
   std::function<float*(size_t)> locate;     // where the gradient of a flat offset lives
+  // More than one micro-batch per step: the later micro-batches' sums of a window go
+  // through a temporary per window, allocated with the rest (not mid-backward).
+  bool accumulates = false;
 };
 
 class DataParallel {

@@ -14,7 +14,7 @@ namespace trident {
 
 const char* comm_op_name(CommOp op) {
   static const char* names[kCommOps] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                        "send", "recv", "barrier"};
+                                        "send", "recv", "barrier", "connect"};
   return names[static_cast<int>(op)];
 }
 

@@ -10,6 +10,12 @@
 // sends and receives by their order on a stream, and under 1F1B a stage sends its next
 // activation before it receives the previous gradient, which on one stream would wait
 // for each other.
+// The communicators are non-blocking (ncclConfig_t::blocking = 0): NCCL's own waits for
+// a peer (its set-up, its connections) return ncclInProgress at once, and the wait is
+// ours, bounded like every other (settle()). Everything connects at construction: the
+// collectives' algorithms (NCCL_RUNTIME_CONNECT=0 unless set) and each pipeline pair
+// (one message each way), so that a rank missing at start is named there, before any
+// step, rather than found by a host blocked inside NCCL at step 1.
 #include "parallel/nccl_communicator.h"
 
 #include "runtime/error.h"
@@ -19,7 +25,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_host.h"
@@ -35,6 +43,11 @@ namespace {
     if (trident_nccl_ != ncclSuccess)                                                             \
       throw ::trident::InfrastructureError(std::string("NCCL: ") + ncclGetErrorString(trident_nccl_) + " in " + #call); \
   } while (0)
+
+void nccl_ok(ncclResult_t result, const char* call) {
+  if (result != ncclSuccess && result != ncclInProgress)
+    throw InfrastructureError(std::string("NCCL: ") + ncclGetErrorString(result) + " in " + call);
+}
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
 ncclDataType_t nccl_type(kernels::DType type) { return type == kernels::DType::f32 ? ncclFloat32 : ncclBfloat16; }
@@ -87,22 +100,28 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::unique_ptr<MpiCommunicator> group, std::shared_ptr<Watchdog> watchdog, bool point_to_point)
       : group_(std::move(group)), watchdog_(std::move(watchdog)) {
+    // Connect every algorithm at set-up (recent NCCL connects each on its first use).
+    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaMalloc(&probe_, 2 * sizeof(float)));
+    CUDA_CHECK(cudaMemset(probe_, 0, 2 * sizeof(float)));
     collectives_ = make_channel();
     if (point_to_point) {
       towards_higher_ = make_channel();
       towards_lower_ = make_channel();
     }
-    CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    connect();
   }
   ~NcclCommunicator() override {
     for (Channel* c : {&collectives_, &towards_higher_, &towards_lower_}) {
       if (c->comm == nullptr) continue;
       cudaStreamSynchronize(c->stream);
-      ncclCommDestroy(c->comm);
+      close(c->comm);
       cudaStreamDestroy(c->stream);
     }
     cudaEventDestroy(ready_);
     if (staging_ != nullptr) cudaFree(staging_);
+    if (probe_ != nullptr) cudaFree(probe_);
   }
 
   const std::string& name() const override { return group_->name(); }
@@ -131,8 +150,9 @@ class NcclCommunicator final : public Communicator {
     check(!on_host(in.data()) && !on_host(out.data()), "NCCL reduce_scatter needs device buffers");
     last_started_ = count_started(CommOp::reduce_scatter, in.size_bytes(), watchdog_->step);
     after_compute(collectives_);
-    NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat32, ncclSum, collectives_.comm,
-                                 collectives_.stream));
+    settle(collectives_, ncclReduceScatter(in.data(), out.data(), out.size(), ncclFloat32, ncclSum, collectives_.comm,
+                                           collectives_.stream),
+           "ncclReduceScatter", CommOp::reduce_scatter, in.size());
     return finished(collectives_, CommOp::reduce_scatter, in.size());
   }
   RequestPtr all_gather_async(std::span<float> data) override {
@@ -141,8 +161,9 @@ class NcclCommunicator final : public Communicator {
     const size_t block = data.size() / size();
     float* device = stage_in(data.data(), data.size_bytes());
     after_compute(collectives_);
-    NCCL_CHECK(ncclAllGather(device + rank() * block, device, block, ncclFloat32, collectives_.comm,
-                             collectives_.stream));
+    settle(collectives_,
+           ncclAllGather(device + rank() * block, device, block, ncclFloat32, collectives_.comm, collectives_.stream),
+           "ncclAllGather", CommOp::all_gather, data.size());
     return finished_staged(CommOp::all_gather, data.size(), data.data(), device, data.size_bytes());
   }
   RequestPtr reduce_scatter_async(ActivationSpan in, ActivationSpan out) override {
@@ -151,8 +172,9 @@ class NcclCommunicator final : public Communicator {
     check(!on_host(in.data) && !on_host(out.data), "NCCL reduce_scatter needs device buffers");
     last_started_ = count_started(CommOp::reduce_scatter, in.bytes(), watchdog_->step);
     after_compute(collectives_);
-    NCCL_CHECK(ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.type), ncclSum, collectives_.comm,
-                                 collectives_.stream));
+    settle(collectives_, ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.type), ncclSum,
+                                           collectives_.comm, collectives_.stream),
+           "ncclReduceScatter", CommOp::reduce_scatter, in.count);
     return finished(collectives_, CommOp::reduce_scatter, in.count);
   }
   RequestPtr all_gather_async(ActivationSpan data) override {
@@ -162,8 +184,10 @@ class NcclCommunicator final : public Communicator {
     const size_t block = data.count / size();
     char* base = reinterpret_cast<char*>(data.data);
     after_compute(collectives_);
-    NCCL_CHECK(ncclAllGather(base + rank() * block * kernels::dtype_bytes(data.type), base, block,
-                             nccl_type(data.type), collectives_.comm, collectives_.stream));
+    settle(collectives_,
+           ncclAllGather(base + rank() * block * kernels::dtype_bytes(data.type), base, block, nccl_type(data.type),
+                         collectives_.comm, collectives_.stream),
+           "ncclAllGather", CommOp::all_gather, data.count);
     return finished(collectives_, CommOp::all_gather, data.count);
   }
   RequestPtr send_async(std::span<const float> data, int peer, int tag) override {
@@ -182,7 +206,9 @@ class NcclCommunicator final : public Communicator {
     last_started_ = count_started(CommOp::broadcast, data.size_bytes(), watchdog_->step);
     float* device = stage_in(data.data(), data.size_bytes());
     after_compute(collectives_);
-    NCCL_CHECK(ncclBroadcast(device, device, data.size(), ncclFloat32, root, collectives_.comm, collectives_.stream));
+    settle(collectives_,
+           ncclBroadcast(device, device, data.size(), ncclFloat32, root, collectives_.comm, collectives_.stream),
+           "ncclBroadcast", CommOp::broadcast, data.size());
     finished_staged(CommOp::broadcast, data.size(), data.data(), device, data.size_bytes())->wait();
   }
   void barrier() override {
@@ -203,7 +229,8 @@ class NcclCommunicator final : public Communicator {
     last_started_ = count_started(CommOp::all_reduce, bytes, watchdog_->step);
     void* device = stage_in(data, bytes);
     after_compute(collectives_);
-    NCCL_CHECK(ncclAllReduce(device, device, count, type, nccl_op(op), collectives_.comm, collectives_.stream));
+    settle(collectives_, ncclAllReduce(device, device, count, type, nccl_op(op), collectives_.comm, collectives_.stream),
+           "ncclAllReduce", CommOp::all_reduce, count);
     return finished_staged(CommOp::all_reduce, count, data, device, bytes);
   }
   // NCCL matches point-to-point calls by their order per channel, not by tag: the
@@ -215,8 +242,8 @@ class NcclCommunicator final : public Communicator {
     Channel& c = channel_to(peer);
     after_compute(c);
     NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclSend(data, count, type, peer, c.comm, c.stream));
-    NCCL_CHECK(ncclGroupEnd());
+    nccl_ok(ncclSend(data, count, type, peer, c.comm, c.stream), "ncclSend");
+    settle(c, ncclGroupEnd(), "ncclGroupEnd", CommOp::send, count, peer);
     return finished(c, CommOp::send, count);
   }
   RequestPtr recv(void* data, size_t count, size_t bytes, ncclDataType_t type, int peer, int /*tag*/) {
@@ -227,8 +254,8 @@ class NcclCommunicator final : public Communicator {
     check(c.comm != nullptr, "NCCL: point-to-point on the " + name() + " group, made without it");
     after_compute(c);
     NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclRecv(data, count, type, peer, c.comm, c.stream));
-    NCCL_CHECK(ncclGroupEnd());
+    nccl_ok(ncclRecv(data, count, type, peer, c.comm, c.stream), "ncclRecv");
+    settle(c, ncclGroupEnd(), "ncclGroupEnd", CommOp::recv, count, peer);
     return finished(c, CommOp::recv, count);
   }
 
@@ -240,11 +267,59 @@ class NcclCommunicator final : public Communicator {
   Channel make_channel() {
     ncclUniqueId id;
     if (group_->rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group_->comm()) == MPI_SUCCESS, "MPI_Bcast of the NCCL id");
+    group_->broadcast(std::as_writable_bytes(std::span(&id, 1)), 0);  // bounded, as every wait
     Channel c;
-    NCCL_CHECK(ncclCommInitRank(&c.comm, group_->size(), id, group_->rank()));
     CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    last_started_ = count_started(CommOp::connect, 0, watchdog_->step);
+    settle(c, ncclCommInitRankConfig(&c.comm, group_->size(), id, group_->rank(), &config), "ncclCommInitRankConfig",
+           CommOp::connect, 0);
+    last_started_ = 0;
     return c;
+  }
+  // Makes every connection now: a one-float all-reduce over the group, and on the
+  // pipeline's channels one message from each rank to the next (towards higher ranks) and
+  // back (towards lower), as the schedule's first transfers would; each waited for, bounded.
+  void connect() {
+    last_started_ = count_started(CommOp::connect, sizeof(float), watchdog_->step);
+    settle(collectives_, ncclAllReduce(probe_, probe_, 1, ncclFloat32, ncclSum, collectives_.comm, collectives_.stream),
+           "ncclAllReduce", CommOp::connect, 1);
+    finished(collectives_, CommOp::connect, 1)->wait();
+    for (Channel* c : {&towards_higher_, &towards_lower_}) {
+      if (c->comm == nullptr) continue;
+      const int to = c == &towards_higher_ ? rank() + 1 : rank() - 1, from = c == &towards_higher_ ? rank() - 1 : rank() + 1;
+      last_started_ = count_started(CommOp::connect, sizeof(float), watchdog_->step);
+      NCCL_CHECK(ncclGroupStart());
+      if (to >= 0 && to < size()) nccl_ok(ncclSend(probe_, 1, ncclFloat32, to, c->comm, c->stream), "ncclSend");
+      if (from >= 0 && from < size()) nccl_ok(ncclRecv(probe_ + 1, 1, ncclFloat32, from, c->comm, c->stream), "ncclRecv");
+      settle(*c, ncclGroupEnd(), "ncclGroupEnd", CommOp::connect, 1);
+      finished(*c, CommOp::connect, 1)->wait();
+    }
+  }
+  // A non-blocking communicator answers ncclInProgress while it waits for its peers (its
+  // set-up, a connection): wait until it is done, bounded by the watchdog, naming the
+  // members that had not come (the board's numbers; peer: the other side of a transfer).
+  void settle(const Channel& c, ncclResult_t result, const char* call, CommOp op, size_t count, int peer = -1) {
+    nccl_ok(result, call);
+    if (result != ncclInProgress) return;
+    wait_bounded(
+        [&] {
+          ncclResult_t state = ncclSuccess;
+          nccl_ok(ncclCommGetAsyncError(c.comm, &state), "ncclCommGetAsyncError");
+          nccl_ok(state, call);
+          return state != ncclInProgress;
+        },
+        "NCCL ", op, count, *this, *watchdog_, [this] { abort_all(); }, last_started_, peer);
+  }
+  // Finalizes (flushes) a communicator, bounded, then frees it; a destructor's: never throws.
+  void close(ncclComm_t comm) {
+    ncclResult_t state = ncclCommFinalize(comm);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(watchdog_->timeout_s);
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < give_up)
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) break;
+    if (state == ncclSuccess) ncclCommDestroy(comm);
+    else ncclCommAbort(comm);
   }
   Channel& channel_to(int peer) {
     Channel& c = peer > rank() ? towards_higher_ : towards_lower_;
@@ -291,6 +366,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Watchdog> watchdog_;
   Channel collectives_, towards_higher_, towards_lower_;
   cudaEvent_t ready_ = nullptr;
+  float* probe_ = nullptr;  // two floats for connect()'s messages
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
   bool staged_in_use_ = false;

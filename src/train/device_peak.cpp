@@ -18,11 +18,12 @@ struct GpuEntry {
   const char* entry;
   double bf16_tflops, fp32_tflops;  // dense, from NVIDIA's datasheets
 };
-// Longer names first: "H100 PCIe" before "H100", "L40" before "L4".
+// A name that contains another comes first: "GH200" before "H200", "H100 PCIe" before
+// "H100", "L40" before "L4".
 constexpr GpuEntry kGpus[] = {
-    {"H200", "H200 SXM", 989.4, 66.9},     {"H100 NVL", "H100 NVL", 835.0, 60.0},
-    {"H100 PCIe", "H100 PCIe", 756.0, 51.2}, {"H100", "H100 SXM", 989.4, 66.9},
-    {"GH200", "GH200", 989.4, 66.9},       {"A100", "A100", 312.0, 19.5},
+    {"GH200", "GH200", 989.4, 66.9},       {"H200", "H200 SXM", 989.4, 66.9},
+    {"H100 NVL", "H100 NVL", 835.0, 60.0}, {"H100 PCIe", "H100 PCIe", 756.0, 51.2},
+    {"H100", "H100 SXM", 989.4, 66.9},     {"A100", "A100", 312.0, 19.5},
     {"L40S", "L40S", 362.1, 91.6},         {"L40", "L40", 181.0, 90.5},
     {"A10G", "A10G", 70.0, 31.2},          {"L4", "L4", 121.0, 30.3},
 };

@@ -124,9 +124,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   add("recompute set", "one layer's, shared", a.recompute);
   add("backward scratch", "shared by the layers", a.backward);
   if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
-  const int widest = std::max({shape.qkv_width, shape.mlp_in, shape.d_model, shape.vocab_shard});
   add("workspace", "the kernels' own",
-      k.workspace_bytes(micro_batch * spec.seq_len, spec.d_model, widest, micro_batch, spec.seq_len,
+      k.workspace_bytes(micro_batch * spec.seq_len, spec.d_model, shape.widest_output(), micro_batch, spec.seq_len,
                         spec.n_head / d.tp));
 
   // Communication: Open MPI's non-blocking reductions (libnbc, 4.1) take temporaries:

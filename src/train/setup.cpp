@@ -52,6 +52,7 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
   units.units = layout.units();
   units.windowed = layout.unit_is_block();
   units.locate = [&model](size_t offset) { return model.gradient_location(offset); };
+  units.accumulates = config.train.global_batch / parallel.dims().dp / config.train.micro_batch > 1;
   return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero);
 }
 

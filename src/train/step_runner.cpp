@@ -27,6 +27,7 @@ StepRunner::StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_
     : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k), pipeline_(pipeline) {
   if (pipeline_.pp != nullptr && pipeline_.pp->size() == 1) pipeline_.pp = nullptr;
   activation_sends_.resize(model.slots());
+  norm_total_ = kernels::DeviceBuffer(k, 2);  // one double
 }
 
 double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch,
@@ -39,9 +40,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   // Gradients of the mean over the global batch: summed over dp, no division after.
   const float loss_scale = 1.0f / (static_cast<float>(global_batch) * T);
   model_.zero_grad();
+  model_.discard_loss_sum();
   data_parallel_.start_backward(model_.grads());
   compute_s_ = 0;
-  double loss_sum = 0;
   int backwards_done = 0;
   for (const PipelineAction& action : stage_actions(pipeline_.schedule, stage(), stages(), micro_batches)) {
     const int mb = action.micro_batch, slot = mb % slots;
@@ -51,10 +52,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       if (!model_.first_stage())
         pipeline_.pp->recv(model_.stage_input(slot, B), stage() - 1, activation_tag(mb));
       Timer computing;
-      const float loss = model_.forward(slot, inputs + first, targets + first, B);
+      model_.forward(slot, inputs + first, targets + first, B);
       compute_s_ += computing.seconds();
-      if (model_.last_stage()) loss_sum += static_cast<double>(loss) * B * T;
-      else activation_sends_[slot] = pipeline_.pp->send_async(model_.stage_output(slot, B), stage() + 1, activation_tag(mb));
+      if (!model_.last_stage()) activation_sends_[slot] = pipeline_.pp->send_async(model_.stage_output(slot, B), stage() + 1, activation_tag(mb));
     } else {
       finish(gradient_send_);  // backward rewrites input_gradient(): the last one must have left
       if (!model_.last_stage()) {
@@ -86,24 +86,32 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   data_parallel_.gradients_final_from(0);
   comm_wait_s_ = data_parallel_.finish_gradients();
   sum_shared_head_gradients();
-  if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);  // the last stage has it
+  // The step's one read of the losses (the last stage has them; a host synchronization).
+  double loss_sum = model_.take_loss_sum();
+  if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
 }
 
-double StepRunner::forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
+void StepRunner::forward_only(const int32_t* inputs, const int32_t* targets, int B) {
   if (!model_.first_stage()) pipeline_.pp->recv(model_.stage_input(0, B), stage() - 1, activation_tag(0));
-  const float loss = model_.forward(0, inputs, targets, B);
+  model_.forward(0, inputs, targets, B);
   if (!model_.last_stage()) pipeline_.pp->send(model_.stage_output(0, B), stage() + 1, activation_tag(0));
-  return model_.last_stage() ? loss : 0.0;
+}
+
+double StepRunner::forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
+  model_.discard_loss_sum();
+  forward_only(inputs, targets, B);
+  return model_.take_loss_sum() / (static_cast<double>(B) * model_.spec().seq_len);
 }
 
 double StepRunner::evaluate(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch) {
   const int B = model_.micro_batch(), T = model_.spec().seq_len;
-  double loss_sum = 0;
+  model_.discard_loss_sum();
   for (int mb = 0; mb * B < local_batch; mb++) {
     const size_t first = static_cast<size_t>(mb) * B * T;
-    loss_sum += forward_loss(inputs + first, targets + first, B) * B * T;
+    forward_only(inputs + first, targets + first, B);
   }
+  double loss_sum = model_.take_loss_sum();
   if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
 }
@@ -152,14 +160,18 @@ double StepRunner::gradient_norm_squared() {
   // Every parameter once: each tensor from the rank whose copy counts (the first holder
   // of its tp piece; not the last stage's copy of a tied embedding); with ZeRO each dp
   // rank holds the reduced gradients of its own ranges.
+  // Summed on the device, in order, and read once (one host synchronization).
   TensorParallel& tp = model_.tensor_parallel();
   const ParameterLayout& layout = model_.layout();
-  double sum = 0.0;
+  double* total = reinterpret_cast<double*>(norm_total_.data());
+  k_.fill_zero(total, sizeof(double));
   for (const FlatRange& r : data_parallel_.owned())
     for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (begin < end && t.counted) sum += k_.sum_squares(data_parallel_.gradient_at(begin), end - begin);
+      if (begin < end && t.counted) k_.accumulate_sum_squares(total, data_parallel_.gradient_at(begin), end - begin);
     }
+  double sum = 0.0;
+  k_.copy_to_host(&sum, total, sizeof sum);
   if (data_parallel_.zero()) sum = data_parallel_.shard_group().all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
   if (pipeline_.pp != nullptr) sum = pipeline_.pp->all_reduce(sum);

@@ -10,6 +10,7 @@
 
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -60,6 +61,10 @@ class StepRunner {
   // Squared global L2 norm of the step's gradients over the whole model.
   double gradient_norm_squared();
 
+  // One micro-batch through this rank's pipeline, forward only (its losses added to the
+  // model's total on the last stage).
+  void forward_only(const int32_t* inputs, const int32_t* targets, int B);
+
   Transformer& model_;
   AdamW& optimizer_;
   DataParallel& data_parallel_;
@@ -69,6 +74,7 @@ class StepRunner {
   double comm_wait_s_ = 0, compute_s_ = 0;
   std::vector<RequestPtr> activation_sends_;  // per slot: the output still on its way
   RequestPtr gradient_send_;                  // input_gradient() still on its way
+  kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
 };
 
 }  // namespace trident

@@ -191,8 +191,9 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
   if (s.shared_heads != nullptr)
     std::printf("tensor parallel: %d key/value heads over tp %d: each held by %d ranks, their gradients summed\n",
                 spec.n_kv_head, tp, s.shared_heads->size());
-  std::printf("device: %s, %s, %d threads per rank; setup %.2f s\n", k.name().c_str(),
-              kernels::precision_name(k.precision()), omp_get_max_threads(), setup_s);
+  std::printf("device: %s, %s%s%s, %d threads per rank; setup %.2f s\n", k.name().c_str(),
+              kernels::precision_name(k.precision()), k.details().empty() ? "" : ", ", k.details().c_str(),
+              omp_get_max_threads(), setup_s);
   std::printf("MFU peak: %.1f GFLOP/s in all, %.1f per rank (%s)\n", peak.total_gflops, peak.per_rank_gflops,
               peak.source.c_str());
 }
@@ -270,6 +271,7 @@ struct StepOutcome {
   double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
   double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + AdamW
   GradientNorm norm;
+  uint64_t host_syncs = 0;  // the kernels' host synchronizations (kernels.h: on a GPU, drained queues)
 };
 
 // The step's work: this rank's slice of the global batch, gradients, update.
@@ -281,12 +283,16 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   sampler.fill(step, parallel.coords().dp * s.local_batch, s.local_batch, inputs, targets);
   o.data_seconds = timer.seconds();
   const double slowed = maybe_slow_down(parallel.rank());
+  const uint64_t syncs_before = k.host_syncs();
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
   o.compute_seconds = s.runner.compute_s() + slowed;
+  o.host_syncs = k.host_syncs() - syncs_before;
   o.lr = schedule.at(step);
   maybe_inject_nan(parallel.rank(), step + 1, s, k);
   const double before_update = timer.seconds();
+  const uint64_t syncs_before_update = k.host_syncs();
   o.norm = s.runner.update(o.lr, config.train.grad_clip, std::isfinite(o.loss));
+  o.host_syncs += k.host_syncs() - syncs_before_update;
   o.seconds = timer.seconds();
   o.update_seconds = o.seconds - before_update;
   return o;
@@ -320,6 +326,7 @@ class StepEnd {
     result_.last_loss = o.loss;
     if (step > start_step) {  // the first step warms up (allocation, caches, kernel choice)
       result_.steady_steps++;
+      result_.host_syncs_per_step = std::max(result_.host_syncs_per_step, o.host_syncs);
       result_.steady_time_s += o.seconds;
       // The rest of the step: waiting on the pipeline's neighbours (this stage's bubble).
       result_.pipeline_wait_s += std::max(0.0, o.seconds - o.data_seconds - o.compute_seconds -
@@ -530,6 +537,10 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   result.peak_gflops = peak.total_gflops;
   const double planned = static_cast<double>(k->host_memory() ? memory_plan.total_bytes() : memory_plan.device_bytes());
   const double taken = static_cast<double>(memory_taken(baseline, *k));
+  // The most any rank's step (after the first) waited on its device: the kernels' blocking
+  // calls (kernels.h), the same count on the CPU as on a GPU.
+  const auto host_syncs_per_step = static_cast<uint64_t>(
+      parallel.world().all_reduce(static_cast<double>(result.host_syncs_per_step), ReduceOp::max));
   if (parallel.is_root()) {
     std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan\n",
                 planned / (1 << 20), taken / (1 << 20), k->host_memory() ? "peak resident growth" : "device memory",
@@ -539,6 +550,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     summary["straggler_reports"] = result.straggler_reports;
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
+    summary["host_syncs_per_step"] = host_syncs_per_step;
     end.log().write_summary(summary.dump());
   }
   if (parallel.is_root())

@@ -2,6 +2,8 @@
 // together; everything it calls can be read and tested alone.
 #pragma once
 
+#include <cstdint>
+
 #include "config/config.h"
 #include "parallel/parallel_state.h"
 
@@ -19,6 +21,7 @@ struct TrainResult {
   double steady_time_s = 0, pipeline_wait_s = 0;
   double peak_gflops = 0;  // what MFU is measured against, all ranks together
   int straggler_reports = 0;  // log steps at which a rank worked log.straggler_factor x its stage's median
+  uint64_t host_syncs_per_step = 0;  // this rank's most in a step after the first (kernels.h's blocking calls)
 };
 
 // Trains under a config whose layout is resolved (Config::resolve_layout), on the grid

@@ -2,7 +2,7 @@
 // headers (kernels/cuda/attention_*_kernels.cuh): each block's threads are std::threads
 // with real block and warp barriers, one block after the other; shared memory starts as
 // NaN bytes, so a value read before it was written shows. Provides the CUDA names those
-// kernels use (threadIdx, __syncthreads, __shfl_xor_sync, bf16, __expf, ...). The
+// kernels use (threadIdx, __syncthreads, __shfl_xor_sync, bf16, float4, __expf, ...). The
 // includer includes a kernel header inside a namespace nested in this one.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -48,6 +49,9 @@ T from_float(float x) {
 struct uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 inline float __expf(float x) { return std::exp(x); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
@@ -63,19 +67,23 @@ struct Block {
   size_t shared_bytes = 0;
   std::barrier<>* all = nullptr;
   std::barrier<>* warp[kMaxWarps] = {};
-  float shuffle[kMaxWarps][32] = {};
+  float shuffle[2][kMaxWarps][32] = {};  // used in turn, see __shfl_xor_sync
 };
 inline Block block;
+inline thread_local unsigned shuffle_turn = 0;  // this thread's shuffles so far
 
 inline void __syncthreads() { block.all->arrive_and_wait(); }
 inline void __syncwarp() { block.warp[threadIdx.x / 32]->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int mask) {
+// Every lane of the warp takes part (full mask, as the kernels use it). One barrier: a
+// lane writes a buffer again two shuffles later, when every lane has passed the barrier
+// of the shuffle in between, so has read it.
+inline float __shfl_xor_sync(unsigned lanes, float v, int mask) {
+  if (lanes != 0xffffffffu) throw std::logic_error("__shfl_xor_sync: the simulator runs whole warps only");
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  block.shuffle[w][lane] = v;
+  float(&buffer)[kMaxWarps][32] = block.shuffle[shuffle_turn++ % 2];
+  buffer[w][lane] = v;
   __syncwarp();
-  const float other = block.shuffle[w][lane ^ mask];
-  __syncwarp();
-  return other;
+  return buffer[w][lane ^ mask];
 }
 
 // Dynamic shared memory is the block's bytes; a kernel's one static array too (launch

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
+#include "tests/unit/machine.h"
 #include "train/device_peak.h"
 
 namespace trident {
@@ -33,6 +34,13 @@ TEST(ClusterTools, DatasheetRatesOfTheGpusDriversName) {
   EXPECT_DOUBLE_EQ(datasheet_rate("NVIDIA L4", Precision::bf16).gflops, 121000);
   EXPECT_DOUBLE_EQ(datasheet_rate("NVIDIA L40S", Precision::bf16).gflops, 362100);
   EXPECT_EQ(datasheet_rate("Tesla T4", Precision::bf16).gflops, 0);
+  // The names as drivers print them, each to its own entry (a name containing another's
+  // match must not be taken by it: a GH200 is not an H200 SXM).
+  const std::vector<std::pair<std::string, std::string>> named = {
+      {"NVIDIA GH200 480GB", "GH200"}, {"NVIDIA H200", "H200 SXM"},   {"NVIDIA H100 NVL", "H100 NVL"},
+      {"NVIDIA H100 PCIe", "H100 PCIe"}, {"NVIDIA L40", "L40"},      {"NVIDIA L40S", "L40S"},
+      {"NVIDIA L4", "L4"},             {"NVIDIA A10G", "A10G"}};
+  for (const auto& [driver_name, entry] : named) EXPECT_EQ(datasheet_rate(driver_name, Precision::bf16).entry, entry);
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -86,9 +94,8 @@ TEST(ClusterTools, DoctorChecksThisMachineAndNamesWhatFailed) {
     EXPECT_NE(ok.out.find(row), std::string::npos) << row << " in\n" << ok.out;
   EXPECT_EQ(count(ok.out, "| checkpoint folder "), 1) << ok.out;  // one per node
   EXPECT_NE(ok.out.find("writable"), std::string::npos) << ok.out;
-  if (std::getenv("TRIDENT_TEST_HAVE_GPU") == nullptr) {
-    EXPECT_NE(ok.out.find("| skip | libnvidia-ml.so.1 not found"), std::string::npos) << ok.out;
-  }
+  if (test::machine_has_nvml()) EXPECT_NE(ok.out.find(" GPU(s)"), std::string::npos) << ok.out;  // its driver's view
+  else EXPECT_NE(ok.out.find("| skip | libnvidia-ml.so.1 not found"), std::string::npos) << ok.out;
 
   // A folder that cannot be made, and a bandwidth no machine reaches: failed checks, exit 1.
   const CliRun bad = run("doctor --checkpoint.dir=/proc/trident-doctor --expect_busbw=1000000", kMpirun + "2", 120);

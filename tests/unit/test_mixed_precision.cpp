@@ -14,6 +14,7 @@
 #include "model/transformer.h"
 #include "runtime/error.h"
 #include "tests/model_shapes.h"
+#include "tests/unit/machine.h"
 #include "train/verify.h"
 
 namespace trident {
@@ -150,10 +151,9 @@ TEST(Dispatch, PicksTheBackendByName) {
   EXPECT_THROW(kernels::make_kernels("tpu", Precision::fp32), UsageError);
   EXPECT_EQ(kernels::parse_precision("bf16"), Precision::bf16);
   EXPECT_THROW(kernels::parse_precision("fp16"), UsageError);
-  // This machine has no GPU (CI's neither): asking for CUDA is bad input, not a crash.
-  if (std::getenv("TRIDENT_TEST_HAVE_GPU") == nullptr) {
-    EXPECT_THROW(kernels::make_kernels("cuda", Precision::bf16), UsageError);
-  }
+  // Without a GPU, asking for CUDA is bad input, not a crash; with one, it is a backend.
+  if (test::machine_has_gpu()) EXPECT_EQ(kernels::make_kernels("cuda", Precision::bf16)->precision(), Precision::bf16);
+  else EXPECT_THROW(kernels::make_kernels("cuda", Precision::bf16), UsageError);
 }
 
 }  // namespace

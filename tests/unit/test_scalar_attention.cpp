@@ -30,15 +30,16 @@ test::AttentionErrors run_against_reference(int B, int T, int NH, int NKV, int h
   for (auto& x : qkv) x = from_float<E>(1.5f * normal(rng));
   for (auto& x : dout) x = from_float<E>(normal(rng));
   std::vector<float> lse(size_t(B) * NH * T, NAN), delta(size_t(B) * NH * T, NAN);
+  // The launches of attention.cu: kThreads<HD> threads (kRows rows) a block.
   const unsigned gx = (T + kRows - 1) / kRows;
-  launch(gx, B * NH, kRows, scalar_forward_shared<HD>(),
+  launch(gx, B * NH, kThreads<HD>, scalar_forward_shared<HD>(),
          [&] { flash_forward_kernel<HD, E>(out.data(), lse.data(), qkv.data(), T, NH, NKV, hd); });
   const unsigned row_blocks = (B * NH * T + 255) / 256;
   launch(row_blocks, 1, 256, 0, [&] { row_dot_kernel<E>(delta.data(), dout.data(), out.data(), B, T, NH, hd); });
-  launch(gx, B * NKV, kRows, scalar_backward_kv_shared<HD>(), [&] {
+  launch(gx, B * NKV, kThreads<HD>, scalar_backward_kv_shared<HD>(), [&] {
     flash_backward_kv_kernel<HD, E>(dqkv.data(), dout.data(), qkv.data(), lse.data(), delta.data(), T, NH, NKV, hd);
   });
-  launch(gx, B * NH, kRows, scalar_backward_q_shared<HD>(), [&] {
+  launch(gx, B * NH, kThreads<HD>, scalar_backward_q_shared<HD>(), [&] {
     flash_backward_q_kernel<HD, E>(dqkv.data(), dout.data(), qkv.data(), lse.data(), delta.data(), T, NH, NKV, hd);
   });
   const auto wide = [](const auto& v) {
@@ -79,6 +80,19 @@ TEST(ScalarAttentionOnCpu, GroupedQueryHeadDim128) {
 TEST(ScalarAttentionOnCpu, GroupedQueryBf16) {
   expect_close(run_against_reference<32, bf16>(1, 100, 4, 2, 32), kBf16, "bf16 NH 4 NKV 2, hd 32, T 100");
   expect_close(run_against_reference<32, bf16>(1, 100, 4, 1, 24), kBf16, "bf16 NH 4 NKV 1, hd 24, T 100");
+}
+
+// Head dimension 128 (Llama's): a row over 4 lanes of a warp. T 70: the second block of
+// rows has 6, so one warp has rows past the sequence and seven have none.
+TEST(ScalarAttentionOnCpu, MultiQueryHeadDim128TwoSequencesPartialBlock) {
+  expect_close(run_against_reference<128, float>(2, 70, 4, 1, 128), kFp32, "NH 4 NKV 1, hd 128, B 2, T 70");
+}
+TEST(ScalarAttentionOnCpu, GroupsOfFourHeadDim96InRegistersOf128) {
+  expect_close(run_against_reference<128, float>(1, 70, 8, 2, 96), kFp32, "NH 8 NKV 2, hd 96, T 70");
+}
+TEST(ScalarAttentionOnCpu, HeadDim128Bf16) {
+  expect_close(run_against_reference<128, bf16>(2, 45, 4, 1, 128), kBf16, "bf16 NH 4 NKV 1, hd 128, B 2, T 45");
+  expect_close(run_against_reference<128, bf16>(1, 45, 8, 2, 96), kBf16, "bf16 NH 8 NKV 2, hd 96, T 45");
 }
 
 }  // namespace scalar
