@@ -92,7 +92,7 @@ shell_check tests/unit/test_gpu_scripts.sh bash tests/unit/test_gpu_scripts.sh
 # The CUDA objects: SASS for sm_80 and sm_90 and compute_90 PTX in each.
 shell_check tests/cuda/test_cuda_build.sh bash tests/cuda/test_cuda_build.sh "$build"
 # The scalar flash-attention kernels keep their rows in registers: no spills (ptxas's report).
-shell_check tests/cuda/test_attention_spills.sh bash tests/cuda/test_attention_spills.sh
+shell_check tests/cuda/test_attention_spills.sh bash tests/cuda/test_attention_spills.sh "$build"
 
 # The launch scripts on a real single-node Slurm (and mpirun_ec2.sh): one count per check;
 # skipped without root or the packages.

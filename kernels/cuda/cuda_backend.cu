@@ -83,18 +83,28 @@ class Scratch {
 // it has run (an event), so that the caller's buffer is free at once and the copy stays
 // asynchronous. A step's uploads (tokens, targets, the embedding gradient's index, per
 // micro-batch) fit the ring many times over: the wait is for a host far ahead of the GPU.
+// Every slot is sized up front (reserve(): the largest upload of a step) because
+// cudaFreeHost and cudaMallocHost stall the whole device.
 class PinnedStaging {
  public:
   PinnedStaging() = default;
   PinnedStaging(const PinnedStaging&) = delete;
   ~PinnedStaging() {
     for (Slot& s : slots_) {
+      if (s.in_flight) cudaEventSynchronize(s.copied);  // its copy may still read the slot
       if (s.host != nullptr) cudaFreeHost(s.host);
       if (s.copied != nullptr) cudaEventDestroy(s.copied);
     }
   }
+  // Every slot at least `bytes` (before the first step); returns whether any grew.
+  bool reserve(size_t bytes) {
+    bool grew = false;
+    for (Slot& s : slots_) grew |= grow(s, bytes);
+    return grew;
+  }
   // Copies src into the next slot and queues the copy to dst; returns whether it had to
-  // wait for the device (a host synchronization).
+  // wait for the device (a host synchronization: a slot still being read, or one that
+  // had to grow).
   bool upload(void* dst, const void* src, size_t bytes) {
     Slot& s = slots_[next_];
     next_ = (next_ + 1) % kSlots;
@@ -108,13 +118,7 @@ class PinnedStaging {
         CUDA_CHECK(state);
       }
     }
-    if (bytes > s.bytes) {
-      if (s.host != nullptr) CUDA_CHECK(cudaFreeHost(s.host));
-      s.host = nullptr;
-      CUDA_CHECK(cudaMallocHost(&s.host, bytes));
-      s.bytes = bytes;
-    }
-    if (s.copied == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    waited |= grow(s, bytes);
     std::memcpy(s.host, src, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, compute_stream()));
     CUDA_CHECK(cudaEventRecord(s.copied, compute_stream()));
@@ -123,6 +127,19 @@ class PinnedStaging {
   }
 
  private:
+  struct Slot;
+  // A slot of at least `bytes` (not in flight); true if it had to grow.
+  static bool grow(Slot& s, size_t bytes) {
+    if (s.copied == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    if (bytes <= s.bytes) return false;
+    if (s.in_flight) CUDA_CHECK(cudaEventSynchronize(s.copied));
+    if (s.host != nullptr) CUDA_CHECK(cudaFreeHost(s.host));
+    s.host = nullptr;
+    CUDA_CHECK(cudaMallocHost(&s.host, bytes));
+    s.bytes = bytes;
+    return true;
+  }
+
   static constexpr int kSlots = 64;
   struct Slot {
     void* host = nullptr;
@@ -160,6 +177,7 @@ class CudaKernels final : public Kernels {
                                static_cast<size_t>(B) * NH * T_}) *
                      sizeof(float));
     index_scratch_.reserve((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t));
+    staging_.reserve((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t));  // the largest upload: that index
     norm_scratch_.reserve((cuda::sum_partials() + 1) * sizeof(double));  // + sum_squares()'s total
     cuda::gemm_workspace();  // cuBLASLt's, allocated now rather than in the first GEMM
   }
@@ -168,6 +186,7 @@ class CudaKernels final : public Kernels {
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes > 0 ? bytes : 1);
     if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: a later launch check must not report it again
       size_t free_bytes = 0, total = 0;
       cudaMemGetInfo(&free_bytes, &total);
       throw UsageError("out of GPU memory: " + std::to_string(bytes >> 20) + " MiB requested, " +

@@ -10,12 +10,15 @@
 // sends and receives by their order on a stream, and under 1F1B a stage sends its next
 // activation before it receives the previous gradient, which on one stream would wait
 // for each other.
-// The communicators are non-blocking (ncclConfig_t::blocking = 0): NCCL's own waits for
-// a peer (its set-up, its connections) return ncclInProgress at once, and the wait is
-// ours, bounded like every other (settle()). Everything connects at construction: the
-// collectives' algorithms (NCCL_RUNTIME_CONNECT=0 unless set) and each pipeline pair
-// (one message each way), so that a rank missing at start is named there, before any
-// step, rather than found by a host blocked inside NCCL at step 1.
+// The communicators are non-blocking (ncclConfig_t::blocking = 0; NCCL_COMM_BLOCKING=1,
+// which would override it, is set back to 0): NCCL's own waits for a peer (its set-up,
+// a connection made on first use) return ncclInProgress at once, and the wait is ours,
+// bounded like every other (settle()). At construction each communicator makes its
+// first connections (a one-float all-reduce; on the pipeline's, one message each way
+// between neighbours), so a rank missing at start is named there, before any step.
+// Algorithms NCCL connects later (on first use, for larger messages) connect inside the
+// same bounded wait; connecting every algorithm up front (NCCL_RUNTIME_CONNECT=0) is left
+// to the user: on NVSwitch machines it allocates NVLS buffers the memory plan does not count.
 #include "parallel/nccl_communicator.h"
 
 #include "runtime/error.h"
@@ -100,8 +103,10 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(std::unique_ptr<MpiCommunicator> group, std::shared_ptr<Watchdog> watchdog, bool point_to_point)
       : group_(std::move(group)), watchdog_(std::move(watchdog)) {
-    // Connect every algorithm at set-up (recent NCCL connects each on its first use).
-    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    if (const char* blocking = std::getenv("NCCL_COMM_BLOCKING"); blocking != nullptr && std::strcmp(blocking, "0") != 0) {
+      std::fprintf(stderr, "trident: NCCL_COMM_BLOCKING=%s would make NCCL's waits unbounded: set to 0\n", blocking);
+      setenv("NCCL_COMM_BLOCKING", "0", 1);
+    }
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&probe_, 2 * sizeof(float)));
     CUDA_CHECK(cudaMemset(probe_, 0, 2 * sizeof(float)));
@@ -115,8 +120,7 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     for (Channel* c : {&collectives_, &towards_higher_, &towards_lower_}) {
       if (c->comm == nullptr) continue;
-      cudaStreamSynchronize(c->stream);
-      close(c->comm);
+      close(*c);
       cudaStreamDestroy(c->stream);
     }
     cudaEventDestroy(ready_);
@@ -242,8 +246,10 @@ class NcclCommunicator final : public Communicator {
     Channel& c = channel_to(peer);
     after_compute(c);
     NCCL_CHECK(ncclGroupStart());
-    nccl_ok(ncclSend(data, count, type, peer, c.comm, c.stream), "ncclSend");
-    settle(c, ncclGroupEnd(), "ncclGroupEnd", CommOp::send, count, peer);
+    const ncclResult_t queued = ncclSend(data, count, type, peer, c.comm, c.stream);
+    const ncclResult_t ended = ncclGroupEnd();  // the group ends whatever the send said
+    nccl_ok(queued, "ncclSend");
+    settle(c, ended, "ncclGroupEnd", CommOp::send, count, peer);
     return finished(c, CommOp::send, count);
   }
   RequestPtr recv(void* data, size_t count, size_t bytes, ncclDataType_t type, int peer, int /*tag*/) {
@@ -254,8 +260,10 @@ class NcclCommunicator final : public Communicator {
     check(c.comm != nullptr, "NCCL: point-to-point on the " + name() + " group, made without it");
     after_compute(c);
     NCCL_CHECK(ncclGroupStart());
-    nccl_ok(ncclRecv(data, count, type, peer, c.comm, c.stream), "ncclRecv");
-    settle(c, ncclGroupEnd(), "ncclGroupEnd", CommOp::recv, count, peer);
+    const ncclResult_t queued = ncclRecv(data, count, type, peer, c.comm, c.stream);
+    const ncclResult_t ended = ncclGroupEnd();
+    nccl_ok(queued, "ncclRecv");
+    settle(c, ended, "ncclGroupEnd", CommOp::recv, count, peer);
     return finished(c, CommOp::recv, count);
   }
 
@@ -291,9 +299,13 @@ class NcclCommunicator final : public Communicator {
       const int to = c == &towards_higher_ ? rank() + 1 : rank() - 1, from = c == &towards_higher_ ? rank() - 1 : rank() + 1;
       last_started_ = count_started(CommOp::connect, sizeof(float), watchdog_->step);
       NCCL_CHECK(ncclGroupStart());
-      if (to >= 0 && to < size()) nccl_ok(ncclSend(probe_, 1, ncclFloat32, to, c->comm, c->stream), "ncclSend");
-      if (from >= 0 && from < size()) nccl_ok(ncclRecv(probe_ + 1, 1, ncclFloat32, from, c->comm, c->stream), "ncclRecv");
-      settle(*c, ncclGroupEnd(), "ncclGroupEnd", CommOp::connect, 1);
+      ncclResult_t queued = ncclSuccess;
+      if (to >= 0 && to < size()) queued = ncclSend(probe_, 1, ncclFloat32, to, c->comm, c->stream);
+      if (queued == ncclSuccess && from >= 0 && from < size())
+        queued = ncclRecv(probe_ + 1, 1, ncclFloat32, from, c->comm, c->stream);
+      const ncclResult_t ended = ncclGroupEnd();
+      nccl_ok(queued, "ncclSend/ncclRecv");
+      settle(*c, ended, "ncclGroupEnd", CommOp::connect, 1);
       finished(*c, CommOp::connect, 1)->wait();
     }
   }
@@ -312,14 +324,24 @@ class NcclCommunicator final : public Communicator {
         },
         "NCCL ", op, count, *this, *watchdog_, [this] { abort_all(); }, last_started_, peer);
   }
-  // Finalizes (flushes) a communicator, bounded, then frees it; a destructor's: never throws.
-  void close(ncclComm_t comm) {
-    ncclResult_t state = ncclCommFinalize(comm);
+  // Lets the channel's work finish, then finalizes (flushes) its communicator and frees
+  // it, every wait bounded by the watchdog; a communicator in error, or one that does not
+  // finish in time (a peer gone), is aborted instead. A destructor's: never throws.
+  void close(Channel& c) {
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(watchdog_->timeout_s);
-    while (state == ncclInProgress && std::chrono::steady_clock::now() < give_up)
-      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) break;
-    if (state == ncclSuccess) ncclCommDestroy(comm);
-    else ncclCommAbort(comm);
+    const auto in_time = [&] { return std::chrono::steady_clock::now() < give_up; };
+    ncclResult_t state = ncclSuccess;
+    bool healthy = ncclCommGetAsyncError(c.comm, &state) == ncclSuccess && state == ncclSuccess;
+    while (healthy && cudaStreamQuery(c.stream) == cudaErrorNotReady)
+      if (!in_time()) healthy = false;
+    if (healthy) {
+      state = ncclCommFinalize(c.comm);
+      while (state == ncclInProgress && in_time())
+        if (ncclCommGetAsyncError(c.comm, &state) != ncclSuccess) break;
+    }
+    if (healthy && state == ncclSuccess) ncclCommDestroy(c.comm);
+    else ncclCommAbort(c.comm);
+    c.comm = nullptr;
   }
   Channel& channel_to(int peer) {
     Channel& c = peer > rank() ? towards_higher_ : towards_lower_;

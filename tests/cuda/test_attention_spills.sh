@@ -7,8 +7,12 @@
 # or has a stack frame over 256 bytes. Prints one line per instance: kernel<HD, type>,
 # arch, registers, stack bytes, spill store / load bytes. Needs no GPU, only nvcc.
 # Exit 0: pass ("SKIP ..." without nvcc); 1: fail.
-# Usage: bash tests/cuda/test_attention_spills.sh   (from anywhere: it compiles its own checkout)
+# Usage: bash tests/cuda/test_attention_spills.sh [BUILD_DIR]   (from anywhere)
+# With a build directory it reads the report the build kept (the Makefile compiles every
+# .cu with -Xptxas -v into BUILD/kernels/cuda/NAME.ptxas), when it is newer than the
+# sources; otherwise it compiles attention.cu itself.
 set -uo pipefail
+build=${1:+$(realpath "$1")}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 max_stack=256
 nvcc=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
@@ -18,8 +22,13 @@ if [ ! -x "$nvcc" ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+kept=${build:+$build/kernels/cuda/attention.ptxas}
+if [ -n "$kept" ] && [ -s "$kept" ] && [ "$kept" -nt kernels/cuda/attention.cu ] &&
+   [ "$kept" -nt kernels/cuda/attention_scalar_kernels.cuh ]; then
+  cp "$kept" "$tmp/ptxas.log"
+  echo "ptxas's report kept by the build: $kept"
 # The Makefile's nvcc flags, with ptxas's report.
-if ! "$nvcc" -std=c++20 -O3 -lineinfo -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+elif ! "$nvcc" -std=c++20 -O3 -lineinfo -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
   -I. -Isrc -Xptxas -v -c kernels/cuda/attention.cu -o "$tmp/attention.o" > "$tmp/ptxas.log" 2>&1; then
   cat "$tmp/ptxas.log"
   echo "FAIL: nvcc could not compile kernels/cuda/attention.cu"
