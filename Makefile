@@ -120,13 +120,18 @@ $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c $< -o $@
 
+# ptxas's report (registers, stack, spills per kernel) is kept beside each object, as
+# NAME.ptxas, for tests/cuda/test_attention_spills.sh; nvcc's other messages still show.
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++20 -O3 -lineinfo $(NVCC_GENCODE) -I. -Isrc -MMD -MP -c $< -o $@
+	$(NVCC) -std=c++20 -O3 -lineinfo $(NVCC_GENCODE) -I. -Isrc -MMD -MP -Xptxas -v -c $< -o $@ 2> $(@:.o=.ptxas) || \
+	    { cat $(@:.o=.ptxas); exit 1; }
+	@grep -vE '^ptxas info|^ +[0-9]+ bytes stack frame' $(@:.o=.ptxas) >&2 || true
 
 # ---- the two commands --------------------------------------------------------------
-# The default job: configs/tiny.ini on 8 ranks as (dp, tp, pp) = (2, 2, 2), one OpenMP
-# thread each (`make run NP=1` trains on one rank with every core).
+# The default job: configs/tiny-bpe.ini on 8 ranks as (dp, tp, pp) = (2, 2, 2), one OpenMP
+# thread each (`make run NP=1` trains on one rank with every core). Each `make run` starts
+# afresh and keeps its checkpoints in runs/<config>/checkpoints, for eval and generate.
 NP ?= 8
 # Parallel compile jobs of `make run` and `make test` (nvcc is the long pole).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -136,10 +141,13 @@ DEVICE ?= cpu
 RUN_LAYOUT ?= $(if $(filter 8,$(NP)),--parallel.dp=2 --parallel.tp=2 --parallel.pp=2 --train.micro_batch=2)
 MPIRUN ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -x OMP_NUM_THREADS=1
 LAUNCH = $(if $(filter 1,$(NP)),,$(MPIRUN) -np $(NP))
+RUN_CHECKPOINTS ?= runs/$(basename $(notdir $(RUN_CONFIG)))/checkpoints
 run: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@$(MAKE) --no-print-directory data
-	$(LAUNCH) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT) --device=$(DEVICE)
+	rm -rf $(RUN_CHECKPOINTS)
+	$(LAUNCH) $(BUILD)/trident train --config $(RUN_CONFIG) $(RUN_LAYOUT) --device=$(DEVICE) \
+	    --checkpoint.dir=$(RUN_CHECKPOINTS) --checkpoint.every_steps=200
 
 # The default job's data: the fortunes corpus in SentencePiece BPE tokens (a vocabulary
 # of 4096 trained on it), as a Megatron indexed dataset; made once, by every rank.

@@ -141,7 +141,10 @@ def run_point(p, single, build, out_dir, allocation):
         "train", "--config", p["config"], f"--parallel.dp={p['dp']}", f"--parallel.tp={p['tp']}",
         f"--parallel.pp={p['pp']}", f"--parallel.zero={p['zero']}", f"--train.global_batch={p['global_batch']}",
         f"--train.micro_batch={p['micro_batch']}", f"--train.steps={single['steps']}", f"--log.run_dir={run_dir}",
-        "--log.val_every_steps=0", "--log.sample_every_steps=0"] + shlex.split(single["flags"])
+        "--log.val_every_steps=0", "--log.sample_every_steps=0",
+        # A checkpoint folder of the point's own (made afresh above): a config that names
+        # one must not resume some other run's checkpoint and measure nothing.
+        f"--checkpoint.dir={os.path.join(run_dir, 'checkpoints')}"] + shlex.split(single["flags"])
     start = time.monotonic()
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     with open(os.path.join(run_dir, "output.txt"), "w", encoding="utf-8") as log:
@@ -173,6 +176,9 @@ def run_point(p, single, build, out_dir, allocation):
         row.update(status="failed", error=f"exit {rc}: {first_error(output)}")
     else:
         s = json.load(open(summary_path, encoding="utf-8"))
+        if s.get("steps_run", s.get("steady_steps", 0) + 1) == 0 or s.get("tokens_per_s", 0) <= 0:
+            row.update(status="failed", error="trained no step")
+            return row
         row.update(status="ok", tokens_per_s=f"{s['tokens_per_s']:.1f}", mfu=f"{s['mfu']:.4f}",
                    step_time_s=f"{s['step_time_s']:.4f}", memory_gib=f"{s['memory_gib']:.3f}",
                    dp_wait=f"{s['dp_wait']:.4f}", bubble=f"{s['bubble']:.4f}",

@@ -617,6 +617,29 @@ int Checkpointer::load(const Manifest& m) {
   return m.step;
 }
 
+std::optional<Manifest> trident_checkpoint_at(const std::string& path) {
+  if (!fs::is_directory(path)) return std::nullopt;
+  if (fs::exists(fs::path(path) / "manifest.json")) return read_manifest(path);
+  if (fs::exists(fs::path(path) / "latest") || !complete_checkpoints(path).empty()) {
+    std::optional<Manifest> m = find_latest_checkpoint(path);
+    require(m.has_value(), "checkpoint folder '" + path + "' holds no complete checkpoint");
+    return m;
+  }
+  return std::nullopt;
+}
+
+void init_parameters_from_checkpoint(const ShardedParameters& parameters, const ModelConfig& configured,
+                                     const Manifest& m) {
+  require_same_model(m.model, configured, "checkpoint " + m.dir);
+  const ShardIndex index(m);
+  const ParameterLayout saved(m.model, 0, m.dims.tp);
+  for (const ParameterTensor& t : parameters.layout->tensors()) {  // one full tensor at a time
+    const std::vector<float> canonical = index.canonical(m, saved, "params", t.name);
+    parameters.set(t, canonical.data());
+  }
+  parameters.changed();
+}
+
 void init_parameters_from(const ShardedParameters& parameters, const std::string& path) {
   Hdf5Reader file(path);
   if (file.has_attr("model"))

@@ -115,6 +115,13 @@ class Checkpointer {
 // Initializes parameters from an exported file (params/<name>, full tensors); Hugging
 // Face weights: import_hf (ckpt/hf_checkpoint.h).
 void init_parameters_from(const ShardedParameters& parameters, const std::string& path);
+// A trident checkpoint at `path`: a step folder (its manifest), or a checkpoint folder
+// (its newest complete step); nullopt for anything else.
+std::optional<Manifest> trident_checkpoint_at(const std::string& path);
+// The parameters alone of a trident checkpoint (saved under any layout), for
+// checkpoint.init_from: a fine-tune starts at step 0 with fresh optimizer state.
+void init_parameters_from_checkpoint(const ShardedParameters& parameters, const ModelConfig& configured,
+                                     const Manifest& m);
 // The model fields of a manifest or export, and back (older files: defaults).
 nlohmann::json model_json(const ModelConfig& m);
 ModelConfig model_from_json(const nlohmann::json& j);

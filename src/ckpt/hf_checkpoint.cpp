@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ckpt/safetensors.h"
+#include "data/tokenizer.h"
 #include "model/hf_conventions.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
@@ -41,6 +42,49 @@ void write_json(const fs::path& path, const nlohmann::ordered_json& j) {
   std::ofstream out(path, std::ios::trunc);
   out << j.dump(2) << "\n";
   require(out.good(), "cannot write '" + path.string() + "'");
+}
+
+}  // namespace
+
+namespace {
+
+// What Hugging Face reads besides the weights to use the run's tokenizer right: the
+// special tokens' ids in config.json and generation_config.json (else HF's defaults
+// apply: Llama's 1 and 2, whatever the tokenizer), and tokenizer_config.json naming the
+// tokenizer class and its special tokens, as transformers' save_pretrained writes them.
+// Byte-level tokens have no HF tokenizer, and a Llama 3 .tiktoken file no HF class that
+// reads it as it is: their tokenizer_config.json is left out.
+void write_hf_tokenizer_config(const fs::path& out_dir, const DataConfig& data, int seq_len,
+                               nlohmann::ordered_json& config) {
+  SpecialTokens special;
+  try {
+    special = make_tokenizer(data.tokenizer, data.tokenizer_path)->special_tokens();
+  } catch (const UsageError&) {
+    return;  // its files are gone from where the run read them: the weights go without
+  }
+  nlohmann::ordered_json generation = {{"_from_model_config", true}};
+  if (special.bos >= 0) config["bos_token_id"] = generation["bos_token_id"] = special.bos;
+  if (special.eos >= 0) config["eos_token_id"] = special.eos;
+  // Generation stops at the end of a document, and (Llama 3) at the end of a turn.
+  if (special.eos >= 0)
+    generation["eos_token_id"] = special.eot >= 0 && special.eot != special.eos
+                                     ? nlohmann::ordered_json({special.eos, special.eot})
+                                     : nlohmann::ordered_json(special.eos);
+  write_json(out_dir / "generation_config.json", generation);
+  nlohmann::ordered_json t;
+  if (data.tokenizer == "gpt2" && fs::is_directory(data.tokenizer_path)) {
+    t = {{"tokenizer_class", "GPT2Tokenizer"},  {"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"},
+         {"unk_token", "<|endoftext|>"},        {"add_bos_token", false},        {"add_prefix_space", false},
+         {"errors", "replace"},                 {"model_max_length", seq_len},  {"clean_up_tokenization_spaces", false}};
+  } else if (data.tokenizer == "sentencepiece") {
+    t = {{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<s>"},          {"eos_token", "</s>"},
+         {"unk_token", "<unk>"},                {"pad_token", nullptr},        {"add_bos_token", true},
+         {"add_eos_token", false},              {"legacy", false},             {"sp_model_kwargs", nlohmann::ordered_json::object()},
+         {"model_max_length", seq_len},         {"clean_up_tokenization_spaces", false}};
+  } else {
+    return;
+  }
+  write_json(out_dir / "tokenizer_config.json", t);
 }
 
 }  // namespace
@@ -101,7 +145,6 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
   if (n > 1)
     write_json(fs::path(out_dir) / "model.safetensors.index.json",
                {{"metadata", {{"total_size", t.bytes}}}, {"weight_map", weight_map}});
-  write_json(fs::path(out_dir) / "config.json", hf_config(spec, options.dtype == "fp32" ? "float32" : "bfloat16"));
   // The tokenizer the run trained with travels with the weights, under the names HF's
   // tokenizers read: GPT2Tokenizer's vocab.json + merges.txt (the same files as
   // encoder.json + vocab.bpe), LlamaTokenizer's tokenizer.model; a .tiktoken rank file as
@@ -121,6 +164,9 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
     const bool sentencepiece = data.tokenizer == "sentencepiece";
     copy(tokenizer, sentencepiece ? "tokenizer.model" : fs::path(tokenizer).filename().string());
   }
+  nlohmann::ordered_json config = hf_config(spec, options.dtype == "fp32" ? "float32" : "bfloat16");
+  write_hf_tokenizer_config(out_dir, data, spec.seq_len, config);
+  write_json(fs::path(out_dir) / "config.json", config);
   t.seconds = writing.seconds();
   t.source_seconds = source_seconds;
   return t;

@@ -1,5 +1,6 @@
 #include "cli/ckpt_command.h"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -57,6 +58,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
   try {
     po::store(po::command_line_parser(std::vector<std::string>(args.begin() + (args.empty() ? 0 : 1), args.end()))
                   .options(options)
+                  .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
                   .run(),
               vm);
     po::notify(vm);
@@ -99,9 +101,11 @@ int run_ckpt_command(const std::vector<std::string>& args) {
     std::printf("checkpoint %s: step %d, %s, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n", m.dir.c_str(), m.step,
                 transformer_spec(m.model).describe().c_str(), m.dims.dp, m.dims.tp, m.dims.pp, m.zero, m.nodes);
     for (const auto& f : m.files) std::printf("  %s: %.1f MiB, crc32 %08x, verified\n", f.name.c_str(), mib(f.bytes), f.crc32);
-    std::printf("%-28s %-16s %14s %14s\n", "tensor", "shape", "params rms", "exp_avg_sq rms");
     const auto params = read_canonical(m, "params"), second = read_canonical(m, "exp_avg_sq");
     const ParameterLayout layout(m.model);
+    int width = 6;  // the longest name sets the column (Llama's run past 40 characters)
+    for (const auto& p : params) width = std::max(width, static_cast<int>(p.first.size()));
+    std::printf("%-*s %-16s %14s %14s\n", width, "tensor", "shape", "params rms", "exp_avg_sq rms");
     for (size_t i = 0; i < params.size(); i++) {
       const auto rms = [](const std::vector<float>& x) {
         double s = 0;
@@ -113,7 +117,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
         if (!shape.empty()) shape += 'x';
         shape += std::to_string(d);
       }
-      std::printf("%-28s %-16s %14.4e %14.4e\n", params[i].first.c_str(), shape.c_str(), rms(params[i].second),
+      std::printf("%-*s %-16s %14.4e %14.4e\n", width, params[i].first.c_str(), shape.c_str(), rms(params[i].second),
                   rms(second[i].second));
     }
     return 0;

@@ -184,14 +184,17 @@ int main(int argc, char** argv) {
             command.empty() ? std::string("no command given") : "unknown command '" + command + "'");
     return run_command(command, {args.begin() + 1, args.end()}, world);
   } catch (const DivergedError& e) {
+    std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
     // Every rank saw the same loss and norm and stopped at the same step.
     if (world.is_root()) std::fprintf(stderr, "trident: diverged: %s\n", e.what());
     return kExitDiverged;
   } catch (const AgreedUsageError& e) {
+    std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
     // Every rank raised it together: rank 0 says it once, all exit 2.
     if (world.is_root()) std::fprintf(stderr, "trident: error: %s\n", e.what());
     return kExitUsage;
   } catch (const UsageError& e) {
+    std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
     // Raised before any communication (command line, config, layout), so every rank
     // parsed the same input and reached the same verdict.
     if (!communication_started) {
@@ -207,11 +210,13 @@ int main(int argc, char** argv) {
     if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, kExitUsage);
     return kExitUsage;
   } catch (const InfrastructureError& e) {
+    std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
     std::fprintf(stderr, "trident: rank %d: infrastructure error (exit 3, a retry may succeed): %s\n", world.rank(),
                  e.what());
     MPI_Abort(MPI_COMM_WORLD, kExitInfrastructure);
     return kExitInfrastructure;
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
     std::fprintf(stderr, "trident: rank %d: internal error: %s\n", world.rank(), e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;

@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <filesystem>
@@ -8,6 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "model/activations.h"
+#include "optim/lr_schedule.h"
 #include "runtime/error.h"
 
 namespace po = boost::program_options;
@@ -68,7 +70,7 @@ po::options_description config_options(Config& c) {
       ("parallel.pp_layers", with_default(&p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
       ("parallel.schedule", with_default(&p.schedule), "pipeline schedule: 1f1b or gpipe")
       ("parallel.zero", with_default(&p.zero),
-       "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too")
+       "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the parameters too")
       ("parallel.sequence_parallel", with_default(&p.sequence_parallel),
        "split the norm and residual regions along the sequence over tp (needs tp > 1)")
       ("parallel.shard_size", with_default(&p.shard_size),
@@ -82,8 +84,14 @@ po::options_description config_options(Config& c) {
       ("train.global_batch", with_default(&t.global_batch), "sequences per step, all ranks")
       ("train.micro_batch", with_default(&t.micro_batch), "sequences per micro-batch (0: global_batch/dp)")
       ("train.lr", with_default(&t.lr), "peak learning rate")
-      ("train.min_lr", with_default(&t.min_lr), "final learning rate of the cosine decay")
+      ("train.min_lr", with_default(&t.min_lr), "learning rate at the end of the decay (and after it)")
       ("train.warmup_steps", with_default(&t.warmup_steps), "linear warmup steps")
+      ("train.lr_schedule", with_default(&t.lr_schedule),
+       "after the warmup: cosine, linear, constant or wsd (warmup-stable-decay)")
+      ("train.lr_decay_steps", with_default(&t.lr_decay_steps),
+       "the step at which the decay reaches min_lr, kept after it (0: train.steps; Megatron's --lr-decay-iters)")
+      ("train.wsd_decay", with_default(&t.wsd_decay),
+       "wsd: its final linear decay, in steps (>= 1) or as a fraction of the steps after the warmup (< 1)")
       ("train.weight_decay", with_default(&t.weight_decay), "AdamW decoupled weight decay")
       ("train.grad_clip", with_default(&t.grad_clip), "global gradient-norm clip (0: off)")
       ("train.beta1", with_default(&t.beta1), "AdamW beta1")
@@ -102,10 +110,12 @@ po::options_description config_options(Config& c) {
       ("data.path", with_default(&d.path),
        "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"")
       ("data.tokenizer", with_default(&d.tokenizer),
-       "byte, gpt2, llama3 or sentencepiece (training: byte for now; 'trident tokenize' takes all)")
+       "byte, gpt2, llama3 or sentencepiece (text data is tokenized with it at start; 'trident prepare' "
+       "tokenizes once, for every later run)")
       ("data.tokenizer_path", with_default(&d.tokenizer_path),
        "gpt2: folder with encoder.json + vocab.bpe, or a .tiktoken file; llama3: tokenizer.model; "
        "sentencepiece: a .model file")
+      ("data.json_key", with_default(&d.json_key), "JSONL input: the key of each line's document")
       ("data.val_fraction", with_default(&d.val_fraction), "fraction of documents held out")
       ("data.val_path", with_default(&d.val_path),
        "a validation dataset of its own, any data.path form (empty: val_fraction of data.path)")
@@ -125,6 +135,96 @@ po::options_description config_options(Config& c) {
        "print a greedy sample of the model every N steps (0: never)")
       ("log.peak_gflops", with_default(&l.peak_gflops), "peak GFLOP/s for MFU (0: measure)");
   return o;
+}
+
+// Flags are exact keys, as in the INI file: no unique-prefix guessing (--train.warmup
+// must not quietly set train.warmup_steps).
+constexpr int kFlagStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+
+// The lengths of the edits that turn a into b (insert, delete, replace one character).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); j++) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean --train.warmup_steps?)" for a key that is a prefix of known keys or
+// a few edits away from one; "" when none is close.
+std::string did_you_mean(std::string unknown, const po::options_description& options, bool as_flag) {
+  const size_t equals = unknown.find('=');
+  if (equals != std::string::npos) unknown.resize(equals);
+  while (!unknown.empty() && unknown[0] == '-') unknown.erase(0, 1);
+  if (unknown.empty()) return "";
+  std::vector<std::string> close;
+  size_t best = std::max<size_t>(2, unknown.size() / 4);
+  for (const auto& option : options.options()) {
+    const std::string& key = option->long_name();
+    if (key.empty()) continue;
+    const size_t d = key.rfind(unknown, 0) == 0 ? 0 : edit_distance(unknown, key);
+    if (d < best) close.clear(), best = d;
+    if (d == best) close.push_back(key);
+  }
+  if (close.empty() || close.size() > 3) return "";
+  std::string text = " (did you mean ";
+  for (size_t i = 0; i < close.size(); i++)
+    text += (i == 0 ? "" : i + 1 == close.size() ? " or " : ", ") + std::string(as_flag ? "--" : "") + close[i];
+  return text + "?)";
+}
+
+// "--checkpoint.dir=" (an empty value: clear what the INI file set) as Boost reads it:
+// the key, then an empty argument.
+std::vector<std::string> with_empty_values_split(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const std::string& a : args) {
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' && a.find('=') == a.size() - 1) {
+      out.push_back(a.substr(0, a.size() - 1));
+      out.emplace_back();
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+// The line of `file` that Boost quotes in its syntax error, as "FILE:LINE".
+std::string where_in_file(const std::string& file, const std::string& quoted) {
+  std::ifstream in(file);
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    number++;
+    const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t\r");
+    if (first != std::string::npos && line.substr(first, last - first + 1) == quoted) return file + ":" + std::to_string(number);
+  }
+  return file;
+}
+
+// Where `key` ("train.step") is set in an INI file, as "FILE:LINE".
+std::string where_key_is(const std::string& file, const std::string& key) {
+  const std::string section = key.substr(0, key.find('.')), name = key.substr(key.find('.') + 1);
+  std::ifstream in(file);
+  std::string current;
+  int number = 0;
+  const auto trim = [](std::string t) {
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t\r") + 1);
+    return t;
+  };
+  for (std::string line; std::getline(in, line);) {
+    number++;
+    const std::string t = trim(line);
+    if (t.size() > 2 && t.front() == '[' && t.back() == ']') current = trim(t.substr(1, t.size() - 2));
+    else if (current == section && trim(t.substr(0, t.find('='))) == name) return file + ":" + std::to_string(number);
+  }
+  return file;
 }
 
 std::string format_value(const boost::any& v) {
@@ -181,6 +281,12 @@ void Config::validate() const {
   require(train.min_lr >= 0 && train.min_lr <= train.lr,
           "train.min_lr must lie in [0, train.lr], got " + std::to_string(train.min_lr));
   require(train.warmup_steps >= 0, "train.warmup_steps must be >= 0");
+  parse_lr_shape(train.lr_schedule);
+  require(train.lr_decay_steps >= 0, "train.lr_decay_steps must be >= 0 (0: train.steps)");
+  require(train.lr_decay_steps == 0 || train.lr_decay_steps > train.warmup_steps,
+          "train.lr_decay_steps (" + std::to_string(train.lr_decay_steps) + ") must be past train.warmup_steps (" +
+              std::to_string(train.warmup_steps) + ")");
+  require(train.wsd_decay > 0, "train.wsd_decay must be positive: steps (>= 1) or a fraction (< 1)");
   require(train.weight_decay >= 0, "train.weight_decay must be >= 0");
   require(train.grad_clip >= 0, "train.grad_clip must be >= 0 (0: no clipping)");
   require(train.beta1 >= 0 && train.beta1 < 1, "train.beta1 must lie in [0, 1)");
@@ -239,7 +345,8 @@ std::vector<std::string> take_command_options(const std::vector<std::string>& ar
                                               const std::string& usage) {
   try {
     po::variables_map vm;
-    const po::parsed_options parsed = po::command_line_parser(args).options(own).allow_unregistered().run();
+    const po::parsed_options parsed =
+        po::command_line_parser(with_empty_values_split(args)).options(own).style(kFlagStyle).allow_unregistered().run();
     po::store(parsed, vm);
     po::notify(vm);
     return po::collect_unrecognized(parsed.options, po::include_positional);
@@ -267,8 +374,9 @@ CommandLine parse_command_line(const std::string& command, const std::vector<std
   cl.help_text = help.str();
 
   po::variables_map vm;
+  std::string reading = "flag";  // what is being read, for the error's hint
   try {
-    po::store(po::command_line_parser(args).options(all).run(), vm);
+    po::store(po::command_line_parser(with_empty_values_split(args)).options(all).style(kFlagStyle).run(), vm);
     if (vm.count("help")) {
       cl.help = true;
       return cl;
@@ -277,16 +385,26 @@ CommandLine parse_command_line(const std::string& command, const std::vector<std
       const std::string file = vm["config"].as<std::string>();
       std::ifstream in(file);
       require(in.good(), "cannot read config file '" + file + "'");
+      reading = file;
       // Stored after the flags: po::store keeps the first value, so flags win.
       po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), vm);
     }
     if (!defaults_ini.empty()) {  // below the file and the flags
+      reading = "the stored config";
       std::istringstream in(defaults_ini);
       po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), vm);
     }
     po::notify(vm);
+  } catch (const po::invalid_config_file_syntax& e) {
+    throw UsageError(where_in_file(reading, e.tokens()) + ": " + e.what() + " (an INI file holds [section] lines and "
+                     "key = value lines)");
+  } catch (const po::unknown_option& e) {
+    const bool flag = reading == "flag";
+    throw UsageError((flag ? "" : where_key_is(reading, e.get_option_name()) + ": ") + std::string(e.what()) +
+                     did_you_mean(e.get_option_name(), all, flag) + " (see 'trident " + command + " --help')");
   } catch (const po::error& e) {
-    throw UsageError(std::string(e.what()) + " (see 'trident " + command + " --help')");
+    throw UsageError((reading == "flag" ? "" : reading + ": ") + std::string(e.what()) + " (see 'trident " + command +
+                     " --help')");
   }
   if (!device.empty()) cl.config.train.device = device;
   cl.config.validate();

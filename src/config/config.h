@@ -61,8 +61,11 @@ struct TrainConfig {
   int global_batch = 16;    // sequences per optimizer step over all dp ranks
   int micro_batch = 0;      // sequences per forward/backward on one rank; 0: global_batch / dp
   double lr = 1e-3;         // peak learning rate
-  double min_lr = 1e-4;     // end of the cosine decay
+  double min_lr = 1e-4;     // end of the decay
   int warmup_steps = 50;    // linear warmup from 0
+  std::string lr_schedule = "cosine";  // cosine | linear | constant | wsd (optim/lr_schedule.h)
+  int lr_decay_steps = 0;   // the step at which the decay reaches min_lr; 0: steps
+  double wsd_decay = 0.2;   // wsd: its final decay, in steps (>= 1) or a fraction of the steps after warmup (< 1)
   double weight_decay = 0.1;  // decoupled, matrices and embeddings only
   double grad_clip = 1.0;   // global-norm clipping; 0 disables
   double beta1 = 0.9;
@@ -76,6 +79,7 @@ struct TrainConfig {
   double spike_factor = 3.0;        // report a loss above this times its running mean; 0: never
 
   int accumulation_steps(int dp) const { return global_batch / dp / micro_batch; }
+  int decay_end() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }
   // precision with "auto" resolved for the device
   std::string resolved_precision() const { return precision != "auto" ? precision : device == "cuda" ? "bf16" : "fp32"; }
 };
@@ -87,6 +91,7 @@ struct DataConfig {
   std::string tokenizer = "byte";                   // byte | gpt2 | llama3 | sentencepiece (data/tokenizer.h)
   std::string tokenizer_path;                       // gpt2: folder of encoder.json + vocab.bpe, or .tiktoken;
                                                     // llama3: tokenizer.model; sentencepiece: .model
+  std::string json_key = "text";                    // the document's key in JSONL input (Megatron's --json-keys)
   double val_fraction = 0.05;                       // held-out tail of the documents
   std::string val_path;                             // a validation dataset of its own (instead of val_fraction)
 };

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "data/documents.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
 #include "runtime/error.h"
@@ -264,23 +265,31 @@ std::unique_ptr<TokenDataset> open_llmc_shards(const std::vector<std::string>& f
   return std::make_unique<LlmcShards>(files);
 }
 
-std::unique_ptr<TokenDataset> open_text_dataset(const std::string& path, const Tokenizer& tokenizer) {
+std::unique_ptr<TokenDataset> open_text_dataset(const std::string& path, const Tokenizer& tokenizer,
+                                                const std::string& json_key) {
   std::vector<int32_t> tokens;
   std::vector<uint64_t> starts;
   size_t files = 0;
   const int32_t eod = tokenizer.special_tokens().eos;
+  const auto add = [&](std::string_view doc, bool separator_line) {
+    starts.push_back(tokens.size());
+    // Documents end with the tokenizer's end-of-document token; byte-level tokens
+    // keep the separator line they had, so the model sees the format.
+    const std::vector<int32_t> ids =
+        tokenizer.encode(eod >= 0 || !separator_line ? std::string(doc) : std::string(doc) + "%\n");
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+    if (eod >= 0) tokens.push_back(eod);
+  };
   for (const fs::path& file : text_files(path)) {
-    std::ifstream in(file, std::ios::binary);
-    require(in.good(), "cannot read '" + file.string() + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
-    for (const std::string& doc : split_documents(text.str())) {
-      starts.push_back(tokens.size());
-      // Documents end with the tokenizer's end-of-document token; byte-level tokens
-      // keep the separator line they had, so the model sees the format.
-      const std::vector<int32_t> ids = tokenizer.encode(eod >= 0 ? doc : doc + "%\n");
-      tokens.insert(tokens.end(), ids.begin(), ids.end());
-      if (eod >= 0) tokens.push_back(eod);
+    const InputFile input = list_inputs({file.string()}).front();
+    if (input.jsonl || input.gzip) {  // as `trident prepare` reads it: a document per line under json_key
+      for_each_document({input}, 0, UINT64_MAX, json_key, [&](std::string_view doc) { add(doc, false); });
+    } else {
+      std::ifstream in(file, std::ios::binary);
+      require(in.good(), "cannot read '" + file.string() + "'");
+      std::ostringstream text;
+      text << in.rdbuf();
+      for (const std::string& doc : split_documents(text.str())) add(doc, true);
     }
     files++;
   }
@@ -295,10 +304,18 @@ std::unique_ptr<TokenDataset> open_text_dataset(const std::string& path, const T
 namespace {
 
 // One data.path entry: a Megatron prefix, a glob of llm.c shards, or text.
-std::unique_ptr<TokenDataset> open_one(const std::string& path, const Tokenizer& tokenizer, size_t& files) {
+std::unique_ptr<TokenDataset> open_one(const std::string& path, const Tokenizer& tokenizer, size_t& files,
+                                       const std::string& json_key) {
   if (fs::exists(path + ".idx") || fs::exists(path + ".bin")) {
     files += 2;
     return open_megatron_dataset(path);
+  }
+  // One file of a Megatron pair named in place of the pair: say what to pass.
+  if (path.ends_with(".bin") || path.ends_with(".idx")) {
+    const std::string prefix = path.substr(0, path.size() - 4);
+    require(!(fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx")),
+            "data.path '" + path + "' is one file of the Megatron indexed dataset '" + prefix +
+                "' (.bin + .idx): pass the prefix, --data.path=" + prefix);
   }
   if (path.ends_with(".bin") || path.find_first_of("*?[") != std::string::npos) {
     const std::vector<std::string> shards = glob_files(path);
@@ -307,13 +324,13 @@ std::unique_ptr<TokenDataset> open_one(const std::string& path, const Tokenizer&
     return open_llmc_shards(shards);
   }
   files += fs::is_directory(path) ? text_files(path).size() : 1;
-  return open_text_dataset(path, tokenizer);
+  return open_text_dataset(path, tokenizer, json_key);
 }
 
 }  // namespace
 
 TrainingData open_training_data(const std::string& path, const std::string& val_path, double val_fraction,
-                                const Tokenizer& tokenizer) {
+                                const Tokenizer& tokenizer, const std::string& json_key) {
   TrainingData data;
   // "w1 p1 w2 p2 ...": a blend; one path otherwise.
   std::istringstream words(path);
@@ -347,7 +364,7 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
         data.val.weights.push_back(weight / total_weight);
       }
     }
-    if (d == nullptr) d = open_one(p, tokenizer, data.files);
+    if (d == nullptr) d = open_one(p, tokenizer, data.files, json_key);
     require(d->tokens() > 0, "data.path '" + p + "' holds no tokens (an empty dataset)");
     const TokenDataset& ds = *d;
     data.datasets.push_back(std::move(d));
@@ -373,7 +390,7 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
     data.fingerprint += (data.fingerprint.empty() ? "" : "; ") + ds.fingerprint();
   }
   if (!val_path.empty()) {
-    data.datasets.push_back(open_one(val_path, tokenizer, data.files));
+    data.datasets.push_back(open_one(val_path, tokenizer, data.files, json_key));
     const TokenDataset& v = *data.datasets.back();
     data.val.ranges.push_back({&v, 0, v.tokens()});
     data.val.weights.push_back(1.0);

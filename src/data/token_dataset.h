@@ -41,8 +41,11 @@ std::unique_ptr<TokenDataset> open_megatron_dataset(const std::string& prefix);
 // All shards matching `glob_pattern`, in name order, as one stream.
 std::unique_ptr<TokenDataset> open_llmc_shards(const std::vector<std::string>& files);
 // A text file or folder, tokenized with `tokenizer` (documents separated by its
-// end-of-document token when it has one, else kept as the text had them).
-std::unique_ptr<TokenDataset> open_text_dataset(const std::string& path, const Tokenizer& tokenizer);
+// end-of-document token when it has one, else kept as the text had them). JSONL files
+// (.jsonl, .json, gzipped or not) hold a document per line under `json_key`, as
+// `trident prepare` reads them.
+std::unique_ptr<TokenDataset> open_text_dataset(const std::string& path, const Tokenizer& tokenizer,
+                                                const std::string& json_key = "text");
 
 // A contiguous token range of one dataset.
 struct TokenRange {
@@ -76,7 +79,7 @@ struct TrainingData {
 // documents (at least one when val_fraction > 0). UsageError naming the file and what
 // is wrong.
 TrainingData open_training_data(const std::string& path, const std::string& val_path, double val_fraction,
-                                const Tokenizer& tokenizer);
+                                const Tokenizer& tokenizer, const std::string& json_key = "text");
 
 // Sequences of T+1 tokens (inputs [:T], targets [1:]) drawn from a split. Sequence i of
 // step s comes from the blend's dataset and start chosen by (seed, stream, s, i) alone,

@@ -101,6 +101,7 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
   Timer timer;
   for (long spins = 0; !done(); spins++) {
     if (spins % 64 == 0 && timer.seconds() > watchdog.timeout_s) {
+      std::fflush(stdout);  // the report comes after what was printed before it, in a combined log
       char host[256] = "?";
       gethostname(host, sizeof host - 1);
       int world_rank = 0;

@@ -24,12 +24,15 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   check(world_->size() == dims.world(), "ParallelState: the grid does not match the world size");
   const int rank = world_->rank();
   coords_ = dims.coords(rank);
-  MPI_Comm node;
+  MPI_Comm machine, node;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &machine) == MPI_SUCCESS,
+        "MPI_Comm_split_type");
+  MPI_Comm_size(machine, &ranks_on_machine_);
   if (ranks_per_node > 0) {
+    MPI_Comm_free(&machine);
     node = split(rank / ranks_per_node, rank);
   } else {
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS,
-          "MPI_Comm_split_type");
+    node = machine;
   }
   node_ = std::make_unique<MpiCommunicator>(node, "node", watchdog_);
   // Count the nodes: one leader (node rank 0) each.

@@ -126,4 +126,6 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, -1);  // and never give the heap back
 }
 
+void release_freed_memory() { malloc_trim(0); }
+
 }  // namespace trident

@@ -20,5 +20,8 @@ size_t total_memory_bytes();
 // Keeps glibc from returning large blocks to the OS: here fresh pages cost ~10 us
 // each (shared/MACHINE.md), so every buffer should be touched once and then reused.
 void keep_freed_memory();
+// Hands the heap's free memory back to the system now (keep_freed_memory() keeps it
+// otherwise): before a measurement of what comes next, so that nothing reuses it unseen.
+void release_freed_memory();
 
 }  // namespace trident

@@ -35,8 +35,8 @@ double one_core_gemm_gflops(ParallelState& parallel, kernels::Kernels& k) {
   if (parallel.is_root()) {
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    k.measure_gemm_gflops(1024, 0.2);  // warm-up: pages, kernels chosen, clocks up
-    for (int window = 0; window < 4; window++) rate = std::max(rate, k.measure_gemm_gflops(1024, 0.25));
+    k.measure_gemm_gflops(kCpuPeakGemm, 0.2);  // warm-up: pages, kernels chosen, clocks up
+    for (int window = 0; window < 4; window++) rate = std::max(rate, k.measure_gemm_gflops(kCpuPeakGemm, 0.25));
     omp_set_num_threads(threads);
   }
   std::vector<double> value = {rate};

@@ -23,6 +23,9 @@ struct DevicePeak {
 // Collective over the world.
 DevicePeak device_peak(const Config& config, ParallelState& parallel, kernels::Kernels& k);
 
+// On the CPU, without log.peak_gflops, rank 0 times sgemm on matrices of this size.
+inline constexpr int kCpuPeakGemm = 1024;
+
 // The datasheet dense rate in GFLOP/s of the GPU named `device_name` (as the driver names
 // it, e.g. "NVIDIA H200") at `precision` (bf16 tensor cores; fp32 without TF32, as our
 // GEMMs compute it), and the entry's name; 0 and "" for a GPU not in the table.

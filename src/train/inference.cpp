@@ -147,7 +147,7 @@ CheckpointRun open_checkpoint_run(const std::string& command, const std::vector<
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   const CommandLine first = parse_command_line(command, args);
   const CheckpointConfig& cc = first.config.checkpoint;
-  require(!cc.load.empty() || !cc.dir.empty(), command + " needs --checkpoint.load=STEP_DIR (or --checkpoint.dir)");
+  require(!cc.load.empty() || !cc.dir.empty(), command + " needs --checkpoint.dir=DIR (its newest complete step) or --checkpoint.load=STEP_DIR");
   CheckpointRun run;
   std::string ini;
   run_collectively([&] {
@@ -199,7 +199,8 @@ int run_eval_command(const std::vector<std::string>& args) {
   if (help) {
     if (MpiRank() == 0) {
       std::ostringstream text;
-      text << "usage: trident eval --checkpoint.load=STEP_DIR [--data.path=...] [--split val|train]\n\n" << own;
+      text << "usage: trident eval --checkpoint.dir=DIR (its newest complete step) | --checkpoint.load=STEP_DIR\n"
+              "                    [--data.path=...] [--split val|train]\n\n" << own;
       std::printf("%s", text.str().c_str());
     }
     return 0;
@@ -210,7 +211,7 @@ int run_eval_command(const std::vector<std::string>& args) {
   const Config& c = run.config;
   TrainingData data;
   run_collectively([&] {
-    data = open_training_data(c.data.path, c.data.val_path, c.data.val_fraction, *run.tokenizer);
+    data = open_training_data(c.data.path, c.data.val_path, c.data.val_fraction, *run.tokenizer, c.data.json_key);
     require(data.max_token < c.model.vocab_size, "the data holds token id " + std::to_string(data.max_token) +
                                                      ", beyond model.vocab_size (" + std::to_string(c.model.vocab_size) +
                                                      ")");
@@ -241,7 +242,8 @@ int run_generate_command(const std::vector<std::string>& args) {
   if (help) {
     if (MpiRank() == 0) {
       std::ostringstream text;
-      text << "usage: trident generate --checkpoint.load=STEP_DIR --prompt TEXT [--max_tokens N] [--temperature T]\n\n"
+      text << "usage: trident generate --checkpoint.dir=DIR | --checkpoint.load=STEP_DIR --prompt TEXT [--max_tokens N]\n"
+              "                        [--temperature T]\n\n"
            << own;
       std::printf("%s", text.str().c_str());
     }

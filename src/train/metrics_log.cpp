@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/durable_file.h"
 #include "runtime/error.h"
@@ -20,13 +22,30 @@ std::string format_duration(double seconds) {
   return out;
 }
 
-MetricsLog::MetricsLog(const std::string& run_dir) {
+MetricsLog::MetricsLog(const std::string& run_dir, int resumed_from) {
   if (run_dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   dir_ = run_dir;
   path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
-  jsonl_.open(path_, std::ios::trunc);
+  if (resumed_from > 0) {
+    // Keep what was logged up to the checkpoint, then go on appending: one file for the
+    // whole run however often it was resumed (a requeue, a signal).
+    std::ifstream in(path_);
+    std::string kept;
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded()) continue;  // a line cut by a kill
+      if (j.is_object() && j.contains("step") && j["step"].is_number() && j["step"].get<int>() > resumed_from) continue;
+      kept += line + "\n";
+    }
+    write_text_atomically(path_, kept);
+    std::ifstream summary((std::filesystem::path(run_dir) / "summary.json").string());
+    std::ostringstream text;
+    text << summary.rdbuf();
+    earlier_summary_ = text.str();
+  }
+  jsonl_.open(path_, resumed_from > 0 ? std::ios::app : std::ios::trunc);
   require(jsonl_.good(), "cannot write '" + path_ + "' (log.run_dir)");
 }
 
@@ -38,6 +57,7 @@ void MetricsLog::log_step(const StepMetrics& m) {
   std::fflush(stdout);
   if (!jsonl_.is_open()) return;
   nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
+                      {"loss_step", m.loss_step}, {"loss_steps", m.loss_steps},
                       {"lr", m.lr},              {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
                       {"step_time_s", m.step_time_s},   {"memory_gib", m.memory_gib},

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,7 @@
 #include "runtime/stop_signal.h"
 #include "runtime/timer.h"
 #include "train/device_peak.h"
+#include "train/core_sharing.h"
 #include "train/divergence.h"
 #include "train/inference.h"
 #include "train/memory_fit.h"
@@ -55,11 +57,9 @@ TrainingData load_data(const Config& config, ParallelState& parallel, std::uniqu
   run_collectively([&] {
     const DataConfig& d = config.data;
     tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
-    data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer);
-    // Every id the data holds must be a row of the embedding.
-    require(tokenizer->vocab_size() <= config.model.vocab_size,
-            "model.vocab_size (" + std::to_string(config.model.vocab_size) + ") is smaller than the " +
-                tokenizer->kind() + " tokenizer's vocabulary (" + std::to_string(tokenizer->vocab_size()) + ")");
+    data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key);
+    // Every id the data holds must be a row of the embedding (the tokenizer's vocabulary
+    // may be larger: pre-tokenized data whose ids all fit trains).
     require(data.max_token < config.model.vocab_size,
             "the data holds token id " + std::to_string(data.max_token) + ", beyond model.vocab_size (" +
                 std::to_string(config.model.vocab_size) + "): " + data.description);
@@ -117,37 +117,54 @@ std::string chosen_checkpoint(const Config& config, ParallelState& parallel, boo
   return broadcast_string(chosen);
 }
 
-int restore(const Config& config, ParallelState& parallel, Transformer& model, Checkpointer& checkpointer,
-            bool latest_first = false) {
+// Where a run starts: the checkpoint's step (0: none), and what that checkpoint's run
+// was configured with (its stored config; empty without a checkpoint).
+struct Restored {
+  int step = 0;
+  std::string dir, config_ini;
+};
+
+Restored restore(const Config& config, ParallelState& parallel, Transformer& model, Checkpointer& checkpointer,
+                 bool latest_first = false) {
   const CheckpointConfig& cc = config.checkpoint;
   const std::string chosen = chosen_checkpoint(config, parallel, latest_first);
   if (!chosen.empty()) {
-    int step = 0;
+    Restored r;
+    r.dir = chosen;
     Timer loading;
     double bytes = 0;
     run_collectively([&] {
       const Manifest m = read_manifest(chosen, /*verify_files=*/false);
       for (const ManifestFile& f : m.files) bytes += static_cast<double>(f.bytes);
-      step = checkpointer.load(m);
+      r.config_ini = m.config_ini;
+      r.step = checkpointer.load(m);
     });
     parallel.world().barrier();
     if (parallel.is_root())
       std::printf("resumed from %s: continuing after step %d (%.3f GB of node files loaded in %.2f s)\n", chosen.c_str(),
-                  step, bytes / 1e9, loading.seconds());
-    return step;
+                  r.step, bytes / 1e9, loading.seconds());
+    return r;
   }
   if (!cc.init_from.empty()) {
     HfTransfer read;
+    std::string what;
     run_collectively([&] {
-      if (is_hf_checkpoint(cc.init_from)) read = import_hf(model.parameters(), cc.init_from);
-      else init_parameters_from(model.parameters(), cc.init_from);
+      if (is_hf_checkpoint(cc.init_from)) {
+        read = import_hf(model.parameters(), cc.init_from);
+      } else if (const std::optional<Manifest> m = trident_checkpoint_at(cc.init_from)) {
+        init_parameters_from_checkpoint(model.parameters(), config.model, *m);
+        what = " (the parameters of trident checkpoint " + m->dir + ", step " + std::to_string(m->step) +
+               "; optimizer state and data position start afresh)";
+      } else {
+        init_parameters_from(model.parameters(), cc.init_from);
+      }
     });
     const double bytes = parallel.world().all_reduce(static_cast<double>(read.bytes));
     const double seconds = parallel.world().all_reduce(read.seconds, ReduceOp::max);
     const double growth = parallel.world().all_reduce(static_cast<double>(read.peak_growth_bytes), ReduceOp::max);
     const double slice = parallel.world().all_reduce(static_cast<double>(read.largest_slice_bytes), ReduceOp::max);
     if (parallel.is_root()) {
-      std::printf("parameters initialized from %s", cc.init_from.c_str());
+      std::printf("parameters initialized from %s%s", cc.init_from.c_str(), what.c_str());
       if (bytes > 0)
         std::printf(" (Hugging Face: %.3f GB read by all ranks in %.2f s, %.2f GB/s; peak memory +%.1f MiB on the "
                     "busiest rank, largest slice %.1f MiB)",
@@ -155,7 +172,46 @@ int restore(const Config& config, ParallelState& parallel, Transformer& model, C
       std::printf("\n");
     }
   }
-  return 0;
+  return {};
+}
+
+// The learning rate of every step, from the config (optim/lr_schedule.h).
+LearningRateSchedule schedule_of(const TrainConfig& t) {
+  LearningRateSchedule s;
+  s.lr = t.lr;
+  s.min_lr = t.min_lr;
+  s.warmup_steps = t.warmup_steps;
+  s.decay_steps = t.decay_end();
+  s.shape = parse_lr_shape(t.lr_schedule);
+  const int after_warmup = std::max(0, s.decay_steps - s.warmup_steps);
+  s.wsd_decay = static_cast<int>(std::lround(t.wsd_decay >= 1 ? t.wsd_decay : t.wsd_decay * after_warmup));
+  return s;
+}
+
+// Rank 0: the schedule at start, and on a resume what changed from the checkpoint's
+// (a longer train.steps stretches a decay that follows it: say so, and how to keep it).
+void print_schedule(const Config& config, const Restored& restored) {
+  const LearningRateSchedule now = schedule_of(config.train);
+  std::printf("learning rate: %s", now.describe().c_str());
+  if (restored.step > 0) std::printf("; step %d: %.3e", restored.step + 1, now.at(restored.step));
+  std::printf("\n");
+  if (restored.config_ini.empty()) return;
+  TrainConfig saved;
+  try {
+    saved = parse_command_line("train", {}, restored.config_ini).config.train;
+  } catch (const UsageError&) {
+    return;  // a stored config this build cannot read: nothing to compare
+  }
+  const LearningRateSchedule before = schedule_of(saved);
+  const double was = before.at(restored.step), is = now.at(restored.step);
+  if (now.describe() == before.describe()) return;
+  std::printf("learning rate: the checkpoint's run had %s; at step %d the rate is now %.3e (was %.3e)",
+              before.describe().c_str(), restored.step + 1, is, was);
+  if (saved.steps != config.train.steps && saved.lr_decay_steps == 0 && config.train.lr_decay_steps == 0)
+    std::printf(": train.steps went from %d to %d and the decay follows it; --train.lr_decay_steps=%d keeps the "
+                "curve the run was on",
+                saved.steps, config.train.steps, saved.steps);
+  std::printf("\n");
 }
 
 void print_startup(const Config& config, ParallelState& parallel, TrainingSetup& s, kernels::Kernels& k,
@@ -302,14 +358,18 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
 // asked for by a signal) and the stop, the validation.
 class StepEnd {
  public:
+  // resumed_from: the checkpoint's step (0: a fresh start); stragglers: whether a rank's
+  // work time means anything here (not where ranks take turns on the cores).
   StepEnd(const Config& config, ParallelState& parallel, TrainingSetup& s, Checkpointer& checkpointer,
-          const TrainingData& data, const Tokenizer& tokenizer, const DevicePeak& peak, TrainResult& result)
+          const TrainingData& data, const Tokenizer& tokenizer, const DevicePeak& peak, TrainResult& result,
+          int resumed_from, bool stragglers)
       : config_(config), parallel_(parallel), s_(s), checkpointer_(checkpointer), data_(data), tokenizer_(tokenizer),
-        result_(result), log_(parallel.is_root() ? config.log.run_dir : ""),
+        result_(result), log_(parallel.is_root() ? config.log.run_dir : "", resumed_from),
         flops_per_token_(flops_per_token(s.model.spec())),
         tokens_per_step_(static_cast<double>(config.train.global_batch) * config.model.seq_len),
         peak_total_(peak.total_gflops),
-        have_val_(has_sequences(data.val, config.model.seq_len) && config.log.val_batches > 0) {}
+        have_val_(has_sequences(data.val, config.model.seq_len) && config.log.val_batches > 0),
+        stragglers_(stragglers && config.log.straggler_factor > 0 && parallel.dims().world() > 1) {}
 
   bool have_val() const { return have_val_; }
   bool saved_any() const { return saved_any_; }
@@ -334,13 +394,21 @@ class StepEnd {
     }
     result_.tokens_per_s = tokens_per_step_ / o.seconds;
     result_.mfu = flops_per_token_ * tokens_per_step_ / o.seconds / (peak_total_ * 1e9);
+    result_.steps_run++;
+    if (std::isfinite(o.loss)) {  // the logged loss: the mean since the last line (skipped steps left out)
+      interval_loss_ += o.loss;
+      interval_steps_++;
+    }
     const bool last = step + 1 == tc.steps;
     if (!((step + 1) % config_.log.every_steps == 0 || step == 0 || last)) return;
     // Every rank's own work (not its waiting on the others), against its stage's median.
-    const Straggler straggler = config_.log.straggler_factor > 0 && parallel_.dims().world() > 1
-                                    ? find_straggler(parallel_, o.data_seconds + o.compute_seconds,
-                                                     config_.log.straggler_factor)
-                                    : Straggler{};
+    const Straggler straggler = stragglers_ ? find_straggler(parallel_, o.data_seconds + o.compute_seconds,
+                                                             config_.log.straggler_factor)
+                                            : Straggler{};
+    const double mean_loss = interval_steps_ > 0 ? interval_loss_ / interval_steps_ : o.loss;
+    const int mean_of = std::max(interval_steps_, 1);
+    interval_loss_ = 0;
+    interval_steps_ = 0;
     if (!parallel_.is_root()) return;
     if (straggler.found) {
       std::printf("%s\n", straggler.describe(step + 1).c_str());
@@ -349,7 +417,9 @@ class StepEnd {
     StepMetrics m;
     m.step = step + 1;
     m.total_steps = tc.steps;
-    m.loss = o.loss;
+    m.loss = mean_loss;
+    m.loss_step = o.loss;
+    m.loss_steps = mean_of;
     m.lr = o.lr;
     m.grad_norm = o.norm.norm;
     m.tokens_per_s = result_.tokens_per_s;
@@ -431,8 +501,10 @@ class StepEnd {
   TrainResult& result_;
   MetricsLog log_;
   const double flops_per_token_, tokens_per_step_, peak_total_;
-  const bool have_val_;
+  const bool have_val_, stragglers_;
   double time_per_step_ = 0;  // smoothed, for the ETA
+  double interval_loss_ = 0;  // the finite losses since the last logged step, and their count
+  int interval_steps_ = 0;
   bool saved_any_ = false;
 };
 
@@ -479,6 +551,36 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
   return j.dump();
 }
 
+// How to run this executable again from here: "build/trident", as the user typed it.
+std::string this_executable() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "trident";
+  const std::filesystem::path here = std::filesystem::relative(exe, std::filesystem::current_path(), ec);
+  return !ec && !here.empty() && here.begin()->string() != ".." ? here.string() : exe.string();
+}
+
+// A resumed run's summary covers the whole run: the earlier runs' (their summary.json in
+// the same log.run_dir) and this one's, averaged over their steps after the first of each.
+void with_earlier_runs(nlohmann::json& summary, const std::string& earlier_text) {
+  const nlohmann::json earlier = nlohmann::json::parse(earlier_text, nullptr, /*allow_exceptions=*/false);
+  summary["runs"] = 1 + (earlier.is_object() ? earlier.value("runs", 1) : 0);
+  if (!earlier.is_object()) return;
+  const int n0 = earlier.value("steady_steps", 0), n1 = summary.value("steady_steps", 0);
+  const double t0 = earlier.value("step_time_s", 0.0), t1 = summary.value("step_time_s", 0.0);
+  if (n0 + n1 > 0 && t1 > 0) {
+    const double step_s = (n0 * t0 + n1 * t1) / static_cast<double>(n0 + n1);
+    summary["tokens_per_s"] = summary["tokens_per_s"].get<double>() * t1 / step_s;
+    summary["mfu"] = summary["mfu"].get<double>() * t1 / step_s;
+    summary["step_time_s"] = step_s;
+  }
+  summary["steady_steps"] = n0 + n1;
+  for (const char* sum : {"steps_run", "skipped_steps", "straggler_reports"})
+    summary[sum] = earlier.value(sum, 0) + summary.value(sum, 0);
+  summary["loss_first"] = earlier.value("loss_first", summary.value("loss_first", 0.0));
+  summary["memory_gib"] = std::max(earlier.value("memory_gib", 0.0), summary.value("memory_gib", 0.0));
+}
+
 }  // namespace
 
 TrainResult train(const Config& config, ParallelState& parallel) {
@@ -495,6 +597,12 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   TrainResult result;
   result.unigram_entropy = data.unigram_entropy;
 
+  // MFU's peak, measured before the plan's baseline (on the CPU, rank 0 times sgemm on
+  // matrices the plan does not count), and what that freed handed back, so that the setup
+  // cannot reuse it unseen.
+  const DevicePeak peak = device_peak(config, parallel, *k);
+  release_freed_memory();
+
   Timer setup_time;
   // What the plan says is measured from here: the peak's growth (host memory) or the
   // device memory taken.
@@ -504,16 +612,32 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   s.model.init_parameters(tc.seed);
   Checkpointer checkpointer(config, parallel, s.model.parameters(), s.optimizer, s.data_parallel);
   checkpointer.set_data(data.fingerprint);
-  const int start_step = restore(config, parallel, s.model, checkpointer);
-  const LearningRateSchedule schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
-  const DevicePeak peak = device_peak(config, parallel, *k);
-  if (parallel.is_root()) print_startup(config, parallel, s, *k, peak, memory_plan, setup_time.seconds());
+  const Restored restored = restore(config, parallel, s.model, checkpointer);
+  const int start_step = restored.step;
+  // Every rank has the same step: the same verdict everywhere, said once.
+  if (start_step >= tc.steps)
+    throw AgreedUsageError("the checkpoint " + restored.dir + " is at step " + std::to_string(start_step) +
+                           ", at or past train.steps (" + std::to_string(tc.steps) +
+                           "): nothing is left to train; raise --train.steps to go on, or give another "
+                           "--checkpoint.dir to start afresh");
+  const LearningRateSchedule schedule = schedule_of(tc);
+  const CoreSharing cores = core_sharing(parallel);
+  if (parallel.is_root()) {
+    print_startup(config, parallel, s, *k, peak, memory_plan, setup_time.seconds());
+    print_schedule(config, restored);
+    if (tc.device == "cpu" && !cores.advice().empty()) std::printf("%s\n", cores.advice().c_str());
+  }
 
-  StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak, result);
+  // Ranks taking turns on the cores have noisy work times: no straggler reports (but for
+  // the fault test that slows one rank on purpose).
+  const bool stragglers = tc.device != "cpu" || !cores.ranks_take_turns() || std::getenv("TRIDENT_TEST_SLOW_RANK");
+  StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak, result, start_step, stragglers);
   DivergenceGuard guard(tc.max_bad_steps, tc.spike_factor);
   const bool resumed = start_step > 0;
   std::vector<int32_t> inputs, targets;
-  for (int step = start_step; step < tc.steps; step++) {
+  bool stopped = false;
+  int last_step = start_step;
+  for (int step = start_step; step < tc.steps && !stopped; step++) {
     parallel.set_step(step);
     maybe_stall(parallel.rank(), step);
     const StepOutcome o = run_step(step, config, parallel, s, *k, train_sampler, schedule, inputs, targets);
@@ -525,11 +649,13 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     if (parallel.is_root() && !guard.message().empty()) std::printf("%s\n", guard.message().c_str());
     if (verdict == DivergenceGuard::Verdict::roll_back) {
       checkpointer.finish();
-      step = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true) - 1;  // then on after it
+      step = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true).step - 1;  // then on after it
       continue;
     }
     end.record(step, start_step, o);
-    if (end.checkpoint_or_stop(step, !guard.in_streak())) return result;
+    last_step = step + 1;
+    stopped = end.checkpoint_or_stop(step, !guard.in_streak());
+    if (stopped) break;
     end.validate_if_due(step);
     end.sample_if_due(step);
   }
@@ -542,26 +668,39 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const auto host_syncs_per_step = static_cast<uint64_t>(
       parallel.world().all_reduce(static_cast<double>(result.host_syncs_per_step), ReduceOp::max));
   if (parallel.is_root()) {
-    std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan\n",
-                planned / (1 << 20), taken / (1 << 20), k->host_memory() ? "peak resident growth" : "device memory",
-                planned > 0 ? 100.0 * taken / planned : 0.0);
+    if (!stopped)
+      std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan\n",
+                  planned / (1 << 20), taken / (1 << 20), k->host_memory() ? "peak resident growth" : "device memory",
+                  planned > 0 ? 100.0 * taken / planned : 0.0);
     nlohmann::json summary = nlohmann::json::parse(run_summary_json(config, parallel, s, result, peak, *k));
     summary["skipped_steps"] = guard.skipped_steps();
     summary["straggler_reports"] = result.straggler_reports;
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
     summary["host_syncs_per_step"] = host_syncs_per_step;
+    summary["steps_run"] = result.steps_run;
+    summary["last_step"] = last_step;
+    summary["runs"] = 1;
+    if (resumed) with_earlier_runs(summary, end.log().earlier_summary());
     end.log().write_summary(summary.dump());
   }
-  if (parallel.is_root())
-    std::printf("done: %d steps in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
+  if (parallel.is_root() && !stopped) {
+    std::printf("done: steps %d-%d (%d) in %s, loss %.4f -> %.4f (unigram entropy %.4f), val loss %s, "
                 "data wait %.2f%% and dp wait %.1f%% of step time, peak memory %.2f GiB (rank 0)%s%s\n",
-                tc.steps, format_duration(result.step_time_s).c_str(), result.first_loss, result.last_loss,
-                result.unigram_entropy, end.have_val() ? format_loss(result.val_loss).c_str() : "n/a",
+                start_step + 1, last_step, result.steps_run, format_duration(result.step_time_s).c_str(),
+                result.first_loss, result.last_loss, result.unigram_entropy,
+                end.have_val() ? format_loss(result.val_loss).c_str() : "n/a",
                 result.step_time_s > 0 ? 100.0 * result.data_wait_s / result.step_time_s : 0.0,
                 result.step_time_s > 0 ? 100.0 * result.comm_wait_s / result.step_time_s : 0.0,
                 gib(static_cast<double>(peak_resident_bytes())), end.log().path().empty() ? "" : ", metrics in ",
                 end.log().path().c_str());
+    if (end.saved_any()) {
+      const std::string me = this_executable(), dir = config.checkpoint.dir;
+      std::printf("next: %s eval --checkpoint.dir=%s\n      %s generate --checkpoint.dir=%s --prompt \"...\"\n"
+                  "      or go on: this command with a larger --train.steps\n",
+                  me.c_str(), dir.c_str(), me.c_str(), dir.c_str());
+    }
+  }
   return result;
 }
 

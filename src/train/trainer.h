@@ -22,6 +22,7 @@ struct TrainResult {
   double peak_gflops = 0;  // what MFU is measured against, all ranks together
   int straggler_reports = 0;  // log steps at which a rank worked log.straggler_factor x its stage's median
   uint64_t host_syncs_per_step = 0;  // this rank's most in a step after the first (kernels.h's blocking calls)
+  int steps_run = 0;                 // by this run (a resumed one starts after its checkpoint)
 };
 
 // Trains under a config whose layout is resolved (Config::resolve_layout), on the grid

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <sstream>
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -309,6 +310,21 @@ TEST(Checkpoint, LlamaResumesExactlyAndReshards) {
     ASSERT_EQ(l.size(), 2u) << layout << "\n" << r.out;
     for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << layout << " step " << step;
   }
+  // `ckpt inspect` keeps its columns under Llama's long names: every row's shape starts
+  // where the header's does.
+  const CliRun inspect = run("ckpt inspect --checkpoint.dir=" + whole + " --step=4");
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  std::istringstream rows(inspect.out);
+  size_t column = std::string::npos;
+  int checked = 0;
+  for (std::string row; std::getline(rows, row);) {
+    if (row.rfind("tensor ", 0) == 0) column = row.find("shape");
+    if (column == std::string::npos || row.rfind("model.", 0) != 0) continue;
+    EXPECT_EQ(row[column - 1], ' ') << row;
+    EXPECT_NE(row[column], ' ') << row;
+    checked++;
+  }
+  EXPECT_GT(checked, 8) << inspect.out;
 }
 
 TEST(Checkpoint, LlamaExportInitFromAndTheOtherFamilyRefused) {

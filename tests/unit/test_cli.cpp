@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include "cli_helpers.h"
+#include "data/indexed_dataset.h"
 #include "tests/unit/machine.h"
+
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -295,6 +298,137 @@ TEST(Cli, AStepWaitsOnItsDeviceAtMostTwice) {
     const nlohmann::json summary = nlohmann::json::parse(in);
     EXPECT_EQ(summary["host_syncs_per_step"].get<int>(), 2) << c.flags;
   }
+}
+
+std::vector<nlohmann::json> jsonl(const std::string& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+// What a user meets around a resume: one metrics.jsonl and one summary.json for the whole
+// run (the records past the checkpoint dropped), the logged loss a mean over the logging
+// interval, the learning-rate schedule said when a longer train.steps bends it, a
+// checkpoint with nothing left to train refused, the next commands named, and a trident
+// checkpoint accepted as checkpoint.init_from.
+TEST(Cli, AResumeGoesOnInOneLogAndSaysWhatChanged) {
+  const std::string dir = testing::TempDir() + "resume_flow", ckpt = dir + "/ckpt", logs = dir + "/run";
+  std::filesystem::remove_all(dir);
+  const std::string base = "train --config configs/tiny.ini --model.d_model=64 --model.n_layer=2 --log.val_batches=0 "
+                           "--log.sample_every_steps=0 --train.warmup_steps=2 ";
+  const std::string saving = base + "--log.every_steps=2 --checkpoint.dir=" + ckpt +
+                             " --checkpoint.every_steps=4 --log.run_dir=" + logs;
+  const CliRun first = run(saving + " --train.steps=8");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_NE(first.out.find("next: "), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find(" eval --checkpoint.dir=" + ckpt), std::string::npos) << first.out;
+  std::vector<nlohmann::json> records = jsonl(logs + "/metrics.jsonl");
+  ASSERT_EQ(records.size(), 5u);  // steps 1, 2, 4, 6, 8
+  // The logged loss is the mean since the last line: at step 4, of steps 3 and 4.
+  const CliRun each = run(base + "--train.steps=4 --log.every_steps=1 --log.run_dir=" + dir + "/each");
+  ASSERT_EQ(each.exit_code, 0) << each.err;
+  const std::vector<nlohmann::json> steps = jsonl(dir + "/each/metrics.jsonl");
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(records[2]["step"], 4);
+  EXPECT_EQ(records[2]["loss_steps"], 2);
+  EXPECT_DOUBLE_EQ(records[2]["loss_step"].get<double>(), steps[3]["loss"].get<double>());
+  EXPECT_DOUBLE_EQ(records[2]["loss"].get<double>(),
+                   (steps[2]["loss"].get<double>() + steps[3]["loss"].get<double>()) / 2);
+
+  // Back to step 4 with a longer run: steps 6 and 8 are trained again, logged once.
+  const CliRun longer = run(saving + " --train.steps=12 --checkpoint.load=" + ckpt + "/step_00000004");
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_NE(longer.out.find("the checkpoint's run had cosine"), std::string::npos) << longer.out;
+  EXPECT_NE(longer.out.find("train.steps went from 8 to 12"), std::string::npos) << longer.out;
+  EXPECT_NE(longer.out.find("--train.lr_decay_steps=8"), std::string::npos) << longer.out;
+  EXPECT_NE(longer.out.find("done: steps 5-12 (8)"), std::string::npos) << longer.out;
+  records = jsonl(logs + "/metrics.jsonl");
+  std::vector<int> logged;
+  for (const auto& r : records) logged.push_back(r["step"]);
+  EXPECT_EQ(logged, (std::vector<int>{1, 2, 4, 6, 8, 10, 12}));
+  std::ifstream summary_file(logs + "/summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["runs"], 2);
+  EXPECT_EQ(summary["steps_run"], 16);
+  EXPECT_EQ(summary["last_step"], 12);
+  EXPECT_DOUBLE_EQ(summary["loss_first"].get<double>(), records[0]["loss_step"].get<double>());
+
+  // Nothing left: one error, exit 2, and the log untouched.
+  const CliRun again = run(saving + " --train.steps=12");
+  EXPECT_EQ(again.exit_code, 2) << again.out << again.err;
+  EXPECT_NE(again.err.find("is at step 12, at or past train.steps (12): nothing is left to train"), std::string::npos)
+      << again.err;
+  EXPECT_EQ(jsonl(logs + "/metrics.jsonl").size(), records.size());
+
+  // A fine-tune from the checkpoint folder: its parameters, step 0.
+  const CliRun tune = run(base + "--train.steps=2 --log.every_steps=2 --checkpoint.init_from=" + ckpt +
+                          " --log.run_dir=" + dir + "/tune");
+  ASSERT_EQ(tune.exit_code, 0) << tune.err;
+  EXPECT_NE(tune.out.find("the parameters of trident checkpoint " + ckpt + "/step_00000012"), std::string::npos)
+      << tune.out;
+  EXPECT_LT(jsonl(dir + "/tune/metrics.jsonl")[0]["loss"].get<double>(), steps[0]["loss"].get<double>() - 0.3);
+}
+
+// More threads than cores: rank 0 says so and names the fix; more ranks than cores (a
+// cluster on one machine): no straggler reports, said once.
+TEST(Cli, RanksThatShareTheCoresAreToldOf) {
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string train = "train --config configs/tiny.ini --model.d_model=64 --model.n_layer=2 --train.steps=2 "
+                            "--log.val_batches=0 --log.sample_every_steps=0 --log.every_steps=1 --log.run_dir=" +
+                            testing::TempDir() + "sharing";
+  const std::string mpirun = "mpirun --oversubscribe --allow-run-as-root ";
+  const CliRun threads = run(train, mpirun + "-x OMP_NUM_THREADS=" + std::to_string(cores) + " -np 2", 120);
+  ASSERT_EQ(threads.exit_code, 0) << threads.err;
+  EXPECT_NE(threads.out.find("warning: 2 ranks x " + std::to_string(cores) + " OpenMP threads"), std::string::npos)
+      << threads.out;
+  EXPECT_NE(threads.out.find("OMP_NUM_THREADS=" + std::to_string(std::max(1, cores / 2))), std::string::npos);
+  if (cores + 1 > 8) GTEST_SKIP() << cores << " cores: more ranks than cores would take too long here";
+  const CliRun ranks = run(train + " --train.global_batch=" + std::to_string(2 * (cores + 1)),
+                           mpirun + "-x OMP_NUM_THREADS=1 -np " + std::to_string(cores + 1), 120);
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.err;
+  EXPECT_EQ(count(ranks.out, "stragglers are not reported"), 1) << ranks.out;
+  EXPECT_EQ(count(ranks.out, "straggler: "), 0) << ranks.out;
+  EXPECT_EQ(ranks.out.find("warning:"), std::string::npos) << ranks.out;
+}
+
+// Pre-tokenized data whose ids all fit the model trains, even when the tokenizer named
+// (byte: 256) has more ids than the model's vocabulary.
+TEST(Cli, AVocabularyThatHoldsTheDataTrainsBelowTheTokenizers) {
+  const std::string prefix = testing::TempDir() + "small_ids";
+  {
+    IndexedDatasetWriter w(prefix, TokenType::uint16);
+    std::vector<int32_t> doc(400);
+    for (int d = 0; d < 20; d++) {
+      for (size_t i = 0; i < doc.size(); i++) doc[i] = static_cast<int32_t>((i * 7 + d) % 100);
+      w.add_document(doc);
+    }
+    w.finish();
+  }
+  const std::string train = "train --config configs/tiny.ini --model.n_layer=1 --train.steps=1 --log.val_batches=0 "
+                            "--log.sample_every_steps=0 --log.run_dir=" + testing::TempDir() + "small_ids_run --data.path=" + prefix;
+  const CliRun fits = run(train + " --model.vocab_size=100");
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
+  const CliRun short_of = run(train + " --model.vocab_size=64");
+  EXPECT_EQ(short_of.exit_code, 2) << short_of.err;
+  EXPECT_NE(short_of.err.find("the data holds token id 99, beyond model.vocab_size (64)"), std::string::npos)
+      << short_of.err;
+}
+
+// In a combined log (Slurm's), the error comes last, after the config printed before it.
+TEST(Cli, TheErrorIsTheLastLineOfACombinedLog) {
+  const std::string log = testing::TempDir() + "combined.log";
+  const std::string cmd = without_mpi_environment() + " " + trident_bin() +
+                          " train --config configs/tiny.ini --data.path=/nonexistent/corpus > " + log + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  const std::string text = slurp(log);
+  EXPECT_NE(text.find("[model]"), std::string::npos) << text;  // the resolved config came first
+  std::string last;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) last = line;
+  EXPECT_EQ(last.rfind("trident: error: data.path '/nonexistent/corpus' does not exist", 0), 0u) << text;
 }
 
 // A model far beyond this machine ends before allocating: one error on every rank,

@@ -125,8 +125,12 @@ TEST(ClusterTools, SweepRecordsEveryPointAndResumes) {
   const std::string dir = testing::TempDir() + "sweep/";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "grid") << "# test grid\nconfig = configs/tiny.ini\nlayout = 1x1x1 2x1x1 1x3x1 8x1x1\n"
-                                 "global_batch = 8\nsteps = 3\nflags = --log.val_batches=0\n";
+  // A config that names a checkpoint folder: each point must get one of its own, not
+  // resume the point before it (and measure nothing).
+  std::ofstream(dir + "saving.ini") << slurp("configs/tiny.ini") << "\n[checkpoint]\ndir = " << dir
+                                    << "shared_ckpt\nevery_steps = 3\n";
+  std::ofstream(dir + "grid") << "# test grid\nconfig = " << dir << "saving.ini\nlayout = 1x1x1 2x1x1 1x3x1 8x1x1\n"
+                              << "global_batch = 8\nsteps = 3\nflags = --log.val_batches=0\n";
   const std::string sweep = without_mpi_environment() + " SLURM_NTASKS=4 OMPI_ALLOW_RUN_AS_ROOT=1 "
                             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " + kPython + " benchmarks/sweep.py " + dir +
                             "grid --csv " + dir + "results.csv --build " + trident_bin().substr(0, trident_bin().rfind('/'));

@@ -93,6 +93,27 @@ TEST(Config, BadInputIsOneClearError) {
   EXPECT_EQ(error_of({"--train.lr=0.01"}), "");
 }
 
+// Keys are exact in flags as in files (Boost's unique-prefix guessing off: --train.warmup
+// once set warmup_steps), an unknown one names the closest keys, an INI error its file
+// and line, and an empty flag clears what the file set.
+TEST(Config, ExactKeysSuggestionsFileLinesAndEmptyValues) {
+  EXPECT_NE(error_of({"--train.warmup=10"}).find("did you mean --train.warmup_steps?"), std::string::npos)
+      << error_of({"--train.warmup=10"});
+  EXPECT_NE(error_of({"--train.step=3"}).find("did you mean --train.steps?"), std::string::npos);
+  EXPECT_EQ(error_of({"--zzz.qqq=1"}).find("did you mean"), std::string::npos) << "nothing close: no guess";
+  const std::string ini = write_ini("# a comment\n[train]\nlr = 0.01\nwarmup = 3\n");
+  const std::string unknown = error_of({"--config", ini});
+  EXPECT_NE(unknown.find(ini + ":4:"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("did you mean train.warmup_steps?"), std::string::npos) << unknown;
+  const std::string broken = write_ini("[model]\nn_layer = 2\n[train\nsteps = 3\n");
+  const std::string syntax = error_of({"--config", broken});
+  EXPECT_NE(syntax.find(broken + ":3:"), std::string::npos) << syntax;
+  EXPECT_NE(syntax.find("[train"), std::string::npos) << syntax;
+  const std::string with_dir = write_ini("[checkpoint]\ndir = somewhere\n");
+  EXPECT_EQ(parse_command_line("train", {"--config", with_dir}).config.checkpoint.dir, "somewhere");
+  EXPECT_EQ(parse_command_line("train", {"--config", with_dir, "--checkpoint.dir="}).config.checkpoint.dir, "");
+}
+
 TEST(Config, LayoutArithmetic) {
   CommandLine cl = parse_command_line("train", {"--train.global_batch=12"});
   Config c = cl.config;

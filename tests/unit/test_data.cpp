@@ -151,6 +151,37 @@ TEST(TrainingData, MegatronDatasetsBlendAndValidateApart) {
   EXPECT_EQ(v.train.tokens(), 20u * 50);
   EXPECT_EQ(v.val.tokens(), 20u * 50);
   EXPECT_THROW(open_training_data("0.5 " + a + " -1 " + b, "", 0.1, *kBytes), UsageError);
+  // One file of the pair named in place of its prefix: the message says what to pass.
+  for (const std::string one : {a + ".bin", a + ".idx"}) {
+    try {
+      open_training_data(one, "", 0.1, *kBytes);
+      FAIL() << one << " was read";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("pass the prefix, --data.path=" + a), std::string::npos) << e.what();
+    }
+  }
+}
+
+// JSONL as data.path is read as `trident prepare` reads it: a document per line under
+// data.json_key (not its JSON syntax as text).
+TEST(TrainingData, JsonlIsADocumentPerLine) {
+  const std::string dir = testing::TempDir() + "trident_jsonl";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/docs.jsonl") << "{\"text\": \"one\", \"id\": 1}\n{\"text\": \"two two\"}\n\n{\"body\": \"x\", \"text\": \"three\"}\n";
+  const TrainingData d = open_training_data(dir + "/docs.jsonl", "", 0.0, *kBytes);
+  EXPECT_EQ(d.documents, 3u);
+  EXPECT_EQ(text_of(d.train.ranges[0]), "onetwo twothree");
+  std::ofstream(dir + "/keyed.jsonl") << "{\"body\": \"x\"}\n{\"body\": \"yz\"}\n";
+  const TrainingData other_key = open_training_data(dir + "/keyed.jsonl", "", 0.0, *kBytes, "body");
+  EXPECT_EQ(text_of(other_key.train.ranges[0]), "xyz");
+  std::ofstream(dir + "/bad.jsonl") << "{\"text\": \"fine\"}\nnot json\n";
+  try {
+    open_training_data(dir + "/bad.jsonl", "", 0.0, *kBytes);
+    FAIL() << "a line that is not JSON was read";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl: line 2"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BatchSampler, DeterministicAndSliceable) {

@@ -272,7 +272,20 @@ TEST(HfCheckpoint, TheRunsTokenizerIsExportedBesideTheWeights) {
                         "/fortunes --data.tokenizer=sentencepiece --data.tokenizer_path=" + dir + "/fortunes.model"};
   const std::string hf = train_and_export(f);
   EXPECT_EQ(bytes_of(hf + "/tokenizer.model"), bytes_of(dir + "/fortunes.model"));
-  EXPECT_EQ(nlohmann::json::parse(bytes_of(hf + "/config.json"))["vocab_size"], 512);
+  const nlohmann::json config = nlohmann::json::parse(bytes_of(hf + "/config.json"));
+  EXPECT_EQ(config["vocab_size"], 512);
+  // The tokenizer's own special ids (Llama 2's SentencePiece settings: <unk> 0, <s> 1,
+  // </s> 2), and the files AutoTokenizer and generate() read, as transformers writes them.
+  EXPECT_EQ(config["bos_token_id"], 1);
+  EXPECT_EQ(config["eos_token_id"], 2);
+  const nlohmann::json generation = nlohmann::json::parse(bytes_of(hf + "/generation_config.json"));
+  EXPECT_EQ(generation["bos_token_id"], 1);
+  EXPECT_EQ(generation["eos_token_id"], 2);
+  const nlohmann::json tokenizer = nlohmann::json::parse(bytes_of(hf + "/tokenizer_config.json"));
+  EXPECT_EQ(tokenizer["tokenizer_class"], "LlamaTokenizer");
+  EXPECT_EQ(tokenizer["bos_token"], "<s>");
+  EXPECT_EQ(tokenizer["eos_token"], "</s>");
+  EXPECT_EQ(tokenizer["model_max_length"], 128);
 }
 
 TEST(HfCheckpoint, AConfigThatDoesNotFitIsOneErrorNamingTheField) {

@@ -9,6 +9,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "runtime/error.h"
 #include "tests/model_shapes.h"
 
 namespace trident {
@@ -81,6 +82,30 @@ TEST(LearningRateSchedule, WarmupThenCosineToMin) {
   EXPECT_NEAR((s.at(59) + s.at(60)) / 2, 5.5e-4, 1e-15);
   EXPECT_DOUBLE_EQ(s.at(109), 1e-4);   // last step reaches min_lr
   for (int i = 10; i < 109; i++) EXPECT_GE(s.at(i), s.at(i + 1));
+  EXPECT_DOUBLE_EQ(s.at(500), 1e-4);   // and keeps it after decay_steps (a run extended past its plan)
+}
+
+TEST(LearningRateSchedule, LinearConstantAndWarmupStableDecay) {
+  LearningRateSchedule linear{1e-3, 1e-4, 10, 110, LrShape::linear};
+  EXPECT_DOUBLE_EQ(linear.at(10), 1e-3);
+  EXPECT_NEAR(linear.at(59), 1e-3 - 9e-4 * 49.0 / 99, 1e-15);
+  EXPECT_DOUBLE_EQ(linear.at(109), 1e-4);
+  EXPECT_DOUBLE_EQ(linear.at(200), 1e-4);
+  const LearningRateSchedule constant{1e-3, 1e-4, 10, 110, LrShape::constant};
+  EXPECT_DOUBLE_EQ(constant.at(4), 5e-4);  // warmup as the others
+  EXPECT_DOUBLE_EQ(constant.at(109), 1e-3);
+  EXPECT_DOUBLE_EQ(constant.at(1000), 1e-3);
+  // WSD: the peak until the last 20 steps before 110, then linear to the floor.
+  const LearningRateSchedule wsd{1e-3, 1e-4, 10, 110, LrShape::wsd, 20};
+  EXPECT_DOUBLE_EQ(wsd.at(50), 1e-3);
+  EXPECT_DOUBLE_EQ(wsd.at(89), 1e-3);
+  EXPECT_DOUBLE_EQ(wsd.at(90), 1e-3);  // the decay's first step
+  EXPECT_NEAR(wsd.at(99), 1e-3 - 9e-4 * 9.0 / 19, 1e-15);
+  EXPECT_DOUBLE_EQ(wsd.at(109), 1e-4);
+  for (int i = 10; i < 109; i++) EXPECT_GE(wsd.at(i), wsd.at(i + 1));
+  EXPECT_EQ(wsd.describe(), "wsd: warmup 10 steps to 1.00e-03, stable to step 90, then linear down to 1.00e-04 at step 110");
+  EXPECT_EQ(parse_lr_shape("wsd"), LrShape::wsd);
+  EXPECT_THROW(parse_lr_shape("step"), UsageError);
 }
 
 }  // namespace
