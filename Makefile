@@ -33,6 +33,9 @@ HAVE_PCRE2 := $(if $(shell pkg-config --exists libpcre2-8 2>/dev/null && echo y)
 SENTENCEPIECE_CFLAGS := $(shell pkg-config --cflags sentencepiece 2>/dev/null)
 SENTENCEPIECE_LIBS := $(shell pkg-config --libs sentencepiece 2>/dev/null || echo -lsentencepiece -lsentencepiece_train)
 HAVE_SENTENCEPIECE := $(if $(shell pkg-config --exists sentencepiece 2>/dev/null && echo y),yes,no)
+# Prometheus's C++ client (log.metrics_port): its data model and text format.
+PROMETHEUS_LIBS := $(shell pkg-config --libs prometheus-cpp-core 2>/dev/null || echo -lprometheus-cpp-core)
+HAVE_PROMETHEUS := $(if $(shell pkg-config --exists prometheus-cpp-core 2>/dev/null && echo y),yes,no)
 # libfabric (doctor's provider check): its headers, when installed; the library itself is
 # opened at run time (src/cli/system_probes.cpp), not linked.
 HAVE_LIBFABRIC := $(if $(wildcard /usr/include/rdma/fabric.h),yes,no)
@@ -49,7 +52,8 @@ endif
 
 CPPFLAGS := -I. -Isrc $(HDF5_CFLAGS) $(PCRE2_CFLAGS) $(SENTENCEPIECE_CFLAGS) -DOMPI_SKIP_MPICXX=1 -DTRIDENT_CXX='"$(CXX_BASE) $(shell $(CXX_BASE) -dumpfullversion)"'
 CXXFLAGS := -std=c++20 $(OPT_FLAGS) -fopenmp -Wall -Wextra -Wno-unknown-pragmas -MMD -MP
-LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options $(PCRE2_LIBS) $(SENTENCEPIECE_LIBS) -lcrypto -fopenmp $(LINK_OPT)
+LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options $(PCRE2_LIBS) $(SENTENCEPIECE_LIBS) $(PROMETHEUS_LIBS) -lcrypto \
+          -fopenmp $(LINK_OPT)
 
 # ---- CUDA (kernels/cuda/*.cu), compiled whenever nvcc is found ------------------------
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
@@ -85,6 +89,7 @@ summary:
 	@echo "trident build: compiler $(CXX) ($(CXX_BASE)), flags $(OPT_FLAGS)"
 	@echo "  MPI (mpicxx): $(HAVE_MPI)  HDF5: $(HAVE_HDF5)  oneDNN: $(HAVE_DNNL)  Boost.PO: $(HAVE_BOOST_PO)  GoogleTest: $(HAVE_GTEST)"
 	@echo "  PCRE2: $(HAVE_PCRE2) ($(PCRE2_LIBS))  SentencePiece: $(HAVE_SENTENCEPIECE) ($(SENTENCEPIECE_LIBS))  libfabric: $(HAVE_LIBFABRIC)"
+	@echo "  prometheus-cpp: $(HAVE_PROMETHEUS) ($(PROMETHEUS_LIBS))"
 	@echo "  nvcc: $(if $(NVCC),$(NVCC),no)  NCCL: $(HAVE_NCCL)  CUDA sources: $(words $(CUDA_SRCS))"
 
 deps:

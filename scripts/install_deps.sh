@@ -18,6 +18,9 @@ packages=(
   libpcre2-dev                      # tokenizers: the gpt2/llama3 pre-tokenizer patterns
   libsentencepiece-dev sentencepiece  # tokenizers: SentencePiece models (spm_encode for the benchmark)
   libfabric-dev                     # doctor: libfabric's providers (efa, FI_HMEM)
+  prometheus-cpp-dev                # log.metrics_port: the Prometheus endpoint (its text format)
+  prometheus                        # tests: a real Prometheus scrapes a run (and promtool checks it)
+  python3-protobuf protobuf-compiler python3-crc32c  # tests: TensorBoard's event files read by protobuf
   python3 python3-matplotlib        # benchmark sweeps and their plots (benchmarks/sweep.py, plot_sweep.py)
 )
 

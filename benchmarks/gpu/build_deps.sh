@@ -6,5 +6,6 @@ missing_build_deps() {
   [ -f /usr/include/oneapi/dnnl/dnnl.h ] || echo "oneDNN (/usr/include/oneapi/dnnl/dnnl.h)"
   [ -f /usr/include/boost/program_options.hpp ] || echo "Boost.PO (/usr/include/boost/program_options.hpp)"
   [ -f /usr/include/gtest/gtest.h ] || echo "GoogleTest (/usr/include/gtest/gtest.h)"
+  [ -f /usr/include/prometheus/text_serializer.h ] || echo "prometheus-cpp (/usr/include/prometheus/text_serializer.h)"
   command -v nvcc >/dev/null || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || echo "nvcc"
 }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/hdf5_file.h"
+#include "monitor/step_trace.h"
 #include "parallel/agreement.h"
 #include "runtime/durable_file.h"
 #include "runtime/error.h"
@@ -449,6 +450,7 @@ Checkpointer::~Checkpointer() {
 }
 
 void Checkpointer::save(int step) {
+  const trace::Span span("checkpoint", [&] { return "checkpoint save, step " + std::to_string(step); });
   if (pending_) {
     Timer waiting;
     const int previous = pending_->step;
@@ -481,6 +483,7 @@ void Checkpointer::save(int step) {
 }
 
 void Checkpointer::write_node_file(Pending& p) {
+  const trace::Span span("checkpoint", [&] { return "write node file, step " + std::to_string(p.step); });
   const std::string name = node_file_name(node_index_);
   const std::string path = (fs::path(p.dir) / name).string(), tmp = path + ".tmp";
   try {

@@ -1,5 +1,7 @@
 #include "cli/system_probes.h"
 
+#include "monitor/nvml.h"
+
 #include <dlfcn.h>
 #include <link.h>
 
@@ -28,63 +30,39 @@ F symbol(void* handle, const char* name) {
   return reinterpret_cast<F>(dlsym(handle, name));
 }
 
-// NVML's C API, the part used here (nvml.h, stable since CUDA 5); declared here because
-// the header ships with the CUDA toolkit, which a CPU machine need not have.
-struct NvmlDevice;
-struct NvmlMemory {
-  unsigned long long total, free, used;
-};
-constexpr int kNvmlSuccess = 0;
-constexpr int kNvmlUncorrected = 1, kNvmlVolatile = 0;
-
 }  // namespace
 
 GpuProbe probe_gpus() {
   GpuProbe p;
-  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (nvml == nullptr) {
-    p.why_not = "libnvidia-ml.so.1 not found (no NVIDIA driver)";
-    return p;
-  }
-  auto init = symbol<int (*)()>(nvml, "nvmlInit_v2");
-  auto shutdown = symbol<int (*)()>(nvml, "nvmlShutdown");
-  auto count = symbol<int (*)(unsigned*)>(nvml, "nvmlDeviceGetCount_v2");
-  auto handle = symbol<int (*)(unsigned, NvmlDevice**)>(nvml, "nvmlDeviceGetHandleByIndex_v2");
-  auto name = symbol<int (*)(NvmlDevice*, char*, unsigned)>(nvml, "nvmlDeviceGetName");
-  auto driver = symbol<int (*)(char*, unsigned)>(nvml, "nvmlSystemGetDriverVersion");
-  auto memory = symbol<int (*)(NvmlDevice*, NvmlMemory*)>(nvml, "nvmlDeviceGetMemoryInfo");
-  auto ecc_mode = symbol<int (*)(NvmlDevice*, int*, int*)>(nvml, "nvmlDeviceGetEccMode");
-  auto ecc_errors = symbol<int (*)(NvmlDevice*, int, int, unsigned long long*)>(nvml, "nvmlDeviceGetTotalEccErrors");
-  if (!init || !shutdown || !count || !handle || !name || !driver || !memory) {
-    p.why_not = "libnvidia-ml.so.1 lacks the NVML functions used";
-    return p;
-  }
-  if (init() != kNvmlSuccess) {
+  const NvmlApi nvml = load_nvml(p.why_not);
+  if (!nvml.usable()) return p;
+  if (nvml.init() != nvml::kSuccess) {
     p.why_not = "nvmlInit failed (driver not loaded?)";
     return p;
   }
   p.available = true;
   char text[96] = "";
-  if (driver(text, sizeof text) == kNvmlSuccess) p.driver = text;
+  if (nvml.driver_version && nvml.driver_version(text, sizeof text) == nvml::kSuccess) p.driver = text;
   unsigned n = 0;
-  count(&n);
+  nvml.device_count(&n);
   for (unsigned i = 0; i < n; i++) {
     NvmlDevice* d = nullptr;
-    if (handle(i, &d) != kNvmlSuccess) continue;
+    if (nvml.handle_by_index(i, &d) != nvml::kSuccess) continue;
     GpuInfo g;
     g.index = static_cast<int>(i);
-    if (name(d, text, sizeof text) == kNvmlSuccess) g.name = text;
+    if (nvml.name(d, text, sizeof text) == nvml::kSuccess) g.name = text;
     NvmlMemory m{};
-    if (memory(d, &m) == kNvmlSuccess) {
+    if (nvml.memory(d, &m) == nvml::kSuccess) {
       g.memory_gib = static_cast<double>(m.total) / (1ull << 30);
       g.memory_used_gib = static_cast<double>(m.used) / (1ull << 30);
     }
     int current = 0, pending = 0;
-    if (ecc_mode && ecc_mode(d, &current, &pending) == kNvmlSuccess) g.ecc_enabled = current != 0;
-    if (g.ecc_enabled && ecc_errors) ecc_errors(d, kNvmlUncorrected, kNvmlVolatile, &g.ecc_uncorrected);
+    if (nvml.ecc_mode && nvml.ecc_mode(d, &current, &pending) == nvml::kSuccess) g.ecc_enabled = current != 0;
+    if (g.ecc_enabled && nvml.ecc_errors)
+      nvml.ecc_errors(d, nvml::kUncorrected, nvml::kVolatileCounter, &g.ecc_uncorrected);
     p.gpus.push_back(g);
   }
-  shutdown();
+  nvml.shutdown();
   return p;
 }
 

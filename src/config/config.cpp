@@ -133,7 +133,13 @@ po::options_description config_options(Config& c) {
       ("log.val_batches", with_default(&l.val_batches), "validation batches per evaluation")
       ("log.sample_every_steps", with_default(&l.sample_every_steps),
        "print a greedy sample of the model every N steps (0: never)")
-      ("log.peak_gflops", with_default(&l.peak_gflops), "peak GFLOP/s for MFU (0: measure)");
+      ("log.peak_gflops", with_default(&l.peak_gflops), "peak GFLOP/s for MFU (0: measure)")
+      ("log.tensorboard_dir", with_default(&l.tensorboard_dir),
+       "TensorBoard event files (empty: <log.run_dir>/tensorboard; none: off)")
+      ("log.metrics_port", with_default(&l.metrics_port),
+       "serve Prometheus metrics at http://HOST:PORT/metrics (rank 0, and the first rank of each other machine; 0: off)")
+      ("log.trace_steps", with_default(&l.trace_steps),
+       "A:B writes a Chrome trace (Perfetto) of steps A to B, every rank, into log.run_dir (empty: none)");
   return o;
 }
 
@@ -310,6 +316,30 @@ void Config::validate() const {
   require(log.val_batches >= 0, "log.val_batches must be >= 0");
   require(log.sample_every_steps >= 0, "log.sample_every_steps must be >= 0");
   require(log.peak_gflops >= 0, "log.peak_gflops must be >= 0");
+  require(log.metrics_port >= 0 && log.metrics_port <= 65535,
+          "log.metrics_port must be a TCP port, 1-65535 (0: off), got " + std::to_string(log.metrics_port));
+  log.trace_range();
+}
+
+std::string LogConfig::tensorboard_folder() const {
+  if (tensorboard_dir == "none") return "";
+  if (!tensorboard_dir.empty()) return tensorboard_dir;
+  return run_dir.empty() ? "" : (std::filesystem::path(run_dir) / "tensorboard").string();
+}
+
+std::pair<int, int> LogConfig::trace_range() const {
+  if (trace_steps.empty()) return {0, 0};
+  const size_t colon = trace_steps.find(':');
+  int first = 0, last = 0;
+  try {
+    first = std::stoi(trace_steps.substr(0, colon));
+    last = colon == std::string::npos ? first : std::stoi(trace_steps.substr(colon + 1));
+  } catch (const std::exception&) {
+    first = last = 0;
+  }
+  require(first >= 1 && last >= first,
+          "log.trace_steps must be A:B with 1 <= A <= B (the steps to trace, as printed), got '" + trace_steps + "'");
+  return {first, last};
 }
 
 void Config::resolve_layout(int world_size) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <vector>
 
@@ -113,6 +114,14 @@ struct LogConfig {
   int val_batches = 4;                   // batches of the validation split per evaluation
   int sample_every_steps = 0;            // print a greedy sample of the model every N steps; 0: never
   double peak_gflops = 0;                // for MFU; 0: measure sgemm at start
+  std::string tensorboard_dir;           // TensorBoard event files; empty: <run_dir>/tensorboard; "none": off
+  int metrics_port = 0;                  // Prometheus endpoint http://host:PORT/metrics; 0: off
+  std::string trace_steps;               // "A:B": a Chrome trace of steps A..B (from 1); empty: none
+
+  // Where TensorBoard's files go: "" when off.
+  std::string tensorboard_folder() const;
+  // log.trace_steps as (first, last), from 1; (0, 0) when off. UsageError on a bad range.
+  std::pair<int, int> trace_range() const;
 };
 
 struct Config {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "monitor/step_trace.h"
 #include "runtime/error.h"
 #include "runtime/random.h"
 
@@ -339,6 +340,7 @@ void Transformer::forward(int slot, const int32_t* tokens, const int32_t* target
   }
   for (int l = 0; l < layout_.layers(); l++) {
     if (shards_ != nullptr) use_block(l, l + 1);
+    const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.first_layer() + l) + " forward"; });
     block_forward(s, slot, l);
   }
   if (!stage_.has_head) return;
@@ -450,11 +452,13 @@ void Transformer::backward(int slot, float loss_scale, const std::function<void(
     if (shards_ != nullptr) use_block(l, l - 1);
     // What the layer did not keep, recomputed into the shared set (model/activations.h).
     if (recompute() == Recompute::full) {
+      const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.first_layer() + l) + " recompute"; });
       block_forward(s, slot, l, /*up_to_mlp=*/true);
     } else if (recompute() == Recompute::selective) {
       const LayerActivations& a = s.layers[l];
       k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, spec().head_dim);
     }
+    const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.first_layer() + l) + " backward"; });
     block_backward(s, slot, l, d.dresidual);
     report(layout_[layout_.block(l).first].offset);
   }

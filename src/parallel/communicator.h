@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "monitor/step_trace.h"
 #include "parallel/progress_board.h"
 
 namespace trident {
@@ -148,6 +149,9 @@ class Communicator {
   // Returns that number (0 for point-to-point: those are not matched by order).
   uint64_t count_started(CommOp op, uint64_t payload_bytes, int step) {
     stats_.add(op, payload_bytes);
+    if (trace::on())
+      trace::instant(std::string(comm_op_name(op)) + " " + name() + " starts", "communication",
+                     "{\"bytes\":" + std::to_string(payload_bytes) + ",\"group\":\"" + name() + "\"}");
     if (op == CommOp::send || op == CommOp::recv) return 0;
     progress_board::record(board_key(), ++collectives_started_, step);
     return collectives_started_;

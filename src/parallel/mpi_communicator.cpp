@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "runtime/error.h"
+#include "monitor/step_trace.h"
 #include "runtime/timer.h"
 
 namespace trident {
@@ -98,6 +99,8 @@ std::string missing_members_report(const Communicator& group, CommOp op, uint64_
 void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp op, size_t count,
                   const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort,
                   uint64_t seq, int peer) {
+  // The time this rank waits for the operation, on the step's timeline when one is recorded.
+  const trace::Span span("communication", [&] { return std::string(comm_op_name(op)) + " " + group.name(); });
   Timer timer;
   for (long spins = 0; !done(); spins++) {
     if (spins % 64 == 0 && timer.seconds() > watchdog.timeout_s) {

@@ -28,6 +28,7 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &machine) == MPI_SUCCESS,
         "MPI_Comm_split_type");
   MPI_Comm_size(machine, &ranks_on_machine_);
+  MPI_Comm_rank(machine, &machine_rank_);
   if (ranks_per_node > 0) {
     MPI_Comm_free(&machine);
     node = split(rank / ranks_per_node, rank);

@@ -36,6 +36,8 @@ class ParallelState {
   int nodes() const { return nodes_; }
   // The ranks on this rank's machine (the real one, whatever ranks_per_node says).
   int ranks_on_machine() const { return ranks_on_machine_; }
+  // The first rank of its machine (what a machine reports about itself comes from it).
+  bool machine_leader() const { return machine_rank_ == 0; }
 
   // Consecutive blocks of `size` ranks of this rank's tp group, as a group of their own
   // (e.g. the ranks that hold the same key/value head). Collective over the world.
@@ -58,7 +60,7 @@ class ParallelState {
   std::unique_ptr<Communicator> make_group(MPI_Comm comm, const std::string& name);
 
   std::unique_ptr<Communicator> tp_, dp_, pp_, embedding_;
-  int nodes_ = 1, ranks_on_machine_ = 1;
+  int nodes_ = 1, ranks_on_machine_ = 1, machine_rank_ = 0;
   bool cuda_ = false;
 };
 

@@ -21,10 +21,12 @@ DivergenceGuard::Verdict DivergenceGuard::observe(int step, double loss, const G
   if (!norm.skipped) {
     streak_ = 0;
     // Spikes against the mean of the steps before (after a few to settle on).
-    if (spike_factor_ > 0 && finite_steps_ >= 5 && loss > spike_factor_ * running_mean_)
+    if (spike_factor_ > 0 && finite_steps_ >= 5 && loss > spike_factor_ * running_mean_) {
+      spikes_++;
       message_ = "step " + std::to_string(step) +
                  format(": loss spike: %.4f is %.1fx the running mean %.4f (train.spike_factor)", loss,
                         loss / running_mean_, running_mean_);
+    }
     running_mean_ = finite_steps_ == 0 ? loss : 0.9 * running_mean_ + 0.1 * loss;
     finite_steps_++;
     return Verdict::ok;

@@ -27,12 +27,13 @@ class DivergenceGuard {
   const std::string& message() const { return message_; }
   bool in_streak() const { return streak_ > 0; }
   int skipped_steps() const { return skipped_; }
+  int loss_spikes() const { return spikes_; }  // reported so far
   bool rolled_back() const { return rolled_back_; }
 
  private:
   int max_bad_;
   double spike_factor_;
-  int streak_ = 0, skipped_ = 0, finite_steps_ = 0;
+  int streak_ = 0, skipped_ = 0, finite_steps_ = 0, spikes_ = 0;
   bool rolled_back_ = false;
   double running_mean_ = 0;
   std::string message_;

@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "monitor/prometheus_exporter.h"
+#include "monitor/tensorboard.h"
 #include "runtime/durable_file.h"
+#include "runtime/timer.h"
 #include "runtime/error.h"
 
 namespace trident {
@@ -22,7 +25,42 @@ std::string format_duration(double seconds) {
   return out;
 }
 
-MetricsLog::MetricsLog(const std::string& run_dir, int resumed_from) {
+std::vector<MetricValue> metric_values(const StepMetrics& m) {
+  const double values[] = {static_cast<double>(m.step), m.loss, m.loss_step, m.lr, m.grad_norm, m.step_time_s,
+                           m.tokens_per_s, m.mfu, m.memory_gib, m.data_wait_s, m.comm_wait_s, m.bubble_s,
+                           static_cast<double>(m.global_batch), static_cast<double>(m.skipped_steps),
+                           static_cast<double>(m.loss_spikes), static_cast<double>(m.straggler_reports)};
+  static_assert(std::size(values) == std::size(kStepMetrics), "a value for every figure of the table, in its order");
+  std::vector<MetricValue> out;
+  for (size_t i = 0; i < std::size(values); i++) out.emplace_back(&kStepMetrics[i], values[i]);
+  return out;
+}
+
+MetricsLog::~MetricsLog() = default;
+
+namespace {
+
+// A machine's telemetry as TensorBoard scalars: host/<host>/..., gpu/<host>/<index>/...
+void machine_scalars(TensorBoardWriter& tb, const MachineSample& s, int step) {
+  const std::string host = "host/" + s.host + "/";
+  tb.scalar(host + "cpu-utilization", s.cpu_utilization, step);
+  tb.scalar(host + "memory-used-gib", s.memory_used_gib, step);
+  for (const GpuSample& g : s.gpus) {
+    const std::string gpu = "gpu/" + s.host + "/" + std::to_string(g.index) + "/";
+    tb.scalar(gpu + "utilization", g.utilization, step);
+    tb.scalar(gpu + "memory-used-mib", g.memory_used_mib, step);
+    tb.scalar(gpu + "temperature-c", g.temperature_c, step);
+    tb.scalar(gpu + "power-w", g.power_w, step);
+    tb.scalar(gpu + "sm-clock-mhz", g.sm_clock_mhz, step);
+    tb.scalar(gpu + "xid-errors", static_cast<double>(g.xid_errors), step);
+    tb.scalar(gpu + "ecc-uncorrected", static_cast<double>(g.ecc_uncorrected), step);
+  }
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& run_dir, int resumed_from, const std::string& tensorboard_dir) {
+  if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir, resumed_from + 1);
   if (run_dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
@@ -55,20 +93,55 @@ void MetricsLog::log_step(const StepMetrics& m) {
               m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, 1000.0 * m.step_time_s, m.memory_gib,
               format_duration(m.eta_s).c_str());
   std::fflush(stdout);
+  const std::vector<MetricValue> values = metric_values(m);
+  const Timer writing;
+  if (tensorboard_ != nullptr) {
+    tensorboard_->scalars(values, m.step);
+    for (const MachineSample& machine : m.machines) machine_scalars(*tensorboard_, machine, m.step);
+    tensorboard_->flush();  // a killed run loses at most what came after this line
+  }
+  if (exporter_ != nullptr) exporter_->set(values);
+  writer_seconds_ += writing.seconds();
   if (!jsonl_.is_open()) return;
-  nlohmann::json j = {{"step", m.step},          {"loss", m.loss},
-                      {"loss_step", m.loss_step}, {"loss_steps", m.loss_steps},
-                      {"lr", m.lr},              {"grad_norm", m.grad_norm},
-                      {"tokens_per_s", m.tokens_per_s}, {"mfu", m.mfu},
-                      {"step_time_s", m.step_time_s},   {"memory_gib", m.memory_gib},
-                      {"comm_wait_s", m.comm_wait_s}};
+  nlohmann::json j;
+  if (!m.machines.empty()) {
+    j["machines"] = nlohmann::json::array();
+    for (const MachineSample& machine : m.machines) j["machines"].push_back(to_json(machine));
+  }
+  for (const auto& [metric, value] : values) j[metric->key] = value;
+  j["step"] = m.step;
+  j["loss_steps"] = m.loss_steps;
+  for (const char* count : {"global_batch", "skipped_steps", "loss_spikes", "straggler_reports"})
+    j[count] = static_cast<int64_t>(j[count].get<double>());
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();
+}
+
+void MetricsLog::log_config(const std::string& ini) {
+  if (tensorboard_ == nullptr) return;
+  // Indented: TensorBoard's text plugin shows Markdown, and a code block keeps the lines.
+  std::string markdown;
+  size_t at = 0;
+  while (at < ini.size()) {
+    const size_t end = ini.find('\n', at);
+    markdown += "    " + ini.substr(at, end == std::string::npos ? std::string::npos : end - at) + "\n";
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  tensorboard_->text("config", markdown, 0);
+  tensorboard_->flush();
 }
 
 void MetricsLog::log_validation(int step, double val_loss) {
   std::printf("step %d | val loss %.4f | perplexity %.2f\n", step, val_loss, std::exp(val_loss));
   std::fflush(stdout);
+  const std::vector<MetricValue> values = {{&kValidationMetrics[0], val_loss},
+                                           {&kValidationMetrics[1], std::exp(val_loss)}};
+  if (tensorboard_ != nullptr) {
+    tensorboard_->scalars(values, step);
+    tensorboard_->flush();
+  }
+  if (exporter_ != nullptr) exporter_->set(values);
   if (!jsonl_.is_open()) return;
   jsonl_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}, {"val_perplexity", std::exp(val_loss)}}.dump() << "\n";
   jsonl_.flush();

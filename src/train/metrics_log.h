@@ -1,12 +1,22 @@
 // What rank 0 shows while training: one line per logged step on stdout, and the same
-// fields as one JSON object per line in <run_dir>/metrics.jsonl; at the end, the run's
-// averages in <run_dir>/summary.json.
+// fields as one JSON object per line in <run_dir>/metrics.jsonl, as TensorBoard scalars
+// (monitor/tensorboard.h) and to a Prometheus exporter when there is one
+// (monitor/prometheus_exporter.h), all named from one table (monitor/run_metrics.h); at
+// the end, the run's averages in <run_dir>/summary.json.
 #pragma once
 
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "monitor/run_metrics.h"
+#include "monitor/telemetry.h"
 
 namespace trident {
+
+class TensorBoardWriter;
+class PrometheusExporter;
 
 struct StepMetrics {
   int step = 0, total_steps = 0;  // step counts from 1 in what is shown
@@ -17,15 +27,27 @@ struct StepMetrics {
   double lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
   double memory_gib = 0, eta_s = 0;
   double comm_wait_s = 0;  // waiting for the data-parallel gradient reduction
+  double data_wait_s = 0;  // waiting for the batch
+  double bubble_s = 0;     // stage 0 waiting on its pipeline neighbours
+  int global_batch = 0, skipped_steps = 0, loss_spikes = 0, straggler_reports = 0;  // the last three: so far
+  std::vector<MachineSample> machines;  // every machine's GPUs and host (monitor/telemetry.h)
 };
+
+// The table's figures of a step (monitor/run_metrics.h), with their values.
+std::vector<MetricValue> metric_values(const StepMetrics& m);
 
 class MetricsLog {
  public:
   // Opens <run_dir>/metrics.jsonl (no file when run_dir is empty): a fresh run truncates
   // it; a run resumed after step `resumed_from` keeps the records up to that step (those
   // after it were trained again from the checkpoint) and appends.
-  MetricsLog(const std::string& run_dir, int resumed_from = 0);
+  // tensorboard_dir: where the event files go (empty: none).
+  MetricsLog(const std::string& run_dir, int resumed_from = 0, const std::string& tensorboard_dir = "");
+  ~MetricsLog();
 
+  // The resolved config, once, for TensorBoard's text plugin.
+  void log_config(const std::string& ini);
+  void set_exporter(PrometheusExporter* exporter) { exporter_ = exporter; }
   void log_step(const StepMetrics& m);
   void log_validation(int step, double val_loss);
   // <run_dir>/summary.json at the end of a run: one JSON object (what sweeps collect).
@@ -33,10 +55,16 @@ class MetricsLog {
   // The summary.json a run resumed into this folder found there (empty when none).
   const std::string& earlier_summary() const { return earlier_summary_; }
   const std::string& path() const { return path_; }
+  const TensorBoardWriter* tensorboard() const { return tensorboard_.get(); }
+  // Seconds spent writing TensorBoard and updating the exporter (what watching costs a step).
+  double writer_seconds() const { return writer_seconds_; }
 
  private:
   std::string dir_, path_, earlier_summary_;
   std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  PrometheusExporter* exporter_ = nullptr;
+  double writer_seconds_ = 0;
 };
 
 // "1h02m", "3m07s", "12s"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "monitor/step_trace.h"
 #include "runtime/error.h"
 #include "runtime/timer.h"
 
@@ -47,6 +48,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   for (const PipelineAction& action : stage_actions(pipeline_.schedule, stage(), stages(), micro_batches)) {
     const int mb = action.micro_batch, slot = mb % slots;
     const size_t first = static_cast<size_t>(mb) * B * T;
+    const trace::Span span("pipeline", [&] {
+      return std::string(action.kind == PipelineAction::forward ? "forward" : "backward") + " mb " + std::to_string(mb);
+    });
     if (action.kind == PipelineAction::forward) {
       finish(activation_sends_[slot]);  // the slot's last output must have left before we overwrite it
       if (!model_.first_stage())
@@ -179,6 +183,7 @@ double StepRunner::gradient_norm_squared() {
 }
 
 GradientNorm StepRunner::update(double lr, double grad_clip, bool loss_finite) {
+  const trace::Span span("optimizer", "optimizer");
   GradientNorm norm;
   norm.norm = std::sqrt(gradient_norm_squared());
   // The loss and the norm are global, so every rank should agree; a rank whose reduced

@@ -30,12 +30,15 @@
 #include "runtime/stop_signal.h"
 #include "runtime/timer.h"
 #include "train/device_peak.h"
+#include "monitor/step_trace.h"
+#include "monitor/tensorboard.h"
 #include "train/core_sharing.h"
 #include "train/divergence.h"
 #include "train/inference.h"
 #include "train/memory_fit.h"
 #include "train/memory_plan.h"
 #include "train/metrics_log.h"
+#include "train/run_monitor.h"
 #include "train/setup.h"
 #include "train/stragglers.h"
 
@@ -334,9 +337,13 @@ struct StepOutcome {
 StepOutcome run_step(int step, const Config& config, ParallelState& parallel, TrainingSetup& s, kernels::Kernels& k,
                      const BatchSampler& sampler, const LearningRateSchedule& schedule, std::vector<int32_t>& inputs,
                      std::vector<int32_t>& targets) {
+  const trace::Span whole("step", [&] { return "step " + std::to_string(step + 1); });
   Timer timer;
   StepOutcome o;
-  sampler.fill(step, parallel.coords().dp * s.local_batch, s.local_batch, inputs, targets);
+  {
+    const trace::Span span("data", "data");
+    sampler.fill(step, parallel.coords().dp * s.local_batch, s.local_batch, inputs, targets);
+  }
   o.data_seconds = timer.seconds();
   const double slowed = maybe_slow_down(parallel.rank());
   const uint64_t syncs_before = k.host_syncs();
@@ -362,9 +369,11 @@ class StepEnd {
   // work time means anything here (not where ranks take turns on the cores).
   StepEnd(const Config& config, ParallelState& parallel, TrainingSetup& s, Checkpointer& checkpointer,
           const TrainingData& data, const Tokenizer& tokenizer, const DevicePeak& peak, TrainResult& result,
-          int resumed_from, bool stragglers)
+          int resumed_from, bool stragglers, RunMonitor& monitor)
       : config_(config), parallel_(parallel), s_(s), checkpointer_(checkpointer), data_(data), tokenizer_(tokenizer),
-        result_(result), log_(parallel.is_root() ? config.log.run_dir : "", resumed_from),
+        result_(result), monitor_(monitor),
+        log_(parallel.is_root() ? config.log.run_dir : "", resumed_from,
+             parallel.is_root() ? config.log.tensorboard_folder() : ""),
         flops_per_token_(flops_per_token(s.model.spec())),
         tokens_per_step_(static_cast<double>(config.train.global_batch) * config.model.seq_len),
         peak_total_(peak.total_gflops),
@@ -375,9 +384,12 @@ class StepEnd {
   bool saved_any() const { return saved_any_; }
   const MetricsLog& log() const { return log_; }
 
-  // Accounts the step and prints its line when due (rank 0).
-  void record(int step, int start_step, const StepOutcome& o) {
+  MetricsLog& log() { return log_; }
+
+  // Accounts the step and prints its line when due (rank 0); `guard`: its counts so far.
+  void record(int step, int start_step, const StepOutcome& o, const DivergenceGuard& guard) {
     const TrainConfig& tc = config_.train;
+    if (monitor_.exporter() != nullptr && parallel_.is_root()) monitor_.exporter()->step_done();
     result_.step_time_s += o.seconds;
     result_.data_wait_s += o.data_seconds;
     result_.comm_wait_s += s_.runner.comm_wait_s();
@@ -405,6 +417,7 @@ class StepEnd {
     const Straggler straggler = stragglers_ ? find_straggler(parallel_, o.data_seconds + o.compute_seconds,
                                                              config_.log.straggler_factor)
                                             : Straggler{};
+    std::vector<MachineSample> machines = monitor_.sample_machines();  // every machine's GPUs and host
     const double mean_loss = interval_steps_ > 0 ? interval_loss_ / interval_steps_ : o.loss;
     const int mean_of = std::max(interval_steps_, 1);
     interval_loss_ = 0;
@@ -426,6 +439,15 @@ class StepEnd {
     m.mfu = result_.mfu;
     m.step_time_s = o.seconds;
     m.comm_wait_s = s_.runner.comm_wait_s();
+    m.data_wait_s = o.data_seconds;
+    m.bubble_s = parallel_.dims().pp > 1 ? std::max(0.0, o.seconds - o.data_seconds - o.compute_seconds -
+                                                             s_.runner.comm_wait_s() - o.update_seconds)
+                                         : 0.0;
+    m.global_batch = tc.global_batch;
+    m.skipped_steps = guard.skipped_steps();
+    m.loss_spikes = guard.loss_spikes();
+    m.straggler_reports = result_.straggler_reports;
+    m.machines = std::move(machines);
     m.memory_gib = gib(static_cast<double>(resident_bytes()));
     m.eta_s = time_per_step_ * (tc.steps - step - 1);
     log_.log_step(m);
@@ -443,7 +465,9 @@ class StepEnd {
       std::printf("checkpoint: step %d not saved: the last steps were non-finite\n", step + 1);
     if (!cc.dir.empty() && due && may_save) {
       saved_any_ = true;
+      const Timer saving;
       checkpointer_.save(step + 1);
+      if (monitor_.exporter() != nullptr && parallel_.is_root()) monitor_.exporter()->checkpoint_saved(saving.seconds());
       if (parallel_.is_root() && cc.async)
         std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1,
                     checkpointer_.last_stall_s());
@@ -499,6 +523,7 @@ class StepEnd {
   const TrainingData& data_;
   const Tokenizer& tokenizer_;
   TrainResult& result_;
+  RunMonitor& monitor_;
   MetricsLog log_;
   const double flops_per_token_, tokens_per_step_, peak_total_;
   const bool have_val_, stragglers_;
@@ -549,6 +574,12 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
   };
   if (r.val_loss > 0) j["val_loss"] = r.val_loss;
   return j.dump();
+}
+
+std::string host_name() {
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  return host;
 }
 
 // How to run this executable again from here: "build/trident", as the user typed it.
@@ -631,7 +662,24 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   // Ranks taking turns on the cores have noisy work times: no straggler reports (but for
   // the fault test that slows one rank on purpose).
   const bool stragglers = tc.device != "cpu" || !cores.ranks_take_turns() || std::getenv("TRIDENT_TEST_SLOW_RANK");
-  StepEnd end(config, parallel, s, checkpointer, data, *tokenizer, peak, result, start_step, stragglers);
+  RunMonitor monitor(config, parallel, s.model.spec().describe());
+  std::unique_ptr<StepEnd> end_of_step;  // its log files, opened on rank 0: an error there is every rank's
+  run_collectively([&] {
+    end_of_step = std::make_unique<StepEnd>(config, parallel, s, checkpointer, data, *tokenizer, peak, result,
+                                            start_step, stragglers, monitor);
+  });
+  StepEnd& end = *end_of_step;
+  if (parallel.is_root()) {
+    end.log().set_exporter(monitor.exporter());
+    end.log().log_config(config.to_ini());
+    if (monitor.exporter() != nullptr) {
+      const nlohmann::json earlier =
+          nlohmann::json::parse(end.log().earlier_summary(), nullptr, /*allow_exceptions=*/false);
+      monitor.exporter()->set_runs(1 + (start_step > 0 && earlier.is_object() ? earlier.value("runs", 1) : 0));
+      std::printf("metrics: Prometheus at http://%s:%d/metrics\n", host_name().c_str(), config.log.metrics_port);
+    }
+    if (end.log().tensorboard() != nullptr) std::printf("TensorBoard: %s\n", end.log().tensorboard()->path().c_str());
+  }
   DivergenceGuard guard(tc.max_bad_steps, tc.spike_factor);
   const bool resumed = start_step > 0;
   std::vector<int32_t> inputs, targets;
@@ -640,6 +688,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   for (int step = start_step; step < tc.steps && !stopped; step++) {
     parallel.set_step(step);
     maybe_stall(parallel.rank(), step);
+    monitor.before_step(step);
     const StepOutcome o = run_step(step, config, parallel, s, *k, train_sampler, schedule, inputs, targets);
     const DivergenceGuard::Verdict verdict = guard.observe(step + 1, o.loss, o.norm, resumed || end.saved_any());
     if (verdict == DivergenceGuard::Verdict::diverged) {  // main prints the message
@@ -652,8 +701,12 @@ TrainResult train(const Config& config, ParallelState& parallel) {
       step = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true).step - 1;  // then on after it
       continue;
     }
-    end.record(step, start_step, o);
+    end.record(step, start_step, o, guard);
     last_step = step + 1;
+    const std::string trace = monitor.after_step(step);
+    if (!trace.empty())
+      std::printf("trace of steps %s written to %s (open it in Perfetto)\n", config.log.trace_steps.c_str(),
+                  trace.c_str());
     stopped = end.checkpoint_or_stop(step, !guard.in_streak());
     if (stopped) break;
     end.validate_if_due(step);
@@ -681,6 +734,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     summary["steps_run"] = result.steps_run;
     summary["last_step"] = last_step;
     summary["runs"] = 1;
+    // What watching cost rank 0: TensorBoard, the exporter, its machine's telemetry.
+    summary["monitor_seconds"] = end.log().writer_seconds() + monitor.sample_seconds();
     if (resumed) with_earlier_runs(summary, end.log().earlier_summary());
     end.log().write_summary(summary.dump());
   }

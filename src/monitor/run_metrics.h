@@ -1,0 +1,52 @@
+// The figures of a training run that its watchers see, one table for every place they
+// go: metrics.jsonl (key), TensorBoard (tag: Megatron-LM's name where it has one, so a
+// trident run and a Megatron run sit in one TensorBoard) and Prometheus (name, in base
+// units). The writers take their names from here, so the three cannot drift apart.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trident {
+
+struct RunMetric {
+  const char* key;          // metrics.jsonl
+  const char* tensorboard;  // TensorBoard tag
+  const char* prometheus;   // Prometheus metric name
+  const char* help;         // Prometheus HELP
+  double to_prometheus = 1;  // metrics.jsonl's unit -> Prometheus's (GiB -> bytes)
+};
+
+// What a logged step reports (StepMetrics, train/metrics_log.h, fills the values).
+inline const RunMetric kStepMetrics[] = {
+    {"step", "", "trident_step", "the last logged optimizer step"},
+    {"loss", "lm loss", "trident_loss", "training loss, mean over the steps since the last logged one (nats)"},
+    {"loss_step", "lm loss (step)", "trident_loss_step", "training loss of the last logged step alone (nats)"},
+    {"lr", "learning-rate", "trident_learning_rate", "learning rate"},
+    {"grad_norm", "grad-norm", "trident_grad_norm", "global gradient norm before clipping"},
+    {"step_time_s", "iteration-time", "trident_step_time_seconds", "wall time of the last logged step"},
+    {"tokens_per_s", "throughput/tokens-per-second", "trident_tokens_per_second", "tokens trained per second"},
+    {"mfu", "throughput/mfu", "trident_mfu_ratio", "model FLOPs utilization against the peak"},
+    {"memory_gib", "memory/resident-gib", "trident_memory_resident_bytes", "rank 0's resident memory",
+     1024.0 * 1024 * 1024},
+    {"data_wait_s", "time/data-wait", "trident_data_wait_seconds", "time the step waited for its batch"},
+    {"comm_wait_s", "time/dp-wait", "trident_dp_wait_seconds", "time the step waited for the data-parallel reduction"},
+    {"bubble_s", "time/pipeline-bubble", "trident_pipeline_bubble_seconds",
+     "time stage 0 waited on its pipeline neighbours in the step"},
+    {"global_batch", "batch-size", "trident_batch_size_sequences", "sequences per optimizer step"},
+    {"skipped_steps", "skipped-steps", "trident_skipped_steps_total", "steps skipped for a non-finite loss or norm"},
+    {"loss_spikes", "loss-spikes", "trident_loss_spikes_total", "loss spikes reported (train.spike_factor)"},
+    {"straggler_reports", "stragglers", "trident_straggler_reports_total", "log steps that named a straggler"},
+};
+
+// What a validation reports.
+inline const RunMetric kValidationMetrics[] = {
+    {"val_loss", "lm loss validation", "trident_validation_loss", "validation loss (nats)"},
+    {"val_perplexity", "lm loss validation ppl", "trident_validation_perplexity", "validation perplexity"},
+};
+
+// A figure with its value.
+using MetricValue = std::pair<const RunMetric*, double>;
+
+}  // namespace trident

@@ -1,0 +1,85 @@
+#include "train/run_monitor.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "monitor/step_trace.h"
+#include "parallel/agreement.h"
+#include "runtime/durable_file.h"
+#include "runtime/timer.h"
+
+namespace trident {
+
+namespace {
+
+// What every series says it belongs to: the Slurm job (or none), the model, the layout.
+Labels series_labels(const Config& config, const ParallelDims& d, const std::string& model) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return {{"job_id", job != nullptr && *job != '\0' ? job : "none"},
+          {"model", model},
+          {"layout", "dp" + std::to_string(d.dp) + " tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp)},
+          {"run_dir", config.log.run_dir}};
+}
+
+}  // namespace
+
+RunMonitor::RunMonitor(const Config& config, ParallelState& parallel, const std::string& model)
+    : config_(config), parallel_(parallel) {
+  std::tie(trace_first_, trace_last_) = config.log.trace_range();
+  run_collectively([&] {
+    if (!parallel.machine_leader()) return;
+    std::string why_not;
+    telemetry_ = std::make_unique<MachineTelemetry>(load_nvml(why_not));
+    if (config.log.metrics_port > 0)
+      exporter_ = std::make_unique<PrometheusExporter>(config.log.metrics_port,
+                                                       series_labels(config, parallel.dims(), model));
+  });
+}
+
+RunMonitor::~RunMonitor() = default;
+
+std::vector<MachineSample> RunMonitor::sample_machines() {
+  const Timer sampling;
+  std::string mine;
+  if (telemetry_ != nullptr) {
+    const MachineSample s = telemetry_->sample();
+    if (exporter_ != nullptr) exporter_->set_machine(s);
+    for (const std::string& w : telemetry_->warnings()) std::fprintf(stderr, "trident: %s\n", w.c_str());
+    mine = to_json(s).dump();
+  }
+  sample_seconds_ += sampling.seconds();
+  std::vector<MachineSample> all;
+  for (const std::string& text : parallel_.world().gather_strings(mine))
+    if (!text.empty()) all.push_back(machine_sample_from_json(nlohmann::json::parse(text)));
+  return all;
+}
+
+void RunMonitor::before_step(int step) {
+  if (trace_first_ == 0 || step + 1 != trace_first_) return;
+  parallel_.world().barrier();  // the ranks' clocks start at one moment
+  trace::set_zero();
+  trace::start();
+}
+
+std::string RunMonitor::after_step(int step) {
+  if (trace_first_ == 0 || step + 1 != trace_last_) return "";
+  trace::stop();
+  const RankCoords& c = parallel_.coords();
+  char process[96];
+  std::snprintf(process, sizeof process, "rank %d (dp %d, tp %d, pp %d)", parallel_.rank(), c.dp, c.tp, c.pp);
+  const std::vector<std::string> ranks = parallel_.world().gather_strings(trace::take_events(parallel_.rank(), process));
+  if (!parallel_.is_root()) return "";
+  std::string json = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  for (size_t r = 0; r < ranks.size(); r++) json += (r == 0 ? "" : ",") + ranks[r];
+  json += "]}\n";
+  std::filesystem::create_directories(config_.log.run_dir);
+  const std::string path = (std::filesystem::path(config_.log.run_dir) /
+                            ("trace_steps_" + std::to_string(trace_first_) + "-" + std::to_string(trace_last_) + ".json"))
+                               .string();
+  write_text_atomically(path, json);
+  return path;
+}
+
+}  // namespace trident
