@@ -318,7 +318,9 @@ void Config::validate() const {
   require(log.peak_gflops >= 0, "log.peak_gflops must be >= 0");
   require(log.metrics_port >= 0 && log.metrics_port <= 65535,
           "log.metrics_port must be a TCP port, 1-65535 (0: off), got " + std::to_string(log.metrics_port));
-  log.trace_range();
+  const int trace_last = log.trace_range().second;
+  require(trace_last <= train.steps, "log.trace_steps ends at step " + std::to_string(trace_last) +
+                                         ", past train.steps (" + std::to_string(train.steps) + ")");
 }
 
 std::string LogConfig::tensorboard_folder() const {

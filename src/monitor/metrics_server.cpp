@@ -6,7 +6,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "runtime/error.h"
@@ -42,29 +44,53 @@ void MetricsServer::serve() {
   while (!stopping_) {
     pollfd p{listener_, POLLIN, 0};
     if (poll(&p, 1, 200) <= 0) continue;  // a look at stopping_ five times a second
-    const int client = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
-    // Whatever the client does, the thread is free again within these bounds.
-    const timeval bound{5, 0};
-    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
-    setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+    const int client = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (client < 0) {  // out of descriptors, say: wait rather than spin on a readable listener
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
     answer(client);
     close(client);
   }
 }
 
+namespace {
+
+// Waits until `client` can be read (or written), within the connection's deadline and
+// while the server runs; false when it cannot.
+bool ready(int client, short events, std::chrono::steady_clock::time_point deadline, const std::atomic<bool>& stopping) {
+  while (!stopping) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{client, events, 0};
+    const int n = poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 200)));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return false;
+  }
+  return false;
+}
+
+}  // namespace
+
 void MetricsServer::answer(int client) {
+  // One deadline for the whole exchange, however the client trickles: the thread is free
+  // again within 5 s whatever it does.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   std::string request;
   char buffer[2048];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
+  while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos &&
+         request.size() < 16384) {
+    if (!ready(client, POLLIN, deadline, stopping_)) return;
     const ssize_t n = recv(client, buffer, sizeof buffer, 0);
-    if (n <= 0) return;  // closed, or silent past the bound
+    if (n == 0) return;  // closed
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return;
+    }
     request.append(buffer, static_cast<size_t>(n));
   }
-  const size_t line_end = request.find("\r\n");
-  const std::string line = request.substr(0, line_end);
-  const bool metrics = line.rfind("GET /metrics ", 0) == 0 || line.rfind("GET /metrics? ", 0) == 0 ||
-                       line.rfind("GET /metrics?", 0) == 0;
+  const std::string line = request.substr(0, request.find_first_of("\r\n"));
+  const bool metrics = line.rfind("GET /metrics ", 0) == 0 || line.rfind("GET /metrics?", 0) == 0;
   const std::string body = metrics ? page_() : "not found: this port serves /metrics only\n";
   const std::string head = std::string(metrics ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.1 404 Not Found\r\n") +
                            (metrics ? "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
@@ -73,10 +99,15 @@ void MetricsServer::answer(int client) {
   const std::string response = head + body;
   size_t sent = 0;
   while (sent < response.size()) {
+    if (!ready(client, POLLOUT, deadline, stopping_)) return;
     const ssize_t n = send(client, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;  // gone, or not reading past the bound
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return;
+    }
     sent += static_cast<size_t>(n);
   }
+  shutdown(client, SHUT_WR);  // all of it sent before the close
 }
 
 }  // namespace trident

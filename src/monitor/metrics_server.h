@@ -2,8 +2,9 @@
 // Written here rather than taken from prometheus-cpp's exposer, whose web server
 // (civetweb, as Debian builds it) starts its threads with 100 KB stacks: in a CUDA build
 // cuBLASLt's thread-local storage alone takes 92 KB of every thread's stack, and those
-// threads fail to start. One thread of ours, a normal stack; a client that sends or reads
-// nothing for 5 s is dropped. prometheus-cpp still makes the page (its text serializer).
+// threads fail to start. One thread of ours, a normal stack; a client gets 5 s for its whole
+// exchange, however it trickles, and a stopping server lets it go at once. prometheus-cpp
+// still makes the page (its text serializer).
 #pragma once
 
 #include <atomic>

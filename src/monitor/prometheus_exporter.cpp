@@ -71,7 +71,8 @@ const char* kCheckpointDuration = "trident_checkpoint_duration_seconds";
 // scrape time (so that ages are current).
 class PrometheusExporter::Figures final : public prometheus::Collectable {
  public:
-  explicit Figures(Labels labels) : labels_(std::move(labels)) {}
+  // From the start, so that a job stuck before its first step shows as stalled too.
+  explicit Figures(Labels labels) : labels_(std::move(labels)), last_step_(unix_seconds()) {}
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -14,7 +14,7 @@ std::atomic<bool> recording{false};
 namespace {
 
 using Clock = std::chrono::steady_clock;
-Clock::time_point zero = Clock::now();
+std::atomic<Clock::rep> zero{Clock::now().time_since_epoch().count()};  // read by the checkpoint writer's thread too
 std::mutex mutex;
 std::vector<std::string> events;  // each one event's JSON text
 std::unordered_map<std::thread::id, int> thread_ids;
@@ -28,9 +28,12 @@ std::string quoted(const std::string& s) { return nlohmann::json(s).dump(); }
 
 }  // namespace
 
-double now_us() { return std::chrono::duration<double, std::micro>(Clock::now() - zero).count(); }
+double now_us() {
+  const Clock::duration since = Clock::now().time_since_epoch() - Clock::duration(zero.load());
+  return std::chrono::duration<double, std::micro>(since).count();
+}
 
-void set_zero() { zero = Clock::now(); }
+void set_zero() { zero = Clock::now().time_since_epoch().count(); }
 
 void start() { recording.store(true); }
 void stop() { recording.store(false); }

@@ -99,13 +99,16 @@ MachineTelemetry::MachineTelemetry(const NvmlApi& nvml) : nvml_(nvml) {
   nvml_.device_count(&n);
   for (unsigned i = 0; i < n; i++) {
     NvmlDevice* d = nullptr;
-    devices_.push_back(nvml_.handle_by_index(i, &d) == nvml::kSuccess ? d : nullptr);
+    // Another job's GPU (Slurm's device cgroup) refuses a handle: not ours to report.
+    if (nvml_.handle_by_index(i, &d) == nvml::kSuccess && d != nullptr) {
+      devices_.push_back(d);
+      indices_.push_back(static_cast<int>(i));
+    }
   }
   // XID errors arrive as events (DCGM counts them the same way): registered once, drained at each sample.
   if (nvml_.event_set_create && nvml_.register_events && nvml_.event_set_wait &&
       nvml_.event_set_create(&events_) == nvml::kSuccess)
-    for (NvmlDevice* d : devices_)
-      if (d != nullptr) nvml_.register_events(d, nvml::kXidCriticalError, events_);
+    for (NvmlDevice* d : devices_) nvml_.register_events(d, nvml::kXidCriticalError, events_);
   last_.resize(devices_.size());
 }
 
@@ -140,8 +143,7 @@ MachineSample MachineTelemetry::sample() {
   for (size_t i = 0; i < devices_.size(); i++) {
     NvmlDevice* d = devices_[i];
     GpuSample& g = gpus[i];
-    g.index = static_cast<int>(i);
-    if (d == nullptr) continue;
+    g.index = indices_[i];
     if (nvml_.name(d, text, sizeof text) == nvml::kSuccess) g.name = text;
     if (nvml_.uuid && nvml_.uuid(d, text, sizeof text) == nvml::kSuccess) g.uuid = text;
     NvmlMemory m{};
@@ -165,11 +167,11 @@ MachineSample MachineTelemetry::sample() {
       g.ecc_uncorrected = ecc;
     const GpuSample& before = last_[i];
     if (g.xid_errors > before.xid_errors)
-      warnings_.push_back("warning: " + host_ + " GPU " + std::to_string(i) + " (" + g.name + "): " +
+      warnings_.push_back("warning: " + host_ + " GPU " + std::to_string(g.index) + " (" + g.name + "): " +
                           std::to_string(g.xid_errors - before.xid_errors) + " XID error(s), the last XID " +
                           std::to_string(g.last_xid) + " (nvidia-smi -q, dmesg: NVRM)");
     if (g.ecc_uncorrected > before.ecc_uncorrected && !before.name.empty())
-      warnings_.push_back("warning: " + host_ + " GPU " + std::to_string(i) + " (" + g.name + "): uncorrected ECC errors " +
+      warnings_.push_back("warning: " + host_ + " GPU " + std::to_string(g.index) + " (" + g.name + "): uncorrected ECC errors " +
                           std::to_string(before.ecc_uncorrected) + " -> " + std::to_string(g.ecc_uncorrected));
   }
   last_ = gpus;

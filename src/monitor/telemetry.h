@@ -50,7 +50,8 @@ class MachineTelemetry {
  private:
   NvmlApi nvml_;
   bool gpus_ = false;
-  std::vector<NvmlDevice*> devices_;
+  std::vector<NvmlDevice*> devices_;  // the GPUs NVML gave a handle for, and their indices
+  std::vector<int> indices_;
   NvmlEventSet* events_ = nullptr;
   std::vector<GpuSample> last_;
   std::vector<std::string> warnings_;

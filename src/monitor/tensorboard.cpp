@@ -78,11 +78,14 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t first_step)
   ProtoWriter version = event_at(0);
   version.bytes_field(event::kFileVersion, "brain.Event:2");
   records_.write(version.bytes());
-  if (first_step > 0) {
-    ProtoWriter start = event_at(first_step);
-    start.message_field(event::kSessionLog, ProtoWriter().varint_field(session_log::kStatus, session_log::kStart));
-    records_.write(start.bytes());
-  }
+  if (first_step > 0) start_again_at(first_step);
+  records_.flush();
+}
+
+void TensorBoardWriter::start_again_at(int64_t step) {
+  ProtoWriter start = event_at(step);
+  start.message_field(event::kSessionLog, ProtoWriter().varint_field(session_log::kStatus, session_log::kStart));
+  records_.write(start.bytes());
   records_.flush();
 }
 

@@ -30,6 +30,8 @@ class TensorBoardWriter {
   // Markdown shown by TensorBoard's text plugin (the resolved config, once).
   void text(const std::string& tag, const std::string& markdown, int64_t step);
   void flush() { records_.flush(); }
+  // The run went back to an earlier step: TensorBoard drops this file's events from `step` on.
+  void start_again_at(int64_t step);
   const std::string& path() const { return records_.path(); }
   uint64_t bytes_written() const { return records_.bytes_written(); }
 

@@ -35,7 +35,7 @@ struct LearningRateSchedule {
     const int begin = shape == LrShape::wsd ? std::max(warmup_steps, decay_steps - wsd_decay) : warmup_steps;
     const int span = decay_steps - begin;
     if (step < begin) return lr;  // wsd's stable part
-    if (span <= 1) return step < decay_steps ? lr : min_lr;
+    if (span <= 1) return min_lr;  // a decay of one step (or none left): its last is the floor
     const double progress = std::min(1.0, static_cast<double>(step - begin) / (span - 1));
     if (shape == LrShape::cosine) return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
     return lr - (lr - min_lr) * progress;  // linear, and wsd's decay

@@ -28,11 +28,13 @@ std::string CoreSharing::advice() const {
 }
 
 CoreSharing core_sharing(ParallelState& parallel) {
+  // The busiest machine's: every rank must reach the same verdict (stragglers are found
+  // by a collective).
   CoreSharing s;
-  s.ranks = parallel.ranks_on_machine();
-  s.threads_per_rank =
-      static_cast<int>(parallel.world().all_reduce(static_cast<double>(omp_get_max_threads()), ReduceOp::max));
-  s.cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  Communicator& world = parallel.world();
+  s.ranks = static_cast<int>(world.all_reduce(static_cast<double>(parallel.ranks_on_machine()), ReduceOp::max));
+  s.threads_per_rank = static_cast<int>(world.all_reduce(static_cast<double>(omp_get_max_threads()), ReduceOp::max));
+  s.cores = -static_cast<int>(world.all_reduce(-static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN)), ReduceOp::max));
   return s;
 }
 

@@ -11,7 +11,7 @@
 namespace trident {
 
 struct CoreSharing {
-  int ranks = 1, threads_per_rank = 1, cores = 1;  // on rank 0's machine
+  int ranks = 1, threads_per_rank = 1, cores = 1;  // the most ranks and threads, the fewest cores of any machine
   int threads() const { return ranks * threads_per_rank; }
   // Several threads per rank and more threads than cores: a fix is to give each rank fewer.
   bool threads_oversubscribe() const { return threads_per_rank > 1 && threads() > cores; }
@@ -21,7 +21,7 @@ struct CoreSharing {
   std::string advice() const;
 };
 
-// Collective over the world; the machine is rank 0's.
+// Collective over the world: the same answer on every rank.
 CoreSharing core_sharing(ParallelState& parallel);
 
 }  // namespace trident

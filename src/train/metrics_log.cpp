@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -38,6 +39,35 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
 
 MetricsLog::~MetricsLog() = default;
 
+void MetricsLog::keep_records_up_to(int step) {
+  std::ifstream in(path_);
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) continue;  // a line cut by a kill
+    if (j.is_object() && j.contains("step") && j["step"].is_number() && j["step"].get<int>() > step) continue;
+    kept += line + "\n";
+  }
+  write_text_atomically(path_, kept);
+}
+
+void MetricsLog::rolled_back_to(int step) {
+  if (tensorboard_ != nullptr) guarded([&] { tensorboard_->start_again_at(step + 1); });
+  if (!jsonl_.is_open()) return;
+  jsonl_.close();
+  keep_records_up_to(step);
+  jsonl_.open(path_, std::ios::app);
+}
+
+void MetricsLog::guarded(const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const UsageError& e) {  // a full disk, a lost mount: the run goes on without the files
+    std::fprintf(stderr, "trident: warning: %s; TensorBoard is off for the rest of the run\n", e.what());
+    tensorboard_.reset();
+  }
+}
+
 namespace {
 
 // A machine's telemetry as TensorBoard scalars: host/<host>/..., gpu/<host>/<index>/...
@@ -69,15 +99,7 @@ MetricsLog::MetricsLog(const std::string& run_dir, int resumed_from, const std::
   if (resumed_from > 0) {
     // Keep what was logged up to the checkpoint, then go on appending: one file for the
     // whole run however often it was resumed (a requeue, a signal).
-    std::ifstream in(path_);
-    std::string kept;
-    for (std::string line; std::getline(in, line);) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded()) continue;  // a line cut by a kill
-      if (j.is_object() && j.contains("step") && j["step"].is_number() && j["step"].get<int>() > resumed_from) continue;
-      kept += line + "\n";
-    }
-    write_text_atomically(path_, kept);
+    keep_records_up_to(resumed_from);
     std::ifstream summary((std::filesystem::path(run_dir) / "summary.json").string());
     std::ostringstream text;
     text << summary.rdbuf();
@@ -95,11 +117,11 @@ void MetricsLog::log_step(const StepMetrics& m) {
   std::fflush(stdout);
   const std::vector<MetricValue> values = metric_values(m);
   const Timer writing;
-  if (tensorboard_ != nullptr) {
-    tensorboard_->scalars(values, m.step);
-    for (const MachineSample& machine : m.machines) machine_scalars(*tensorboard_, machine, m.step);
-    tensorboard_->flush();  // a killed run loses at most what came after this line
-  }
+  if (tensorboard_ != nullptr) guarded([&] {
+      tensorboard_->scalars(values, m.step);
+      for (const MachineSample& machine : m.machines) machine_scalars(*tensorboard_, machine, m.step);
+      tensorboard_->flush();  // a killed run loses at most what came after this line
+    });
   if (exporter_ != nullptr) exporter_->set(values);
   writer_seconds_ += writing.seconds();
   if (!jsonl_.is_open()) return;
@@ -128,8 +150,10 @@ void MetricsLog::log_config(const std::string& ini) {
     if (end == std::string::npos) break;
     at = end + 1;
   }
-  tensorboard_->text("config", markdown, 0);
-  tensorboard_->flush();
+  guarded([&] {
+    tensorboard_->text("config", markdown, 0);
+    tensorboard_->flush();
+  });
 }
 
 void MetricsLog::log_validation(int step, double val_loss) {
@@ -137,10 +161,10 @@ void MetricsLog::log_validation(int step, double val_loss) {
   std::fflush(stdout);
   const std::vector<MetricValue> values = {{&kValidationMetrics[0], val_loss},
                                            {&kValidationMetrics[1], std::exp(val_loss)}};
-  if (tensorboard_ != nullptr) {
-    tensorboard_->scalars(values, step);
-    tensorboard_->flush();
-  }
+  if (tensorboard_ != nullptr) guarded([&] {
+      tensorboard_->scalars(values, step);
+      tensorboard_->flush();
+    });
   if (exporter_ != nullptr) exporter_->set(values);
   if (!jsonl_.is_open()) return;
   jsonl_ << nlohmann::json{{"step", step}, {"val_loss", val_loss}, {"val_perplexity", std::exp(val_loss)}}.dump() << "\n";

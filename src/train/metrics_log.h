@@ -6,6 +6,7 @@
 #pragma once
 
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@ class MetricsLog {
   MetricsLog(const std::string& run_dir, int resumed_from = 0, const std::string& tensorboard_dir = "");
   ~MetricsLog();
 
+  // Back at checkpoint `step`: the records after it go, TensorBoard drops its events after it.
+  void rolled_back_to(int step);
   // The resolved config, once, for TensorBoard's text plugin.
   void log_config(const std::string& ini);
   void set_exporter(PrometheusExporter* exporter) { exporter_ = exporter; }
@@ -60,6 +63,10 @@ class MetricsLog {
   double writer_seconds() const { return writer_seconds_; }
 
  private:
+  void keep_records_up_to(int step);  // metrics.jsonl's records of later steps go
+  // Runs a TensorBoard write; a failure is a warning and the end of TensorBoard, not of the run.
+  void guarded(const std::function<void()>& write);
+
   std::string dir_, path_, earlier_summary_;
   std::ofstream jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

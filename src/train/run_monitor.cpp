@@ -8,6 +8,7 @@
 #include "monitor/step_trace.h"
 #include "parallel/agreement.h"
 #include "runtime/durable_file.h"
+#include "runtime/error.h"
 #include "runtime/timer.h"
 
 namespace trident {
@@ -15,12 +16,11 @@ namespace trident {
 namespace {
 
 // What every series says it belongs to: the Slurm job (or none), the model, the layout.
-Labels series_labels(const Config& config, const ParallelDims& d, const std::string& model) {
+Labels series_labels(const ParallelDims& d, const std::string& model) {
   const char* job = std::getenv("SLURM_JOB_ID");
   return {{"job_id", job != nullptr && *job != '\0' ? job : "none"},
           {"model", model},
-          {"layout", "dp" + std::to_string(d.dp) + " tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp)},
-          {"run_dir", config.log.run_dir}};
+          {"layout", "dp" + std::to_string(d.dp) + " tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp)}};
 }
 
 }  // namespace
@@ -32,9 +32,16 @@ RunMonitor::RunMonitor(const Config& config, ParallelState& parallel, const std:
     if (!parallel.machine_leader()) return;
     std::string why_not;
     telemetry_ = std::make_unique<MachineTelemetry>(load_nvml(why_not));
-    if (config.log.metrics_port > 0)
-      exporter_ = std::make_unique<PrometheusExporter>(config.log.metrics_port,
-                                                       series_labels(config, parallel.dims(), model));
+    if (config.log.metrics_port <= 0) return;
+    try {
+      exporter_ = std::make_unique<PrometheusExporter>(config.log.metrics_port, series_labels(parallel.dims(), model));
+    } catch (const UsageError& e) {
+      if (parallel.is_root()) throw;  // the job's figures: bad input
+      // Another machine's figures only: the run goes on without them (another job's exporter
+      // holds the port there, say).
+      std::fprintf(stderr, "trident: warning: rank %d: %s; this machine's figures are not served\n", parallel.rank(),
+                   e.what());
+    }
   });
 }
 
@@ -57,15 +64,18 @@ std::vector<MachineSample> RunMonitor::sample_machines() {
 }
 
 void RunMonitor::before_step(int step) {
-  if (trace_first_ == 0 || step + 1 != trace_first_) return;
+  // The range's first step, or the first this run trains inside it (a resume within it).
+  if (trace_first_ == 0 || tracing_ || step + 1 < trace_first_ || step + 1 > trace_last_) return;
   parallel_.world().barrier();  // the ranks' clocks start at one moment
   trace::set_zero();
   trace::start();
+  tracing_ = true;
 }
 
 std::string RunMonitor::after_step(int step) {
-  if (trace_first_ == 0 || step + 1 != trace_last_) return "";
+  if (!tracing_ || step + 1 != trace_last_) return "";
   trace::stop();
+  tracing_ = false;
   const RankCoords& c = parallel_.coords();
   char process[96];
   std::snprintf(process, sizeof process, "rank %d (dp %d, tp %d, pp %d)", parallel_.rank(), c.dp, c.tp, c.pp);
@@ -78,7 +88,12 @@ std::string RunMonitor::after_step(int step) {
   const std::string path = (std::filesystem::path(config_.log.run_dir) /
                             ("trace_steps_" + std::to_string(trace_first_) + "-" + std::to_string(trace_last_) + ".json"))
                                .string();
-  write_text_atomically(path, json);
+  try {
+    write_text_atomically(path, json);
+  } catch (const UsageError& e) {  // the run goes on without its trace
+    std::fprintf(stderr, "trident: warning: the trace was not written: %s\n", e.what());
+    return "";
+  }
   return path;
 }
 

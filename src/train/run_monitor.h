@@ -42,6 +42,7 @@ class RunMonitor {
   std::unique_ptr<MachineTelemetry> telemetry_;
   std::unique_ptr<PrometheusExporter> exporter_;
   int trace_first_ = 0, trace_last_ = 0;  // from 1; 0: none
+  bool tracing_ = false;
   double sample_seconds_ = 0;
 };
 

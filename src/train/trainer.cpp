@@ -187,7 +187,7 @@ LearningRateSchedule schedule_of(const TrainConfig& t) {
   s.decay_steps = t.decay_end();
   s.shape = parse_lr_shape(t.lr_schedule);
   const int after_warmup = std::max(0, s.decay_steps - s.warmup_steps);
-  s.wsd_decay = static_cast<int>(std::lround(t.wsd_decay >= 1 ? t.wsd_decay : t.wsd_decay * after_warmup));
+  s.wsd_decay = std::max(1, static_cast<int>(std::lround(t.wsd_decay >= 1 ? t.wsd_decay : t.wsd_decay * after_warmup)));
   return s;
 }
 
@@ -385,6 +385,14 @@ class StepEnd {
   const MetricsLog& log() const { return log_; }
 
   MetricsLog& log() { return log_; }
+
+  // Back at checkpoint `step` after a streak of non-finite steps: what was logged after it
+  // is trained again (TensorBoard told so, metrics.jsonl cut back), the interval mean afresh.
+  void rolled_back_to(int step) {
+    interval_loss_ = 0;
+    interval_steps_ = 0;
+    if (parallel_.is_root()) log_.rolled_back_to(step);
+  }
 
   // Accounts the step and prints its line when due (rank 0); `guard`: its counts so far.
   void record(int step, int start_step, const StepOutcome& o, const DivergenceGuard& guard) {
@@ -645,12 +653,22 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   checkpointer.set_data(data.fingerprint);
   const Restored restored = restore(config, parallel, s.model, checkpointer);
   const int start_step = restored.step;
-  // Every rank has the same step: the same verdict everywhere, said once.
-  if (start_step >= tc.steps)
+  // Every rank has the same step: the same verdict everywhere, said once. A requeued Slurm
+  // job (a signal that came with the last step, a node lost after the final checkpoint)
+  // finds its run complete: that ends the job, not as bad input.
+  if (!restored.dir.empty() && start_step >= tc.steps) {
+    const char* restarts = std::getenv("SLURM_RESTART_COUNT");
+    if (restarts != nullptr && std::atoi(restarts) > 0) {
+      if (parallel.is_root())
+        std::printf("the checkpoint %s is at step %d, train.steps: the run is complete, nothing is left to train\n",
+                    restored.dir.c_str(), start_step);
+      return result;
+    }
     throw AgreedUsageError("the checkpoint " + restored.dir + " is at step " + std::to_string(start_step) +
                            ", at or past train.steps (" + std::to_string(tc.steps) +
                            "): nothing is left to train; raise --train.steps to go on, or give another "
                            "--checkpoint.dir to start afresh");
+  }
   const LearningRateSchedule schedule = schedule_of(tc);
   const CoreSharing cores = core_sharing(parallel);
   if (parallel.is_root()) {
@@ -661,7 +679,11 @@ TrainResult train(const Config& config, ParallelState& parallel) {
 
   // Ranks taking turns on the cores have noisy work times: no straggler reports (but for
   // the fault test that slows one rank on purpose).
-  const bool stragglers = tc.device != "cpu" || !cores.ranks_take_turns() || std::getenv("TRIDENT_TEST_SLOW_RANK");
+  const bool stragglers =
+      parallel.world().all_reduce(tc.device != "cpu" || !cores.ranks_take_turns() || std::getenv("TRIDENT_TEST_SLOW_RANK")
+                                      ? 1.0
+                                      : 0.0,
+                                  ReduceOp::max) > 0;
   RunMonitor monitor(config, parallel, s.model.spec().describe());
   std::unique_ptr<StepEnd> end_of_step;  // its log files, opened on rank 0: an error there is every rank's
   run_collectively([&] {
@@ -699,6 +721,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     if (verdict == DivergenceGuard::Verdict::roll_back) {
       checkpointer.finish();
       step = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true).step - 1;  // then on after it
+      end.rolled_back_to(step + 1);
       continue;
     }
     end.record(step, start_step, o, guard);

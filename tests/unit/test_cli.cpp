@@ -354,12 +354,18 @@ TEST(Cli, AResumeGoesOnInOneLogAndSaysWhatChanged) {
   EXPECT_EQ(summary["last_step"], 12);
   EXPECT_DOUBLE_EQ(summary["loss_first"].get<double>(), records[0]["loss_step"].get<double>());
 
-  // Nothing left: one error, exit 2, and the log untouched.
+  // Nothing left: one error, exit 2, and the log untouched; but a requeued Slurm job that
+  // finds its run complete ends there with 0.
   const CliRun again = run(saving + " --train.steps=12");
   EXPECT_EQ(again.exit_code, 2) << again.out << again.err;
   EXPECT_NE(again.err.find("is at step 12, at or past train.steps (12): nothing is left to train"), std::string::npos)
       << again.err;
   EXPECT_EQ(jsonl(logs + "/metrics.jsonl").size(), records.size());
+  const CliRun requeued = run(saving + " --train.steps=12", "env SLURM_RESTART_COUNT=1");
+  EXPECT_EQ(requeued.exit_code, 0) << requeued.err;
+  EXPECT_NE(requeued.out.find("the run is complete"), std::string::npos) << requeued.out;
+  // And no checkpoint at all with train.steps=0 (setup alone, as the memory benchmark runs it) is fine.
+  EXPECT_EQ(run(base + "--train.steps=0 --log.run_dir=" + dir + "/none").exit_code, 0);
 
   // A fine-tune from the checkpoint folder: its parameters, step 0.
   const CliRun tune = run(base + "--train.steps=2 --log.every_steps=2 --checkpoint.init_from=" + ckpt +

@@ -96,6 +96,16 @@ TEST(Faults, AStreakGoesBackToTheLastCheckpointOnceThenTheRunStopsWithExit4) {
   latest >> name;
   EXPECT_EQ(name, "step_00000002");
   EXPECT_FALSE(fs::exists(dir + "/step_00000004"));
+  // The steps trained again after going back are logged once: metrics.jsonl was cut back
+  // (a streak's last step, where the run goes back or stops, is not logged).
+  std::ifstream log(dir + "_run/metrics.jsonl");
+  std::vector<int> logged;
+  const std::regex step_of("\"step\":([0-9]+)");
+  for (std::string line; std::getline(log, line);) {
+    std::smatch m;
+    if (line.find("\"loss\"") != std::string::npos && std::regex_search(line, m, step_of)) logged.push_back(std::stoi(m[1]));
+  }
+  EXPECT_EQ(logged, (std::vector<int>{1, 2, 3, 4})) << slurp(dir + "_run/metrics.jsonl");
 
   // No checkpoint to go back to: the first streak ends the run.
   const CliRun none = run(kRun + "--train.steps=6 --train.max_bad_steps=2 --log.run_dir=" + dir + "_none", with_nan(2, 0, "2-100"), 120);

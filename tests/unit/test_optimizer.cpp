@@ -104,6 +104,10 @@ TEST(LearningRateSchedule, LinearConstantAndWarmupStableDecay) {
   EXPECT_DOUBLE_EQ(wsd.at(109), 1e-4);
   for (int i = 10; i < 109; i++) EXPECT_GE(wsd.at(i), wsd.at(i + 1));
   EXPECT_EQ(wsd.describe(), "wsd: warmup 10 steps to 1.00e-03, stable to step 90, then linear down to 1.00e-04 at step 110");
+  // A decay of one step: its step is the floor.
+  const LearningRateSchedule one{1e-3, 1e-4, 10, 110, LrShape::wsd, 1};
+  EXPECT_DOUBLE_EQ(one.at(108), 1e-3);
+  EXPECT_DOUBLE_EQ(one.at(109), 1e-4);
   EXPECT_EQ(parse_lr_shape("wsd"), LrShape::wsd);
   EXPECT_THROW(parse_lr_shape("step"), UsageError);
 }
