@@ -36,6 +36,9 @@ HAVE_SENTENCEPIECE := $(if $(shell pkg-config --exists sentencepiece 2>/dev/null
 # Prometheus's C++ client (log.metrics_port): its data model and text format.
 PROMETHEUS_LIBS := $(shell pkg-config --libs prometheus-cpp-core 2>/dev/null || echo -lprometheus-cpp-core)
 HAVE_PROMETHEUS := $(if $(shell pkg-config --exists prometheus-cpp-core 2>/dev/null && echo y),yes,no)
+# S3 (checkpoint.upload): libcurl signs SigV4; pugixml reads S3's XML answers.
+HAVE_CURL := $(if $(wildcard /usr/include/x86_64-linux-gnu/curl/curl.h /usr/include/curl/curl.h),yes,no)
+HAVE_PUGIXML := $(if $(wildcard /usr/include/pugixml.hpp),yes,no)
 # libfabric (doctor's provider check): its headers, when installed; the library itself is
 # opened at run time (src/cli/system_probes.cpp), not linked.
 HAVE_LIBFABRIC := $(if $(wildcard /usr/include/rdma/fabric.h),yes,no)
@@ -52,7 +55,7 @@ endif
 
 CPPFLAGS := -I. -Isrc $(HDF5_CFLAGS) $(PCRE2_CFLAGS) $(SENTENCEPIECE_CFLAGS) -DOMPI_SKIP_MPICXX=1 -DTRIDENT_CXX='"$(CXX_BASE) $(shell $(CXX_BASE) -dumpfullversion)"'
 CXXFLAGS := -std=c++20 $(OPT_FLAGS) -fopenmp -Wall -Wextra -Wno-unknown-pragmas -MMD -MP
-LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options $(PCRE2_LIBS) $(SENTENCEPIECE_LIBS) $(PROMETHEUS_LIBS) -lcrypto \
+LDLIBS := -ldnnl $(HDF5_LIBS) -lz -lboost_program_options $(PCRE2_LIBS) $(SENTENCEPIECE_LIBS) $(PROMETHEUS_LIBS) -lcrypto -lcurl -lpugixml \
           -fopenmp $(LINK_OPT)
 
 # ---- CUDA (kernels/cuda/*.cu), compiled whenever nvcc is found ------------------------
@@ -89,7 +92,7 @@ summary:
 	@echo "trident build: compiler $(CXX) ($(CXX_BASE)), flags $(OPT_FLAGS)"
 	@echo "  MPI (mpicxx): $(HAVE_MPI)  HDF5: $(HAVE_HDF5)  oneDNN: $(HAVE_DNNL)  Boost.PO: $(HAVE_BOOST_PO)  GoogleTest: $(HAVE_GTEST)"
 	@echo "  PCRE2: $(HAVE_PCRE2) ($(PCRE2_LIBS))  SentencePiece: $(HAVE_SENTENCEPIECE) ($(SENTENCEPIECE_LIBS))  libfabric: $(HAVE_LIBFABRIC)"
-	@echo "  prometheus-cpp: $(HAVE_PROMETHEUS) ($(PROMETHEUS_LIBS))"
+	@echo "  prometheus-cpp: $(HAVE_PROMETHEUS) ($(PROMETHEUS_LIBS))  libcurl: $(HAVE_CURL)  pugixml: $(HAVE_PUGIXML)"
 	@echo "  nvcc: $(if $(NVCC),$(NVCC),no)  NCCL: $(HAVE_NCCL)  CUDA sources: $(words $(CUDA_SRCS))"
 
 deps:

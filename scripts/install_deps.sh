@@ -21,6 +21,8 @@ packages=(
   prometheus-cpp-dev                # log.metrics_port: the Prometheus endpoint (its text format)
   prometheus                        # tests: a real Prometheus scrapes a run (and promtool checks it)
   python3-protobuf protobuf-compiler python3-crc32c  # tests: TensorBoard's event files read by protobuf
+  libcurl4-openssl-dev libpugixml-dev  # checkpoint.upload: S3 over libcurl (its SigV4), S3's XML answers
+  radosgw ceph-mon ceph-osd ceph-common awscli  # tests: a real S3 server (Ceph's RADOS Gateway), and awscli
   python3 python3-matplotlib        # benchmark sweeps and their plots (benchmarks/sweep.py, plot_sweep.py)
 )
 

@@ -7,5 +7,7 @@ missing_build_deps() {
   [ -f /usr/include/boost/program_options.hpp ] || echo "Boost.PO (/usr/include/boost/program_options.hpp)"
   [ -f /usr/include/gtest/gtest.h ] || echo "GoogleTest (/usr/include/gtest/gtest.h)"
   [ -f /usr/include/prometheus/text_serializer.h ] || echo "prometheus-cpp (/usr/include/prometheus/text_serializer.h)"
+  [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || echo "libcurl (libcurl4-openssl-dev)"
+  [ -f /usr/include/pugixml.hpp ] || echo "pugixml (/usr/include/pugixml.hpp)"
   command -v nvcc >/dev/null || [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || echo "nvcc"
 }

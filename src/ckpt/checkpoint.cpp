@@ -13,8 +13,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_upload.h"
 #include "ckpt/hdf5_file.h"
 #include "monitor/step_trace.h"
 #include "parallel/agreement.h"
@@ -30,12 +32,6 @@ namespace {
 
 constexpr const char* kFormat = "trident-checkpoint-v1";
 const char* const kKinds[] = {"params", "exp_avg", "exp_avg_sq"};
-
-std::string step_name(int step) {
-  char name[32];
-  std::snprintf(name, sizeof name, "step_%08d", step);
-  return name;
-}
 
 std::string node_file_name(int node) {
   char name[32];
@@ -156,7 +152,8 @@ void pack(const std::vector<Piece>& pieces, std::vector<char>& blob) {
   }
 }
 
-void write_blob(Hdf5Writer& file, const std::vector<char>& blob) {
+// Writes a blob's pieces; adds the shards written to `shards`.
+void write_blob(Hdf5Writer& file, const std::vector<char>& blob, std::vector<ShardName>& shards) {
   uint64_t length = 0;
   std::memcpy(&length, blob.data(), sizeof length);
   const nlohmann::json header = nlohmann::json::parse(blob.begin() + sizeof length, blob.begin() + sizeof length + length);
@@ -174,10 +171,24 @@ void write_blob(Hdf5Writer& file, const std::vector<char>& blob) {
     file.attr(path, "sharding", p["sharding"].get<std::string>());
     file.attr(path, "tp_rank", p["tp_rank"].get<int64_t>());
     file.attr(path, "tp_size", p["tp_size"].get<int64_t>());
+    const ShardName shard{p["name"].get<std::string>(), p["tp_rank"].get<int>(), p["tp_size"].get<int>()};
+    if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
   }
 }
 
+nlohmann::json shards_json(const std::vector<ShardName>& shards) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const ShardName& s : shards) j.push_back({s.tensor, s.tp_rank, s.tp_size});
+  return j;
+}
+
 }  // namespace
+
+std::string step_name(int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d", step);
+  return name;
+}
 
 nlohmann::json model_json(const ModelConfig& m) {
   return {{"family", m.family},
@@ -229,13 +240,10 @@ void require_same_model(const ModelConfig& saved, const ModelConfig& configured,
 
 // ---- reading ------------------------------------------------------------------------
 
-Manifest read_manifest(const std::string& step_dir, bool verify_files) {
-  const std::string path = (fs::path(step_dir) / "manifest.json").string();
-  std::ifstream in(path);
-  require(in.good(), "checkpoint '" + step_dir + "' is incomplete: no manifest.json");
+Manifest parse_manifest(const std::string& text, const std::string& step_dir, const std::string& path) {
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw UsageError(path + ": not valid JSON (" + e.what() + ")");
   }
@@ -251,19 +259,60 @@ Manifest read_manifest(const std::string& step_dir, bool verify_files) {
     m.nodes = layout.at("nodes");
     m.config_ini = j.value("config", "");
     if (j.contains("data")) m.data_fingerprint = j["data"].value("fingerprint", "");
-    for (const auto& f : j.at("files")) m.files.push_back({f.at("name"), f.at("bytes"), f.at("crc32")});
+    for (const auto& f : j.at("files")) {
+      ManifestFile file{f.at("name"), f.at("bytes"), f.at("crc32"), {}};
+      require(file.name.find('/') == std::string::npos && file.name != ".." && !file.name.empty(),
+              path + ": a file name with a '/' (" + file.name + ")");
+      if (f.contains("shards"))
+        for (const auto& s : f["shards"]) file.shards.push_back({s.at(0), s.at(1), s.at(2)});
+      m.files.push_back(std::move(file));
+    }
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(path + ": missing or malformed field (" + e.what() + ")");
   }
+  return m;
+}
+
+void verify_node_file(const std::string& file, const ManifestFile& f) {
+  require(fs::exists(file), file + " is missing");
+  require(fs::file_size(file) == f.bytes, file + " has " + std::to_string(fs::file_size(file)) +
+                                              " bytes, the manifest says " + std::to_string(f.bytes) + " (truncated?)");
+  require(file_crc32(file) == f.crc32, file + " does not match its CRC-32 in the manifest (corrupted)");
+}
+
+Manifest read_manifest(const std::string& step_dir, bool verify_files) {
+  const std::string path = (fs::path(step_dir) / "manifest.json").string();
+  std::ifstream in(path);
+  require(in.good(), "checkpoint '" + step_dir + "' is incomplete: no manifest.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  Manifest m = parse_manifest(text.str(), step_dir, path);
   if (!verify_files) return m;
   for (const ManifestFile& f : m.files) {
     const std::string file = (fs::path(step_dir) / f.name).string();
     require(fs::exists(file), path + " names " + f.name + ", which is missing");
-    require(fs::file_size(file) == f.bytes, file + " has " + std::to_string(fs::file_size(file)) + " bytes, the manifest says " +
-                                                std::to_string(f.bytes) + " (truncated?)");
-    require(file_crc32(file) == f.crc32, file + " does not match its CRC-32 in the manifest (corrupted)");
+    verify_node_file(file, f);
   }
   return m;
+}
+
+std::vector<bool> files_needed(const Manifest& m, const ParameterLayout& layout) {
+  std::vector<bool> needed(m.files.size(), false);
+  for (const ManifestFile& f : m.files)
+    if (f.shards.empty()) return std::vector<bool>(m.files.size(), true);  // an older manifest: all
+  for (const ParameterTensor& t : layout.tensors()) {
+    // Its own shard, saved under the same tp: that file alone. Else every shard of it.
+    const ShardName own{t.name, t.shard, t.shards};
+    bool found = false;
+    for (size_t i = 0; i < m.files.size() && !found; i++)
+      if (std::find(m.files[i].shards.begin(), m.files[i].shards.end(), own) != m.files[i].shards.end())
+        needed[i] = found = true;
+    if (found) continue;
+    for (size_t i = 0; i < m.files.size(); i++)
+      for (const ShardName& s : m.files[i].shards)
+        if (s.tensor == t.name) needed[i] = true;
+  }
+  return needed;
 }
 
 std::vector<std::string> complete_checkpoints(const std::string& dir) {
@@ -312,8 +361,11 @@ struct ShardIndex {
   std::vector<std::unique_ptr<Hdf5Reader>> files;
   std::map<std::pair<std::string, std::string>, std::vector<Location>> shards;  // (kind, name) -> shards
 
-  explicit ShardIndex(const Manifest& m) {
-    for (const ManifestFile& f : m.files) {
+  // needed: the files to open (files_needed); empty: all.
+  explicit ShardIndex(const Manifest& m, const std::vector<bool>& needed = {}) {
+    for (size_t i = 0; i < m.files.size(); i++) {
+      if (!needed.empty() && !needed[i]) continue;
+      const ManifestFile& f = m.files[i];
       files.push_back(std::make_unique<Hdf5Reader>((fs::path(m.dir) / f.name).string()));
       const Hdf5Reader& file = *files.back();
       for (const char* kind : kKinds) {
@@ -376,7 +428,7 @@ struct Checkpointer::Pending {
   std::thread writer;
   std::atomic<bool> written{false};
   std::string error;               // set by the writer on failure
-  ManifestFile file;
+  ManifestFile file;               // the node leader's, with the shards it holds
   Timer since_start;
 };
 
@@ -392,6 +444,7 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, Sharde
   // Touch every host buffer of a save now, once: fresh pages are slow here, and the
   // first checkpoint should stall training no longer than the later ones.
   if (!config.checkpoint.dir.empty()) collect_at_node_leader(0);
+  if (!config.checkpoint.upload.empty()) uploader_ = std::make_unique<CheckpointUploader>(config, parallel);
 }
 
 size_t Checkpointer::staging_bytes(const ParameterLayout& layout) { return 3 * layout.total_floats() * sizeof(float); }
@@ -490,14 +543,15 @@ void Checkpointer::write_node_file(Pending& p) {
     Hdf5Writer file(tmp);
     file.attr("/", "format", std::string(kFormat));
     file.attr("/", "step", static_cast<int64_t>(p.step));
+    std::vector<ShardName> shards;
     for (const auto& blob : node_blobs_) {
-      write_blob(file, blob);
+      write_blob(file, blob, shards);
       maybe_kill_mid_write(p.step);
     }
     file.close();
     sync_path(tmp);
     fs::rename(tmp, path);
-    p.file = {name, fs::file_size(path), file_crc32(path)};
+    p.file = {name, fs::file_size(path), file_crc32(path), std::move(shards)};
   } catch (const std::exception& e) {
     p.error = e.what();
     std::error_code ignored;
@@ -507,6 +561,7 @@ void Checkpointer::write_node_file(Pending& p) {
 }
 
 bool Checkpointer::poll() {
+  if (uploader_) uploader_->poll();
   if (!pending_) return false;
   const double written = parallel_.world().all_reduce(pending_->written ? 1.0 : 0.0, ReduceOp::sum);
   if (written < parallel_.world().size()) return false;
@@ -527,21 +582,20 @@ void Checkpointer::complete(Pending& p) {
   // Every leader reports its file (or its error) to rank 0.
   const bool leader = parallel_.node().rank() == 0;
   nlohmann::json report = leader ? nlohmann::json{{"name", p.file.name}, {"bytes", p.file.bytes}, {"crc32", p.file.crc32},
-                                                  {"error", p.error}}
+                                                  {"shards", shards_json(p.file.shards)}, {"error", p.error}}
                                  : nlohmann::json(nullptr);
   // Through the world communicator, so that a rank that died leaves no one waiting
   // past parallel.timeout_s.
   Communicator& world = parallel_.world();
   const std::vector<std::string> reports = world.gather_strings(report.dump());
-  std::string error;
+  std::string error, manifest_text;
   if (parallel_.is_root()) {
-    Manifest m;
     nlohmann::json files = nlohmann::json::array();
     for (const std::string& r : reports) {
       const auto j = nlohmann::json::parse(r);
       if (j.is_null()) continue;
       if (!j["error"].get<std::string>().empty()) error += j["error"].get<std::string>() + "; ";
-      files.push_back({{"name", j["name"]}, {"bytes", j["bytes"]}, {"crc32", j["crc32"]}});
+      files.push_back({{"name", j["name"]}, {"bytes", j["bytes"]}, {"crc32", j["crc32"]}, {"shards", j["shards"]}});
     }
     if (error.empty()) {
       try {
@@ -559,12 +613,15 @@ void Checkpointer::complete(Pending& p) {
             {"data", {{"fingerprint", data_fingerprint_}, {"position", p.step}}},
             {"config", config_.to_ini()},
             {"files", files}};
-        write_text_atomically((fs::path(p.dir) / "manifest.json").string(), manifest.dump(2));
+        manifest_text = manifest.dump(2);
+        write_text_atomically((fs::path(p.dir) / "manifest.json").string(), manifest_text);
         write_text_atomically((fs::path(config_.checkpoint.dir) / "latest").string(), step_name(p.step) + "\n");
-        // Only now that the new one is complete: prune the oldest beyond keep_last.
+        // Only now that the new one is complete: prune the oldest beyond keep_last (but
+        // one whose node files are still going to S3).
         const std::vector<std::string> complete = complete_checkpoints(config_.checkpoint.dir);
         const int keep = config_.checkpoint.keep_last;
-        for (size_t i = 0; keep > 0 && i + keep < complete.size(); i++) fs::remove_all(complete[i]);
+        for (size_t i = 0; keep > 0 && i + keep < complete.size(); i++)
+          if (uploader_ == nullptr || !uploader_->in_use(complete[i])) fs::remove_all(complete[i]);
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -584,19 +641,20 @@ void Checkpointer::complete(Pending& p) {
   }
   if (parallel_.is_root())
     std::printf("checkpoint: step %d saved to %s (%.2f s from its start)\n", p.step, p.dir.c_str(), p.since_start.seconds());
+  if (uploader_) uploader_->submit(p.step, p.dir, leader ? p.file : ManifestFile{}, manifest_text);
 }
 
 // ---- loading ------------------------------------------------------------------------
 
 int Checkpointer::load(const Manifest& m) {
+  const ParameterLayout& layout = *parameters_.layout;
   require_same_model(m.model, config_.model, "checkpoint " + m.dir);
   require(m.data_fingerprint.empty() || data_fingerprint_.empty() || m.data_fingerprint == data_fingerprint_,
           "checkpoint " + m.dir + " was trained on other data (" + m.data_fingerprint + ") than data.path holds now (" +
               data_fingerprint_ + "), so its data position means nothing here; to train on new data, export it "
               "('trident ckpt export') and start from --checkpoint.init_from");
-  const ShardIndex index(m);
+  const ShardIndex index(m, files_needed(m, layout));
   const ParameterLayout saved(m.model, 0, m.dims.tp);
-  const ParameterLayout& layout = *parameters_.layout;
   const size_t n = layout.total_floats();
   std::vector<float> full[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   for (const ParameterTensor& t : layout.tensors())
@@ -618,6 +676,34 @@ int Checkpointer::load(const Manifest& m) {
   optimizer_.import_moments(full[1].data(), full[2].data());
   optimizer_.set_steps_taken(m.step);
   return m.step;
+}
+
+void Checkpointer::upload_if_missing(const Manifest& m, const std::string& manifest_text) {
+  if (!uploader_) return;
+  std::string why_not;  // rank 0: empty to upload
+  bool upload = false;
+  run_collectively([&] {
+    if (!parallel_.is_root()) return;
+    const std::optional<std::string>& latest = uploader_->s3_latest();
+    if (latest && latest->size() > 5 && std::atoi(latest->c_str() + 5) >= m.step) return;  // S3 has it, or newer
+    if (m.nodes != parallel_.nodes())
+      why_not = "it was saved on " + std::to_string(m.nodes) + " node(s), this run has " +
+                std::to_string(parallel_.nodes());
+    upload = why_not.empty();
+  });
+  why_not = broadcast_string(why_not);
+  upload = parallel_.world().all_reduce(upload ? 1.0 : 0.0, ReduceOp::max) > 0;
+  if (!why_not.empty() && parallel_.is_root())
+    std::printf("checkpoint: step %d is not in S3 and is not uploaded now (%s); the next checkpoint will be\n", m.step,
+                why_not.c_str());
+  if (!upload) return;
+  if (parallel_.is_root())
+    std::printf("checkpoint: step %d is newer than S3's latest: uploading it\n", m.step);
+  // Node leader i uploads node file i, as the saving run's leader i wrote it.
+  const bool leader = parallel_.node().rank() == 0;
+  ManifestFile file;
+  if (leader && node_index_ < static_cast<int>(m.files.size())) file = m.files[node_index_];
+  uploader_->submit(m.step, m.dir, file, manifest_text);
 }
 
 std::optional<Manifest> trident_checkpoint_at(const std::string& path) {

@@ -32,10 +32,20 @@
 
 namespace trident {
 
+class CheckpointUploader;
+
+// One shard a node file holds: a tensor's tp shard `tp_rank` of `tp_size`.
+struct ShardName {
+  std::string tensor;
+  int tp_rank = 0, tp_size = 1;
+  auto operator<=>(const ShardName&) const = default;
+};
+
 struct ManifestFile {
   std::string name;
   uint64_t bytes = 0;
   uint32_t crc32 = 0;
+  std::vector<ShardName> shards;  // empty in older manifests: then every file is read
 };
 
 // A complete checkpoint's description (manifest.json).
@@ -53,6 +63,15 @@ struct Manifest {
 // Reads and checks dir/manifest.json and every file it names (present, size, CRC-32).
 // UsageError naming the file and what is wrong.
 Manifest read_manifest(const std::string& step_dir, bool verify_files = true);
+// A manifest's text (`where` names it in errors), for the node files in `step_dir`.
+Manifest parse_manifest(const std::string& text, const std::string& step_dir, const std::string& where);
+// "step_00001000": a step's directory (and S3 folder) name.
+std::string step_name(int step);
+// UsageError unless `path` has the manifest's size and CRC-32 for file `f`.
+void verify_node_file(const std::string& path, const ManifestFile& f);
+// Which of a checkpoint's node files a rank of `layout` reads to load it: the ones
+// holding its own shards, else every one holding a shard of a tensor it reshards.
+std::vector<bool> files_needed(const Manifest& m, const ParameterLayout& layout);
 // The newest complete checkpoint under `dir` (following `latest`, falling back to the
 // newest earlier complete step if `latest` is damaged, saying so on stderr); nullopt if
 // there is none.
@@ -80,6 +99,12 @@ class Checkpointer {
   // Restores a checkpoint (collective); returns its step. A checkpoint of other
   // training data than set_data()'s is bad input: its data position means nothing here.
   int load(const Manifest& manifest);
+  // checkpoint.upload: each complete checkpoint goes on to S3 (ckpt/checkpoint_upload.h).
+  CheckpointUploader* uploader() { return uploader_.get(); }
+  // Collective, after resuming from disk: uploads that checkpoint if S3's latest is older
+  // (a run whose last upload did not finish), when this run has the saving run's nodes.
+  void upload_if_missing(const Manifest& m, const std::string& manifest_text);
+  const ParameterLayout& layout() const { return *parameters_.layout; }
   // What the training reads (TrainingData::fingerprint), recorded with every save.
   void set_data(const std::string& fingerprint) { data_fingerprint_ = fingerprint; }
   double last_stall_s() const { return last_stall_s_; }
@@ -104,6 +129,7 @@ class Checkpointer {
   AdamW& optimizer_;
   DataParallel& data_parallel_;
   std::unique_ptr<Pending> pending_;
+  std::unique_ptr<CheckpointUploader> uploader_;
   // Host buffers reused by every save: this rank's state, and (leader) the node's pieces.
   std::vector<float> host_params_, host_m_, host_v_;
   std::vector<std::vector<char>> node_blobs_;

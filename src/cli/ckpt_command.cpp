@@ -5,10 +5,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_checkpoint.h"
+#include "ckpt/remote_checkpoints.h"
 #include "runtime/error.h"
+#include "runtime/timer.h"
+#include "storage/s3_uri.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -19,6 +23,8 @@ namespace {
 
 constexpr const char* kCkptUsage =
     "usage: trident ckpt ls      --checkpoint.dir=DIR\n"
+    "  (DIR may be s3://bucket/prefix, what checkpoint.upload names; then --checkpoint.s3_endpoint and\n"
+    "   --checkpoint.s3_region as in training, credentials as AWS's tools find them)\n"
     "       trident ckpt inspect --checkpoint.dir=DIR [--step=N]\n"
     "       trident ckpt export  --checkpoint.dir=DIR [--step=N] --out=FILE.h5\n"
     "       trident ckpt export  --checkpoint.dir=DIR [--step=N] --format=hf --out=DIR [--dtype=fp32|bf16]\n"
@@ -39,12 +45,51 @@ Manifest choose(const std::string& dir, int step) {
 
 double mib(double bytes) { return bytes / (1 << 20); }
 
+// `ckpt ls` of the checkpoints in S3.
+void list_remote(RemoteCheckpoints& remote) {
+  const std::string latest = remote.latest().value_or("");
+  std::printf("%-16s %-10s %8s %6s %10s  %s\n", "checkpoint", "state", "step", "files", "MiB", "layout (dp tp pp, zero)");
+  for (const RemoteCheckpoints::Step& s : remote.steps()) {
+    if (!s.complete) {
+      std::printf("%-16s %-10s  (no manifest.json: an upload that did not finish)\n", s.name.c_str(), "incomplete");
+      continue;
+    }
+    const Manifest m = remote.manifest(s.name, s.name);
+    std::printf("%-16s %-10s %8d %6zu %10.1f  %d %d %d, %d%s\n", s.name.c_str(), "complete", m.step, m.files.size(),
+                mib(static_cast<double>(s.bytes)), m.dims.dp, m.dims.tp, m.dims.pp, m.zero,
+                s.name == latest ? "   <- latest" : "");
+  }
+}
+
+// A checkpoint in S3 (`step`, else the latest) downloaded whole into `folder`, its files
+// checked against the manifest's CRCs, for inspect and export to read as from disk.
+Manifest download_remote(RemoteCheckpoints& remote, int step, const std::string& folder) {
+  std::string name;
+  if (step >= 0) {
+    name = step_name(step);
+  } else {
+    const std::vector<std::string> candidates = remote.resume_candidates();
+    require(!candidates.empty(), "no complete checkpoint in " + remote.uri().str());
+    name = candidates.front();
+  }
+  const std::string dir = (fs::path(folder) / name).string();
+  fs::create_directories(dir);
+  Manifest m = remote.manifest(name, dir);
+  double bytes = 0;
+  Timer timer;
+  for (const ManifestFile& f : m.files) bytes += static_cast<double>(remote.download(name, f, (fs::path(dir) / f.name).string()).bytes);
+  std::printf("downloaded %s/%s: %zu node file(s), %.1f MiB in %.2f s, CRCs checked\n", remote.uri().str().c_str(),
+              name.c_str(), m.files.size(), mib(bytes), timer.seconds());
+  return m;
+}
+
 }  // namespace
 
 int run_ckpt_command(const std::vector<std::string>& args) {
   const std::string action = args.empty() ? "" : args[0];
   std::string dir, out, format = "h5";
   int step = -1;
+  CheckpointConfig s3;
   HfExportOptions hf;
   po::options_description options("Options of 'trident ckpt'");
   options.add_options()("help,h", "show this help")("checkpoint.dir", po::value(&dir), "checkpoint directory")(
@@ -53,7 +98,9 @@ int run_ckpt_command(const std::vector<std::string>& args) {
       "format", po::value(&format)->default_value(format), "export: h5 (trident's) or hf (Hugging Face)")(
       "dtype", po::value(&hf.dtype)->default_value(hf.dtype), "export --format=hf: fp32 or bf16")(
       "max_shard_gb", po::value(&hf.max_shard_gb)->default_value(hf.max_shard_gb, "5"),
-      "export --format=hf: largest safetensors file (GB, 1e9 bytes)");
+      "export --format=hf: largest safetensors file (GB, 1e9 bytes)")(
+      "checkpoint.s3_endpoint", po::value(&s3.s3_endpoint), "s3:// checkpoints: an S3-compatible store's URL")(
+      "checkpoint.s3_region", po::value(&s3.s3_region), "s3:// checkpoints: the bucket's region");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(std::vector<std::string>(args.begin() + (args.empty() ? 0 : 1), args.end()))
@@ -72,7 +119,29 @@ int run_ckpt_command(const std::vector<std::string>& args) {
   require(action == "ls" || action == "inspect" || action == "export",
           "ckpt needs ls, inspect or export, got '" + action + "'\n" + kCkptUsage);
   require(!dir.empty(), "ckpt " + action + " needs --checkpoint.dir");
-  require(fs::is_directory(dir), "checkpoint directory '" + dir + "' does not exist");
+  // From S3: ls reads the listing and the manifests; inspect and export read a copy.
+  std::unique_ptr<RemoteCheckpoints> remote;
+  std::string downloaded;  // the temporary folder of that copy
+  struct Cleanup {
+    std::string& folder;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (!folder.empty()) fs::remove_all(folder, ignored);
+    }
+  } cleanup{downloaded};
+  if (is_s3_uri(dir)) {
+    remote = std::make_unique<RemoteCheckpoints>(dir, s3);
+    if (action == "ls") {
+      list_remote(*remote);
+      return 0;
+    }
+    std::string folder = (fs::temp_directory_path() / "trident-ckpt-XXXXXX").string();
+    const char* made = mkdtemp(folder.data());
+    check(made != nullptr, "cannot make a temporary folder in " + fs::temp_directory_path().string());
+    downloaded = made;
+  } else {
+    require(fs::is_directory(dir), "checkpoint directory '" + dir + "' does not exist");
+  }
 
   if (action == "ls") {
     std::string latest;
@@ -96,7 +165,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  const Manifest m = choose(dir, step);
+  const Manifest m = remote ? download_remote(*remote, step, downloaded) : choose(dir, step);
   if (action == "inspect") {
     std::printf("checkpoint %s: step %d, %s, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n", m.dir.c_str(), m.step,
                 transformer_spec(m.model).describe().c_str(), m.dims.dp, m.dims.tp, m.dims.pp, m.zero, m.nodes);

@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "ckpt/remote_checkpoints.h"
 #include "cli/system_probes.h"
 #include "config/config.h"
 #include "kernels/kernels.h"
@@ -31,13 +32,16 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: [mpirun -np N | srun] trident doctor [--config FILE.ini] [--checkpoint.dir=DIR] [--device=cuda]\n"
+    "                                    [--checkpoint.upload=s3://bucket/prefix]\n"
     "                                    [--expect_busbw GB/s]\n"
     "\n"
     "The preflight before a long job: ranks and hosts as MPI sees them; per GPU its model,\n"
     "driver, memory and ECC state (NVML); NCCL and its network plugin (aws-ofi-nccl);\n"
     "libfabric's providers (efa, FI_HMEM); the EFA environment against slurm/efa_env.sh;\n"
     "a timed all-reduce on each group of the config's layout against --expect_busbw; the\n"
-    "checkpoint folder writable with room for a checkpoint of the config's model.\n"
+    "checkpoint folder writable with room for a checkpoint of the config's model; with\n"
+    "checkpoint.upload, from every node the bucket reachable and a probe object written,\n"
+    "read back and deleted.\n"
     "One table on rank 0; exit 0, or 1 naming each failed check. What this machine lacks\n"
     "(no GPU, no EFA) is listed as skipped, with why.\n";
 
@@ -231,6 +235,36 @@ Check checkpoint_dir_check(const std::string& dir, const Config& config) {
   return c;
 }
 
+// On each node's first rank (each node uploads its own file): credentials found, the
+// bucket reachable, and a probe object written, read back whole, and deleted.
+Check s3_check(const CheckpointConfig& cc) {
+  Check c{"S3 " + hostname(), Verdict::ok, ""};
+  if (cc.upload.empty()) return {c.name, Verdict::skip, "no --checkpoint.upload given"};
+  try {
+    RemoteCheckpoints remote(cc.upload, cc);
+    S3Client& client = remote.client();
+    client.check_bucket(remote.uri().key(""));
+    const std::string key = remote.uri().key(".doctor-" + hostname() + "-" + std::to_string(getpid()));
+    std::string probe(size_t{1} << 20, '\0');
+    for (size_t i = 0; i < probe.size(); i++) probe[i] = static_cast<char>(i * 2654435761u >> 24);
+    const Timer t;
+    client.put_object(key, probe);
+    const double put_s = t.seconds();
+    const std::optional<std::string> back = client.get_object(key);
+    client.delete_object(key);
+    if (!back || *back != probe)
+      return {c.name, Verdict::fail, remote.describe() + ": the probe object read back differs from what was written"};
+    const bool gone = !client.object_size(key).has_value();
+    c.detail = remote.describe() + format(": a 1 MiB probe written (%.1f MB/s), read back equal, deleted",
+                                          1.048576 / std::max(put_s, 1e-9)) +
+               (gone ? "" : " (but still listed)");
+    if (!gone) c.verdict = Verdict::fail;
+  } catch (const std::exception& e) {
+    return {c.name, Verdict::fail, e.what()};
+  }
+  return c;
+}
+
 const char* verdict_name(Verdict v) { return v == Verdict::ok ? "ok" : v == Verdict::fail ? "FAIL" : "skip"; }
 
 }  // namespace
@@ -272,7 +306,7 @@ int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi
   std::string node_lines;
   if (leader) {
     node_lines = encode(gpus_check(parallel.node().size(), cuda)) + "\n" +
-                 encode(checkpoint_dir_check(config.checkpoint.dir, config));
+                 encode(checkpoint_dir_check(config.checkpoint.dir, config)) + "\n" + encode(s3_check(config.checkpoint));
   }
   for (const std::string& lines : world.gather_strings(node_lines)) {
     std::istringstream in(lines);

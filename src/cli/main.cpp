@@ -209,6 +209,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trident: error: rank %d: %s\n", world.rank(), e.what());
     if (world.size() > 1) MPI_Abort(MPI_COMM_WORLD, kExitUsage);
     return kExitUsage;
+  } catch (const AgreedInfrastructureError& e) {
+    std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
+    if (world.is_root()) std::fprintf(stderr, "trident: error (exit 3, a retry may succeed): %s\n", e.what());
+    return kExitInfrastructure;
   } catch (const InfrastructureError& e) {
     std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
     std::fprintf(stderr, "trident: rank %d: infrastructure error (exit 3, a retry may succeed): %s\n", world.rank(),

@@ -11,6 +11,7 @@
 #include "model/activations.h"
 #include "optim/lr_schedule.h"
 #include "runtime/error.h"
+#include "storage/s3_uri.h"
 
 namespace po = boost::program_options;
 
@@ -125,6 +126,18 @@ po::options_description config_options(Config& c) {
       ("checkpoint.async", with_default(&ck.async), "write in the background")
       ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")
       ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from: an exported .h5, or Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file)")
+      ("checkpoint.upload", with_default(&ck.upload),
+       "s3://bucket/prefix: every complete checkpoint is uploaded there in the background (node files, then "
+       "manifest.json, then latest), and a run with no checkpoint on disk resumes from there")
+      ("checkpoint.s3_endpoint", with_default(&ck.s3_endpoint), "an S3-compatible store's URL (empty: AWS S3)")
+      ("checkpoint.s3_region", with_default(&ck.s3_region),
+       "the bucket's region (empty: AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config, the EC2 instance's; else us-east-1)")
+      ("checkpoint.s3_part_mb", with_default(&ck.s3_part_mb), "multipart part size in MiB (at least 5)")
+      ("checkpoint.s3_parallel", with_default(&ck.s3_parallel), "parts in flight per node file")
+      ("checkpoint.s3_retry_s", with_default(&ck.s3_retry_s),
+       "how long one S3 request is retried (503 Slow Down, no answer) before the upload counts as failed")
+      ("checkpoint.upload_timeout_s", with_default(&ck.upload_timeout_s),
+       "the end of a run (and a stop on SIGUSR1/SIGTERM) waits this long for the last upload, then exits 3")
       ("log.run_dir", with_default(&l.run_dir), "directory of metrics.jsonl")
       ("log.every_steps", with_default(&l.every_steps), "log every N steps")
       ("log.straggler_factor", with_default(&l.straggler_factor),
@@ -309,6 +322,21 @@ void Config::validate() const {
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
   require(checkpoint.every_steps == 0 || !checkpoint.dir.empty(), "checkpoint.every_steps needs checkpoint.dir");
+  if (!checkpoint.upload.empty()) {
+    parse_s3_uri(checkpoint.upload);
+    require(!checkpoint.dir.empty(), "checkpoint.upload needs checkpoint.dir (the first tier, where each checkpoint "
+                                     "is complete before it goes to S3)");
+    if (!checkpoint.s3_region.empty()) check_s3_region(checkpoint.s3_region, !checkpoint.s3_endpoint.empty());
+    require(checkpoint.s3_endpoint.empty() || checkpoint.s3_endpoint.starts_with("http://") ||
+                checkpoint.s3_endpoint.starts_with("https://"),
+            "checkpoint.s3_endpoint must be an http:// or https:// URL, got '" + checkpoint.s3_endpoint + "'");
+    require(checkpoint.s3_part_mb >= 5, "checkpoint.s3_part_mb must be at least 5: S3 refuses parts below 5 MiB, got " +
+                                            std::to_string(checkpoint.s3_part_mb));
+    require(checkpoint.s3_part_mb <= 5120, "checkpoint.s3_part_mb must be at most 5120: S3's largest part is 5 GiB");
+    require(checkpoint.s3_parallel >= 1 && checkpoint.s3_parallel <= 256, "checkpoint.s3_parallel must lie in 1-256");
+    positive(checkpoint.s3_retry_s, "checkpoint.s3_retry_s");
+    positive(checkpoint.upload_timeout_s, "checkpoint.upload_timeout_s");
+  }
   positive(log.every_steps, "log.every_steps");
   require(log.straggler_factor == 0 || log.straggler_factor >= 1,
           "log.straggler_factor must be 0 (off) or at least 1, got " + std::to_string(log.straggler_factor));

@@ -104,6 +104,14 @@ struct CheckpointConfig {
   bool async = false;      // write node files in the background while training goes on
   std::string load;        // a step directory to start from (default: dir/latest, if any)
   std::string init_from;   // an exported HDF5 (params/<name>) to initialize the parameters
+  // The second tier (ckpt/checkpoint_upload.h): s3://bucket/prefix; empty: disk only.
+  std::string upload;
+  std::string s3_endpoint;       // an S3-compatible store's http(s)://host:port; empty: AWS
+  std::string s3_region;         // empty: AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config, the instance's
+  int s3_part_mb = 64;           // multipart part size (S3's minimum: 5 MiB; grown past 10,000 parts)
+  int s3_parallel = 8;           // parts in flight per node file
+  double s3_retry_s = 120;       // one request retried (503 Slow Down, no answer) this long
+  double upload_timeout_s = 90;  // the end of a run waits this long for its last upload, then exit 3
 };
 
 struct LogConfig {

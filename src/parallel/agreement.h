@@ -15,8 +15,15 @@ class AgreedUsageError : public UsageError {
   using UsageError::UsageError;
 };
 
-// Runs `step` on every rank of MPI_COMM_WORLD. If it throws UsageError on any rank,
-// every rank throws AgreedUsageError with the message of the lowest such rank.
+// An infrastructure failure every rank saw together (exit 3; rank 0 alone says it).
+class AgreedInfrastructureError : public InfrastructureError {
+ public:
+  using InfrastructureError::InfrastructureError;
+};
+
+// Runs `step` on every rank of MPI_COMM_WORLD. If it throws UsageError (or
+// InfrastructureError) on any rank, every rank throws AgreedUsageError (or
+// AgreedInfrastructureError) with the message of the lowest such rank.
 void run_collectively(const std::function<void()>& step);
 
 // Rank 0's `text` on every rank.

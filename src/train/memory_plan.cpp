@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "ckpt/checkpoint.h"
+#include "storage/s3_client.h"
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "model/transformer_spec.h"
@@ -190,6 +191,15 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
     if (node_leader)
       add("checkpoint writer", "copy of one piece, CRC buffer", Checkpointer::leader_buffer_bytes(layout), true);
+    if (node_leader && !config.checkpoint.upload.empty()) {
+      // The node file is about the node's pieces; its upload holds a part per transfer in flight.
+      S3Settings s3;  // the sizes alone (s3_settings would look for a region, maybe over the network)
+      s3.part_bytes = static_cast<size_t>(config.checkpoint.s3_part_mb) << 20;
+      s3.parallel = config.checkpoint.s3_parallel;
+      const uint64_t file = Checkpointer::piece_bytes(layout, coords.dp == 0) + node_leader_receives;
+      add("S3 upload", "estimate: " + std::to_string(s3.parallel) + " parts in flight of the node file",
+          s3_upload_buffer_bytes(file, s3), true);
+    }
   }
   return plan;
 }

@@ -13,11 +13,16 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_download.h"
+#include "ckpt/checkpoint_upload.h"
 #include "ckpt/hf_checkpoint.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
@@ -104,20 +109,72 @@ bool stop_requested(ParallelState& parallel) {
   return parallel.world().all_reduce(stop_signal_received() ? 1.0 : 0.0, ReduceOp::max) > 0;
 }
 
+// The end of a run (or a stop on a signal) waits for the last checkpoint's upload, at
+// most checkpoint.upload_timeout_s: exit 3 if it cannot finish (train.sbatch requeues;
+// the checkpoint is complete on disk, and the requeued job uploads it). Collective.
+void finish_uploads(const Config& config, Checkpointer& checkpointer) {
+  CheckpointUploader* uploader = checkpointer.uploader();
+  if (uploader == nullptr) return;
+  const std::string why_not = uploader->finish();
+  if (why_not.empty()) return;
+  throw AgreedInfrastructureError("the last checkpoint is not in " + config.checkpoint.upload + ": " + why_not +
+                                  "; it is complete on disk under " + config.checkpoint.dir +
+                                  ", and a requeued job uploads it");
+}
+
+// Where training resumes: a checkpoint's step directory and manifest (rank 0's reading,
+// on every rank), and whether it came from S3.
+struct ResumePoint {
+  std::string dir, manifest_text;
+  std::optional<StagedCheckpoint> from_s3;
+};
+
 // Where training starts: a checkpoint (checkpoint.load, else the latest under
-// checkpoint.dir, if any), or exported parameters (checkpoint.init_from), or step 0.
-// latest_first: the newest complete checkpoint under checkpoint.dir before checkpoint.load
-// (going back mid-run); else checkpoint.load first (where a run starts). Collective.
-std::string chosen_checkpoint(const Config& config, ParallelState& parallel, bool latest_first) {
+// checkpoint.dir, if any, else with checkpoint.upload the latest in S3 when it is newer),
+// or exported parameters (checkpoint.init_from), or step 0. latest_first: the newest
+// complete checkpoint under checkpoint.dir before checkpoint.load (going back mid-run);
+// else checkpoint.load first (where a run starts). Collective.
+ResumePoint resume_point(const Config& config, ParallelState& parallel, Checkpointer& checkpointer, bool latest_first) {
   const CheckpointConfig& cc = config.checkpoint;
-  std::string chosen;
+  CheckpointUploader* uploader = checkpointer.uploader();
+  ResumePoint r;
+  int local_step = -1;
+  std::string local_error;  // rank 0: checkpoint.dir's checkpoints unreadable here, S3 asked instead
   run_collectively([&] {
     if (!parallel.is_root()) return;
-    if (!cc.dir.empty() && (latest_first || cc.load.empty()))
-      if (auto latest = find_latest_checkpoint(cc.dir)) chosen = latest->dir;
-    if (!cc.load.empty() && (chosen.empty() || !latest_first)) chosen = read_manifest(cc.load).dir;
+    if (!cc.dir.empty() && (latest_first || cc.load.empty())) {
+      try {
+        if (auto latest = find_latest_checkpoint(cc.dir)) r.dir = latest->dir;
+      } catch (const UsageError& e) {
+        // Node-local disks hold their own node's file alone: S3 has the others.
+        if (uploader == nullptr) throw;
+        local_error = e.what();
+        std::fprintf(stderr, "trident: warning: %s; looking in %s\n", e.what(), cc.upload.c_str());
+      }
+    }
+    if (!cc.load.empty() && (r.dir.empty() || !latest_first)) r.dir = read_manifest(cc.load).dir;
+    if (r.dir.empty()) return;
+    std::ifstream in(std::filesystem::path(r.dir) / "manifest.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    r.manifest_text = text.str();
+    local_step = parse_manifest(r.manifest_text, r.dir, r.dir).step;
   });
-  return broadcast_string(chosen);
+  r.dir = broadcast_string(r.dir);
+  r.manifest_text = broadcast_string(r.manifest_text);
+  local_step = static_cast<int>(parallel.world().all_reduce(static_cast<double>(local_step), ReduceOp::max));
+  // S3 when newer than the disk; going back mid-run, when the disk has nothing readable.
+  if (uploader != nullptr && (latest_first ? r.dir.empty() : cc.load.empty())) {
+    r.from_s3 = stage_from_s3(cc, parallel, uploader->remote_if_here(), checkpointer.layout(), local_step);
+    if (r.from_s3) {
+      r.dir = r.from_s3->manifest.dir;
+      r.manifest_text = r.from_s3->manifest_text;
+    }
+  }
+  // Checkpoints on disk that cannot be read, and none in S3 either: not a fresh start.
+  local_error = broadcast_string(local_error);
+  if (!local_error.empty() && r.dir.empty()) throw AgreedUsageError(local_error + "; and " + cc.upload + " holds no complete checkpoint");
+  return r;
 }
 
 // Where a run starts: the checkpoint's step (0: none), and what that checkpoint's run
@@ -130,22 +187,30 @@ struct Restored {
 Restored restore(const Config& config, ParallelState& parallel, Transformer& model, Checkpointer& checkpointer,
                  bool latest_first = false) {
   const CheckpointConfig& cc = config.checkpoint;
-  const std::string chosen = chosen_checkpoint(config, parallel, latest_first);
-  if (!chosen.empty()) {
+  const ResumePoint point = resume_point(config, parallel, checkpointer, latest_first);
+  if (!point.dir.empty()) {
     Restored r;
-    r.dir = chosen;
+    r.dir = point.dir;
     Timer loading;
     double bytes = 0;
+    Manifest m;
     run_collectively([&] {
-      const Manifest m = read_manifest(chosen, /*verify_files=*/false);
+      m = parse_manifest(point.manifest_text, point.dir, point.dir + "/manifest.json");
       for (const ManifestFile& f : m.files) bytes += static_cast<double>(f.bytes);
       r.config_ini = m.config_ini;
       r.step = checkpointer.load(m);
     });
     parallel.world().barrier();
-    if (parallel.is_root())
-      std::printf("resumed from %s: continuing after step %d (%.3f GB of node files loaded in %.2f s)\n", chosen.c_str(),
-                  r.step, bytes / 1e9, loading.seconds());
+    if (parallel.is_root()) {
+      if (const auto& s3 = point.from_s3)
+        std::printf("resuming from S3 (%s): %d node file%s, %.3f GB downloaded in %.2f s (%.3f GB/s), each checked "
+                    "against the manifest's CRC-32\n",
+                    cc.upload.c_str(), s3->files, s3->files == 1 ? "" : "s", s3->bytes / 1e9, s3->seconds,
+                    s3->bytes / 1e9 / std::max(s3->seconds, 1e-9));
+      std::printf("resumed from %s: continuing after step %d (%.3f GB of node files loaded in %.2f s)\n",
+                  point.dir.c_str(), r.step, bytes / 1e9, loading.seconds());
+    }
+    if (!latest_first && !point.from_s3) checkpointer.upload_if_missing(m, point.manifest_text);
     return r;
   }
   if (!cc.init_from.empty()) {
@@ -662,6 +727,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
       if (parallel.is_root())
         std::printf("the checkpoint %s is at step %d, train.steps: the run is complete, nothing is left to train\n",
                     restored.dir.c_str(), start_step);
+      finish_uploads(config, checkpointer);  // the last one, if it had not reached S3
       return result;
     }
     throw AgreedUsageError("the checkpoint " + restored.dir + " is at step " + std::to_string(start_step) +
@@ -720,7 +786,11 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     if (parallel.is_root() && !guard.message().empty()) std::printf("%s\n", guard.message().c_str());
     if (verdict == DivergenceGuard::Verdict::roll_back) {
       checkpointer.finish();
-      step = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true).step - 1;  // then on after it
+      const Restored back = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true);
+      // Nothing to go back to after all (a run resumed on disks that no longer hold it):
+      // not a silent restart from step 0 with these parameters.
+      if (back.dir.empty()) throw DivergedError(guard.message() + "; no checkpoint is left to go back to");
+      step = back.step - 1;  // then on after it
       end.rolled_back_to(step + 1);
       continue;
     }
@@ -736,6 +806,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     end.sample_if_due(step);
   }
   checkpointer.finish();
+  finish_uploads(config, checkpointer);
   result.peak_gflops = peak.total_gflops;
   const double planned = static_cast<double>(k->host_memory() ? memory_plan.total_bytes() : memory_plan.device_bytes());
   const double taken = static_cast<double>(memory_taken(baseline, *k));
