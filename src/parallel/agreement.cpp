@@ -12,29 +12,23 @@ void run_collectively(const std::function<void()>& step) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   std::string message;
-  int infrastructure = 0;  // 1: the failure is the machine's or the store's (exit 3), not the input's
   try {
     step();
   } catch (const UsageError& e) {
     message = e.what();
     if (size == 1) throw AgreedUsageError(message);
-  } catch (const InfrastructureError& e) {
-    message = e.what();
-    infrastructure = 1;
-    if (size == 1) throw AgreedInfrastructureError(message);
   }
   if (size == 1) return;
   // The lowest failing rank speaks for all.
   int failing = message.empty() ? size : rank;
   MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (failing == size) return;
-  int header[2] = {static_cast<int>(message.size()), infrastructure};
-  MPI_Bcast(header, 2, MPI_INT, failing, MPI_COMM_WORLD);
+  int length = static_cast<int>(message.size());
+  MPI_Bcast(&length, 1, MPI_INT, failing, MPI_COMM_WORLD);
   std::vector<char> text(message.begin(), message.end());
-  text.resize(header[0]);
-  MPI_Bcast(text.data(), header[0], MPI_CHAR, failing, MPI_COMM_WORLD);
+  text.resize(length);
+  MPI_Bcast(text.data(), length, MPI_CHAR, failing, MPI_COMM_WORLD);
   const std::string prefix = failing == 0 ? "" : "rank " + std::to_string(failing) + ": ";
-  if (header[1] != 0) throw AgreedInfrastructureError(prefix + std::string(text.begin(), text.end()));
   throw AgreedUsageError(prefix + std::string(text.begin(), text.end()));
 }
 

@@ -21,9 +21,10 @@ class AgreedInfrastructureError : public InfrastructureError {
   using InfrastructureError::InfrastructureError;
 };
 
-// Runs `step` on every rank of MPI_COMM_WORLD. If it throws UsageError (or
-// InfrastructureError) on any rank, every rank throws AgreedUsageError (or
-// AgreedInfrastructureError) with the message of the lowest such rank.
+// Runs `step` on every rank of MPI_COMM_WORLD. If it throws UsageError on any rank,
+// every rank throws AgreedUsageError with the message of the lowest such rank. An
+// InfrastructureError is not agreed (it may come from a collective that timed out, whose
+// peers would never reach the agreement): it ends the job through MPI_Abort, exit 3.
 void run_collectively(const std::function<void()>& step);
 
 // Rank 0's `text` on every rank.
