@@ -23,8 +23,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-start_out=$(bash "$here/s3_server.sh" start "$work/ceph" 2>&1)
+start_rc=0
+start_out=$(bash "$here/s3_server.sh" start "$work/ceph" 2>&1) || start_rc=$?
 echo "$start_out"
+if [ $start_rc != 0 ]; then
+  # The packages are there and the server would not start: a failure, not a skip.
+  echo "tests/s3/s3_server.sh start failed (exit $start_rc): the S3 tests cannot run"
+  exit 1
+fi
 if [ -f "$work/ceph/env" ]; then
   # shellcheck disable=SC1091
   source "$work/ceph/env"
