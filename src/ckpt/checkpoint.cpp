@@ -190,6 +190,12 @@ std::string step_name(int step) {
   return name;
 }
 
+int step_of_name(const std::string& name) {
+  if (name.size() <= 5 || name.compare(0, 5, "step_") != 0) return -1;
+  if (name.find_first_not_of("0123456789", 5) != std::string::npos) return -1;
+  return std::atoi(name.c_str() + 5);
+}
+
 nlohmann::json model_json(const ModelConfig& m) {
   return {{"family", m.family},
           {"n_layer", m.n_layer},
@@ -685,7 +691,7 @@ void Checkpointer::upload_if_missing(const Manifest& m, const std::string& manif
   run_collectively([&] {
     if (!parallel_.is_root()) return;
     const std::optional<std::string>& latest = uploader_->s3_latest();
-    if (latest && latest->size() > 5 && std::atoi(latest->c_str() + 5) >= m.step) return;  // S3 has it, or newer
+    if (latest && step_of_name(*latest) >= m.step) return;  // S3 has it, or newer
     if (m.nodes != parallel_.nodes())
       why_not = "it was saved on " + std::to_string(m.nodes) + " node(s), this run has " +
                 std::to_string(parallel_.nodes());

@@ -67,6 +67,8 @@ Manifest read_manifest(const std::string& step_dir, bool verify_files = true);
 Manifest parse_manifest(const std::string& text, const std::string& step_dir, const std::string& where);
 // "step_00001000": a step's directory (and S3 folder) name.
 std::string step_name(int step);
+// The step of a step folder's name ("step_00001000" -> 1000); -1 if it is not one.
+int step_of_name(const std::string& name);
 // UsageError unless `path` has the manifest's size and CRC-32 for file `f`.
 void verify_node_file(const std::string& path, const ManifestFile& f);
 // Which of a checkpoint's node files a rank of `layout` reads to load it: the ones

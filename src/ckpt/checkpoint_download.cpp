@@ -18,8 +18,6 @@ namespace trident {
 
 namespace {
 
-int step_of(const std::string& name) { return std::atoi(name.c_str() + 5); }  // "step_00001000"
-
 // How many node leaders there are, and this rank's place among them (leaders only).
 void node_leaders(ParallelState& parallel, int& leaders, int& index) {
   std::vector<double> is_leader(parallel.world().size(), 0.0);
@@ -60,7 +58,7 @@ std::optional<StagedCheckpoint> stage_from_s3(const CheckpointConfig& config, Pa
   run_collectively([&] {
     if (!parallel.is_root()) return;
     for (const std::string& name : remote->resume_candidates())
-      if (step_of(name) > local_step) candidates.push_back(name);
+      if (step_of_name(name) > local_step) candidates.push_back(name);
   });
   candidates = nlohmann::json::parse(broadcast_string(nlohmann::json(candidates).dump())).get<std::vector<std::string>>();
   if (candidates.empty()) return std::nullopt;

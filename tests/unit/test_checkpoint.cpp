@@ -12,6 +12,7 @@
 #include <regex>
 #include <thread>
 
+#include "checkpoint_helpers.h"
 #include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
 
@@ -38,16 +39,6 @@ std::map<int, double> losses(const std::string& out) {
   for (std::sregex_iterator i(out.begin(), out.end(), line), end; i != end; ++i)
     result[std::stoi((*i)[1])] = std::stod((*i)[2]);
   return result;
-}
-
-// Every tensor of every kind of two checkpoints, compared exactly.
-void expect_identical(const std::string& a, const std::string& b) {
-  const Manifest ma = read_manifest(a), mb = read_manifest(b);
-  for (const char* kind : {"params", "exp_avg", "exp_avg_sq"}) {
-    const auto ta = read_canonical(ma, kind), tb = read_canonical(mb, kind);
-    ASSERT_EQ(ta.size(), tb.size());
-    for (size_t i = 0; i < ta.size(); i++) EXPECT_EQ(ta[i].second, tb[i].second) << kind << " " << ta[i].first;
-  }
 }
 
 TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "checkpoint_helpers.h"
 #include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
 #include "storage/s3_client.h"
@@ -53,15 +54,6 @@ std::map<int, double> logged_losses(const std::string& run_dir) {
     if (j.is_object() && j.contains("loss") && j.contains("step") && !j.contains("val_loss")) out[j["step"]] = j["loss"];
   }
   return out;
-}
-
-void expect_identical(const std::string& a, const std::string& b) {
-  const Manifest ma = read_manifest(a), mb = read_manifest(b);
-  for (const char* kind : {"params", "exp_avg", "exp_avg_sq"}) {
-    const auto ta = read_canonical(ma, kind), tb = read_canonical(mb, kind);
-    ASSERT_EQ(ta.size(), tb.size());
-    for (size_t i = 0; i < ta.size(); i++) EXPECT_EQ(ta[i].second, tb[i].second) << kind << " " << ta[i].first;
-  }
 }
 
 // A run in the background: its output as it grows, events waited for, its exit code.
