@@ -50,14 +50,29 @@ inline std::string without_mpi_environment() {
   return cmd;
 }
 
-// Runs `trident <args>` (under `launcher` if given) with a time limit. The launcher
-// may start with VAR=value assignments.
+// The processes of a run that outlived its time limit, for the failure's message: what
+// hung, and in what state (ps's STAT and WCHAN).
+inline std::string hung_processes() {
+  const std::string list = testing::TempDir() + "trident_cli.ps";
+  std::system(("ps -eo pid,ppid,stat,wchan:24,etime,args | grep -E 'trident|mpirun|orted|PID' | grep -v grep > " + list +
+               " 2>&1").c_str());
+  return slurp(list);
+}
+
+// Runs `trident <args>` (under `launcher` if given) with a time limit: SIGTERM at the
+// limit, SIGKILL 10 s later (a launcher stuck in its own loop ignores the first), so that
+// a hung run fails its test instead of holding up the whole suite. The launcher may start
+// with VAR=value assignments.
 inline CliRun run(const std::string& args, const std::string& launcher = "", int timeout_s = 120) {
   const std::string out = testing::TempDir() + "trident_cli.out", err = testing::TempDir() + "trident_cli.err";
-  const std::string cmd = without_mpi_environment() + " timeout " + std::to_string(timeout_s) + " " + launcher + " " +
-                          trident_bin() + " " + args + " >" + out + " 2>" + err;
+  const std::string cmd = without_mpi_environment() + " timeout -k 10 " + std::to_string(timeout_s) + " " + launcher +
+                          " " + trident_bin() + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  CliRun r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  if (r.exit_code == 124 || r.exit_code == 137)
+    r.err += "\n[test] timed out after " + std::to_string(timeout_s) + " s: " + args + "\n[test] still running:\n" +
+             hung_processes();
+  return r;
 }
 
 // Whether `pid` still runs. For a process that is not our child (started in the background
