@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstring>
@@ -11,9 +12,11 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "ckpt/remote_checkpoints.h"
+#include "health/health_verdict.h"
 #include "cli/system_probes.h"
 #include "config/config.h"
 #include "kernels/kernels.h"
@@ -48,9 +51,12 @@ constexpr const char* kUsage =
 enum class Verdict { ok, fail, skip };
 
 struct Check {
+  Check() = default;
+  Check(std::string n, Verdict v, std::string d) : name(std::move(n)), verdict(v), detail(std::move(d)) {}
   std::string name;
   Verdict verdict = Verdict::ok;
   std::string detail;
+  std::string host;  // the node a failure is that of ("": the job's, not one node's)
 };
 
 std::string format(const char* fmt, double a, double b = 0, double c = 0) {
@@ -59,22 +65,27 @@ std::string format(const char* fmt, double a, double b = 0, double c = 0) {
   return text;
 }
 
-std::string hostname() {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  return host;
+std::string hostname() { return health::node_name(); }
+
+// A node's check: named after the node, and the node's if it fails.
+Check on_this_node(Check c) {
+  c.host = hostname();
+  if (c.name.size() < c.host.size() || c.name.compare(c.name.size() - c.host.size(), c.host.size(), c.host) != 0)
+    c.name += " " + c.host;
+  return c;
 }
 
-// A check as one line "verdict|name|detail", for gathering.
+// A check as one line "verdict|host|name|detail", for gathering.
 std::string encode(const Check& c) {
-  return std::to_string(static_cast<int>(c.verdict)) + "|" + c.name + "|" + c.detail;
+  return std::to_string(static_cast<int>(c.verdict)) + "|" + c.host + "|" + c.name + "|" + c.detail;
 }
 Check decode(const std::string& line) {
   Check c;
-  const size_t a = line.find('|'), b = line.find('|', a + 1);
+  const size_t a = line.find('|'), b = line.find('|', a + 1), d = line.find('|', b + 1);
   c.verdict = static_cast<Verdict>(std::stoi(line.substr(0, a)));
-  c.name = line.substr(a + 1, b - a - 1);
-  c.detail = line.substr(b + 1);
+  c.host = line.substr(a + 1, b - a - 1);
+  c.name = line.substr(b + 1, d - b - 1);
+  c.detail = line.substr(d + 1);
   return c;
 }
 
@@ -265,6 +276,39 @@ Check s3_check(const CheckpointConfig& cc) {
   return c;
 }
 
+// The nodes that failed a check of their own, for the batch script to drain (health/),
+// written under checkpoint.dir when there is one and it takes files.
+void write_preflight_verdict(const std::vector<Check>& checks, const std::vector<std::string>& rank_hosts,
+                             const std::string& checkpoint_dir) {
+  // A check every node fails is the job's (its credentials, a shared folder, a bar set too
+  // high), not a node's: with more than one node, only a minority is named. S3 access
+  // depends on the job's credentials and bucket: never a node's.
+  std::map<std::string, int> failing;  // check (its name without the node) -> nodes failing it
+  const auto kind = [](const Check& c) { return c.name.substr(0, c.name.size() - c.host.size()); };
+  for (const Check& c : checks)
+    if (c.verdict == Verdict::fail && !c.host.empty()) failing[kind(c)]++;
+  const int nodes = static_cast<int>(std::set<std::string>(rank_hosts.begin(), rank_hosts.end()).size());
+  health::Verdict v;
+  std::vector<std::string> bad;
+  for (const Check& c : checks) {
+    if (c.verdict != Verdict::fail || c.host.empty() || c.name.rfind("S3 ", 0) == 0) continue;
+    if (nodes > 1 && 2 * failing[kind(c)] > nodes) continue;
+    if (std::find(bad.begin(), bad.end(), c.host) == bad.end()) bad.push_back(c.host);
+    v.reason += (v.reason.empty() ? "preflight failed: " : ", ") + c.name;
+    v.evidence += (v.evidence.empty() ? "" : "; ") + c.name + ": " + c.detail;
+  }
+  if (bad.empty() || checkpoint_dir.empty()) return;
+  for (const std::string& h : bad) v.host += (v.host.empty() ? "" : ",") + h;
+  for (int r = 0; r < static_cast<int>(rank_hosts.size()); r++)
+    if (std::find(bad.begin(), bad.end(), rank_hosts[r]) != bad.end()) v.ranks.push_back(r);
+  try {
+    health::set_checkpoint_dir(checkpoint_dir);
+    health::write(v);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "trident: warning: no health verdict written: %s\n", e.what());
+  }
+}
+
 const char* verdict_name(Verdict v) { return v == Verdict::ok ? "ok" : v == Verdict::fail ? "FAIL" : "skip"; }
 
 }  // namespace
@@ -303,26 +347,34 @@ int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi
     checks.push_back(ranks_check(world, hosts));
     checks.push_back({"MPI", Verdict::ok, mpi.library_version()});
   }
+  // Each node's own: its GPUs, its libraries and fabric, its checkpoint folder, its way to S3.
   std::string node_lines;
   if (leader) {
-    node_lines = encode(gpus_check(parallel.node().size(), cuda)) + "\n" +
-                 encode(checkpoint_dir_check(config.checkpoint.dir, config)) + "\n" + encode(s3_check(config.checkpoint));
+    std::vector<Check> mine = {gpus_check(parallel.node().size(), cuda)};
+    for (Check& c : fabric_checks(cuda)) mine.push_back(std::move(c));
+    mine.push_back(checkpoint_dir_check(config.checkpoint.dir, config));
+    mine.push_back(s3_check(config.checkpoint));
+    for (const Check& c : mine) node_lines += encode(on_this_node(c)) + "\n";
+  }
+  // Each node's ranks reduce among themselves (its memory and NVLink or shared memory),
+  // all nodes at once: a slow node is named.
+  if (world.all_reduce(static_cast<double>(parallel.node().size()), ReduceOp::max) > 1) {
+    Check c = all_reduce_check(parallel.node(), parallel.node(), *k, /*device_memory=*/false, expect_busbw);
+    if (parallel.node().size() < 2) c = {c.name, Verdict::skip, "one rank on this node: nothing to reduce"};
+    if (leader) node_lines += encode(on_this_node(c)) + "\n";
   }
   for (const std::string& lines : world.gather_strings(node_lines)) {
     std::istringstream in(lines);
     for (std::string l; std::getline(in, l);)
       if (!l.empty()) checks.push_back(decode(l));
   }
-  if (mpi.is_root())
-    for (Check& c : fabric_checks(cuda)) checks.push_back(std::move(c));
-  // Collective: every rank runs every group's test in the same order.
-  Communicator* groups[] = {&world, &parallel.node(), &parallel.dp(), &parallel.tp(), &parallel.pp()};
+  // The job's groups, each kind at once (collective: every rank runs them in one order).
+  Communicator* groups[] = {&world, &parallel.dp(), &parallel.tp(), &parallel.pp()};
   for (Communicator* g : groups) {
-    const bool host_group = g == &world || g == &parallel.node();
     const double size = world.all_reduce(static_cast<double>(g->size()), ReduceOp::max);
     if (size < 2) continue;
-    if (g == &parallel.node() && parallel.nodes() == 1) continue;  // the same ranks as world
-    Check c = all_reduce_check(*g, world, *k, !host_group, expect_busbw);
+    if (g == &world && parallel.nodes() == 1) continue;  // the node's group above
+    Check c = all_reduce_check(*g, world, *k, g != &world, expect_busbw);
     if (mpi.is_root()) checks.push_back(c);
   }
   std::string failed;
@@ -338,6 +390,7 @@ int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi
     if (failed.empty()) std::printf("\ndoctor: all checks passed (%d skipped: not on this machine)\n", skipped);
     else std::printf("\ndoctor: FAILED: %s\n", failed.c_str());
     std::fflush(stdout);
+    write_preflight_verdict(checks, hosts, config.checkpoint.dir);
   }
   // Every rank exits with the verdict.
   return world.all_reduce(failed.empty() ? 0.0 : 1.0, ReduceOp::max) > 0 ? 1 : 0;

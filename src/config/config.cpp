@@ -106,6 +106,10 @@ po::options_description config_options(Config& c) {
        "steps in a row with a non-finite loss or gradient norm (each skipped) before going back to the last "
        "checkpoint once; a second streak ends the run with exit 4")
       ("train.spike_factor", with_default(&t.spike_factor), "report a loss above this times its running mean (0: never)")
+      ("train.replica_check_steps", with_default(&t.replica_check_steps),
+       "every N steps the data-parallel replicas' parameters are hashed and compared; a replica that differs "
+       "is named and the run goes back to the last checkpoint once, a second time on one host ends the run "
+       "naming it (exit 3) (0: never)")
       ("train.recompute", with_default(&t.recompute),
        "activations recomputed in backward: none, selective (attention's core) or full (each layer)")
       ("data.path", with_default(&d.path),
@@ -142,6 +146,12 @@ po::options_description config_options(Config& c) {
       ("log.every_steps", with_default(&l.every_steps), "log every N steps")
       ("log.straggler_factor", with_default(&l.straggler_factor),
        "at each log step, name the slowest rank when its work took this many times its stage's median (0: never)")
+      ("log.straggler_limit", with_default(&l.straggler_limit),
+       "the same rank named a straggler this many log steps in a row ends the run with exit 3, its host named "
+       "for the batch script to drain (0: report only)")
+      ("log.gpu_error_limit", with_default(&l.gpu_error_limit),
+       "log steps at which a machine's GPU XID or uncorrected ECC count rose before the run ends with exit 3, "
+       "its host named for the batch script to drain (0: warn only)")
       ("log.val_every_steps", with_default(&l.val_every_steps), "validation every N steps (0: at the end)")
       ("log.val_batches", with_default(&l.val_batches), "validation batches per evaluation")
       ("log.sample_every_steps", with_default(&l.sample_every_steps),
@@ -295,6 +305,9 @@ void Config::validate() const {
   require(train.micro_batch >= 0, "train.micro_batch must be >= 0 (0: global_batch / dp)");
   parse_recompute(train.recompute);
   positive(train.max_bad_steps, "train.max_bad_steps");
+  require(train.replica_check_steps >= 0, "train.replica_check_steps must be >= 0 (0: never)");
+  require(log.straggler_limit >= 0, "log.straggler_limit must be >= 0 (0: report only)");
+  require(log.gpu_error_limit >= 0, "log.gpu_error_limit must be >= 0 (0: warn only)");
   require(train.spike_factor >= 0, "train.spike_factor must be >= 0 (0: no spike reports)");
   require(train.lr >= 0, "train.lr must be >= 0, got " + std::to_string(train.lr));
   require(train.min_lr >= 0 && train.min_lr <= train.lr,
@@ -375,9 +388,18 @@ std::pair<int, int> LogConfig::trace_range() const {
 void Config::resolve_layout(int world_size) {
   const ParallelDims d = ParallelDims::resolve(world_size, parallel.dp, parallel.pp, parallel.tp);
   parallel.dp = d.dp;
-  require(train.global_batch % parallel.dp == 0,
-          "train.global_batch (" + std::to_string(train.global_batch) + ") must be a multiple of dp (" +
-              std::to_string(parallel.dp) + ")");
+  if (train.global_batch % parallel.dp != 0) {
+    // What would do: the dp sizes that divide the batch, as rank counts of this tp x pp
+    // (a job requeued on fewer or more nodes keeps its global batch).
+    const int per_replica = d.tp * d.pp;
+    std::string would;
+    for (int dp = 1; dp <= train.global_batch && would.size() < 80; dp++)
+      if (train.global_batch % dp == 0) would += (would.empty() ? "" : ", ") + std::to_string(dp * per_replica);
+    throw UsageError("train.global_batch (" + std::to_string(train.global_batch) + ") must be a multiple of dp (" +
+                     std::to_string(parallel.dp) + ", from " + std::to_string(world_size) + " ranks / tp " +
+                     std::to_string(d.tp) + " / pp " + std::to_string(d.pp) + "): ranks that would keep this batch: " +
+                     would + " (or another --train.global_batch)");
+  }
   const int per_rank = train.global_batch / parallel.dp;
   if (train.micro_batch == 0) train.micro_batch = per_rank;
   require(per_rank % train.micro_batch == 0,

@@ -78,6 +78,9 @@ struct TrainConfig {
   std::string recompute = "none";   // none | selective (attention's core) | full (each layer in backward)
   int max_bad_steps = 5;            // non-finite steps in a row before going back to the last checkpoint
   double spike_factor = 3.0;        // report a loss above this times its running mean; 0: never
+  // Every N steps the dp replicas' parameters are hashed and compared (silent data
+  // corruption: train/replica_check.h); 0: never.
+  int replica_check_steps = 1000;
 
   int accumulation_steps(int dp) const { return global_batch / dp / micro_batch; }
   int decay_end() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }
@@ -118,6 +121,10 @@ struct LogConfig {
   std::string run_dir = "runs/default";  // metrics.jsonl goes here
   int every_steps = 10;                  // print/log every N steps (and the last)
   double straggler_factor = 1.2;         // report the slowest rank above this times its stage's median; 0: never
+  int straggler_limit = 0;               // the same straggler this many log steps in a row ends the run (exit 3,
+                                         // its host named: health/); 0: report only
+  int gpu_error_limit = 2;               // log steps at which a machine's GPU XID/ECC counts rose before the run
+                                         // ends (exit 3, its host named); 0: warn only
   int val_every_steps = 0;               // validation loss every N steps; 0: at the end only
   int val_batches = 4;                   // batches of the validation split per evaluation
   int sample_every_steps = 0;            // print a greedy sample of the model every N steps; 0: never

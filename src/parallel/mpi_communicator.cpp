@@ -3,10 +3,12 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <utility>
 
+#include "health/health_verdict.h"
 #include "runtime/error.h"
 #include "monitor/step_trace.h"
 #include "runtime/timer.h"
@@ -67,7 +69,8 @@ class MpiRequest final : public Request {
 
 }  // namespace
 
-std::string missing_members_report(const Communicator& group, CommOp op, uint64_t seq, int world_rank) {
+MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t seq, int world_rank) {
+  MissingMembers m;
   std::string missing, unseen;
   char item[160];
   int seen = 0;
@@ -84,23 +87,56 @@ std::string missing_members_report(const Communicator& group, CommOp op, uint64_
                       static_cast<unsigned long long>(s.seq), s.step, s.seconds_ago);
       else
         std::snprintf(item, sizeof item, "%d (none yet on this group)", r);
-      missing += (missing.empty() ? "" : ", ") + std::string(item);
+      missing += (missing.empty() ? "" : ", ") + std::string(item) + (s.waiting ? " (waiting itself)" : "");
+      if (s.waiting) continue;  // held up by another, not the one that stopped
+      m.here.push_back(r);
+      if (("," + m.nodes + ",").find("," + s.node + ",") == std::string::npos)
+        m.nodes += (m.nodes.empty() ? "" : ",") + s.node;
+      if (s.started) m.last_step = std::max(m.last_step, s.step);
     }
   }
   const std::string what = std::string(comm_op_name(op)) + " (#" + std::to_string(seq) + " on the group)";
-  std::string report = "trident: rank " + std::to_string(world_rank) + ": of the " + group.name() + " group, " +
-                       (!missing.empty() ? "ranks that had not started this " + what + ": " + missing
-                        : seen > 0       ? "every member on this machine had started this " + what + ": it is stuck inside it"
-                                         : "no other member is on this machine");
-  if (!unseen.empty()) report += "; on other machines, not visible from here: " + unseen;
-  return report + "\n";
+  m.report = "trident: rank " + std::to_string(world_rank) + ": of the " + group.name() + " group, " +
+             (!missing.empty() ? "ranks that had not started this " + what + ": " + missing
+              : seen > 0       ? "every member on this machine had started this " + what + ": it is stuck inside it"
+                               : "no other member is on this machine");
+  if (!unseen.empty()) m.report += "; on other machines, not visible from here: " + unseen;
+  m.report += "\n";
+  return m;
 }
+
+namespace {
+
+// The members of this machine that never came: their host is the one to take out.
+health::Verdict stopped_ranks_verdict(const MissingMembers& m, CommOp op, const Communicator& group, double waited_s,
+                                      int step) {
+  health::Verdict v;
+  v.host = m.nodes;
+  v.ranks = m.here;
+  std::string ranks;
+  for (int r : m.here) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  char reason[256];
+  std::snprintf(reason, sizeof reason, "rank%s %s stopped (%s): %s on the %s group waited %.0f s for it",
+                m.here.size() > 1 ? "s" : "", ranks.c_str(),
+                m.last_step >= 0 ? ("last seen in step " + std::to_string(m.last_step + 1)).c_str() : "before its first step",
+                comm_op_name(op), group.name().c_str(), waited_s);
+  v.reason = reason;
+  // The report without its "trident: rank N: " and its newline.
+  v.evidence = m.report;
+  if (const size_t said = v.evidence.find(": of the "); said != std::string::npos) v.evidence.erase(0, said + 2);
+  if (!v.evidence.empty() && v.evidence.back() == '\n') v.evidence.pop_back();
+  v.evidence += " (the timeout came in step " + std::to_string(step + 1) + ")";
+  return v;
+}
+
+}  // namespace
 
 void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp op, size_t count,
                   const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort,
                   uint64_t seq, int peer) {
   // The time this rank waits for the operation, on the step's timeline when one is recorded.
   const trace::Span span("communication", [&] { return std::string(comm_op_name(op)) + " " + group.name(); });
+  const progress_board::Waiting waiting;
   Timer timer;
   for (long spins = 0; !done(); spins++) {
     if (spins % 64 == 0 && timer.seconds() > watchdog.timeout_s) {
@@ -114,7 +150,14 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
                    "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
                    world_rank, host, backend, comm_op_name(op), count, group.name().c_str(), group.rank(),
                    group.size(), timer.seconds(), watchdog.step);
-      if (seq > 0) std::fprintf(stderr, "%s", missing_members_report(group, op, seq, world_rank).c_str());
+      if (seq > 0) {
+        const MissingMembers missing = missing_members(group, op, seq, world_rank);
+        std::fprintf(stderr, "%s", missing.report.c_str());
+        if (!missing.here.empty()) {
+          std::fflush(stderr);
+          health::write(stopped_ranks_verdict(missing, op, group, timer.seconds(), watchdog.step));
+        }
+      }
       if (peer >= 0) {
         const std::vector<int> members = group.world_ranks();
         std::fprintf(stderr, "trident: rank %d: the %s was %s rank %d (rank %d of the %s group)\n", world_rank,

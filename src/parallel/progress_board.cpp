@@ -1,5 +1,7 @@
 #include "parallel/progress_board.h"
 
+#include "health/health_verdict.h"
+
 #include <fcntl.h>
 #include <mpi.h>
 #include <sys/mman.h>
@@ -27,6 +29,8 @@ struct GroupProgress {
 
 struct RankProgress {
   std::atomic<int> world_rank;
+  char node[kNameBytes * 2];  // its node as Slurm names it, written before world_rank
+  std::atomic<int> waiting;  // waits for communication in progress (a stopped rank has none)
   GroupProgress groups[kGroups];
 };
 // The processes share these atomics through the mapping: they must not hide a lock.
@@ -98,6 +102,7 @@ void open() {
   board = static_cast<RankProgress*>(map);  // zero-filled by ftruncate
   entries = size;
   mine = board + local;
+  std::strncpy(mine->node, health::node_name().c_str(), sizeof mine->node - 1);
   mine->world_rank.store(world_rank + 1, std::memory_order_release);  // 0: not yet there
 }
 
@@ -122,12 +127,22 @@ void record(const std::string& group, uint64_t seq, int step) {
   slot->seq.store(seq, std::memory_order_release);
 }
 
+Waiting::Waiting() {
+  if (mine != nullptr) mine->waiting.fetch_add(1, std::memory_order_relaxed);
+}
+
+Waiting::~Waiting() {
+  if (mine != nullptr) mine->waiting.fetch_sub(1, std::memory_order_relaxed);
+}
+
 Seen lookup(int world_rank, const std::string& group) {
   Seen s;
   for (int i = 0; i < entries; i++) {
     const RankProgress& r = board[i];
     if (r.world_rank.load(std::memory_order_acquire) != world_rank + 1) continue;
     s.visible = true;
+    s.node = r.node;
+    s.waiting = r.waiting.load(std::memory_order_relaxed) > 0;
     if (const GroupProgress* g = find(r, group)) {
       s.seq = g->seq.load(std::memory_order_acquire);
       s.started = s.seq > 0;

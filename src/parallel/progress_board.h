@@ -20,8 +20,20 @@ void open();
 // This rank started collective number `seq` (from 1) on its group `group` at `step`.
 void record(const std::string& group, uint64_t seq, int step);
 
+// While one lives, this rank is waiting for communication: a member that had not come to
+// an operation but waits in another is held up too, not the one that stopped.
+class Waiting {
+ public:
+  Waiting();
+  ~Waiting();
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+};
+
 struct Seen {
   bool visible = false;  // the rank is on this machine
+  std::string node;      // its node as Slurm names it (several slurmds may share a machine)
+  bool waiting = false;  // it is waiting for communication itself (a Waiting lives)
   bool started = false;  // it has started a collective on that group
   uint64_t seq = 0;      // the latest one's number
   int step = -1;         // the step it was at then

@@ -24,6 +24,7 @@
 #include "ckpt/checkpoint_download.h"
 #include "ckpt/checkpoint_upload.h"
 #include "ckpt/hf_checkpoint.h"
+#include "health/health_verdict.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/kernels.h"
@@ -45,6 +46,8 @@
 #include "train/metrics_log.h"
 #include "train/run_monitor.h"
 #include "train/setup.h"
+#include "train/host_faults.h"
+#include "train/replica_check.h"
 #include "train/stragglers.h"
 
 namespace trident {
@@ -175,6 +178,16 @@ ResumePoint resume_point(const Config& config, ParallelState& parallel, Checkpoi
   local_error = broadcast_string(local_error);
   if (!local_error.empty() && r.dir.empty()) throw AgreedUsageError(local_error + "; and " + cc.upload + " holds no complete checkpoint");
   return r;
+}
+
+// Whether `dir` holds a complete checkpoint to go back to (rank 0's question).
+bool has_checkpoint(const std::string& dir) {
+  if (dir.empty()) return false;
+  try {
+    return find_latest_checkpoint(dir, /*quiet=*/true).has_value();
+  } catch (...) {  // unreadable: nothing to go back to (and no rank left waiting)
+    return false;
+  }
 }
 
 // Where a run starts: the checkpoint's step (0: none), and what that checkpoint's run
@@ -434,9 +447,9 @@ class StepEnd {
   // work time means anything here (not where ranks take turns on the cores).
   StepEnd(const Config& config, ParallelState& parallel, TrainingSetup& s, Checkpointer& checkpointer,
           const TrainingData& data, const Tokenizer& tokenizer, const DevicePeak& peak, TrainResult& result,
-          int resumed_from, bool stragglers, RunMonitor& monitor)
+          int resumed_from, bool stragglers, RunMonitor& monitor, HostFaults& faults)
       : config_(config), parallel_(parallel), s_(s), checkpointer_(checkpointer), data_(data), tokenizer_(tokenizer),
-        result_(result), monitor_(monitor),
+        result_(result), monitor_(monitor), faults_(faults),
         log_(parallel.is_root() ? config.log.run_dir : "", resumed_from,
              parallel.is_root() ? config.log.tensorboard_folder() : ""),
         flops_per_token_(flops_per_token(s.model.spec())),
@@ -495,11 +508,18 @@ class StepEnd {
     const int mean_of = std::max(interval_steps_, 1);
     interval_loss_ = 0;
     interval_steps_ = 0;
-    if (!parallel_.is_root()) return;
-    if (straggler.found) {
-      std::printf("%s\n", straggler.describe(step + 1).c_str());
-      result_.straggler_reports++;
+    // A straggler that stays one, GPU errors that keep coming: the run ends naming the host.
+    std::optional<health::Verdict> verdict;
+    if (parallel_.is_root()) {
+      if (straggler.found) {
+        std::printf("%s\n", straggler.describe(step + 1).c_str());
+        result_.straggler_reports++;
+      }
+      verdict = faults_.stragglers().observe(straggler, step + 1, faults_.hosts());
+      if (auto gpu = faults_.gpu_errors().observe(machines, step + 1, faults_.hosts()); gpu && !verdict) verdict = gpu;
     }
+    faults_.end_run_if(verdict, [&] { checkpointer_.finish(); });
+    if (!parallel_.is_root()) return;
     StepMetrics m;
     m.step = step + 1;
     m.total_steps = tc.steps;
@@ -597,6 +617,7 @@ class StepEnd {
   const Tokenizer& tokenizer_;
   TrainResult& result_;
   RunMonitor& monitor_;
+  HostFaults& faults_;
   MetricsLog log_;
   const double flops_per_token_, tokens_per_step_, peak_total_;
   const bool have_val_, stragglers_;
@@ -692,6 +713,11 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   std::unique_ptr<kernels::Kernels> k =
       kernels::make_kernels(tc.device, kernels::parse_precision(tc.resolved_precision()));
   enable_graceful_stop();  // from here on a stop signal is honoured at the next step's end
+  // Where a verdict on a failed host goes (health/), checked before anything else is spent.
+  run_collectively([&] {
+    health::set_checkpoint_dir(config.checkpoint.dir);
+    if (parallel.is_root()) health::clear();  // an earlier run's verdict is not this run's
+  });
 
   // Before anything large is allocated: a run that cannot fit ends here, on every rank.
   const RankMemoryPlan memory_plan = check_memory_fits(config, parallel, *k);
@@ -751,10 +777,16 @@ TrainResult train(const Config& config, ParallelState& parallel) {
                                       : 0.0,
                                   ReduceOp::max) > 0;
   RunMonitor monitor(config, parallel, s.model.spec().describe());
+  HostFaults faults(config, parallel);
+  // The replicas: every dp rank holds all parameters under ZeRO 0-2; under ZeRO-3 only
+  // hybrid sharding's replicas hold the same pieces.
+  const bool whole = s.data_parallel.zero_stage() < 3;
+  ReplicaCheck replicas(parallel, whole ? &parallel.dp() : s.hybrid.replica.get(), whole, tc.replica_check_steps);
+  if (parallel.is_root() && !replicas.describe().empty()) std::printf("%s\n", replicas.describe().c_str());
   std::unique_ptr<StepEnd> end_of_step;  // its log files, opened on rank 0: an error there is every rank's
   run_collectively([&] {
     end_of_step = std::make_unique<StepEnd>(config, parallel, s, checkpointer, data, *tokenizer, peak, result,
-                                            start_step, stragglers, monitor);
+                                            start_step, stragglers, monitor, faults);
   });
   StepEnd& end = *end_of_step;
   if (parallel.is_root()) {
@@ -795,6 +827,35 @@ TrainResult train(const Config& config, ParallelState& parallel) {
       continue;
     }
     end.record(step, start_step, o, guard);
+    maybe_flip_bit(parallel.rank(), step + 1, s.model.parameters());
+    // Replicas compared at their interval and before every periodic checkpoint: a corrupted
+    // state is not saved (a save on a signal is not checked first).
+    const bool saving = config.checkpoint.every_steps > 0 && (step + 1) % config.checkpoint.every_steps == 0 &&
+                        !config.checkpoint.dir.empty();
+    if (replicas.due(step) || (saving && replicas.enabled())) {
+      const Timer checking;
+      const ReplicaComparison c = replicas.compare(s.model.parameters(), step + 1);
+      result.replica_checks++;
+      result.replica_check_s += checking.seconds();
+      if (!c.agree) {
+        if (parallel.is_root()) std::printf("%s\n", c.report.c_str());
+        checkpointer.finish();  // a save in flight counts as one to go back to
+        const bool can_go_back = parallel.world().all_reduce(
+            parallel.is_root() && has_checkpoint(config.checkpoint.dir) ? 1.0 : 0.0, ReduceOp::max) > 0;
+        std::optional<health::Verdict> verdict;
+        if (parallel.is_root())
+          verdict = faults.replicas().observe(c.odd_ranks, c.tie, c.report, can_go_back, faults.hosts());
+        faults.end_run_if(verdict, [] {});
+        if (parallel.is_root())
+          std::printf("replica check: going back to the last checkpoint (a second difference on the same host ends "
+                      "the run, naming it)\n");
+        const Restored back = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true);
+        if (back.dir.empty()) throw AgreedInfrastructureError(c.report + "; no checkpoint is left to go back to");
+        step = back.step - 1;
+        end.rolled_back_to(step + 1);
+        continue;
+      }
+    }
     last_step = step + 1;
     const std::string trace = monitor.after_step(step);
     if (!trace.empty())
@@ -822,6 +883,8 @@ TrainResult train(const Config& config, ParallelState& parallel) {
     nlohmann::json summary = nlohmann::json::parse(run_summary_json(config, parallel, s, result, peak, *k));
     summary["skipped_steps"] = guard.skipped_steps();
     summary["straggler_reports"] = result.straggler_reports;
+    summary["replica_checks"] = result.replica_checks;
+    summary["replica_check_seconds"] = result.replica_check_s;
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
     summary["host_syncs_per_step"] = host_syncs_per_step;

@@ -23,6 +23,8 @@ struct TrainResult {
   int straggler_reports = 0;  // log steps at which a rank worked log.straggler_factor x its stage's median
   uint64_t host_syncs_per_step = 0;  // this rank's most in a step after the first (kernels.h's blocking calls)
   int steps_run = 0;                 // by this run (a resumed one starts after its checkpoint)
+  int replica_checks = 0;            // train.replica_check_steps: checks run, and their time (rank 0's)
+  double replica_check_s = 0;
 };
 
 // Trains under a config whose layout is resolved (Config::resolve_layout), on the grid

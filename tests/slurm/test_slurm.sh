@@ -7,6 +7,11 @@
 #     the script requeue, and the requeued run resume and end with the uninterrupted losses;
 #   - a bad config ends with exit 2 and no requeue;
 #   - a rank killed with SIGKILL requeues the job, at most TRIDENT_MAX_RESTARTS times;
+#   - healing: a rank stopped (SIGSTOP) is named, its node drained with the reason, the
+#     requeued job waits, and once the node is resumed it completes with the uninterrupted
+#     losses; a failed preflight drains the node (or, with TRIDENT_DRAIN=0, excludes it
+#     from the job) before any step; a bad TRIDENT_* value is exit 2; a job requeued with
+#     fewer tasks continues from its checkpoint to the uninterrupted losses;
 #   - slurm/sweep.sbatch: a row per point, an impossible point recorded as failed;
 #   - slurm/doctor.sbatch: the preflight passes on this node;
 #   - slurm/mpirun_ec2.sh with a hostfile of this machine: to the end, and USR1 + resume.
@@ -18,7 +23,8 @@ set -uo pipefail
 build=${1:-build}
 repo=$PWD
 checks=(to_end mpirun_in_allocation usr1_requeue_resume bad_config_exit2 diverged_exit4 sigkill_bounded_requeue
-        sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume)
+        stopped_rank_drained_resumed preflight_drains preflight_excludes_without_drain bad_variable_exit2
+        elastic_fewer_tasks sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume)
 passed=0 failed=0 skipped=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
@@ -74,9 +80,20 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
 fi
 
 H=$(hostname -s)
+# Ports of this run's own (two runs on one machine, or a Slurm already there, cannot meet).
+free_port() {
+  local p
+  while true; do
+    p=$((20000 + RANDOM % 20000))
+    ss -Htln "sport = :$p or sport = :$((p + 1))" 2>/dev/null | grep -q . || { echo "$p"; return; }
+  done
+}
+port=$(free_port)
 cat > "$T/etc/slurm.conf" <<EOF
 ClusterName=tridenttest
 SlurmctldHost=$H(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
 AuthType=auth/munge
 AuthInfo=cred_expire=10
 CredType=cred/munge
@@ -113,6 +130,9 @@ echo "Slurm $(sinfo --version | awk '{print $2}') up on $H ($T)"
 # The jobs' ranks share 2 cores; Open MPI refuses root unless told (the tests may run as root).
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# The preflight's all-reduce bar, low: these ranks share 2 cores with the tests running beside
+# them (its own check below sets one no machine reaches).
+export TRIDENT_PREFLIGHT_BUSBW=0.01
 steps=120
 train_flags=(--train.steps=$steps --log.every_steps=1 --log.val_every_steps=0 --log.sample_every_steps=0)
 
@@ -225,6 +245,119 @@ if [ "$ok" = 1 ] && [ "$state" = FAILED ] && [ "$(job_field "$id" Restarts)" = 1
   pass "sigkill_bounded_requeue (exit $(job_field "$id" ExitCode), requeued once, resumed $(grep -m1 -o 'after step [0-9]*' "$out"))"
 else
   fail sigkill_bounded_requeue "kills ok=$ok, state $state, restarts $(job_field "$id" Restarts); output: $(grep -E 'trident job|resumed|error' "$out")"
+fi
+
+# 5b. A rank that stops (SIGSTOP, as a hung GPU or kernel would) after step 12: rank 0's
+# collective times out, names it on this node, and the script drains the node; the requeued
+# job waits for a node; resumed by hand (ParallelCluster would replace it), it goes on from
+# step 10 to the uninterrupted losses.
+node_field() { scontrol -o show node "$H" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+node_reason() { scontrol -o show node "$H" 2>/dev/null | sed -n 's/.* Reason=\(.*\) \[.*/\1/p'; }
+wait_for_drain() {  # seconds: until the node is drained (or draining)
+  local start=$SECONDS
+  while [ $((SECONDS - start)) -lt "$1" ]; do
+    case $(node_field State) in *DRAIN*) return 0 ;; esac
+    sleep 0.2
+  done
+  return 1
+}
+resume_node() { scontrol update NodeName="$H" State=RESUME 2>/dev/null; }
+id=$(submit heal TRIDENT_CKPT_EVERY=10 -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch configs/tiny.ini \
+  "${train_flags[@]}" --parallel.timeout_s=10 "$(run_flags h)")
+out=$T/out/heal.out
+ok=1 why=
+if wait_for_line "$out" "^step +12/$steps " 1 120; then
+  pkill -STOP -f -n "^build/trident train.*$T/ckpt_heal" || { ok=0; why="no rank to stop"; }
+else ok=0; why="no step 12"; fi
+if [ "$ok" = 1 ] && wait_for_drain 90; then
+  reason=$(node_reason)
+  wait_for_line "$out" "requeueing" 1 30
+  # The rank stopped is the newest one started; the stop lands in step 12 or just after.
+  [[ $reason =~ ^trident:\ rank\ [01]\ stopped\ \(last\ seen\ in\ step\ 1[2-9]\):\ all_reduce ]] ||
+    { ok=0; why="reason '$reason'"; }
+  # The requeued job waits for a node (the script's requeue comes after the drain).
+  for _ in $(seq 100); do [ "$(job_field "$id" JobState)" = PENDING ] && break; sleep 0.2; done
+  [ "$(job_field "$id" JobState)" = PENDING ] || { ok=0; why="$why; job $(job_field "$id" JobState) with the node drained"; }
+  resume_node
+else
+  ok=0; why="$why; node not drained: $(node_field State) $(node_reason)"
+  resume_node
+fi
+state=$(wait_job "$id" 300)
+loss=$(final_loss "$out")
+if [ "$ok" = 1 ] && [ "$state" = COMPLETED ] && [ "$(job_field "$id" Restarts)" = 1 ] &&
+   grep -q "drained $H" "$out" && grep -q 'continuing after step 10' "$out" && [ "$loss" = "$reference_loss" ]; then
+  pass "stopped_rank_drained_resumed (Reason=\"$reason\", resumed after step 10, final loss $loss)"
+else
+  fail stopped_rank_drained_resumed "$why; state $state, restarts $(job_field "$id" Restarts), final loss '$loss' vs '$reference_loss'; output: $(grep -E 'trident|drain|resumed|requeue' "$out" | tail -12)"
+fi
+
+# 5c. A preflight the node fails (a bandwidth it cannot reach): drained before any step,
+# the job requeued and waiting; then with TRIDENT_DRAIN=0 the node is excluded instead.
+preflight_case() {  # name, TRIDENT_DRAIN: waits for the requeue; leaves the job id in $id
+  id=$(submit "$1" TRIDENT_PREFLIGHT_BUSBW=1000000 TRIDENT_DRAIN="$2" -- --nodes=1 --ntasks-per-node=2 \
+    slurm/train.sbatch configs/tiny.ini "${train_flags[@]}" "$(run_flags "$1")")
+  wait_for_line "$T/out/$1.out" "requeueing" 1 120
+}
+preflight_case preflight_drain 1
+out=$T/out/preflight_drain.out
+drained=0; wait_for_drain 30 && drained=1
+reason=$(node_reason)
+pending=$(job_field "$id" JobState)
+scancel "$id"; wait_job "$id" 60 >/dev/null
+resume_node
+if [ "$drained" = 1 ] && [[ $reason == "trident: preflight failed: all-reduce node $H"* ]] &&
+   ! grep -qE "^step +[0-9]+/" "$out" && grep -q "drained $H" "$out"; then
+  pass "preflight_drains (Reason=\"$reason\", no step run, job then $pending)"
+else
+  fail preflight_drains "drained $drained, reason '$reason'; output: $(grep -E 'trident|doctor|drain|requeue|FAIL' "$out" | tail -10)"
+fi
+preflight_case preflight_exclude 0
+out=$T/out/preflight_exclude.out
+excluded=$(job_field "$id" ExcNodeList)
+state_now=$(node_field State)
+scancel "$id"; wait_job "$id" 60 >/dev/null
+if [ "$excluded" = "$H" ] && [[ $state_now != *DRAIN* ]] && grep -q "excluded $H from this job" "$out"; then
+  pass "preflight_excludes_without_drain (ExcNodeList=$excluded, node $state_now)"
+else
+  fail preflight_excludes_without_drain "ExcNodeList '$excluded', node $state_now; output: $(grep -E 'trident|drain|exclu|requeue' "$out" | tail -10)"
+  resume_node
+fi
+
+# 5d. A TRIDENT_* variable with an impossible value: one error, exit 2, not requeued.
+id=$(submit badvar TRIDENT_DRAIN=maybe -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch configs/tiny.ini)
+state=$(wait_job "$id" 60)
+if [ "$state" = FAILED ] && [ "$(job_field "$id" ExitCode)" = 2:0 ] && [ "$(job_field "$id" Restarts)" = 0 ] &&
+   [ "$(grep -c '^trident: error: TRIDENT_DRAIN=maybe' "$T/out/badvar.out")" = 1 ]; then
+  pass "bad_variable_exit2 ($(grep -m1 '^trident: error:' "$T/out/badvar.out"))"
+else
+  fail bad_variable_exit2 "state $state, exit $(job_field "$id" ExitCode); output: $(tail -3 "$T/out/badvar.out")"
+fi
+
+# 5e. Elastic: 4 tasks, stopped by USR1 after step 20 and requeued; Slurm then gives the
+# job 2 tasks (the pending job's size changed, as a --nodes=MIN-MAX job gets fewer nodes):
+# the checkpoint is resharded from dp 4 to dp 2, the global batch kept, the losses those
+# of the uninterrupted 2-rank run.
+id=$(submit elastic TRIDENT_PREFLIGHT=0 -- --ntasks=4 slurm/train.sbatch configs/tiny.ini "${train_flags[@]}" \
+  "$(run_flags i)")
+out=$T/out/elastic.out
+ok=1
+if wait_for_line "$out" "^step +20/$steps " 1 120; then
+  scancel --signal=USR1 --batch "$id"
+  wait_for_line "$out" "requeueing job" 1 120 || ok=0
+  for _ in $(seq 100); do [ "$(job_field "$id" JobState)" = PENDING ] && break; sleep 0.1; done
+  # Held while its size changes (a requeued job waits a few seconds before it may start).
+  scontrol hold "$id" && scontrol update JobId="$id" NumTasks=2 || ok=0
+  scontrol release "$id"
+else ok=0; fi
+state=$(wait_job "$id" 300)
+loss=$(final_loss "$out")
+if [ "$ok" = 1 ] && [ "$state" = COMPLETED ] && grep -qE "^trident job $id run 2 .*, 2 tasks," "$out" &&
+   grep -q '^grid: dp=4 ' "$out" && grep -q '^grid: dp=2 ' "$out" && grep -qE 'continuing after step 2[01] ' "$out" &&
+   [ "$loss" = "$reference_loss" ]; then
+  pass "elastic_fewer_tasks (4 tasks, then 2: $(grep -m1 -o 'continuing after step [0-9]*' "$out"), final loss $loss)"
+else
+  fail elastic_fewer_tasks "ok=$ok, state $state, tasks $(job_field "$id" NumTasks), final loss '$loss' vs '$reference_loss'; output: $(grep -E '^grid|trident job|resumed|^trident: error' "$out")"
 fi
 
 # 6. A sweep in one allocation of 2 tasks: two points run, a 4-rank point is recorded as failed.

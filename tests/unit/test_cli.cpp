@@ -92,8 +92,10 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --parallel.pp=3 --model.n_layer=2", "parallel.pp (3) exceeds model.n_layer (2)"},
       {"train --parallel.pp=3 --parallel.pp_layers=2,1", "lists 2 stages but parallel.pp is 3"},
       {"train --parallel.schedule=zigzag", "parallel.schedule"},
-      {"train --train.global_batch=16", "multiple of dp (3)"},          // dp does not divide the batch
-      {"verify --reference tests/data/gpt2_ref_a.h5", "multiple of dp (3)"},  // batch 4 over 3 ranks
+      // dp does not divide the batch: the rank counts that would keep it are named
+      {"train --train.global_batch=16", "multiple of dp (3, from 3 ranks / tp 1 / pp 1): ranks that would keep this "
+                                        "batch: 1, 2, 4, 8, 16"},
+      {"verify --reference tests/data/gpt2_ref_a.h5", "multiple of dp (3, "},  // batch 4 over 3 ranks
       {"train --train.global_batch=6 --data.path=/nonexistent/text", "/nonexistent/text"},  // seen while loading
       // Llama shapes the family cannot have, and tp that fits neither way.
       {"train --config configs/tiny-llama.ini --model.n_kv_head=3", "model.n_kv_head (3) must divide model.n_head (4)"},

@@ -8,10 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
+#include "health/health_verdict.h"
 #include "tests/unit/machine.h"
 #include "train/device_peak.h"
 
 namespace trident {
+
+namespace fs = std::filesystem;
 namespace {
 
 
@@ -89,8 +92,11 @@ TEST(ClusterTools, DoctorChecksThisMachineAndNamesWhatFailed) {
   const std::string ckpt = testing::TempDir() + "doctor_ckpt";
   const CliRun ok = run("doctor --checkpoint.dir=" + ckpt, kMpirun + "2", 120);
   EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
-  for (const char* row : {"| ranks | ok | 2 ranks on 1 host(s)", "| MPI | ok | Open MPI", "| all-reduce world | ok |",
-                          "| libfabric |", "| EFA | skip |", "doctor: all checks passed"})
+  const std::string host = health::node_name();
+  const std::vector<std::string> rows = {"| ranks | ok | 2 ranks on 1 host(s)", "| MPI | ok | Open MPI",
+                                         "| all-reduce node " + host + " | ok |", "| libfabric " + host + " |",
+                                         "| EFA " + host + " | skip |", "doctor: all checks passed"};
+  for (const std::string& row : rows)
     EXPECT_NE(ok.out.find(row), std::string::npos) << row << " in\n" << ok.out;
   EXPECT_EQ(count(ok.out, "| checkpoint folder "), 1) << ok.out;  // one per node
   EXPECT_NE(ok.out.find("writable"), std::string::npos) << ok.out;
@@ -102,7 +108,21 @@ TEST(ClusterTools, DoctorChecksThisMachineAndNamesWhatFailed) {
   EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
   EXPECT_NE(bad.out.find("FAIL | /proc/trident-doctor: not writable"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("doctor: FAILED: checkpoint folder "), std::string::npos) << bad.out;
-  EXPECT_NE(bad.out.find("all-reduce world"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("| all-reduce node " + host + " | FAIL |"), std::string::npos) << bad.out;
+
+  // The same bandwidth with a folder that takes files: the node's verdict for the batch
+  // script (health/), naming it and what it failed.
+  const std::string verdict_dir = testing::TempDir() + "doctor_verdict";
+  fs::remove_all(verdict_dir);
+  const CliRun slow = run("doctor --checkpoint.dir=" + verdict_dir + " --expect_busbw=1000000", kMpirun + "2", 120);
+  EXPECT_EQ(slow.exit_code, 1) << slow.out << slow.err;
+  const std::string path = health::verdict_path(verdict_dir);
+  ASSERT_TRUE(fs::exists(path)) << slow.out << slow.err;
+  const health::Verdict v = health::from_json(slurp(path));
+  EXPECT_EQ(v.host, host);
+  EXPECT_EQ(v.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(v.reason, "preflight failed: all-reduce node " + host) << v.reason;
+  EXPECT_NE(v.evidence.find("busbw"), std::string::npos) << v.evidence;
 
   // A bad flag: one error, exit 2.
   const CliRun flag = run("doctor --expect_bw=3", kMpirun + "2", 60);

@@ -2,7 +2,9 @@
 // gradient on one rank skips the step on every rank under every layout; a streak of them
 // goes back to the last checkpoint once, and a second streak ends the run with exit 4
 // without writing a checkpoint in the middle of it; a stopped rank is named by the ranks
-// that time out waiting for it.
+// that time out waiting for it, and its node is named for the batch script (health/); a
+// straggler that stays one and a replica whose parameters differ (one bit flipped) end
+// the run naming theirs.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,9 +20,12 @@
 #include <signal.h>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 #include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
+#include "health/health_verdict.h"
+#include "train/host_faults.h"
 
 namespace fs = std::filesystem;
 
@@ -121,8 +126,11 @@ TEST(Faults, AStoppedRankIsNamedByTheRanksWaitingForIt) {
   const int timeout_s = 5;
   const auto start = std::chrono::steady_clock::now();
   const std::string base = kRun.substr(0, kRun.find("--parallel.timeout_s"));
+  const std::string dir = testing::TempDir() + "stopped_ckpt";
+  fs::remove_all(dir);
   const CliRun r = run(base + "--model.d_model=64 --model.n_head=4 --train.steps=6 --parallel.tp=2 --log.run_dir=" +
-                           testing::TempDir() + "stopped --parallel.timeout_s=" + std::to_string(timeout_s),
+                           testing::TempDir() + "stopped --parallel.timeout_s=" + std::to_string(timeout_s) +
+                           " --checkpoint.dir=" + dir,
                        "env TRIDENT_TEST_STALL_RANK=5 TRIDENT_TEST_STALL_STEP=3 TRIDENT_TEST_STALL_SIGNAL=STOP " + kMpirun +
                            "8 -x TRIDENT_TEST_STALL_RANK -x TRIDENT_TEST_STALL_STEP -x TRIDENT_TEST_STALL_SIGNAL",
                        120);
@@ -136,6 +144,14 @@ TEST(Faults, AStoppedRankIsNamedByTheRanksWaitingForIt) {
   // Whoever timed out first names rank 5 as the member that had not started the operation.
   const std::regex named("ranks that had not started this [a-z_]+ \\(#[0-9]+ on the group\\): 5 \\(");
   EXPECT_TRUE(std::regex_search(r.err, named)) << r.err;
+  // The verdict for the batch script: rank 5's node, not rank 4's (its tp partner, which
+  // the dp group waited for too, but which was itself waiting on rank 5).
+  const std::string verdict = health::verdict_path(dir);
+  ASSERT_TRUE(fs::exists(verdict)) << r.err;
+  const health::Verdict v = health::from_json(slurp(verdict));
+  EXPECT_EQ(v.host, health::node_name());
+  EXPECT_EQ(v.ranks, std::vector<int>{5}) << slurp(verdict);
+  EXPECT_EQ(v.reason.rfind("rank 5 stopped (last seen in step 3): ", 0), 0u) << v.reason;
 }
 
 // A rank that dies (kill -9) or hangs (SIGSTOP) while handing its pieces of a checkpoint
@@ -317,6 +333,117 @@ TEST(Faults, ASlowRankIsNamedAsTheStraggler) {
     std::ifstream summary(dir + "/summary.json");
     EXPECT_EQ(nlohmann::json::parse(summary).value("straggler_reports", -1), 4);
   }
+}
+
+// The same slow rank, with log.straggler_limit: three log steps in a row end the run with
+// exit 3 and its node named.
+TEST(Faults, AStragglerPastTheLimitEndsTheRunNamingItsNode) {
+  const std::string dir = testing::TempDir() + "straggler_limit";
+  fs::remove_all(dir);
+  const CliRun r = run(kRun + "--train.steps=20 --log.straggler_limit=3 --checkpoint.dir=" + dir + " --log.run_dir=" +
+                           dir + "_run",
+                       "env TRIDENT_TEST_SLOW_RANK=2 TRIDENT_TEST_SLOW_MS=300 " + kMpirun +
+                           "4 -x TRIDENT_TEST_SLOW_RANK -x TRIDENT_TEST_SLOW_MS",
+                       120);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(count(r.out, "straggler: rank 2 "), 3) << r.out;
+  EXPECT_EQ(count(r.err, "trident: error (exit 3, a retry may succeed): rank 2 a straggler for 3 log steps"), 1) << r.err;
+  const health::Verdict v = health::from_json(slurp(health::verdict_path(dir)));
+  EXPECT_EQ(v.ranks, std::vector<int>{2});
+  EXPECT_EQ(v.host, health::node_name());
+  EXPECT_TRUE(std::regex_search(v.evidence, std::regex("step [0-9]+: [0-9.]+x, step [0-9]+: [0-9.]+x, step [0-9]+: "
+                                                       "[0-9.]+x; last: straggler: rank 2 ")))
+      << v.evidence;
+}
+
+// A GPU whose XID count rises at two log steps (log.gpu_error_limit 2): its machine is
+// named, with the counts; one rise alone, or rises on different machines, are not enough.
+TEST(Faults, GpuErrorsAtTwoLogStepsNameTheMachine) {
+  const auto machine = [](const std::string& host, unsigned long long xid, unsigned long long ecc) {
+    MachineSample m;
+    m.host = host;
+    GpuSample g;
+    g.index = 3;
+    g.xid_errors = xid;
+    g.last_xid = 79;
+    g.ecc_uncorrected = ecc;
+    m.gpus = {g};
+    return m;
+  };
+  const std::vector<std::string> hosts = {"a", "a", "b", "b"};
+  GpuErrorStreak streak(2);
+  EXPECT_FALSE(streak.observe({machine("a", 0, 0), machine("b", 0, 0)}, 10, hosts));
+  EXPECT_FALSE(streak.observe({machine("a", 1, 0), machine("b", 0, 0)}, 20, hosts));  // a: once
+  EXPECT_FALSE(streak.observe({machine("a", 1, 0), machine("b", 0, 2)}, 30, hosts));  // b: once
+  const auto v = streak.observe({machine("a", 1, 0), machine("b", 0, 5)}, 40, hosts);  // b: twice
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->host, "b");
+  EXPECT_EQ(v->ranks, (std::vector<int>{2, 3}));
+  EXPECT_NE(v->evidence.find("step 30: GPU 3 uncorrected ECC errors 0 -> 2"), std::string::npos) << v->evidence;
+  EXPECT_NE(v->evidence.find("step 40: GPU 3 uncorrected ECC errors 2 -> 5"), std::string::npos) << v->evidence;
+  GpuErrorStreak off(0);
+  for (int i = 0; i < 5; i++) EXPECT_FALSE(off.observe({machine("a", i, 0)}, i, hosts));
+}
+
+// Silent data corruption: one bit of rank 1's parameters flipped after step 6 (3 dp
+// replicas): the replica check at step 8 names rank 1 against ranks 0 and 2, the run goes
+// back to step 4's checkpoint and ends with the losses of a run without the fault. A
+// second flip (after step 10) ends the run at step 12 with exit 3, naming rank 1's node.
+TEST(Faults, AFlippedBitIsCaughtByTheReplicaCheckAndRecoveredOnce) {
+  const std::string dir = testing::TempDir() + "replica";
+  const std::string flags = kRun + "--train.steps=16 --train.global_batch=12 --train.replica_check_steps=4 "
+                                   "--checkpoint.every_steps=4 --checkpoint.dir=" + dir;
+  const auto flipping = [](const std::string& steps) {
+    return "env TRIDENT_TEST_FLIP_BIT=1:" + steps + " " + kMpirun + "3 -x TRIDENT_TEST_FLIP_BIT";
+  };
+  fs::remove_all(dir);
+  fs::remove_all(dir + "_clean");
+  const CliRun clean = run(flags + "_clean --log.run_dir=" + dir + "_clean_run", kMpirun + "3", 120);
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  EXPECT_NE(clean.out.find("replica check: every 4 steps, the parameters across each dp group"), std::string::npos)
+      << clean.out;
+  const std::string last = "step 16/16 | loss ";
+  ASSERT_NE(clean.out.find(last), std::string::npos) << clean.out;
+  const std::string clean_loss = clean.out.substr(clean.out.find(last), last.size() + 6);
+
+  const CliRun once = run(flags + " --log.run_dir=" + dir + "_run", flipping("6"), 120);
+  EXPECT_EQ(once.exit_code, 0) << once.out << once.err;
+  EXPECT_NE(once.out.find("replica check at step 8: parameters that should be equal differ: rank 1 differs from "
+                          "ranks 0, 2 (dp group of rank 0)"),
+            std::string::npos)
+      << once.out;
+  EXPECT_NE(once.out.find("resumed from " + dir + "/step_00000004"), std::string::npos) << once.out;
+  EXPECT_NE(once.out.find(clean_loss), std::string::npos) << "not the clean run's " << clean_loss << ":\n" << once.out;
+  EXPECT_FALSE(fs::exists(health::verdict_path(dir)));
+
+  fs::remove_all(dir);
+  const CliRun twice = run(flags + " --log.run_dir=" + dir + "_run2", flipping("6,10"), 120);
+  EXPECT_EQ(twice.exit_code, 3) << twice.out << twice.err;
+  EXPECT_EQ(count(twice.out, "replica check at step"), 2) << twice.out;
+  const health::Verdict v = health::from_json(slurp(health::verdict_path(dir)));
+  EXPECT_EQ(v.ranks, std::vector<int>{1});
+  EXPECT_EQ(v.host, health::node_name());
+  EXPECT_EQ(v.reason, "replica check: rank 1's parameters differ a second time");
+  EXPECT_NE(v.evidence.find("replica check at step 12"), std::string::npos) << v.evidence;
+  // The corrupted state of step 12 was not saved.
+  EXPECT_FALSE(fs::exists(dir + "/step_00000012"));
+}
+
+// Where a verdict could not be written: one error at the start, exit 2.
+TEST(Faults, AHealthFolderThatCannotBeWrittenIsOneErrorAtTheStart) {
+  const std::string dir = testing::TempDir() + "readonly_ckpt";
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/health");
+  fs::permissions(dir + "/health", fs::perms::owner_read | fs::perms::owner_exec);
+  if (getuid() == 0) {  // root writes anyway: a file where the folder should be
+    fs::remove_all(dir + "/health");
+    std::ofstream(dir + "/health") << "not a folder";
+  }
+  const CliRun r = run(kRun + "--train.steps=2 --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run",
+                       kMpirun + "2", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(count(r.err, "trident: error: cannot write health verdicts to " + dir + "/health"), 1) << r.err;
+  fs::permissions(dir + "/health", fs::perms::owner_all, fs::perm_options::add);
 }
 
 }  // namespace

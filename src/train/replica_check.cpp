@@ -1,0 +1,150 @@
+#include "train/replica_check.h"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "parallel/agreement.h"
+
+namespace trident {
+
+namespace {
+
+uint32_t crc_of(uint32_t crc, const float* data, size_t floats) {
+  const auto* bytes = reinterpret_cast<const Bytef*>(data);
+  size_t left = floats * sizeof(float);
+  while (left > 0) {  // zlib's length is 32-bit
+    const auto n = static_cast<uInt>(std::min<size_t>(left, size_t{1} << 30));
+    crc = static_cast<uint32_t>(crc32(crc, bytes, n));
+    bytes += n;
+    left -= n;
+  }
+  return crc;
+}
+
+// This rank's parameters in host memory: in place where they are there whole, else a copy.
+const float* host_values(const ShardedParameters& params, std::vector<float>& copy) {
+  if (params.memory->host_memory() && !params.sharded()) return params.values;
+  copy.resize(params.layout->total_floats());
+  params.to_host(copy.data());
+  return copy.data();
+}
+
+std::string join(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+ReplicaCheck::ReplicaCheck(ParallelState& parallel, Communicator* replicas, bool compare_tp, int every_steps)
+    : parallel_(parallel),
+      replicas_(replicas != nullptr && replicas->size() > 1 ? replicas : nullptr),
+      compare_tp_(compare_tp && parallel.tp().size() > 1),
+      comparable_(replicas_ != nullptr || compare_tp_),
+      every_(every_steps) {}
+
+std::string ReplicaCheck::describe() const {
+  if (every_ <= 0 || !comparable_) return "";
+  std::string what;
+  if (replicas_ != nullptr) what = "the parameters across each " + replicas_->name() + " group";
+  if (compare_tp_) what += std::string(what.empty() ? "" : ", ") + "the tensors tp keeps whole across each tp group";
+  return "replica check: every " + std::to_string(every_) + " steps, " + what + " (train.replica_check_steps)";
+}
+
+ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int step) {
+  // One line per comparison this rank takes part in: "<group> <its first world rank> <crc>".
+  std::vector<float> copy;
+  const float* values = host_values(params, copy);
+  std::ostringstream lines;
+  if (replicas_ != nullptr)
+    lines << replicas_->name() << " " << replicas_->world_ranks().front() << " "
+          << crc_of(0, values, params.layout->total_floats()) << "\n";
+  if (compare_tp_) {
+    uint32_t crc = 0;
+    for (const ParameterTensor& t : params.layout->tensors())
+      if (t.sharding == Sharding::replicated) crc = crc_of(crc, values + t.offset, t.stored);
+    lines << "tp " << parallel_.tp().world_ranks().front() << " " << crc << "\n";
+  }
+  const std::vector<std::string> all = parallel_.world().gather_strings(lines.str());
+  ReplicaComparison result;
+  std::string report;
+  if (parallel_.is_root()) {
+    // (group, first rank) -> crc -> ranks holding it
+    std::map<std::pair<std::string, int>, std::map<uint32_t, std::vector<int>>> groups;
+    for (int rank = 0; rank < static_cast<int>(all.size()); rank++) {
+      std::istringstream in(all[rank]);
+      std::string group;
+      int first = 0;
+      uint32_t crc = 0;
+      while (in >> group >> first >> crc) groups[{group, first}][crc].push_back(rank);
+    }
+    std::set<int> odd;
+    bool tie = false;
+    for (const auto& [key, by_crc] : groups) {
+      if (by_crc.size() < 2) continue;
+      size_t most = 0;
+      for (const auto& [crc, ranks] : by_crc) most = std::max(most, ranks.size());
+      int holding_most = 0;
+      for (const auto& [crc, ranks] : by_crc) holding_most += ranks.size() == most;
+      std::vector<int> majority, differ;
+      for (const auto& [crc, ranks] : by_crc) {
+        // A tie names every side: nothing tells which one is right.
+        const bool is_majority = ranks.size() == most && holding_most == 1;
+        (is_majority ? majority : differ).insert((is_majority ? majority : differ).end(), ranks.begin(), ranks.end());
+      }
+      for (int r : differ) odd.insert(r);
+      tie |= majority.empty();
+      report += (report.empty() ? "" : "; ") + std::string("rank") + (differ.size() > 1 ? "s " : " ") + join(differ) +
+                (majority.empty() ? " disagree among themselves" : " differ" + std::string(differ.size() > 1 ? "" : "s") +
+                                                                       " from rank" + (majority.size() > 1 ? "s " : " ") +
+                                                                       join(majority)) +
+                " (" + key.first + " group of rank " + std::to_string(key.second) + ")";
+    }
+    result.odd_ranks.assign(odd.begin(), odd.end());
+    result.tie = tie;
+    if (!odd.empty())
+      report = "replica check at step " + std::to_string(step) + ": parameters that should be equal differ: " + report;
+  }
+  // Every rank learns the verdict: the odd ranks as text.
+  const std::string odd_text = broadcast_string(join(result.odd_ranks) + (result.tie ? ";tie" : ""));
+  result.tie = odd_text.find(";tie") != std::string::npos;
+  result.odd_ranks.clear();
+  std::istringstream in(odd_text.substr(0, odd_text.find(';')));
+  for (std::string r; std::getline(in, r, ',');) result.odd_ranks.push_back(std::atoi(r.c_str()));
+  result.agree = result.odd_ranks.empty();
+  result.report = report;
+  return result;
+}
+
+void maybe_flip_bit(int rank, int step, const ShardedParameters& params) {
+  static std::set<int> flipped;  // each listed step once per process (a rollback passes it again)
+  const char* spec = std::getenv("TRIDENT_TEST_FLIP_BIT");
+  if (spec == nullptr) return;
+  const char* colon = std::strchr(spec, ':');
+  if (colon == nullptr || std::atoi(spec) != rank) return;
+  bool listed = false;
+  std::istringstream steps(colon + 1);
+  for (std::string s; std::getline(steps, s, ',');) listed |= std::atoi(s.c_str()) == step;
+  if (!listed || !flipped.insert(step).second) return;
+  std::vector<float> flat(params.layout->total_floats());
+  params.to_host(flat.data());
+  // The first parameter this rank holds: a mantissa bit, as a memory fault would flip it.
+  const size_t at = params.sharded() ? params.held.front().begin : 0;
+  uint32_t bits = 0;
+  std::memcpy(&bits, &flat[at], sizeof bits);
+  bits ^= 1u << 12;
+  std::memcpy(&flat[at], &bits, sizeof bits);
+  params.from_host(flat.data());
+  if (params.changed) params.changed();
+  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_FLIP_BIT set: one bit of parameter %zu flipped after step %d\n",
+               rank, at, step);
+}
+
+}  // namespace trident

@@ -1,0 +1,51 @@
+// Silent data corruption: ranks that must hold bitwise equal parameters are compared
+// every train.replica_check_steps steps. Each rank hashes (CRC-32) what it holds that its
+// replicas hold too: all of its parameters across the dp group under ZeRO 0-2 (the
+// forward's copy is whole on every dp rank), its pieces across the replicas under hybrid
+// sharding with ZeRO-3, and the tensors tensor parallelism keeps whole (norms, biases,
+// position embeddings) across the tp group. Rank 0 compares the hashes of each group; a
+// rank that differs from its group's majority is named (Megatron-LM's weight-hash check
+// across replicas).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/parameters.h"
+#include "parallel/parallel_state.h"
+
+namespace trident {
+
+struct ReplicaComparison {
+  bool agree = true;
+  std::vector<int> odd_ranks;  // world ranks that differ from their group's majority (both of a tie)
+  bool tie = false;            // some group had no majority
+  std::string report;          // on rank 0: which ranks, which group, against whom
+};
+
+class ReplicaCheck {
+ public:
+  // `replicas`: the group whose members hold the same parameters (dp, or hybrid
+  // sharding's replica group under ZeRO-3), null when none does (ZeRO-3 without hybrid
+  // sharding); the tp group is compared on the tensors it keeps whole.
+  ReplicaCheck(ParallelState& parallel, Communicator* replicas, bool compare_tp, int every_steps);
+  bool enabled() const { return every_ > 0 && comparable_; }
+  bool due(int step) const { return enabled() && (step + 1) % every_ == 0; }
+  // What is compared, for the startup lines ("" when nothing is).
+  std::string describe() const;
+  // Collective over the world; the verdict on every rank, the report on rank 0.
+  ReplicaComparison compare(const ShardedParameters& params, int step);
+
+ private:
+  ParallelState& parallel_;
+  Communicator* replicas_;
+  bool compare_tp_, comparable_;
+  int every_;
+};
+
+// Test hook (TRIDENT_TEST_FLIP_BIT=RANK:STEP[,STEP...]): on world rank RANK, after the
+// update of each listed step (printed numbers, once each per process), one bit of one
+// parameter flips, as a faulty GPU's memory would.
+void maybe_flip_bit(int rank, int step, const ShardedParameters& params);
+
+}  // namespace trident
