@@ -22,7 +22,7 @@ packages=(
   prometheus                        # tests: a real Prometheus scrapes a run (and promtool checks it)
   python3-protobuf protobuf-compiler python3-crc32c  # tests: TensorBoard's event files read by protobuf
   libcurl4-openssl-dev libpugixml-dev  # checkpoint.upload: S3 over libcurl (its SigV4), S3's XML answers
-  radosgw ceph-mon ceph-osd ceph-common awscli  # tests: a real S3 server (Ceph's RADOS Gateway), and awscli
+  radosgw ceph-mon ceph-osd ceph-common awscli curl  # tests: a real S3 server (Ceph's RADOS Gateway), awscli, curl
   python3 python3-matplotlib        # benchmark sweeps and their plots (benchmarks/sweep.py, plot_sweep.py)
 )
 

@@ -224,7 +224,11 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {6, lh6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1 --train.recompute=full",
        "pp groups: {0,3} {1,4} {2,5}"},
   };
-  for (const Layout& l : layouts) {
+  for (size_t i = 0; i < layouts.size(); i++) {
+    const Layout& l = layouts[i];
+    // Which launch is under way, in the log as it happens (a hang names its layout).
+    std::fprintf(stderr, "[verify %zu/%zu] -np %d %s %s\n", i + 1, layouts.size(), l.np, l.flags.c_str(),
+                 l.reference.c_str());
     const CliRun r = run("verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
                          "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np " + std::to_string(l.np),
                          120);
