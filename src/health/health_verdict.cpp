@@ -30,6 +30,9 @@ std::string job_id() {
   return id != nullptr && *id != '\0' ? id : "local";
 }
 
+// This job's verdict in the folder set by set_checkpoint_dir.
+std::string verdict_file() { return (fs::path(folder_path()) / (job_id() + ".json")).string(); }
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char text[32];
@@ -88,7 +91,7 @@ Verdict from_json(const std::string& text) {
 
 bool write(const Verdict& v) {
   if (folder_path().empty()) return false;
-  const std::string path = (fs::path(folder_path()) / (job_id() + ".json")).string();
+  const std::string path = verdict_file();
   // A name of this process's own: ranks of one machine that time out together each write
   // theirs whole, and the last rename wins.
   const std::string tmp = path + "." + std::to_string(getpid()) + ".tmp";
@@ -120,7 +123,7 @@ bool write(const Verdict& v) {
 void clear() {
   if (folder_path().empty()) return;
   std::error_code ec;
-  fs::remove(fs::path(folder_path()) / (job_id() + ".json"), ec);
+  fs::remove(verdict_file(), ec);
 }
 
 }  // namespace trident::health

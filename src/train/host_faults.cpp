@@ -1,6 +1,7 @@
 #include "train/host_faults.h"
 
 #include <algorithm>
+#include <set>
 
 #include "parallel/agreement.h"
 
@@ -88,18 +89,13 @@ std::optional<health::Verdict> ReplicaFaults::observe(const std::vector<int>& od
     v.evidence = report;
     return v;
   }
+  // Counted once per host and check, however many of its ranks differ.
+  std::set<std::string> seen;
+  for (int r : odd_ranks)
+    if (const std::string host = host_list({r}, hosts); seen.insert(host).second) count_[host]++;
   std::vector<int> again;
-  for (int r : odd_ranks) {
-    const std::string host = host_list({r}, hosts);
-    // Once per host and check, however many of its ranks differ.
-    bool counted = false;
-    for (int earlier : odd_ranks) {
-      if (earlier == r) break;
-      counted |= host_list({earlier}, hosts) == host;
-    }
-    const int n = counted ? count_[host] : ++count_[host];
-    if (n >= 2 || !can_go_back) again.push_back(r);
-  }
+  for (int r : odd_ranks)
+    if (count_[host_list({r}, hosts)] >= 2 || !can_go_back) again.push_back(r);
   if (again.empty()) return std::nullopt;
   health::Verdict v;
   v.ranks = again;
