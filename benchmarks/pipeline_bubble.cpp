@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
   Config config = parse_command_line("train", args).config;
   const ModelConfig& mc = config.model;
   const int p = world.size(), T = mc.seq_len, B = 1;
-  ParallelState parallel(ParallelDims::resolve(p, 1, p, 1), 0, 600);
+  ParallelState parallel(ParallelDims::resolve(p, {{Axis::pp, p}}), 0, 600);
   auto k = kernels::make_cpu_kernels();
-  const int stage = parallel.coords().pp;
+  const int stage = parallel.coord(Axis::pp);
   if (world.is_root()) {
     std::printf("| p | m | schedule | step (s) | idle per stage (%%) | measured bubble | theory (p-1)/(m+p-1) | activation MiB per stage |\n");
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -260,7 +260,8 @@ Manifest parse_manifest(const std::string& text, const std::string& step_dir, co
     m.step = j.at("step");
     m.model = model_from_json(j.at("model"));
     const auto& layout = j.at("layout");
-    m.dims = {layout.at("dp"), layout.at("pp"), layout.at("tp")};
+    const int dp = layout.at("dp"), pp = layout.at("pp"), tp = layout.at("tp");
+    m.dims = ParallelDims::resolve(dp * pp * tp, {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::tp, tp}});
     m.zero = layout.at("zero");
     m.nodes = layout.at("nodes");
     m.config_ini = j.value("config", "");
@@ -419,7 +420,7 @@ struct ShardIndex {
 
 std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Manifest& m, const std::string& kind) {
   const ShardIndex index(m);
-  const ParameterLayout saved(m.model, 0, m.dims.tp);
+  const ParameterLayout saved(m.model, 0, m.dims.size(Axis::tp));
   std::vector<std::pair<std::string, std::vector<float>>> out;
   const ParameterLayout whole(m.model);
   for (const ParameterTensor& t : whole.tensors()) out.emplace_back(t.name, index.canonical(m, saved, kind, t.name));
@@ -478,7 +479,7 @@ void Checkpointer::collect_at_node_leader(int step) {
   data_parallel_.gather_host_buffer(host_m_.data());
   data_parallel_.gather_host_buffer(host_v_.data());
   const float* sources[] = {host_params_.data(), host_m_.data(), host_v_.data()};
-  const std::vector<Piece> pieces = rank_pieces(layout, parallel_.coords().dp == 0, sources);
+  const std::vector<Piece> pieces = rank_pieces(layout, parallel_.coord(Axis::dp) == 0, sources);
   // 2. Hand them to the node leader, in messages below 1 GiB. The buffers keep their
   //    memory between saves.
   Communicator& node = parallel_.node();
@@ -611,7 +612,7 @@ void Checkpointer::complete(Pending& p) {
             {"format", kFormat},
             {"step", p.step},
             {"model", model_json(config_.model)},
-            {"layout", {{"dp", parallel_.dims().dp}, {"tp", parallel_.dims().tp}, {"pp", parallel_.dims().pp},
+            {"layout", {{"dp", parallel_.size(Axis::dp)}, {"tp", parallel_.size(Axis::tp)}, {"pp", parallel_.size(Axis::pp)},
                         {"zero", par.zero}, {"nodes", parallel_.nodes()}}},
             {"state", {{"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},
                        {"seed", config_.train.seed}, {"loss_scale", 1.0}}},
@@ -660,7 +661,7 @@ int Checkpointer::load(const Manifest& m) {
               data_fingerprint_ + "), so its data position means nothing here; to train on new data, export it "
               "('trident ckpt export') and start from --checkpoint.init_from");
   const ShardIndex index(m, files_needed(m, layout));
-  const ParameterLayout saved(m.model, 0, m.dims.tp);
+  const ParameterLayout saved(m.model, 0, m.dims.size(Axis::tp));
   const size_t n = layout.total_floats();
   std::vector<float> full[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   for (const ParameterTensor& t : layout.tensors())
@@ -727,7 +728,7 @@ void init_parameters_from_checkpoint(const ShardedParameters& parameters, const 
                                      const Manifest& m) {
   require_same_model(m.model, configured, "checkpoint " + m.dir);
   const ShardIndex index(m);
-  const ParameterLayout saved(m.model, 0, m.dims.tp);
+  const ParameterLayout saved(m.model, 0, m.dims.size(Axis::tp));
   for (const ParameterTensor& t : parameters.layout->tensors()) {  // one full tensor at a time
     const std::vector<float> canonical = index.canonical(m, saved, "params", t.name);
     parameters.set(t, canonical.data());

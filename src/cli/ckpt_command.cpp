@@ -56,7 +56,7 @@ void list_remote(RemoteCheckpoints& remote) {
     }
     const Manifest m = remote.manifest(s.name, s.name);
     std::printf("%-16s %-10s %8d %6zu %10.1f  %d %d %d, %d%s\n", s.name.c_str(), "complete", m.step, m.files.size(),
-                mib(static_cast<double>(s.bytes)), m.dims.dp, m.dims.tp, m.dims.pp, m.zero,
+                mib(static_cast<double>(s.bytes)), m.dims.size(Axis::dp), m.dims.size(Axis::tp), m.dims.size(Axis::pp), m.zero,
                 s.name == latest ? "   <- latest" : "");
   }
 }
@@ -158,7 +158,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
         double bytes = 0;
         for (const auto& f : m.files) bytes += f.bytes;
         std::printf("%-16s %-10s %8d %6zu %10.1f  %d %d %d, %d%s\n", name.c_str(), "complete", m.step, m.files.size(),
-                    mib(bytes), m.dims.dp, m.dims.tp, m.dims.pp, m.zero, name == latest ? "   <- latest" : "");
+                    mib(bytes), m.dims.size(Axis::dp), m.dims.size(Axis::tp), m.dims.size(Axis::pp), m.zero, name == latest ? "   <- latest" : "");
       } catch (const UsageError& e) {
         std::printf("%-16s %-10s  (%s)\n", name.c_str(), "incomplete", e.what());
       }
@@ -168,7 +168,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
   const Manifest m = remote ? download_remote(*remote, step, downloaded) : choose(dir, step);
   if (action == "inspect") {
     std::printf("checkpoint %s: step %d, %s, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n", m.dir.c_str(), m.step,
-                transformer_spec(m.model).describe().c_str(), m.dims.dp, m.dims.tp, m.dims.pp, m.zero, m.nodes);
+                transformer_spec(m.model).describe().c_str(), m.dims.size(Axis::dp), m.dims.size(Axis::tp), m.dims.size(Axis::pp), m.zero, m.nodes);
     for (const auto& f : m.files) std::printf("  %s: %.1f MiB, crc32 %08x, verified\n", f.name.c_str(), mib(f.bytes), f.crc32);
     const auto params = read_canonical(m, "params"), second = read_canonical(m, "exp_avg_sq");
     const ParameterLayout layout(m.model);

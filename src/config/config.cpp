@@ -386,18 +386,19 @@ std::pair<int, int> LogConfig::trace_range() const {
 }
 
 void Config::resolve_layout(int world_size) {
-  const ParallelDims d = ParallelDims::resolve(world_size, parallel.dp, parallel.pp, parallel.tp);
-  parallel.dp = d.dp;
+  const ParallelDims d =
+      ParallelDims::resolve(world_size, {{Axis::dp, parallel.dp}, {Axis::pp, parallel.pp}, {Axis::tp, parallel.tp}});
+  parallel.dp = d.size(Axis::dp);
   if (train.global_batch % parallel.dp != 0) {
     // What would do: the dp sizes that divide the batch, as rank counts of this tp x pp
     // (a job requeued on fewer or more nodes keeps its global batch).
-    const int per_replica = d.tp * d.pp;
+    const int per_replica = d.size(Axis::tp) * d.size(Axis::pp);
     std::string would;
     for (int dp = 1; dp <= train.global_batch && would.size() < 80; dp++)
       if (train.global_batch % dp == 0) would += (would.empty() ? "" : ", ") + std::to_string(dp * per_replica);
     throw UsageError("train.global_batch (" + std::to_string(train.global_batch) + ") must be a multiple of dp (" +
                      std::to_string(parallel.dp) + ", from " + std::to_string(world_size) + " ranks / tp " +
-                     std::to_string(d.tp) + " / pp " + std::to_string(d.pp) + "): ranks that would keep this batch: " +
+                     std::to_string(d.size(Axis::tp)) + " / pp " + std::to_string(d.size(Axis::pp)) + "): ranks that would keep this batch: " +
                      would + " (or another --train.global_batch)");
   }
   const int per_rank = train.global_batch / parallel.dp;
@@ -405,6 +406,11 @@ void Config::resolve_layout(int world_size) {
   require(per_rank % train.micro_batch == 0,
           "train.micro_batch (" + std::to_string(train.micro_batch) + ") must divide the per-rank batch " +
               std::to_string(per_rank) + " (global_batch / dp)");
+}
+
+ParallelDims Config::dims() const {
+  return ParallelDims::resolve(parallel.dp * parallel.pp * parallel.tp,
+                               {{Axis::dp, parallel.dp}, {Axis::pp, parallel.pp}, {Axis::tp, parallel.tp}});
 }
 
 std::string Config::to_ini() const {

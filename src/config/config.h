@@ -151,7 +151,8 @@ struct Config {
   void validate() const;
   // Fills in what depends on the world size (dp, micro_batch) and checks the layout.
   void resolve_layout(int world_size);
-  ParallelDims dims() const { return {parallel.dp, parallel.pp, parallel.tp}; }
+  // The grid of the resolved layout (after resolve_layout).
+  ParallelDims dims() const;
   // INI text of every key, as printed at start.
   std::string to_ini() const;
 };

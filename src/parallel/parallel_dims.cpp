@@ -6,36 +6,78 @@
 
 namespace trident {
 
-const char* axis_name(Axis axis) { return axis == Axis::tp ? "tp" : axis == Axis::dp ? "dp" : "pp"; }
+namespace {
 
-ParallelDims ParallelDims::resolve(int world, int dp, int pp, int tp) {
+constexpr std::array<const char*, kAxisCount> kAxisNames = {"tp", "dp", "pp"};
+
+// "tp*pp" and "4*1" for the axes in `axes`, in rank order.
+std::string product(const std::vector<Axis>& axes, const std::array<int, kAxisCount>& sizes, bool values) {
+  std::string s;
+  for (Axis a : axes)
+    s += (s.empty() ? "" : "*") + (values ? std::to_string(sizes[static_cast<int>(a)]) : std::string(axis_name(a)));
+  return s;
+}
+
+}  // namespace
+
+const char* axis_name(Axis axis) { return kAxisNames[static_cast<int>(axis)]; }
+
+ParallelDims ParallelDims::resolve(int world, std::initializer_list<AxisSize> sizes) {
   require(world > 0, "world size must be positive");
-  require(tp > 0 && pp > 0 && dp >= 0, "parallel sizes must be positive (dp may be 0: derived)");
-  require(world % (tp * pp) == 0, "world size " + std::to_string(world) + " is not a multiple of tp*pp = " +
-                                      std::to_string(tp * pp) + " (tp=" + std::to_string(tp) +
-                                      ", pp=" + std::to_string(pp) + ")");
-  ParallelDims d{dp == 0 ? world / (tp * pp) : dp, pp, tp};
-  require(d.world() == world, "dp*pp*tp = " + std::to_string(d.dp) + "*" + std::to_string(pp) + "*" +
-                                  std::to_string(tp) + " = " + std::to_string(d.world()) +
-                                  " but the world has " + std::to_string(world) + " ranks");
+  ParallelDims d;
+  std::vector<Axis> fixed;
+  int derived = -1;
+  for (const AxisSize& s : sizes) {
+    require(s.size >= 0 && (s.size > 0 || s.axis == Axis::dp),
+            "parallel sizes must be positive (dp may be 0: derived)");
+    d.sizes_[static_cast<int>(s.axis)] = s.size;
+    if (s.size == 0) derived = static_cast<int>(s.axis);
+  }
+  for (Axis a : kAxes)
+    if (static_cast<int>(a) != derived && a != Axis::dp) fixed.push_back(a);
+  int fixed_ranks = 1;
+  for (Axis a : fixed) fixed_ranks *= d.size(a);
+  std::string named;
+  for (Axis a : fixed) named += std::string(named.empty() ? "" : ", ") + axis_name(a) + "=" + std::to_string(d.size(a));
+  require(world % fixed_ranks == 0, "world size " + std::to_string(world) + " is not a multiple of " +
+                                        product(fixed, d.sizes_, false) + " = " + std::to_string(fixed_ranks) +
+                                        " (" + named + ")");
+  if (derived >= 0) d.sizes_[derived] = world / fixed_ranks;
+  std::vector<Axis> all(kAxes.begin(), kAxes.end());
+  require(d.world() == world, product(all, d.sizes_, false) + " = " + product(all, d.sizes_, true) + " = " +
+                                  std::to_string(d.world()) + " but the world has " + std::to_string(world) +
+                                  " ranks");
   return d;
 }
 
+int ParallelDims::world() const {
+  int n = 1;
+  for (int s : sizes_) n *= s;
+  return n;
+}
+
 RankCoords ParallelDims::coords(int rank) const {
-  return {rank % tp, rank / tp % dp, rank / (tp * dp)};
+  RankCoords c;
+  for (Axis a : kAxes) {
+    c[a] = rank % size(a);
+    rank /= size(a);
+  }
+  return c;
+}
+
+int ParallelDims::rank_of(const RankCoords& c) const {
+  int rank = 0;
+  for (int i = kAxisCount - 1; i >= 0; i--) rank = rank * size(kAxes[i]) + c[kAxes[i]];
+  return rank;
 }
 
 std::vector<std::vector<int>> ParallelDims::groups(Axis axis) const {
   std::vector<std::vector<int>> out;
   for (int rank = 0; rank < world(); rank++) {
-    RankCoords c = coords(rank);
+    const RankCoords c = coords(rank);
     if (c[axis] != 0) continue;  // each group is listed once, from its first member
     std::vector<int> group;
-    for (int i = 0; i < size(axis); i++) {
-      RankCoords member = c;
-      (axis == Axis::tp ? member.tp : axis == Axis::dp ? member.dp : member.pp) = i;
-      group.push_back(rank_of(member));
-    }
+    for (int i = 0; i < size(axis); i++) group.push_back(rank_of(c.with(axis, i)));
     out.push_back(std::move(group));
   }
   return out;
@@ -43,8 +85,16 @@ std::vector<std::vector<int>> ParallelDims::groups(Axis axis) const {
 
 std::string ParallelDims::describe() const {
   std::ostringstream s;
-  s << "grid: dp=" << dp << " pp=" << pp << " tp=" << tp << " (" << world() << " ranks; rank = tp_rank + tp*(dp_rank + dp*pp_rank))";
-  for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
+  // The sizes as the config names them (dp, pp, tp), then the rank formula in rank order.
+  s << "grid: dp=" << size(Axis::dp) << " pp=" << size(Axis::pp) << " tp=" << size(Axis::tp) << " (" << world()
+    << " ranks; rank = ";
+  std::string formula = std::string(axis_name(kAxes.back())) + "_rank";
+  for (int i = kAxisCount - 2; i >= 0; i--) {
+    const std::string name = axis_name(kAxes[i]);
+    formula = name + "_rank + " + name + "*" + (i == kAxisCount - 2 ? formula : "(" + formula + ")");
+  }
+  s << formula << ")";
+  for (Axis axis : kAxes) {
     s << "\n  " << axis_name(axis) << " groups:";
     for (const auto& g : groups(axis)) {
       s << " {";

@@ -1,7 +1,12 @@
-// The rank grid: world = dp * pp * tp, ranks ordered tp fastest, then dp, then pp:
+// The rank grid: the world as a product of named axes, ranks ordered by kAxes with the
+// first axis fastest. Today tp, dp, pp:
 //   rank = tp_rank + tp * (dp_rank + dp * pp_rank)
 // so a tensor-parallel group is consecutive ranks (one node) and pipeline stages cross
-// nodes. Pure arithmetic, no MPI: tested without processes.
+// nodes (Megatron's RankGenerator with order "tp-dp-pp"). Pure arithmetic, no MPI:
+// tested without processes.
+//
+// A new axis is one entry in Axis, kAxes and kAxisNames (its place in kAxes is its place
+// in the rank order) plus its size key in the config.
 //
 // Example, 8 ranks as dp=2, pp=2, tp=2:
 //   tp groups: {0,1} {2,3} {4,5} {6,7}
@@ -9,35 +14,64 @@
 //   pp groups: {0,4} {1,5} {2,6} {3,7}
 #pragma once
 
+#include <array>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 namespace trident {
 
 enum class Axis { tp, dp, pp };
+// Every axis, in rank order (the first varies fastest).
+inline constexpr std::array<Axis, 3> kAxes = {Axis::tp, Axis::dp, Axis::pp};
+inline constexpr int kAxisCount = static_cast<int>(kAxes.size());
 const char* axis_name(Axis axis);
 
-struct RankCoords {
-  int tp = 0, dp = 0, pp = 0;
-  int operator[](Axis a) const { return a == Axis::tp ? tp : a == Axis::dp ? dp : pp; }
+// One rank's place on every axis.
+class RankCoords {
+ public:
+  int operator[](Axis a) const { return at_[static_cast<int>(a)]; }
+  int& operator[](Axis a) { return at_[static_cast<int>(a)]; }
+  // These coordinates with one axis moved (a group's first member: with(axis, 0)).
+  RankCoords with(Axis a, int value) const {
+    RankCoords c = *this;
+    c[a] = value;
+    return c;
+  }
   bool operator==(const RankCoords&) const = default;
+
+ private:
+  std::array<int, kAxisCount> at_{};
 };
 
-struct ParallelDims {
-  int dp = 1, pp = 1, tp = 1;
+// An axis and its size, for ParallelDims::resolve: {{Axis::tp, 2}, {Axis::pp, 4}}.
+struct AxisSize {
+  Axis axis;
+  int size;
+};
 
-  // Fills in dp = 0 from the world size and checks dp * pp * tp == world; throws
-  // UsageError naming the sizes otherwise.
-  static ParallelDims resolve(int world, int dp, int pp, int tp);
+class ParallelDims {
+ public:
+  // One rank: every axis of size 1.
+  ParallelDims() { sizes_.fill(1); }
 
-  int world() const { return dp * pp * tp; }
-  int size(Axis a) const { return a == Axis::tp ? tp : a == Axis::dp ? dp : pp; }
+  // The grid of `world` ranks with these sizes (axes not named: 1). Exactly one axis may
+  // be 0: derived from the world size (today dp). Throws UsageError naming the sizes when
+  // they cannot make the world.
+  static ParallelDims resolve(int world, std::initializer_list<AxisSize> sizes);
+
+  int size(Axis a) const { return sizes_[static_cast<int>(a)]; }
+  int world() const;
   RankCoords coords(int rank) const;
-  int rank_of(const RankCoords& c) const { return c.tp + tp * (c.dp + dp * c.pp); }
+  int rank_of(const RankCoords& c) const;
   // The global ranks of every group along `axis`, each group in rank order of that axis.
   std::vector<std::vector<int>> groups(Axis axis) const;
-  // "dp=2 pp=2 tp=2 (8 ranks)" and the groups of every axis, one line each.
+  // "grid: dp=2 pp=2 tp=2 (8 ranks; ...)" and the groups of every axis, one line each.
   std::string describe() const;
+  bool operator==(const ParallelDims&) const = default;
+
+ private:
+  std::array<int, kAxisCount> sizes_;
 };
 
 }  // namespace trident

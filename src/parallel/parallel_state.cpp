@@ -48,19 +48,13 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   }
   const auto make = [this](MPI_Comm comm, const std::string& name) { return make_group(comm, name); };
   // Ranks of one group share every other coordinate: the group's first rank is its color.
-  const auto group_of = [&](Axis axis) {
-    RankCoords first = coords_;
-    (axis == Axis::tp ? first.tp : axis == Axis::dp ? first.dp : first.pp) = 0;
-    return make(split(dims.rank_of(first), coords_[axis]), axis_name(axis));
-  };
-  tp_ = group_of(Axis::tp);
-  dp_ = group_of(Axis::dp);
-  pp_ = group_of(Axis::pp);
+  for (Axis axis : kAxes)
+    groups_[static_cast<int>(axis)] =
+        make(split(dims.rank_of(coords_.with(axis, 0)), coords_[axis]), axis_name(axis));
   // Every rank takes part in the split; those of neither end stage get no communicator.
-  const bool end_stage = dims.pp > 1 && (coords_.pp == 0 || coords_.pp == dims.pp - 1);
-  RankCoords column = coords_;
-  column.pp = 0;
-  MPI_Comm embedding = split(end_stage ? dims.rank_of(column) : MPI_UNDEFINED, coords_.pp);
+  const int stages = dims.size(Axis::pp), stage = coords_[Axis::pp];
+  const bool end_stage = stages > 1 && (stage == 0 || stage == stages - 1);
+  MPI_Comm embedding = split(end_stage ? dims.rank_of(coords_.with(Axis::pp, 0)) : MPI_UNDEFINED, stage);
   if (end_stage) embedding_ = make(embedding, "embedding");
 }
 
@@ -71,17 +65,16 @@ std::unique_ptr<Communicator> ParallelState::make_group(MPI_Comm comm, const std
 }
 
 std::unique_ptr<Communicator> ParallelState::split_tp(int size, const std::string& name) {
-  check(size > 0 && dims_.tp % size == 0, "split_tp: the block size must divide tp");
-  RankCoords first = coords_;
-  first.tp = coords_.tp / size * size;
-  return make_group(split(dims_.rank_of(first), coords_.tp), name);
+  check(size > 0 && dims_.size(Axis::tp) % size == 0, "split_tp: the block size must divide tp");
+  const int tp_rank = coords_[Axis::tp];
+  return make_group(split(dims_.rank_of(coords_.with(Axis::tp, tp_rank / size * size)), tp_rank), name);
 }
 
 std::unique_ptr<Communicator> ParallelState::split_dp(int size, bool consecutive, const std::string& name) {
-  check(size > 0 && dims_.dp % size == 0, "split_dp: the block size must divide dp");
-  RankCoords first = coords_;
-  first.dp = consecutive ? coords_.dp / size * size : coords_.dp % size;
-  return make_group(split(dims_.rank_of(first), coords_.dp), name);
+  check(size > 0 && dims_.size(Axis::dp) % size == 0, "split_dp: the block size must divide dp");
+  const int dp_rank = coords_[Axis::dp];
+  const int first = consecutive ? dp_rank / size * size : dp_rank % size;
+  return make_group(split(dims_.rank_of(coords_.with(Axis::dp, first)), dp_rank), name);
 }
 
 std::string ParallelState::describe() const {

@@ -1,4 +1,4 @@
-// The communicators of this rank: one per axis of the rank grid (tp, dp, pp), the node
+// The communicators of this rank: one per axis of the rank grid (tp, dp, pp, ...), the node
 // (ranks sharing a machine, or `ranks_per_node` consecutive ranks when set, so that one
 // machine can stand in for several nodes), and the world. Passed to whatever needs to
 // communicate, never reached through globals.
@@ -7,6 +7,7 @@
 // MPI groups); the world and node groups stay on MPI: they carry host data only.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -25,10 +26,16 @@ class ParallelState {
   int rank() const { return world_->rank(); }
   bool is_root() const { return rank() == 0; }
 
+  // This rank's size and place along one axis of the grid.
+  int size(Axis a) const { return dims_.size(a); }
+  int coord(Axis a) const { return coords_[a]; }
+
   Communicator& world() { return *world_; }
-  Communicator& tp() { return *tp_; }
-  Communicator& dp() { return *dp_; }
-  Communicator& pp() { return *pp_; }
+  // The ranks that differ from this one only along `axis`.
+  Communicator& group(Axis axis) { return *groups_[static_cast<int>(axis)]; }
+  Communicator& tp() { return group(Axis::tp); }
+  Communicator& dp() { return group(Axis::dp); }
+  Communicator& pp() { return group(Axis::pp); }
   Communicator& node() { return *node_; }
   // The first and last pipeline stage of this rank's (dp, tp) column, which both hold
   // the tied embedding; null on other stages and when pp == 1.
@@ -59,7 +66,8 @@ class ParallelState {
   std::unique_ptr<MpiCommunicator> world_, node_;
   std::unique_ptr<Communicator> make_group(MPI_Comm comm, const std::string& name);
 
-  std::unique_ptr<Communicator> tp_, dp_, pp_, embedding_;
+  std::array<std::unique_ptr<Communicator>, kAxisCount> groups_;
+  std::unique_ptr<Communicator> embedding_;
   int nodes_ = 1, ranks_on_machine_ = 1, machine_rank_ = 0;
   bool cuda_ = false;
 };

@@ -36,9 +36,9 @@ double usable_bytes(const GpuModel& gpu) { return gpu.memory_gib * kUsableMemory
 // stage (embedding, the most activations in flight) or the last (the head and its logits).
 RankMemoryPlan busiest_stage_plan(const Config& config, const kernels::Footprint& k) {
   const int pp = config.parallel.pp;
-  RankMemoryPlan first = plan_rank_memory(config, {0, 0, 0}, k, true, 0, /*device_only=*/true);
+  RankMemoryPlan first = plan_rank_memory(config, RankCoords(), k, true, 0, /*device_only=*/true);
   if (pp == 1) return first;
-  RankMemoryPlan last = plan_rank_memory(config, {0, 0, pp - 1}, k, true, 0, /*device_only=*/true);
+  RankMemoryPlan last = plan_rank_memory(config, RankCoords().with(Axis::pp, pp - 1), k, true, 0, /*device_only=*/true);
   return last.device_bytes() > first.device_bytes() ? last : first;
 }
 

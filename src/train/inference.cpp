@@ -96,7 +96,7 @@ EvalResult evaluate_split(StepRunner& runner, const Split& split, int seq_len, P
     for (uint64_t w = 0; w < count; w++) windows.push_back({&r, r.begin + w * seq_len});
   }
   require(!windows.empty(), "the split holds no sequence of " + std::to_string(seq_len + 1) + " tokens");
-  const int dp = parallel.dims().dp, rank = parallel.coords().dp;
+  const int dp = parallel.size(Axis::dp), rank = parallel.coord(Axis::dp);
   std::vector<int32_t> buffer(seq_len + 1);
   double sum = 0;
   for (size_t first = 0; first < windows.size(); first += dp) {
@@ -108,7 +108,7 @@ EvalResult evaluate_split(StepRunner& runner, const Split& split, int seq_len, P
     const double loss = runner.forward_loss(buffer.data(), buffer.data() + 1, 1);
     if (mine < windows.size()) sum += loss * seq_len;
   }
-  if (parallel.dims().pp > 1) sum = parallel.pp().all_reduce(sum);
+  if (parallel.size(Axis::pp) > 1) sum = parallel.pp().all_reduce(sum);
   sum = parallel.dp().all_reduce(sum);
   EvalResult r;
   r.sequences = windows.size();

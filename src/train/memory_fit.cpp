@@ -74,8 +74,8 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
     change(c);
     try {
       // Hybrid sharding's groups only where they still divide the new dp.
-      const ParallelDims d = ParallelDims::resolve(world, 0, c.parallel.pp, c.parallel.tp);
-      if (c.parallel.shard_size > 0 && d.dp % c.parallel.shard_size != 0) c.parallel.shard_size = 0;
+      const ParallelDims d = ParallelDims::resolve(world, {{Axis::dp, 0}, {Axis::pp, c.parallel.pp}, {Axis::tp, c.parallel.tp}});
+      if (c.parallel.shard_size > 0 && d.size(Axis::dp) % c.parallel.shard_size != 0) c.parallel.shard_size = 0;
       resolve_for_world(c, world);
       if ((c.train.global_batch / c.parallel.dp) % c.train.micro_batch != 0) continue;
       out.push_back({flags, busiest_rank_plan(c, k)});
@@ -146,7 +146,7 @@ RankMemoryPlan check_memory_fits(const Config& config, ParallelState& parallel, 
                   "This rank (dp %d, tp %d, pp %d) needs %s: ",
                   short_one.ranks, short_one.name.c_str(), gib_text(short_one.need).c_str(),
                   gib_text(short_one.free).c_str(), short_one.name.c_str(), kUsableFraction * 100,
-                  parallel.coords().dp, parallel.coords().tp, parallel.coords().pp,
+                  parallel.coord(Axis::dp), parallel.coord(Axis::tp), parallel.coord(Axis::pp),
                   gib_text(static_cast<double>(plan.total_bytes())).c_str());
     throw UsageError(std::string(head) + largest_parts(plan, 4) + ". Would fit:" + fixes);
   });

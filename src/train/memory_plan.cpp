@@ -51,8 +51,8 @@ namespace {
 
 ParameterLayout rank_layout(const Config& config, const RankCoords& c) {
   const ParallelDims d = config.dims();
-  return ParameterLayout(transformer_spec(config.model), c.tp, d.tp, d.dp,
-                         stage_spec(config.model.n_layer, c.pp, d.pp, config.parallel.pp_layers));
+  return ParameterLayout(transformer_spec(config.model), c[Axis::tp], d.size(Axis::tp), d.size(Axis::dp),
+                         stage_spec(config.model.n_layer, c[Axis::pp], d.size(Axis::pp), config.parallel.pp_layers));
 }
 
 // What DeviceBuffer takes for `bytes` (whole floats).
@@ -62,7 +62,7 @@ size_t buffer_bytes(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(
 
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
   if (config.checkpoint.dir.empty()) return 0;
-  return Checkpointer::piece_bytes(rank_layout(config, coords), coords.dp == 0);
+  return Checkpointer::piece_bytes(rank_layout(config, coords), coords[Axis::dp] == 0);
 }
 
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
@@ -78,7 +78,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   };
   char detail[160];
 
-  const int zero = d.dp > 1 ? config.parallel.zero : 0;
+  const int zero = d.size(Axis::dp) > 1 ? config.parallel.zero : 0;
   // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
   // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
   const size_t compute_floats = Transformer::gradient_floats_for(layout, zero == 3);
@@ -92,12 +92,12 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
-  const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.dp;
+  const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.size(Axis::dp);
   std::vector<FlatRange> owned;
   if (zero > 0)
     owned = DataParallel::sharded_ranges(
         zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
-        coords.dp % shards);
+        coords[Axis::dp] % shards);
   add("optimizer state", zero > 0 ? "AdamW m, v; 1/" + std::to_string(shards) : std::string("AdamW m, v"),
       AdamW::state_floats_for(layout, owned) * f32);
   if (zero > 0) {
@@ -108,16 +108,16 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     for (int l = 0; l < layout.layers(); l++)
       window_shard = std::max(window_shard, layout.units()[layout.block_unit(l)].size() / shards);
     const int windows = std::min(layout.layers(), 2);
-    if (zero >= 2 && config.train.global_batch / d.dp / config.train.micro_batch > 1)
+    if (zero >= 2 && config.train.global_batch / d.size(Axis::dp) / config.train.micro_batch > 1)
       add("accumulation buffers", "ZeRO-2/3: a window's shard, per window", windows * window_shard * f32);
   }
 
   const int micro_batch = config.train.micro_batch;
-  const int micro_batches = config.train.global_batch / d.dp / micro_batch;
-  const int slots = max_in_flight(parse_schedule(config.parallel.schedule), coords.pp, d.pp, micro_batches);
+  const int micro_batches = config.train.global_batch / d.size(Axis::dp) / micro_batch;
+  const int slots = max_in_flight(parse_schedule(config.parallel.schedule), coords[Axis::pp], d.size(Axis::pp), micro_batches);
   const ActivationShape shape =
       activation_shape(layout, micro_batch, slots, parse_recompute(config.train.recompute), k,
-                       config.parallel.sequence_parallel && d.tp > 1 ? d.tp : 1);
+                       config.parallel.sequence_parallel && d.size(Axis::tp) > 1 ? d.size(Axis::tp) : 1);
   const ActivationBytes a = ActivationArena::measure(shape);
   std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", slots,
                 static_cast<double>(a.per_slot) / (1 << 20), micro_batch, config.train.recompute.c_str());
@@ -127,7 +127,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
   add("workspace", "the kernels' own",
       k.workspace_bytes(micro_batch * spec.seq_len, spec.d_model, shape.widest_output(), micro_batch, spec.seq_len,
-                        spec.n_head / d.tp));
+                        spec.n_head / d.size(Axis::tp)));
 
   // Communication: Open MPI's non-blocking reductions (libnbc, 4.1) take temporaries:
   // an all-reduce one of its message's size, a reduce-scatter one (2 ranks) or two (more),
@@ -143,30 +143,30 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       return sum;
     };
     size_t in_flight = 0;
-    if (d.dp > 1) {
+    if (d.size(Axis::dp) > 1) {
       std::vector<size_t> windows, kept, buckets;
       for (size_t u = 0; u < layout.units().size(); u++)
         (layout.unit_is_block()[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
-      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.dp))
+      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.size(Axis::dp)))
         buckets.push_back(b.size() * f32);
       in_flight = zero >= 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
                             : largest_sum(buckets, kMpiReductionsInFlight);
       if (zero > 0 && shards > 2) in_flight *= 2;  // reduce-scatters
-      if (zero > 0 && shards < d.dp) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
+      if (zero > 0 && shards < d.size(Axis::dp)) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
     }
     const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * spec.seq_len * spec.d_model);
-    const bool scatters = config.parallel.sequence_parallel && d.tp > 2;
-    if (d.tp > 1) in_flight = std::max(in_flight, activations_all_rows * (scatters ? 2 : 1));
+    const bool scatters = config.parallel.sequence_parallel && d.size(Axis::tp) > 2;
+    if (d.size(Axis::tp) > 1) in_flight = std::max(in_flight, activations_all_rows * (scatters ? 2 : 1));
     add("communication", "estimate: MPI's temporaries for the reductions in flight", in_flight);
   } else {
     // The NCCL communicators setup makes: tp (and tp-kv when ranks share a key/value head),
     // dp (hybrid: its shard and replica groups), pp (three: collectives and one per
     // direction), the tied embedding's.
     const TransformerSpec& ts = spec;
-    const bool shared_kv = d.tp > ts.n_kv_head;
-    const bool hybrid = zero > 0 && shards < d.dp;
-    const int communicators = (d.tp > 1) * (1 + shared_kv) + (d.dp > 1) * (1 + 2 * hybrid) + (d.pp > 1) * 3 +
-                              (d.pp > 1 && ts.tied_head);
+    const bool shared_kv = d.size(Axis::tp) > ts.n_kv_head;
+    const bool hybrid = zero > 0 && shards < d.size(Axis::dp);
+    const int communicators = (d.size(Axis::tp) > 1) * (1 + shared_kv) + (d.size(Axis::dp) > 1) * (1 + 2 * hybrid) + (d.size(Axis::pp) > 1) * 3 +
+                              (d.size(Axis::pp) > 1 && ts.tied_head);
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator",
         static_cast<size_t>(communicators) * (64u << 20));
     // A NCCL communicator stages host buffers (the checkpoint's moments) in device memory.
@@ -186,8 +186,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   }
   if (!config.checkpoint.dir.empty()) {
     add("checkpoint staging", "host copy of parameters and moments", Checkpointer::staging_bytes(layout), true);
-    add("checkpoint pieces", coords.dp == 0 ? "handed to the node leader" : "none: dp rank 0 writes",
-        Checkpointer::piece_bytes(layout, coords.dp == 0), true);
+    add("checkpoint pieces", coords[Axis::dp] == 0 ? "handed to the node leader" : "none: dp rank 0 writes",
+        Checkpointer::piece_bytes(layout, coords[Axis::dp] == 0), true);
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
     if (node_leader)
       add("checkpoint writer", "copy of one piece, CRC buffer", Checkpointer::leader_buffer_bytes(layout), true);
@@ -196,7 +196,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       S3Settings s3;  // the sizes alone (s3_settings would look for a region, maybe over the network)
       s3.part_bytes = static_cast<size_t>(config.checkpoint.s3_part_mb) << 20;
       s3.parallel = config.checkpoint.s3_parallel;
-      const uint64_t file = Checkpointer::piece_bytes(layout, coords.dp == 0) + node_leader_receives;
+      const uint64_t file = Checkpointer::piece_bytes(layout, coords[Axis::dp] == 0) + node_leader_receives;
       add("S3 upload", "estimate: " + std::to_string(s3.parallel) + " parts in flight of the node file",
           s3_upload_buffer_bytes(file, s3), true);
     }
@@ -208,9 +208,9 @@ RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Footprint&
   const ParallelDims d = config.dims();
   RankMemoryPlan busiest;
   // Every (tp, pp) position on dp rank 0 (it writes checkpoints; ZeRO shards differ by a block at most).
-  for (int pp = 0; pp < d.pp; pp++)
-    for (int tp = 0; tp < d.tp; tp++) {
-      RankMemoryPlan p = plan_rank_memory(config, {tp, 0, pp}, k);
+  for (int pp = 0; pp < d.size(Axis::pp); pp++)
+    for (int tp = 0; tp < d.size(Axis::tp); tp++) {
+      RankMemoryPlan p = plan_rank_memory(config, RankCoords().with(Axis::tp, tp).with(Axis::pp, pp), k);
       if (busiest.parts.empty() || p.total_bytes() > busiest.total_bytes()) busiest = std::move(p);
     }
   return busiest;

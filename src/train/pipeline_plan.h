@@ -19,7 +19,7 @@ struct PipelinePlan {
 
 inline PipelinePlan plan_pipeline(const Config& config, ParallelState& parallel, int local_batch, int micro_batch) {
   PipelinePlan plan;
-  const int stage = parallel.coords().pp, stages = parallel.dims().pp;
+  const int stage = parallel.coord(Axis::pp), stages = parallel.size(Axis::pp);
   plan.stage = stage_spec(config.model.n_layer, stage, stages, config.parallel.pp_layers);
   plan.schedule = parse_schedule(config.parallel.schedule);
   plan.micro_batches = local_batch / micro_batch;

@@ -20,7 +20,7 @@ Labels series_labels(const ParallelDims& d, const std::string& model) {
   const char* job = std::getenv("SLURM_JOB_ID");
   return {{"job_id", job != nullptr && *job != '\0' ? job : "none"},
           {"model", model},
-          {"layout", "dp" + std::to_string(d.dp) + " tp" + std::to_string(d.tp) + " pp" + std::to_string(d.pp)}};
+          {"layout", "dp" + std::to_string(d.size(Axis::dp)) + " tp" + std::to_string(d.size(Axis::tp)) + " pp" + std::to_string(d.size(Axis::pp))}};
 }
 
 }  // namespace
@@ -78,7 +78,7 @@ std::string RunMonitor::after_step(int step) {
   tracing_ = false;
   const RankCoords& c = parallel_.coords();
   char process[96];
-  std::snprintf(process, sizeof process, "rank %d (dp %d, tp %d, pp %d)", parallel_.rank(), c.dp, c.tp, c.pp);
+  std::snprintf(process, sizeof process, "rank %d (dp %d, tp %d, pp %d)", parallel_.rank(), c[Axis::dp], c[Axis::tp], c[Axis::pp]);
   const std::vector<std::string> ranks = parallel_.world().gather_strings(trace::take_events(parallel_.rank(), process));
   if (!parallel_.is_root()) return "";
   std::string json = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";

@@ -22,17 +22,17 @@ void resolve_for_world(Config& config, int world_size) {
 }
 
 std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel) {
-  const int tp = parallel.dims().tp;
+  const int tp = parallel.size(Axis::tp);
   const int holders = tp / transformer_spec(model).kv_shards(tp);
   return holders > 1 ? parallel.split_tp(holders, "tp-kv") : nullptr;
 }
 
-int zero_stage(const Config& config, const ParallelDims& dims) { return dims.dp > 1 ? config.parallel.zero : 0; }
+int zero_stage(const Config& config, const ParallelDims& dims) { return dims.size(Axis::dp) > 1 ? config.parallel.zero : 0; }
 
 HybridGroups hybrid_groups(const Config& config, ParallelState& parallel) {
   const int size = config.parallel.shard_size;
   HybridGroups g;
-  if (size == 0 || size == parallel.dims().dp || zero_stage(config, parallel.dims()) == 0) return g;
+  if (size == 0 || size == parallel.size(Axis::dp) || zero_stage(config, parallel.dims()) == 0) return g;
   g.shard = parallel.split_dp(size, /*consecutive=*/true, "dp-shard");
   g.replica = parallel.split_dp(size, /*consecutive=*/false, "dp-replica");
   return g;
@@ -52,19 +52,19 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
   units.units = layout.units();
   units.windowed = layout.unit_is_block();
   units.locate = [&model](size_t offset) { return model.gradient_location(offset); };
-  units.accumulates = config.train.global_batch / parallel.dims().dp / config.train.micro_batch > 1;
+  units.accumulates = config.train.global_batch / parallel.size(Axis::dp) / config.train.micro_batch > 1;
   return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero);
 }
 
 }  // namespace
 
 TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kernels::Kernels& k)
-    : local_batch(config.train.global_batch / parallel.dims().dp),
+    : local_batch(config.train.global_batch / parallel.size(Axis::dp)),
       plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
       shared_heads(shared_head_group(config.model, parallel)), hybrid(hybrid_groups(config, parallel)),
       model(config.model, config.train.micro_batch, k,
             TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
-            parallel.dims().dp, plan.stage, plan.slots, parse_recompute(config.train.recompute),
+            parallel.size(Axis::dp), plan.stage, plan.slots, parse_recompute(config.train.recompute),
             zero_stage(config, parallel.dims()) >= 2,
             zero_stage(config, parallel.dims()) == 3 ? (hybrid.shard ? hybrid.shard.get() : &parallel.dp()) : nullptr),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),

@@ -11,7 +11,8 @@ std::string Straggler::describe(int step) const {
   std::snprintf(line, sizeof line,
                 "straggler: rank %d (dp %d, tp %d, pp %d) worked %.3f s in step %d, %.2fx the median %.3f s of its "
                 "stage's %d ranks",
-                rank, coords.dp, coords.tp, coords.pp, work_s, step, work_s / median_s, median_s, stage_ranks);
+                rank, coords[Axis::dp], coords[Axis::tp], coords[Axis::pp], work_s, step, work_s / median_s, median_s,
+                stage_ranks);
   return line;
 }
 
@@ -23,26 +24,27 @@ Straggler find_straggler(ParallelState& parallel, double work_s, double factor) 
   Straggler s;
   if (!parallel.is_root()) return s;
   const ParallelDims& d = parallel.dims();
-  const int per_stage = d.dp * d.tp;  // rank = tp + tp * (dp + dp * pp): a stage is a block of ranks
+  std::vector<std::vector<int>> stages(d.size(Axis::pp));  // the ranks of each pipeline stage
+  for (int rank = 0; rank < d.world(); rank++) stages[d.coords(rank)[Axis::pp]].push_back(rank);
   double worst = 0;
-  for (int stage = 0; stage < d.pp; stage++) {
-    std::vector<double> mine(work.begin() + stage * per_stage, work.begin() + (stage + 1) * per_stage);
-    std::vector<double> sorted = mine;
+  for (const std::vector<int>& ranks : stages) {
+    std::vector<double> sorted;
+    for (int rank : ranks) sorted.push_back(work[rank]);
     // The lower median: of two ranks, the faster one (else a slow one of two is its own median).
     const size_t middle = (sorted.size() - 1) / 2;
     std::nth_element(sorted.begin(), sorted.begin() + middle, sorted.end());
     const double median = sorted[middle];
     if (median <= 0) continue;
-    for (int i = 0; i < per_stage; i++) {
-      const double ratio = mine[i] / median;
+    for (int rank : ranks) {
+      const double ratio = work[rank] / median;
       if (ratio < factor || ratio <= worst) continue;
       worst = ratio;
       s.found = true;
-      s.rank = stage * per_stage + i;
-      s.coords = {i % d.tp, i / d.tp, stage};
-      s.work_s = mine[i];
+      s.rank = rank;
+      s.coords = d.coords(rank);
+      s.work_s = work[rank];
       s.median_s = median;
-      s.stage_ranks = per_stage;
+      s.stage_ranks = static_cast<int>(ranks.size());
     }
   }
   return s;

@@ -96,11 +96,11 @@ bool has_sequences(const Split& split, int seq_len) {
 // evaluation), each dp rank taking its slice of every batch.
 double validation_loss(StepRunner& runner, const BatchSampler& sampler, int batches, int global_batch,
                        ParallelState& parallel) {
-  const int local = global_batch / parallel.dims().dp;
+  const int local = global_batch / parallel.size(Axis::dp);
   std::vector<int32_t> inputs, targets;
   double total = 0;
   for (int v = 0; v < batches; v++) {
-    sampler.fill(v, parallel.coords().dp * local, local, inputs, targets);
+    sampler.fill(v, parallel.coord(Axis::dp) * local, local, inputs, targets);
     total += runner.evaluate(inputs.data(), targets.data(), local, global_batch);
   }
   return total / batches;
@@ -298,7 +298,7 @@ void print_schedule(const Config& config, const Restored& restored) {
 void print_startup(const Config& config, ParallelState& parallel, TrainingSetup& s, kernels::Kernels& k,
                    const DevicePeak& peak, const RankMemoryPlan& memory, double setup_s) {
   const TransformerSpec& spec = s.model.spec();
-  const int tp = parallel.dims().tp, dp = parallel.dims().dp;
+  const int tp = parallel.size(Axis::tp), dp = parallel.size(Axis::dp);
   const double floats = static_cast<double>(s.model.layout().total_floats());
   std::printf("model: %s (vocabulary padded to %d): %.2fM parameters, %.2fM on this rank (1/%d of the split tensors), "
               "%.1f MFLOP/token\n",
@@ -311,9 +311,9 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
               config.train.global_batch, dp, s.local_batch / config.train.micro_batch, config.train.micro_batch,
               s.data_parallel.buckets().size(), config.parallel.bucket_mb,
               config.parallel.overlap ? ", reduced during backward" : "");
-  if (parallel.dims().pp > 1)
+  if (parallel.size(Axis::pp) > 1)
     std::printf("pipeline: %d stages, layers %s, schedule %s; stage 0 holds layers %d..%d and %d activation sets\n",
-                parallel.dims().pp, config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
+                parallel.size(Axis::pp), config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
                 config.parallel.schedule.c_str(), s.plan.stage.first_layer,
                 s.plan.stage.first_layer + s.plan.stage.layers - 1, s.plan.slots);
   if (s.data_parallel.zero())
@@ -420,7 +420,7 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   StepOutcome o;
   {
     const trace::Span span("data", "data");
-    sampler.fill(step, parallel.coords().dp * s.local_batch, s.local_batch, inputs, targets);
+    sampler.fill(step, parallel.coord(Axis::dp) * s.local_batch, s.local_batch, inputs, targets);
   }
   o.data_seconds = timer.seconds();
   const double slowed = maybe_slow_down(parallel.rank());
@@ -533,7 +533,7 @@ class StepEnd {
     m.step_time_s = o.seconds;
     m.comm_wait_s = s_.runner.comm_wait_s();
     m.data_wait_s = o.data_seconds;
-    m.bubble_s = parallel_.dims().pp > 1 ? std::max(0.0, o.seconds - o.data_seconds - o.compute_seconds -
+    m.bubble_s = parallel_.size(Axis::pp) > 1 ? std::max(0.0, o.seconds - o.data_seconds - o.compute_seconds -
                                                              s_.runner.comm_wait_s() - o.update_seconds)
                                          : 0.0;
     m.global_batch = tc.global_batch;
@@ -640,9 +640,9 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
       {"family", s.model.spec().family},
       {"parameters", parameter_count(s.model.spec())},
       {"ranks", d.world()},
-      {"dp", d.dp},
-      {"tp", d.tp},
-      {"pp", d.pp},
+      {"dp", d.size(Axis::dp)},
+      {"tp", d.size(Axis::tp)},
+      {"pp", d.size(Axis::pp)},
       {"zero", config.parallel.zero},
       {"global_batch", config.train.global_batch},
       {"micro_batch", config.train.micro_batch},
@@ -661,8 +661,8 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
       {"data_wait", share(r.data_wait_s)},
       // Stage 0's wait on its pipeline neighbours (with pp = 1 there is no pipeline: what
       // the step's timed parts leave over is then other ranks' turn on shared cores).
-      {"bubble", d.pp > 1 && r.steady_time_s > 0 ? r.pipeline_wait_s / r.steady_time_s : 0.0},
-      {"bubble_theory", static_cast<double>(d.pp - 1) / (micro_batches + d.pp - 1)},
+      {"bubble", d.size(Axis::pp) > 1 && r.steady_time_s > 0 ? r.pipeline_wait_s / r.steady_time_s : 0.0},
+      {"bubble_theory", static_cast<double>(d.size(Axis::pp) - 1) / (micro_batches + d.size(Axis::pp) - 1)},
       {"loss_first", r.first_loss},
       {"loss_last", r.last_loss},
   };

@@ -97,7 +97,7 @@ VerifyReport::Tolerances VerifyReport::tolerances_for(kernels::Precision precisi
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
                                       ParallelState& parallel, const ParallelConfig& settings,
                                       const std::string& recompute) {
-  const int dp = parallel.dims().dp, dp_rank = parallel.coords().dp;
+  const int dp = parallel.size(Axis::dp), dp_rank = parallel.coord(Axis::dp);
   require(ref.batch % dp == 0, "the reference batch (" + std::to_string(ref.batch) +
                                    ") must be a multiple of dp (" + std::to_string(dp) + ")");
   const int local_batch = ref.batch / dp;

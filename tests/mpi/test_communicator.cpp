@@ -16,7 +16,7 @@ namespace {
 using namespace testing_helpers;
 
 // dp = world: the dp group is the world.
-ParallelState data_parallel_state() { return ParallelState(ParallelDims::resolve(world_size(), 0, 1, 1), 0, 60); }
+ParallelState data_parallel_state() { return ParallelState(ParallelDims::resolve(world_size(), {{Axis::dp, 0}}), 0, 60); }
 
 TEST(Communicator, AllReduceSumAndMax) {
   ParallelState ps = data_parallel_state();
@@ -81,7 +81,7 @@ TEST(Communicator, GroupsOfTheGrid) {
   const int n = world_size();
   if (n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   // tp = 2: consecutive pairs; dp = the rest.
-  ParallelState ps(ParallelDims::resolve(n, 0, 1, 2), 0, 60);
+  ParallelState ps(ParallelDims::resolve(n, {{Axis::dp, 0}, {Axis::tp, 2}}), 0, 60);
   EXPECT_EQ(ps.tp().size(), 2);
   EXPECT_EQ(ps.dp().size(), n / 2);
   EXPECT_EQ(ps.pp().size(), 1);
@@ -99,11 +99,11 @@ TEST(Communicator, NodesFromRanksPerNode) {
   const int n = world_size();
   ParallelState machine = data_parallel_state();
   EXPECT_EQ(machine.nodes(), 1);  // one machine runs every rank of these tests
-  ParallelState split(ParallelDims::resolve(n, 0, 1, 1), 1, 60);  // every rank its own "node"
+  ParallelState split(ParallelDims::resolve(n, {{Axis::dp, 0}}), 1, 60);  // every rank its own "node"
   EXPECT_EQ(split.nodes(), n);
   EXPECT_EQ(split.node().size(), 1);
   if (n % 2 == 0) {
-    ParallelState pairs(ParallelDims::resolve(n, 0, 1, 1), 2, 60);
+    ParallelState pairs(ParallelDims::resolve(n, {{Axis::dp, 0}}), 2, 60);
     EXPECT_EQ(pairs.nodes(), n / 2);
     EXPECT_EQ(pairs.node().rank(), pairs.rank() % 2);
   }

@@ -41,7 +41,7 @@ TEST_P(DataParallelVerify, MatchesReference) {
   const Reference ref = load_reference(file);
   ASSERT_EQ(ref.batch % n, 0) << "no reference for dp = " << n;
   if (v.micro_batch > 0 && (ref.batch / n) % v.micro_batch != 0) GTEST_SKIP();
-  ParallelState parallel(ParallelDims::resolve(n, 0, 1, 1), 0, 60);
+  ParallelState parallel(ParallelDims::resolve(n, {{Axis::dp, 0}}), 0, 60);
   ParallelConfig settings;
   settings.zero = v.zero;
   settings.bucket_mb = v.bucket_mb;
@@ -100,7 +100,7 @@ TEST(DataParallelTraining, SameParametersAsOneRank) {
 
   auto watchdog = std::make_shared<Watchdog>();
   MpiCommunicator self(MPI_COMM_SELF, "self", watchdog);
-  ParallelState parallel(ParallelDims::resolve(n, 0, 1, 1), 0, 60);
+  ParallelState parallel(ParallelDims::resolve(n, {{Axis::dp, 0}}), 0, 60);
   const auto [single_losses, single_params] = train(self, false);
   for (bool zero : {false, true}) {
     const auto [losses, params] = train(parallel.dp(), zero);

@@ -69,7 +69,7 @@ class PipelineTest : public testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     if (world_size() > four_layers(GetParam()).n_layer) GTEST_SKIP();
-    parallel_ = std::make_unique<ParallelState>(ParallelDims::resolve(world_size(), 1, world_size(), 1), 0, 60);
+    parallel_ = std::make_unique<ParallelState>(ParallelDims::resolve(world_size(), {{Axis::pp, world_size()}}), 0, 60);
   }
   std::unique_ptr<ParallelState> parallel_;
 };
@@ -91,13 +91,13 @@ TEST_P(PipelineTest, SchedulesMatchOneRankAndEachOther) {
     EXPECT_LT(relative_error(values, alone.params.at(name)), 1e-4) << name;
   }
   // The tied wte: the first stage's copy and the last stage's stay identical.
-  if (!GetParam() && world_size() > 1 && (parallel_->coords().pp == 0 || parallel_->coords().pp == world_size() - 1)) {
+  if (!GetParam() && world_size() > 1 && (parallel_->coord(Axis::pp) == 0 || parallel_->coord(Axis::pp) == world_size() - 1)) {
     std::vector<float> wte = f1b.params.at("wte.weight"), first = wte;
     parallel_->embedding()->broadcast(first, 0);
     EXPECT_EQ(wte, first);
   }
   // 1F1B keeps at most p - s micro-batches alive, GPipe all 4.
-  if (world_size() > 1 && parallel_->coords().pp == world_size() - 1) {
+  if (world_size() > 1 && parallel_->coord(Axis::pp) == world_size() - 1) {
     EXPECT_LT(f1b.activation_bytes, gpipe.activation_bytes);
   }
 }

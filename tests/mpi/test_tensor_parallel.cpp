@@ -54,7 +54,7 @@ class TensorParallelTest : public testing::TestWithParam<Family> {
  protected:
   void SetUp() override {
     if (small_model(GetParam()).n_head % world_size() != 0) GTEST_SKIP() << "tp must divide 12 heads";
-    parallel_ = std::make_unique<ParallelState>(ParallelDims::resolve(world_size(), 1, 1, world_size()), 0, 60);
+    parallel_ = std::make_unique<ParallelState>(ParallelDims::resolve(world_size(), {{Axis::tp, world_size()}}), 0, 60);
     shared_heads_ = shared_head_group(small_model(GetParam()), *parallel_);
   }
   TensorParallel tp() { return TensorParallel(parallel_->tp(), shared_heads_.get()); }

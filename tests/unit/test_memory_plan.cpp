@@ -121,7 +121,7 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   const size_t n = layout.total_floats();
   size_t optimizer_sum = 0;
   for (int r = 0; r < 4; r++) {
-    const RankMemoryPlan p = plan_rank_memory(c, {0, r, 0}, *k);
+    const RankMemoryPlan p = plan_rank_memory(c, RankCoords().with(Axis::dp, r), *k);
     EXPECT_EQ(p.of("parameters"), n * 4);
     EXPECT_EQ(p.of("gradients"), n * 4);
     optimizer_sum += p.of("optimizer state");
@@ -139,9 +139,9 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   // Hybrid sharding over groups of 2: each group holds the moments once, the groups alike.
   c.parallel.shard_size = 2;
   size_t group_sum = 0;
-  for (int r = 0; r < 2; r++) group_sum += plan_rank_memory(c, {0, r, 0}, *k).of("optimizer state");
+  for (int r = 0; r < 2; r++) group_sum += plan_rank_memory(c, RankCoords().with(Axis::dp, r), *k).of("optimizer state");
   EXPECT_EQ(group_sum, 2 * n * 4);
-  EXPECT_EQ(plan_rank_memory(c, {0, 2, 0}, *k).of("optimizer state"), plan_rank_memory(c, {0, 0, 0}, *k).of("optimizer state"));
+  EXPECT_EQ(plan_rank_memory(c, RankCoords().with(Axis::dp, 2), *k).of("optimizer state"), plan_rank_memory(c, RankCoords(), *k).of("optimizer state"));
   c.parallel.shard_size = 0;
   // ZeRO-3: each rank holds 1/dp of every unit as its master parameters, gradient shard and
   // moments (4 states of n floats over the 4 ranks, once); the embeddings and head are kept
@@ -149,7 +149,7 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   c.parallel.zero = 3;
   size_t states = 0;
   for (int r = 0; r < 4; r++) {
-    const RankMemoryPlan p = plan_rank_memory(c, {0, r, 0}, *k);
+    const RankMemoryPlan p = plan_rank_memory(c, RankCoords().with(Axis::dp, r), *k);
     states += p.of("parameter shard") + p.of("gradient shard") + p.of("optimizer state");
     const size_t windowed = Transformer::gradient_floats_for(layout, true) * 4;
     EXPECT_EQ(p.of("parameters"), windowed);
@@ -160,19 +160,19 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   EXPECT_EQ(states, 4 * n * 4);
   // In bf16 the compute copy is what is gathered: no fp32 parameters besides the shard.
   auto bf16 = kernels::make_cpu_kernels(kernels::Precision::bf16);
-  const RankMemoryPlan mixed = plan_rank_memory(c, {0, 0, 0}, *bf16);
+  const RankMemoryPlan mixed = plan_rank_memory(c, RankCoords(), *bf16);
   EXPECT_EQ(mixed.of("parameters"), 0u);
   EXPECT_EQ(mixed.of("compute copy"), bf16->activation_bytes(Transformer::gradient_floats_for(layout, true)));
   c.parallel.zero = 1;
   // Checkpoints add the host copy of parameters and moments, and dp rank 0's pieces.
   c.checkpoint.dir = "/nonexistent";
-  const RankMemoryPlan writer = plan_rank_memory(c, {0, 0, 0}, *k, true, 1000);
+  const RankMemoryPlan writer = plan_rank_memory(c, RankCoords(), *k, true, 1000);
   EXPECT_EQ(writer.of("checkpoint staging"), 3 * n * 4);
   EXPECT_GT(writer.of("checkpoint pieces"), 3 * parameter_count(layout.spec()) * 4);
   EXPECT_EQ(writer.of("node's pieces"), 1000u);
   EXPECT_EQ(writer.host_bytes(), writer.of("checkpoint staging") + writer.of("checkpoint pieces") + 1000 +
                                      writer.of("checkpoint writer"));
-  const RankMemoryPlan other = plan_rank_memory(c, {0, 1, 0}, *k, false);
+  const RankMemoryPlan other = plan_rank_memory(c, RankCoords().with(Axis::dp, 1), *k, false);
   EXPECT_LT(other.of("checkpoint pieces"), 100u);  // only dp rank 0 writes: an empty header
   EXPECT_EQ(other.of("checkpoint writer"), 0u);
 }

@@ -8,15 +8,21 @@
 namespace trident {
 namespace {
 
+// The coordinates (tp, dp, pp) as one value, for comparing.
+RankCoords at(int tp, int dp, int pp) {
+  return RankCoords().with(Axis::tp, tp).with(Axis::dp, dp).with(Axis::pp, pp);
+}
+
 TEST(ParallelDims, EightRanksAsTwoByTwoByTwo) {
-  const ParallelDims d = ParallelDims::resolve(8, 2, 2, 2);
+  const ParallelDims d = ParallelDims::resolve(8, {{Axis::dp, 2}, {Axis::pp, 2}, {Axis::tp, 2}});
   EXPECT_EQ(d.world(), 8);
   // rank = tp_rank + tp * (dp_rank + dp * pp_rank)
-  EXPECT_EQ(d.coords(0), (RankCoords{0, 0, 0}));
-  EXPECT_EQ(d.coords(1), (RankCoords{1, 0, 0}));
-  EXPECT_EQ(d.coords(2), (RankCoords{0, 1, 0}));
-  EXPECT_EQ(d.coords(5), (RankCoords{1, 0, 1}));
-  EXPECT_EQ(d.coords(7), (RankCoords{1, 1, 1}));
+  EXPECT_EQ(d.coords(0), at(0, 0, 0));
+  EXPECT_EQ(d.coords(1), at(1, 0, 0));
+  EXPECT_EQ(d.coords(2), at(0, 1, 0));
+  EXPECT_EQ(d.coords(5), at(1, 0, 1));
+  EXPECT_EQ(d.coords(7), at(1, 1, 1));
+  EXPECT_EQ(d.coords(6)[Axis::dp], 1);
   for (int r = 0; r < 8; r++) EXPECT_EQ(d.rank_of(d.coords(r)), r);
   using Groups = std::vector<std::vector<int>>;
   EXPECT_EQ(d.groups(Axis::tp), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
@@ -25,35 +31,42 @@ TEST(ParallelDims, EightRanksAsTwoByTwoByTwo) {
 }
 
 TEST(ParallelDims, DerivesDpAndCoversOddSizes) {
-  const ParallelDims d = ParallelDims::resolve(12, 0, 2, 3);  // dp = 12 / (2*3)
-  EXPECT_EQ(d.dp, 2);
+  const ParallelDims d = ParallelDims::resolve(12, {{Axis::dp, 0}, {Axis::pp, 2}, {Axis::tp, 3}});  // dp = 12 / (2*3)
+  EXPECT_EQ(d.size(Axis::dp), 2);
   EXPECT_EQ(d.groups(Axis::tp).size(), 4u);
   EXPECT_EQ(d.groups(Axis::tp)[1], (std::vector<int>{3, 4, 5}));
   EXPECT_EQ(d.groups(Axis::dp)[0], (std::vector<int>{0, 3}));
   EXPECT_EQ(d.groups(Axis::pp)[0], (std::vector<int>{0, 6}));
   // Every rank is in exactly one group of each axis.
-  for (Axis axis : {Axis::tp, Axis::dp, Axis::pp}) {
+  for (Axis axis : kAxes) {
     std::vector<int> seen(12, 0);
     for (const auto& g : d.groups(axis))
       for (int r : g) seen[r]++;
     EXPECT_EQ(seen, std::vector<int>(12, 1)) << axis_name(axis);
   }
-  EXPECT_EQ(ParallelDims::resolve(3, 0, 1, 1).dp, 3);
+  EXPECT_EQ(ParallelDims::resolve(3, {{Axis::dp, 0}}).size(Axis::dp), 3);
+  EXPECT_EQ(ParallelDims::resolve(3, {{Axis::dp, 0}}).size(Axis::tp), 1);  // axes not named: 1
   EXPECT_NE(d.describe().find("tp groups: {0,1,2} {3,4,5}"), std::string::npos) << d.describe();
+  EXPECT_NE(d.describe().find("grid: dp=2 pp=2 tp=3 (12 ranks; rank = tp_rank + tp*(dp_rank + dp*pp_rank))"),
+            std::string::npos)
+      << d.describe();
 }
 
 TEST(ParallelDims, InvalidLayouts) {
-  EXPECT_THROW(ParallelDims::resolve(10, 0, 1, 4), UsageError);  // world 10 is no multiple of tp 4
-  EXPECT_THROW(ParallelDims::resolve(8, 3, 1, 2), UsageError);   // 3*1*2 != 8
-  EXPECT_THROW(ParallelDims::resolve(8, 2, 0, 2), UsageError);   // pp 0
-  EXPECT_THROW(ParallelDims::resolve(8, -1, 1, 1), UsageError);
-  std::string message;  // the error names the world size (and fails the test when there is none)
-  try {
-    ParallelDims::resolve(10, 0, 1, 4);
-  } catch (const UsageError& e) {
-    message = e.what();
-  }
-  EXPECT_NE(message.find("world size 10"), std::string::npos) << "'" << message << "'";
+  const auto error = [](int world, std::initializer_list<AxisSize> sizes) {
+    try {
+      ParallelDims::resolve(world, sizes);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  // world 10 is no multiple of tp 4: the error names the world size and the fixed axes
+  EXPECT_EQ(error(10, {{Axis::dp, 0}, {Axis::tp, 4}}), "world size 10 is not a multiple of tp*pp = 4 (tp=4, pp=1)");
+  EXPECT_EQ(error(8, {{Axis::dp, 3}, {Axis::tp, 2}}), "tp*dp*pp = 2*3*1 = 6 but the world has 8 ranks");
+  EXPECT_THROW(ParallelDims::resolve(8, {{Axis::dp, 2}, {Axis::pp, 0}, {Axis::tp, 2}}), UsageError);  // pp 0
+  EXPECT_THROW(ParallelDims::resolve(8, {{Axis::dp, -1}}), UsageError);
+  EXPECT_THROW(ParallelDims::resolve(0, {}), UsageError);
 }
 
 }  // namespace
