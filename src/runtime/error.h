@@ -17,7 +17,7 @@ class UsageError : public std::runtime_error {
 
 inline constexpr int kExitUsage = 2;
 
-// The exit codes a scheduler acts on (README "Exit codes"): 0 done or stopped by a
+// The exit codes a scheduler acts on (docs/faults.md, "Exit codes"): 0 done or stopped by a
 // signal, 2 bad input (never retry), 3 infrastructure (a timeout, a dead rank: retry;
 // kExitTimeout), 4 the run diverged (retrying repeats it).
 inline constexpr int kExitDiverged = 4;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The launch scripts on a real Slurm: starts a single-node Slurm on this machine (Debian's
-# slurmctld, slurmd and munge; shared/SLURM_LOCAL.md has the recipe), submits the README's
-# sbatch lines and checks what a user relies on:
+# slurmctld, slurmd and munge; shared/SLURM_LOCAL.md has the recipe), submits the
+# sbatch lines of docs/clusters.md and checks what a user relies on:
 #   - a job trains to the end and exits 0 (srun --mpi=pmix, and mpirun inside the allocation);
 #   - USR1 to the batch shell (what --signal=B:USR1@120 sends) makes the ranks checkpoint,
 #     the script requeue, and the requeued run resume and end with the uninterrupted losses;
@@ -166,7 +166,7 @@ submit() {  # name, env assignments..., --, sbatch arguments: prints the job id
 }
 run_flags() { echo "--log.run_dir=$T/run_$1"; }
 
-# 1. The README's line, to the end (srun --mpi=pmix).
+# 1. The line of docs/clusters.md (on one node, two tasks), to the end (srun --mpi=pmix).
 id=$(submit to_end -- --nodes=1 --ntasks-per-node=2 slurm/train.sbatch configs/tiny.ini "${train_flags[@]}" "$(run_flags a)")
 state=$(wait_job "$id" 300)
 reference_loss=$(final_loss "$T/out/to_end.out")
