@@ -91,7 +91,7 @@ data=/usr/share/games/fortunes
 if [ ! -d "$data" ]; then  # any text will do for speed: this repository's
   data=$out/text
   mkdir -p "$data"
-  cat README.md src/*/*.h src/*/*.cpp kernels/*/*.cpp kernels/*/*.cu > "$data/corpus.txt"
+  cat README.md docs/*.md src/*/*.h src/*/*.cpp kernels/*/*.cpp kernels/*/*.cu > "$data/corpus.txt"
 fi
 $build/trident train --config configs/gpt2-124m.ini --device=cuda --train.steps=50 --train.global_batch=16 \
   --train.micro_batch=16 --train.warmup_steps=5 --data.path="$data" --log.run_dir="$out/train" \
