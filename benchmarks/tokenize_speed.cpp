@@ -87,13 +87,13 @@ int main(int argc, char** argv) {
   try {
     for (const auto& [kind, path] : {std::pair<std::string, std::string>{"gpt2", gpt2}, {"llama3", llama3}}) {
       if (path.empty()) continue;
-      const auto t = make_tokenizer(kind, path);
+      const auto t = make_tokenizer(parse_choice<TokenizerKind>(kind), path);
       std::vector<int32_t> ids;
       const double sec = best_seconds([&] { ids = t->encode(text); }, min_seconds);
       std::printf("ours %s %.3f %zu %u\n", kind.c_str(), mb / sec, ids.size(), fnv(ids));
     }
     if (!sp_model.empty()) {
-      const auto t = make_tokenizer("sentencepiece", sp_model);
+      const auto t = make_tokenizer(TokenizerKind::sentencepiece, sp_model);
       const std::vector<std::string_view> lines = lines_of(text);
       std::vector<std::vector<int32_t>> ids(lines.size());
       const double sec = best_seconds(

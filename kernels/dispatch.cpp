@@ -27,10 +27,8 @@ std::unique_ptr<Kernels> make_cuda_kernels(Precision) { no_cuda(); }
 void select_cuda_device(int) { no_cuda(); }
 #endif
 
-std::unique_ptr<Kernels> make_kernels(const std::string& device, Precision precision) {
-  if (device == "cpu") return make_cpu_kernels(precision);
-  if (device == "cuda") return make_cuda_kernels(precision);
-  throw UsageError("device must be cpu or cuda, got '" + device + "'");
+std::unique_ptr<Kernels> make_kernels(Device device, Precision precision) {
+  return device == Device::cuda ? make_cuda_kernels(precision) : make_cpu_kernels(precision);
 }
 
 }  // namespace trident::kernels

@@ -5,6 +5,7 @@
 
 namespace trident::kernels {
 
+enum class Device { cpu, cuda };      // where the kernels run
 enum class Precision { fp32, bf16 };  // of the compute: fp32, or bf16 with fp32 master weights
 enum class DType { f32, bf16 };       // how an element is stored
 inline size_t dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }

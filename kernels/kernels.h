@@ -248,7 +248,7 @@ int cuda_device_count();
 void select_cuda_device(int local_rank);
 
 // "cpu" or "cuda".
-std::unique_ptr<Kernels> make_kernels(const std::string& device, Precision precision);
+std::unique_ptr<Kernels> make_kernels(Device device, Precision precision);
 
 // For code that knows its backend stores fp32 (the CPU backend, its tests).
 inline Act* as_act(float* p) { return reinterpret_cast<Act*>(p); }

@@ -197,7 +197,7 @@ int step_of_name(const std::string& name) {
 }
 
 nlohmann::json model_json(const ModelConfig& m) {
-  return {{"family", m.family},
+  return {{"family", name_of(m.family)},
           {"n_layer", m.n_layer},
           {"n_head", m.n_head},
           {"n_kv_head", m.n_kv_head},
@@ -212,7 +212,7 @@ nlohmann::json model_json(const ModelConfig& m) {
 
 ModelConfig model_from_json(const nlohmann::json& j) {
   ModelConfig m;
-  m.family = j.value("family", m.family);
+  m.family = parse_choice<Family>(j.value("family", std::string(name_of(m.family))));
   m.n_layer = j.at("n_layer");
   m.n_head = j.at("n_head");
   m.n_kv_head = j.value("n_kv_head", 0);
@@ -739,9 +739,9 @@ void init_parameters_from_checkpoint(const ShardedParameters& parameters, const 
 void init_parameters_from(const ShardedParameters& parameters, const std::string& path) {
   Hdf5Reader file(path);
   if (file.has_attr("model"))
-    require(file.attr_string("model") == parameters.layout->spec().family,
+    require(file.attr_string("model") == name_of(parameters.layout->spec().family),
             path + " holds a " + file.attr_string("model") + " model, not the configured " +
-                parameters.layout->spec().family + " (model.family)");
+                name_of(parameters.layout->spec().family) + " (model.family)");
   for (const ParameterTensor& t : parameters.layout->tensors()) {
     const std::string name = "params/" + t.name;
     require(file.has(name), path + ": missing " + name + " (a model of another family or shape?)");
@@ -755,7 +755,7 @@ void init_parameters_from(const ShardedParameters& parameters, const std::string
 void export_checkpoint(const Manifest& m, const std::string& out) {
   Hdf5Writer file(out);
   file.attr("/", "format", std::string("trident-export-v1"));
-  file.attr("/", "model", m.model.family);
+  file.attr("/", "model", std::string(name_of(m.model.family)));
   file.attr("/", "step", static_cast<int64_t>(m.step));
   file.attr("/", "config", model_json(m.model).dump());
   for (const auto& [key, value] : std::vector<std::pair<const char*, int>>{

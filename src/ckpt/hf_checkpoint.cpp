@@ -72,11 +72,11 @@ void write_hf_tokenizer_config(const fs::path& out_dir, const DataConfig& data, 
                                      : nlohmann::ordered_json(special.eos);
   write_json(out_dir / "generation_config.json", generation);
   nlohmann::ordered_json t;
-  if (data.tokenizer == "gpt2" && fs::is_directory(data.tokenizer_path)) {
+  if (data.tokenizer == TokenizerKind::gpt2 && fs::is_directory(data.tokenizer_path)) {
     t = {{"tokenizer_class", "GPT2Tokenizer"},  {"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"},
          {"unk_token", "<|endoftext|>"},        {"add_bos_token", false},        {"add_prefix_space", false},
          {"errors", "replace"},                 {"model_max_length", seq_len},  {"clean_up_tokenization_spaces", false}};
-  } else if (data.tokenizer == "sentencepiece") {
+  } else if (data.tokenizer == TokenizerKind::sentencepiece) {
     t = {{"tokenizer_class", "LlamaTokenizer"}, {"bos_token", "<s>"},          {"eos_token", "</s>"},
          {"unk_token", "<unk>"},                {"pad_token", nullptr},        {"add_bos_token", true},
          {"add_eos_token", false},              {"legacy", false},             {"sp_model_kwargs", nlohmann::ordered_json::object()},
@@ -161,7 +161,7 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
     if (fs::exists(fs::path(tokenizer) / "encoder.json")) copy(fs::path(tokenizer) / "encoder.json", "vocab.json");
     if (fs::exists(fs::path(tokenizer) / "vocab.bpe")) copy(fs::path(tokenizer) / "vocab.bpe", "merges.txt");
   } else if (!tokenizer.empty() && fs::exists(tokenizer)) {
-    const bool sentencepiece = data.tokenizer == "sentencepiece";
+    const bool sentencepiece = data.tokenizer == TokenizerKind::sentencepiece;
     copy(tokenizer, sentencepiece ? "tokenizer.model" : fs::path(tokenizer).filename().string());
   }
   nlohmann::ordered_json config = hf_config(spec, options.dtype == "fp32" ? "float32" : "bfloat16");

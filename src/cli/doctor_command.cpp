@@ -333,7 +333,7 @@ int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi
   CommandLine cl = parse_command_line("doctor", rest);
   Config config = cl.config;
   resolve_for_world(config, mpi.size());
-  const bool cuda = config.train.device == "cuda";
+  const bool cuda = config.train.device == Device::cuda;
   if (expect_busbw <= 0) expect_busbw = cuda ? 10.0 : 0.3;
   ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s,
                          config.train.device);

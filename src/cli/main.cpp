@@ -95,7 +95,7 @@ int run_verify(const CommandLine& cl, const MpiWorld& world) {
                          config.train.device);
   if (world.is_root()) std::printf("%s\n", parallel.describe().c_str());
   std::unique_ptr<kernels::Kernels> k =
-      kernels::make_kernels(config.train.device, kernels::parse_precision(config.train.resolved_precision()));
+      kernels::make_kernels(config.train.device, config.train.resolved_precision());
   const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k, parallel, config.parallel,
                                                    config.train.recompute);
   if (!world.is_root()) return r.passed() ? 0 : 1;
@@ -104,7 +104,7 @@ int run_verify(const CommandLine& cl, const MpiWorld& world) {
               "%d rank(s), ZeRO-%d, recompute %s, %s on %s\n",
               ref.path.c_str(), transformer_spec(ref.model).describe().c_str(), ref.batch, config.train.micro_batch,
               ref.steps, world.size(),
-              config.parallel.zero, config.train.recompute.c_str(), kernels::precision_name(k->precision()),
+              config.parallel.zero, name_of(config.train.recompute), kernels::precision_name(k->precision()),
               k->name().c_str());
   std::printf("%-44s %14s %14s\n", "tensor", "grad rel err", "final rel err");
   for (const TensorError& e : r.tensors)

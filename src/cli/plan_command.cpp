@@ -78,7 +78,7 @@ int run_plan_command(const std::vector<std::string>& args) {
     const ParallelConfig& p = l.config.parallel;
     const StepPrediction& s = l.step;
     std::printf("%3d %4d %3d %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
-                i + 1, p.dp, p.tp, p.pp, p.zero, l.config.train.recompute.c_str(), l.config.train.micro_batch,
+                i + 1, p.dp, p.tp, p.pp, p.zero, name_of(l.config.train.recompute), l.config.train.micro_batch,
                 gib(static_cast<double>(l.memory.device_bytes())), s.step_s, s.tokens_per_s, 100 * s.mfu, s.compute_s,
                 s.tp_s, s.bubble_s, s.pp_s, s.dp_exposed_s, s.dp_s, s.optimizer_s);
   }

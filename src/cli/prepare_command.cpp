@@ -117,7 +117,7 @@ int run_prepare_command(const std::vector<std::string>& args) {
   watchdog->timeout_s = cl.config.parallel.timeout_s;
   require(!inputs.empty(), "prepare needs --input PATH (text, JSONL, gzip; files, folders or globs)");
   require(!out.empty(), "prepare needs --out PREFIX");
-  require(train_vocab == 0 || data.tokenizer == "sentencepiece",
+  require(train_vocab == 0 || data.tokenizer == TokenizerKind::sentencepiece,
           "--train_tokenizer trains a SentencePiece model: use --data.tokenizer=sentencepiece");
   require(train_vocab >= 0, "--train_tokenizer must be a vocabulary size");
   const std::vector<InputFile> files = list_inputs(inputs);

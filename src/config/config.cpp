@@ -7,8 +7,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/tokenizer.h"
-#include "model/activations.h"
 #include "optim/lr_schedule.h"
 #include "runtime/error.h"
 #include "storage/s3_uri.h"
@@ -16,6 +14,15 @@
 namespace po = boost::program_options;
 
 namespace trident {
+
+// Boost reads a choice by its name (found through the enum's namespace).
+template <class E, class = decltype(Choices<E>::key)>
+void validate(boost::any& value, const std::vector<std::string>& tokens, E*, int) {
+  value = parse_choice<E>(po::validators::get_single_string(tokens));
+}
+namespace kernels {
+using trident::validate;
+}  // namespace kernels
 
 namespace {
 
@@ -263,6 +270,12 @@ std::string format_value(const boost::any& v) {
   else if (auto* u = boost::any_cast<uint64_t>(&v)) s << *u;
   else if (auto* str = boost::any_cast<std::string>(&v)) s << *str;
   else if (auto* b = boost::any_cast<bool>(&v)) s << (*b ? "true" : "false");
+  else if (auto* e = boost::any_cast<Family>(&v)) s << *e;
+  else if (auto* e = boost::any_cast<Schedule>(&v)) s << *e;
+  else if (auto* e = boost::any_cast<Recompute>(&v)) s << *e;
+  else if (auto* e = boost::any_cast<PrecisionSetting>(&v)) s << *e;
+  else if (auto* e = boost::any_cast<TokenizerKind>(&v)) s << *e;
+  else if (auto* e = boost::any_cast<Device>(&v)) s << *e;
   else s << "?";
   return s.str();
 }
@@ -303,7 +316,6 @@ void Config::validate() const {
   require(train.steps >= 0, "train.steps must be >= 0");
   positive(train.global_batch, "train.global_batch");
   require(train.micro_batch >= 0, "train.micro_batch must be >= 0 (0: global_batch / dp)");
-  parse_recompute(train.recompute);
   positive(train.max_bad_steps, "train.max_bad_steps");
   require(train.replica_check_steps >= 0, "train.replica_check_steps must be >= 0 (0: never)");
   require(log.straggler_limit >= 0, "log.straggler_limit must be >= 0 (0: report only)");
@@ -324,13 +336,9 @@ void Config::validate() const {
   require(train.beta1 >= 0 && train.beta1 < 1, "train.beta1 must lie in [0, 1)");
   require(train.beta2 >= 0 && train.beta2 < 1, "train.beta2 must lie in [0, 1)");
   positive(train.adam_eps, "train.adam_eps");
-  require(train.device == "cpu" || train.device == "cuda", "train.device must be cpu or cuda, got '" + train.device + "'");
-  require(train.precision == "auto" || train.precision == "fp32" || train.precision == "bf16",
-          "train.precision must be fp32, bf16 or auto, got '" + train.precision + "'");
-  require(is_tokenizer_kind(data.tokenizer),
-          "data.tokenizer must be " + std::string(tokenizer_kinds()) + ", got '" + data.tokenizer + "'");
-  require(data.tokenizer == "byte" || !data.tokenizer_path.empty(),
-          "data.tokenizer=" + data.tokenizer + " needs data.tokenizer_path (its tokenizer file or folder)");
+  require(data.tokenizer == TokenizerKind::byte || !data.tokenizer_path.empty(),
+          "data.tokenizer=" + std::string(name_of(data.tokenizer)) +
+              " needs data.tokenizer_path (its tokenizer file or folder)");
   require(data.val_fraction >= 0 && data.val_fraction < 1, "data.val_fraction must lie in [0, 1)");
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
@@ -494,7 +502,7 @@ CommandLine parse_command_line(const std::string& command, const std::vector<std
     throw UsageError((reading == "flag" ? "" : reading + ": ") + std::string(e.what()) + " (see 'trident " + command +
                      " --help')");
   }
-  if (!device.empty()) cl.config.train.device = device;
+  if (!device.empty()) cl.config.train.device = parse_choice<Device>(device);
   cl.config.validate();
   return cl;
 }

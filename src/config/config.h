@@ -11,6 +11,7 @@
 
 #include <boost/program_options/options_description.hpp>
 
+#include "config/choices.h"
 #include "parallel/parallel_dims.h"
 
 namespace trident {
@@ -27,7 +28,7 @@ struct RopeScaling {
 // The model's shape; what the family makes of it (norm, positions, MLP, names):
 // model/transformer_spec.h.
 struct ModelConfig {
-  std::string family = "gpt2";  // gpt2 | llama
+  Family family = Family::gpt2;
   int n_layer = 4;               // transformer blocks
   int n_head = 4;                // attention (query) heads; d_model % n_head == 0
   int n_kv_head = 0;             // key/value heads (grouped-query attention); 0: n_head
@@ -47,7 +48,7 @@ struct ParallelConfig {
   int tp = 1;               // tensor-parallel size
   int pp = 1;               // pipeline stages
   std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
-  std::string schedule = "1f1b";  // pipeline schedule: 1f1b or gpipe
+  Schedule schedule = Schedule::one_f_one_b;  // pipeline schedule: 1f1b or gpipe
   int zero = 0;             // 1: optimizer state sharded over dp (ZeRO-1); 2: gradients too; 3: parameters too
   int shard_size = 0;       // ZeRO over groups of this many dp ranks, replicated across them; 0: all of dp
   bool sequence_parallel = false;  // Megatron's sequence parallelism (needs tp > 1)
@@ -73,9 +74,9 @@ struct TrainConfig {
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   uint64_t seed = 1234;     // initialization and data order
-  std::string device = "cpu";       // cpu | cuda
-  std::string precision = "auto";   // fp32 | bf16 (fp32 master weights) | auto: bf16 on cuda, fp32 on cpu
-  std::string recompute = "none";   // none | selective (attention's core) | full (each layer in backward)
+  Device device = Device::cpu;
+  PrecisionSetting precision = PrecisionSetting::automatic;  // fp32 | bf16 (fp32 master weights) | auto: bf16 on cuda, fp32 on cpu
+  Recompute recompute = Recompute::none;  // none | selective (attention's core) | full (each layer in backward)
   int max_bad_steps = 5;            // non-finite steps in a row before going back to the last checkpoint
   double spike_factor = 3.0;        // report a loss above this times its running mean; 0: never
   // Every N steps the dp replicas' parameters are hashed and compared (silent data
@@ -85,14 +86,17 @@ struct TrainConfig {
   int accumulation_steps(int dp) const { return global_batch / dp / micro_batch; }
   int decay_end() const { return lr_decay_steps > 0 ? lr_decay_steps : steps; }
   // precision with "auto" resolved for the device
-  std::string resolved_precision() const { return precision != "auto" ? precision : device == "cuda" ? "bf16" : "fp32"; }
+  kernels::Precision resolved_precision() const {
+    if (precision == PrecisionSetting::automatic) return device == Device::cuda ? kernels::Precision::bf16 : kernels::Precision::fp32;
+    return precision == PrecisionSetting::bf16 ? kernels::Precision::bf16 : kernels::Precision::fp32;
+  }
 };
 
 struct DataConfig {
   // A Megatron dataset prefix, llm.c shards (a glob), text (a file or folder), or a blend
   // "w1 p1 w2 p2" (data/token_dataset.h).
   std::string path = "/usr/share/games/fortunes";
-  std::string tokenizer = "byte";                   // byte | gpt2 | llama3 | sentencepiece (data/tokenizer.h)
+  TokenizerKind tokenizer = TokenizerKind::byte;    // byte | gpt2 | llama3 | sentencepiece (data/tokenizer.h)
   std::string tokenizer_path;                       // gpt2: folder of encoder.json + vocab.bpe, or .tiktoken;
                                                     // llama3: tokenizer.model; sentencepiece: .model
   std::string json_key = "text";                    // the document's key in JSONL input (Megatron's --json-keys)

@@ -35,18 +35,14 @@ class ByteTokenizer final : public Tokenizer {
 
 }  // namespace
 
-const char* tokenizer_kinds() { return "byte, gpt2, llama3 or sentencepiece"; }
-
-bool is_tokenizer_kind(const std::string& kind) {
-  return kind == "byte" || kind == "gpt2" || kind == "llama3" || kind == "sentencepiece";
-}
-
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& path) {
-  if (kind == "byte") return std::make_unique<ByteTokenizer>();
-  if (kind == "gpt2") return make_gpt2_tokenizer(path);
-  if (kind == "llama3") return make_llama3_tokenizer(path);
-  if (kind == "sentencepiece") return make_sentencepiece_tokenizer(path);
-  throw UsageError("data.tokenizer must be " + std::string(tokenizer_kinds()) + ", got '" + kind + "'");
+std::unique_ptr<Tokenizer> make_tokenizer(TokenizerKind kind, const std::string& path) {
+  switch (kind) {
+    case TokenizerKind::byte: return std::make_unique<ByteTokenizer>();
+    case TokenizerKind::gpt2: return make_gpt2_tokenizer(path);
+    case TokenizerKind::llama3: return make_llama3_tokenizer(path);
+    case TokenizerKind::sentencepiece: return make_sentencepiece_tokenizer(path);
+  }
+  throw UsageError("data.tokenizer must be " + choice_list<TokenizerKind>());
 }
 
 int utf8_sequence_length(std::string_view s, size_t i) {

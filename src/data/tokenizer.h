@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "config/choices.h"
+
 namespace trident {
 
 // Ids of the special tokens a tokenizer has; -1 where it has none. GPT-2 has one,
@@ -56,15 +58,11 @@ class Tokenizer {
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
 };
 
-// The names make_tokenizer accepts, for messages: "byte, gpt2, llama3 or sentencepiece".
-const char* tokenizer_kinds();
-bool is_tokenizer_kind(const std::string& kind);
-
 // Loads a tokenizer. `path`: unused for byte; for gpt2 a folder holding encoder.json and
 // vocab.bpe, or a .tiktoken file; for llama3 Meta's tokenizer.model (or a folder holding
 // it); for sentencepiece a .model file. Throws UsageError on an unknown kind or a file
 // that is missing or does not parse (naming the file and line).
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& path);
+std::unique_ptr<Tokenizer> make_tokenizer(TokenizerKind kind, const std::string& path);
 
 // Trains a SentencePiece BPE model with Llama 2's settings (model_type bpe, byte_fallback,
 // split_digits, identity normalization, add_dummy_prefix, remove_extra_whitespaces false,

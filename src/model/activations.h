@@ -24,14 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 
 namespace trident {
 
-enum class Recompute { none, selective, full };
-Recompute parse_recompute(const std::string& name);  // none | selective | full; UsageError otherwise
-const char* recompute_name(Recompute r);
 
 // The sizes of one stage's activations on one rank (its tensor-parallel share).
 struct ActivationShape {

@@ -7,7 +7,7 @@ namespace trident {
 
 namespace {
 
-bool is_gpt2(const TransformerSpec& spec) { return spec.family == "gpt2"; }
+bool is_gpt2(const TransformerSpec& spec) { return spec.family == Family::gpt2; }
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;

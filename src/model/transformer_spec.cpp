@@ -31,7 +31,7 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
   require(c.n_head > 0 && c.d_model % c.n_head == 0, key_value("model.d_model", c.d_model) +
                                                          " must be a multiple of " + key_value("model.n_head", c.n_head));
   s.head_dim = c.d_model / c.n_head;
-  if (c.family == "gpt2") {
+  if (c.family == Family::gpt2) {
     require(s.n_kv_head == s.n_head, "model.n_kv_head (" + std::to_string(c.n_kv_head) +
                                          ") applies to model.family = llama; GPT-2 has one key/value head per head");
     require(c.rope_scaling.type == "none", "model.rope_scaling applies to model.family = llama");
@@ -41,7 +41,6 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
     s.final_norm = "ln_f";
     return s;
   }
-  require(c.family == "llama", "model.family must be gpt2 or llama, got '" + c.family + "'");
   require(s.n_kv_head <= s.n_head && s.n_head % s.n_kv_head == 0,
           key_value("model.n_kv_head", c.n_kv_head) + " must divide " + key_value("model.n_head", c.n_head) +
               ": each key/value head serves a group of query heads");
@@ -70,7 +69,7 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
 }
 
 BlockNames TransformerSpec::block(int layer) const {
-  if (family == "gpt2") {
+  if (family == Family::gpt2) {
     const std::string p = "h." + std::to_string(layer) + ".";
     return {p + "ln_1", p + "ln_2", {p + "attn.c_attn"}, p + "attn.c_proj", {p + "mlp.c_fc"}, p + "mlp.c_proj"};
   }
@@ -84,7 +83,7 @@ BlockNames TransformerSpec::block(int layer) const {
 }
 
 std::string TransformerSpec::describe() const {
-  std::string s = family + " L" + std::to_string(n_layer) + " H" + std::to_string(n_head);
+  std::string s = std::string(name_of(family)) + " L" + std::to_string(n_layer) + " H" + std::to_string(n_head);
   if (n_kv_head != n_head) s += " KV" + std::to_string(n_kv_head);
   s += " d" + std::to_string(d_model);
   if (ffn_dim != 4 * d_model) s += " F" + std::to_string(ffn_dim);

@@ -30,7 +30,7 @@ struct BlockNames {
 };
 
 struct TransformerSpec {
-  std::string family;
+  Family family = Family::gpt2;
   int n_layer = 0, n_head = 0, n_kv_head = 0, head_dim = 0, d_model = 0, ffn_dim = 0, seq_len = 0, vocab_size = 0;
   double norm_eps = 1e-5;
   NormKind norm = NormKind::layernorm;

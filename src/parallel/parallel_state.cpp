@@ -18,7 +18,7 @@ MPI_Comm split(int color, int key) {
 
 }  // namespace
 
-ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s, const std::string& device)
+ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s, kernels::Device device)
     : dims_(dims), watchdog_(std::make_shared<Watchdog>(Watchdog{timeout_s, -1})) {
   world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", watchdog_);
   check(world_->size() == dims.world(), "ParallelState: the grid does not match the world size");
@@ -39,7 +39,7 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   // Count the nodes: one leader (node rank 0) each.
   nodes_ = static_cast<int>(world_->all_reduce(node_->rank() == 0 ? 1.0 : 0.0));
 
-  cuda_ = device == "cuda";
+  cuda_ = device == kernels::Device::cuda;
   if (cuda_) {
     kernels::select_cuda_device(node_->rank());  // before any NCCL communicator exists
     require(dims.world() == 1 || nccl_compiled_in(),

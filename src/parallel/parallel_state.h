@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/dtype.h"
 #include "parallel/communicator.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/parallel_dims.h"
@@ -19,7 +20,7 @@ namespace trident {
 
 class ParallelState {
  public:
-  ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s, const std::string& device = "cpu");
+  ParallelState(const ParallelDims& dims, int ranks_per_node, double timeout_s, kernels::Device device = kernels::Device::cpu);
 
   const ParallelDims& dims() const { return dims_; }
   const RankCoords& coords() const { return coords_; }

@@ -8,12 +8,6 @@
 
 namespace trident {
 
-Schedule parse_schedule(const std::string& name) {
-  if (name == "1f1b") return Schedule::one_f_one_b;
-  if (name == "gpipe") return Schedule::gpipe;
-  throw UsageError("parallel.schedule must be 1f1b or gpipe, got '" + name + "'");
-}
-
 std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stages, int micro_batches) {
   std::vector<PipelineAction> actions;
   const int m = micro_batches;

@@ -11,12 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "config/choices.h"
 #include "model/parameters.h"
 
 namespace trident {
 
-enum class Schedule { one_f_one_b, gpipe };
-Schedule parse_schedule(const std::string& name);  // "1f1b" | "gpipe"; UsageError otherwise
 
 struct PipelineAction {
   enum Kind { forward, backward } kind;

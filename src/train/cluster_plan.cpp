@@ -48,7 +48,7 @@ std::string layout_flags(const Config& c) {
   std::string flags = "--parallel.dp=" + std::to_string(p.dp) + " --parallel.tp=" + std::to_string(p.tp) +
                       " --parallel.pp=" + std::to_string(p.pp) + " --parallel.zero=" + std::to_string(p.zero) +
                       " --parallel.sequence_parallel=" + (p.sequence_parallel ? "true" : "false") +
-                      " --train.recompute=" + c.train.recompute + " --train.micro_batch=" +
+                      " --train.recompute=" + name_of(c.train.recompute) + " --train.micro_batch=" +
                       std::to_string(c.train.micro_batch) + " --train.precision=bf16";
   if (p.shard_size != 0) flags += " --parallel.shard_size=0";
   return flags;
@@ -109,7 +109,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   const double mlp_out = L * static_cast<double>(spec.ffn_dim) * d;
   const double rerun = options.whole_layer_recompute ? block_params : block_params - mlp_out;
   const double attention_core = 4.0 * L * T * spec.attention_width();
-  const Recompute recompute = parse_recompute(config.train.recompute);
+  const Recompute recompute = config.train.recompute;
   const double flops = model_flops + (recompute == Recompute::full       ? 2.0 * rerun + attention_core
                                       : recompute == Recompute::selective ? attention_core
                                                                           : 0.0);
@@ -204,12 +204,12 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
       if (config.train.global_batch % dp != 0) continue;
       const int local = config.train.global_batch / dp;
       for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
-        for (const char* recompute : {"none", "selective", "full"})
+        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
           for (int micro_batch = 1; micro_batch <= std::min(local, 16); micro_batch *= 2) {
             if (local % micro_batch != 0) continue;
             Config c = config;
-            c.train.device = "cuda";
-            c.train.precision = "bf16";
+            c.train.device = Device::cuda;
+            c.train.precision = PrecisionSetting::bf16;
             c.parallel.dp = dp;
             c.parallel.tp = tp;
             c.parallel.pp = pp;

@@ -64,7 +64,7 @@ DevicePeak device_peak(const Config& config, ParallelState& parallel, kernels::K
     p.source = "log.peak_gflops";
     return p;
   }
-  if (config.train.device == "cuda") {
+  if (config.train.device == Device::cuda) {
     const DatasheetRate rate = datasheet_rate(k.name(), k.precision());
     if (rate.gflops > 0) {
       p.per_rank_gflops = rate.gflops;

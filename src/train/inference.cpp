@@ -174,7 +174,7 @@ void load_checkpoint_run(CheckpointRun& run) {
   Config& c = run.config;
   run.parallel = std::make_unique<ParallelState>(c.dims(), c.parallel.ranks_per_node, c.parallel.timeout_s,
                                                  c.train.device);
-  run.k = kernels::make_kernels(c.train.device, kernels::parse_precision(c.train.resolved_precision()));
+  run.k = kernels::make_kernels(c.train.device, c.train.resolved_precision());
   run.setup = std::make_unique<TrainingSetup>(c, *run.parallel, *run.k);
   Checkpointer checkpointer(c, *run.parallel, run.setup->model.parameters(), run.setup->optimizer,
                             run.setup->data_parallel);

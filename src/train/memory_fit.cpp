@@ -55,7 +55,7 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
   if (p.zero == 0 && p.dp > 1) changes.push_back({"--parallel.zero=1", [](Config& c) { c.parallel.zero = 1; }});
   if (p.zero < 2 && p.dp > 1) changes.push_back({"--parallel.zero=2", [](Config& c) { c.parallel.zero = 2; }});
   if (p.zero < 3 && p.dp > 1) changes.push_back({"--parallel.zero=3", [](Config& c) { c.parallel.zero = 3; }});
-  if (t.recompute != "full") changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = "full"; }});
+  if (t.recompute != Recompute::full) changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = Recompute::full; }});
   if (t.micro_batch > 1) changes.push_back({"--train.micro_batch=1", [](Config& c) { c.train.micro_batch = 1; }});
   for (int factor : {2, 4, 8}) {
     const int tp = p.tp * factor, pp = p.pp * factor;
@@ -64,7 +64,7 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
   }
   changes.push_back({"--parallel.zero=3 --train.recompute=full --train.micro_batch=1", [](Config& c) {
                        c.parallel.zero = 3;
-                       c.train.recompute = "full";
+                       c.train.recompute = Recompute::full;
                        c.train.micro_batch = 1;
                      }});
   std::vector<Alternative> out;

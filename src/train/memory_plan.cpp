@@ -114,13 +114,13 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
 
   const int micro_batch = config.train.micro_batch;
   const int micro_batches = config.train.global_batch / d.size(Axis::dp) / micro_batch;
-  const int slots = max_in_flight(parse_schedule(config.parallel.schedule), coords[Axis::pp], d.size(Axis::pp), micro_batches);
+  const int slots = max_in_flight(config.parallel.schedule, coords[Axis::pp], d.size(Axis::pp), micro_batches);
   const ActivationShape shape =
-      activation_shape(layout, micro_batch, slots, parse_recompute(config.train.recompute), k,
+      activation_shape(layout, micro_batch, slots, config.train.recompute, k,
                        config.parallel.sequence_parallel && d.size(Axis::tp) > 1 ? d.size(Axis::tp) : 1);
   const ActivationBytes a = ActivationArena::measure(shape);
   std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", slots,
-                static_cast<double>(a.per_slot) / (1 << 20), micro_batch, config.train.recompute.c_str());
+                static_cast<double>(a.per_slot) / (1 << 20), micro_batch, name_of(config.train.recompute));
   add("activations", detail, a.slots);
   add("recompute set", "one layer's, shared", a.recompute);
   add("backward scratch", "shared by the layers", a.backward);

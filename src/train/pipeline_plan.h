@@ -21,7 +21,7 @@ inline PipelinePlan plan_pipeline(const Config& config, ParallelState& parallel,
   PipelinePlan plan;
   const int stage = parallel.coord(Axis::pp), stages = parallel.size(Axis::pp);
   plan.stage = stage_spec(config.model.n_layer, stage, stages, config.parallel.pp_layers);
-  plan.schedule = parse_schedule(config.parallel.schedule);
+  plan.schedule = config.parallel.schedule;
   plan.micro_batches = local_batch / micro_batch;
   plan.slots = max_in_flight(plan.schedule, stage, stages, plan.micro_batches);
   plan.links = {&parallel.pp(), parallel.embedding(), plan.schedule};

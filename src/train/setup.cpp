@@ -8,7 +8,7 @@ namespace trident {
 
 void resolve_for_world(Config& config, int world_size) {
   const TransformerSpec spec = transformer_spec(config.model);  // the family's own rules
-  parse_schedule(config.parallel.schedule);
+  config.parallel.schedule;
   stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers);
   config.resolve_layout(world_size);
   check_tensor_parallel(spec, config.parallel.tp);
@@ -64,7 +64,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
       shared_heads(shared_head_group(config.model, parallel)), hybrid(hybrid_groups(config, parallel)),
       model(config.model, config.train.micro_batch, k,
             TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
-            parallel.size(Axis::dp), plan.stage, plan.slots, parse_recompute(config.train.recompute),
+            parallel.size(Axis::dp), plan.stage, plan.slots, config.train.recompute,
             zero_stage(config, parallel.dims()) >= 2,
             zero_stage(config, parallel.dims()) == 3 ? (hybrid.shard ? hybrid.shard.get() : &parallel.dp()) : nullptr),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),

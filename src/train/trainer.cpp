@@ -314,7 +314,7 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
   if (parallel.size(Axis::pp) > 1)
     std::printf("pipeline: %d stages, layers %s, schedule %s; stage 0 holds layers %d..%d and %d activation sets\n",
                 parallel.size(Axis::pp), config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
-                config.parallel.schedule.c_str(), s.plan.stage.first_layer,
+                name_of(config.parallel.schedule), s.plan.stage.first_layer,
                 s.plan.stage.first_layer + s.plan.stage.layers - 1, s.plan.slots);
   if (s.data_parallel.zero())
     std::printf("ZeRO-%d: states sharded over %d dp ranks%s\n", s.data_parallel.zero_stage(),
@@ -637,7 +637,7 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
   const int micro_batches = s.local_batch / config.train.micro_batch;
   const auto share = [&](double part) { return r.step_time_s > 0 ? part / r.step_time_s : 0.0; };
   nlohmann::json j = {
-      {"family", s.model.spec().family},
+      {"family", name_of(s.model.spec().family)},
       {"parameters", parameter_count(s.model.spec())},
       {"ranks", d.world()},
       {"dp", d.size(Axis::dp)},
@@ -711,7 +711,7 @@ void with_earlier_runs(nlohmann::json& summary, const std::string& earlier_text)
 TrainResult train(const Config& config, ParallelState& parallel) {
   const TrainConfig& tc = config.train;
   std::unique_ptr<kernels::Kernels> k =
-      kernels::make_kernels(tc.device, kernels::parse_precision(tc.resolved_precision()));
+      kernels::make_kernels(tc.device, tc.resolved_precision());
   enable_graceful_stop();  // from here on a stop signal is honoured at the next step's end
   // Where a verdict on a failed host goes (health/), checked before anything else is spent.
   run_collectively([&] {
@@ -766,13 +766,13 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   if (parallel.is_root()) {
     print_startup(config, parallel, s, *k, peak, memory_plan, setup_time.seconds());
     print_schedule(config, restored);
-    if (tc.device == "cpu" && !cores.advice().empty()) std::printf("%s\n", cores.advice().c_str());
+    if (tc.device == Device::cpu && !cores.advice().empty()) std::printf("%s\n", cores.advice().c_str());
   }
 
   // Ranks taking turns on the cores have noisy work times: no straggler reports (but for
   // the fault test that slows one rank on purpose).
   const bool stragglers =
-      parallel.world().all_reduce(tc.device != "cpu" || !cores.ranks_take_turns() || std::getenv("TRIDENT_TEST_SLOW_RANK")
+      parallel.world().all_reduce(tc.device != Device::cpu || !cores.ranks_take_turns() || std::getenv("TRIDENT_TEST_SLOW_RANK")
                                       ? 1.0
                                       : 0.0,
                                   ReduceOp::max) > 0;

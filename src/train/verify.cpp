@@ -38,7 +38,7 @@ Reference load_reference(const std::string& path) {
           path + ": format is '" + format + "', expected 'trident-reference-v1'");
   Reference ref;
   ref.path = path;
-  ref.model.family = file.attr_string("model");
+  ref.model.family = parse_choice<Family>(file.attr_string("model"));
   ref.model.n_layer = static_cast<int>(file.attr_int("n_layer"));
   ref.model.n_head = static_cast<int>(file.attr_int("n_head"));
   ref.model.d_model = static_cast<int>(file.attr_int("d_model"));
@@ -96,7 +96,7 @@ VerifyReport::Tolerances VerifyReport::tolerances_for(kernels::Precision precisi
 
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
                                       ParallelState& parallel, const ParallelConfig& settings,
-                                      const std::string& recompute) {
+                                      Recompute recompute) {
   const int dp = parallel.size(Axis::dp), dp_rank = parallel.coord(Axis::dp);
   require(ref.batch % dp == 0, "the reference batch (" + std::to_string(ref.batch) +
                                    ") must be a multiple of dp (" + std::to_string(dp) + ")");

@@ -57,6 +57,6 @@ struct VerifyReport {
 // gets the same report.
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
                                       ParallelState& parallel, const ParallelConfig& settings,
-                                      const std::string& recompute = "none");
+                                      Recompute recompute = Recompute::none);
 
 }  // namespace trident

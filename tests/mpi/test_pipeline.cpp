@@ -28,7 +28,7 @@ using namespace testing_helpers;
 ModelConfig four_layers(bool llama) {
   ModelConfig m = gpt2_shape(4, 2, 32, 8, 61);
   if (llama) {
-    m.family = "llama";
+    m.family = Family::llama;
     m.n_kv_head = 1;
     m.ffn_dim = 48;
   }

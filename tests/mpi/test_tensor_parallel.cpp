@@ -34,7 +34,7 @@ enum class Family { gpt2, llama_gqa, llama_mqa };
 ModelConfig small_model(Family f) {
   ModelConfig m = gpt2_shape(2, 12, 48, 8, 71);
   if (f == Family::gpt2) return m;
-  m.family = "llama";
+  m.family = trident::Family::llama;
   m.ffn_dim = 60;
   m.n_kv_head = f == Family::llama_mqa ? 1 : world_size() % 3 == 0 ? 3 : 2;
   return m;

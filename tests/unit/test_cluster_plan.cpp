@@ -36,7 +36,7 @@ struct PublishedRun {
 
 ModelConfig megatron_gpt(int layers, int hidden, int heads) {
   ModelConfig m;
-  m.family = "gpt2";
+  m.family = Family::gpt2;
   m.n_layer = layers;
   m.d_model = hidden;
   m.n_head = heads;
@@ -53,7 +53,7 @@ double megatron_tokens(double tflops, const ModelConfig& m) {
 
 ModelConfig llama3(int layers, int hidden, int heads, int ffn) {
   ModelConfig m;
-  m.family = "llama";
+  m.family = Family::llama;
   m.n_layer = layers;
   m.d_model = hidden;
   m.n_head = heads;
@@ -107,7 +107,7 @@ TEST(ClusterPlan, PredictsPublishedRunsWithinTwentyFivePercent) {
     c.parallel.sequence_parallel = false;
     c.train.global_batch = r.global_batch;
     c.train.micro_batch = r.micro_batch;
-    c.train.recompute = r.recompute;
+    c.train.recompute = parse_choice<Recompute>(r.recompute);
     StepModelOptions options;
     options.whole_layer_recompute = r.whole_layer_recompute;
     const StepPrediction p = predict_step(c, cluster, options);
@@ -149,12 +149,12 @@ TEST(ClusterPlan, EachPartOfTheStepCountsWhereItShould) {
   const StepPrediction plain = predict([](Config&) {});
   // Full: the block rerun up to the MLP's output projection (about a quarter more of the
   // step's FLOPs here), Megatron's whole-layer rerun more.
-  const StepPrediction full = predict([](Config& v) { v.train.recompute = "full"; });
+  const StepPrediction full = predict([](Config& v) { v.train.recompute = Recompute::full; });
   EXPECT_GT(full.compute_s, 1.2 * plain.compute_s);
   Config whole = c;
-  whole.train.recompute = "full";
+  whole.train.recompute = Recompute::full;
   EXPECT_GT(predict_step(whole, cluster, {.whole_layer_recompute = true}).compute_s, 1.05 * full.compute_s);
-  EXPECT_GT(predict([](Config& v) { v.train.recompute = "selective"; }).compute_s, plain.compute_s);
+  EXPECT_GT(predict([](Config& v) { v.train.recompute = Recompute::selective; }).compute_s, plain.compute_s);
   const StepPrediction piped = predict([](Config& v) { v.parallel.dp = 8, v.parallel.pp = 4; });
   EXPECT_NEAR(piped.bubble_s / piped.compute_s, 3.0 / 8.0, 1e-9);  // (pp - 1) / m, m = 64 / 8
   EXPECT_GT(predict([](Config& v) { v.parallel.dp = 8, v.parallel.tp = 4; }).tp_s, 0.0);

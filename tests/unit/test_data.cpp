@@ -35,7 +35,7 @@ std::string text_of(const TokenRange& r) {
   return std::string(t.begin(), t.end());
 }
 
-const std::unique_ptr<Tokenizer> kBytes = make_tokenizer("byte", "");
+const std::unique_ptr<Tokenizer> kBytes = make_tokenizer(TokenizerKind::byte, "");
 
 TEST(TrainingData, TextSplitsDocumentsAndHoldsOutTheLast) {
   const TrainingData d = open_training_data(make_corpus_dir(), "", 0.2, *kBytes);

@@ -230,7 +230,7 @@ INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama")
 
 TEST(HfConventions, RopeScalingIsComparedFieldByField) {
   ModelConfig m;
-  m.family = "llama";
+  m.family = Family::llama;
   m.rope_scaling.type = "llama3";
   const TransformerSpec spec = transformer_spec(m);
   nlohmann::json config = hf_config(spec, "float32");

@@ -65,7 +65,7 @@ TEST(Recompute, KeepsWhatEachModeSays) {
   EXPECT_EQ(full.recompute, core + rest);
   EXPECT_EQ(full.total(), full.slots + full.recompute + full.backward);
 
-  EXPECT_THROW(parse_recompute("some"), UsageError);
+  EXPECT_THROW(parse_choice<Recompute>("some"), UsageError);
 }
 
 // Gradients of two micro-batches whose forward and backward passes interleave as a
@@ -93,7 +93,7 @@ std::vector<float> interleaved_gradients(const ModelConfig& mc, Recompute recomp
 TEST(Recompute, GradientsAreBitIdenticalToKeepingEverything) {
   auto k = kernels::make_cpu_kernels();
   ModelConfig llama = gpt2_shape(3, 4, 32, 8, 61);
-  llama.family = "llama";
+  llama.family = Family::llama;
   llama.n_kv_head = 2;
   llama.ffn_dim = 88;
   for (const ModelConfig& mc : {gpt2_shape(3, 4, 32, 8, 61), llama}) {
@@ -102,7 +102,7 @@ TEST(Recompute, GradientsAreBitIdenticalToKeepingEverything) {
       const std::vector<float> recomputed = interleaved_gradients(mc, r, *k);
       ASSERT_EQ(kept.size(), recomputed.size());
       EXPECT_EQ(std::memcmp(kept.data(), recomputed.data(), kept.size() * sizeof(float)), 0)
-          << mc.family << " recompute " << recompute_name(r);
+          << mc.family << " recompute " << name_of(r);
     }
   }
 }
@@ -116,7 +116,7 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   c.parallel.dp = 4;
   c.parallel.zero = 1;
   c.parallel.bucket_mb = 0.01;
-  c.train.recompute = "selective";
+  c.train.recompute = Recompute::selective;
   const ParameterLayout layout(transformer_spec(c.model), 0, 1, 4);
   const size_t n = layout.total_floats();
   size_t optimizer_sum = 0;

@@ -146,14 +146,14 @@ TEST(MixedPrecision, Bf16ModelMatchesTheReferenceWithinBf16Tolerances) {
 }
 
 TEST(Dispatch, PicksTheBackendByName) {
-  EXPECT_EQ(kernels::make_kernels("cpu", Precision::fp32)->name(), "cpu");
-  EXPECT_EQ(kernels::make_kernels("cpu", Precision::bf16)->precision(), Precision::bf16);
-  EXPECT_THROW(kernels::make_kernels("tpu", Precision::fp32), UsageError);
+  EXPECT_EQ(kernels::make_kernels(Device::cpu, Precision::fp32)->name(), "cpu");
+  EXPECT_EQ(kernels::make_kernels(Device::cpu, Precision::bf16)->precision(), Precision::bf16);
+  EXPECT_THROW(parse_choice<Device>("tpu"), UsageError);  // the config reads the device by name
   EXPECT_EQ(kernels::parse_precision("bf16"), Precision::bf16);
   EXPECT_THROW(kernels::parse_precision("fp16"), UsageError);
   // Without a GPU, asking for CUDA is bad input, not a crash; with one, it is a backend.
-  if (test::machine_has_gpu()) EXPECT_EQ(kernels::make_kernels("cuda", Precision::bf16)->precision(), Precision::bf16);
-  else EXPECT_THROW(kernels::make_kernels("cuda", Precision::bf16), UsageError);
+  if (test::machine_has_gpu()) EXPECT_EQ(kernels::make_kernels(Device::cuda, Precision::bf16)->precision(), Precision::bf16);
+  else EXPECT_THROW(kernels::make_kernels(Device::cuda, Precision::bf16), UsageError);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ TEST(Schedule, StageLayers) {
   EXPECT_THROW(stage_layer_counts(8, 3, "4,4"), UsageError);      // 2 stages listed
   EXPECT_THROW(stage_layer_counts(8, 2, "4,x"), UsageError);
   EXPECT_THROW(stage_layer_counts(8, 2, "8,0"), UsageError);
-  EXPECT_THROW(parse_schedule("interleaved"), UsageError);
+  EXPECT_THROW(parse_choice<Schedule>("interleaved"), UsageError);
 }
 
 }  // namespace

@@ -80,15 +80,15 @@ bool have_tokenizer_files() { return fs::exists(tokenizer_dir() + "/READY"); }
 
 // Loaded once per process (the Llama 3 file takes a fraction of a second).
 const Tokenizer& gpt2() {
-  static const std::unique_ptr<Tokenizer> t = make_tokenizer("gpt2", gpt2_folder());
+  static const std::unique_ptr<Tokenizer> t = make_tokenizer(TokenizerKind::gpt2, gpt2_folder());
   return *t;
 }
 const Tokenizer& gpt2_from_tiktoken() {
-  static const std::unique_ptr<Tokenizer> t = make_tokenizer("gpt2", gpt2_tiktoken());
+  static const std::unique_ptr<Tokenizer> t = make_tokenizer(TokenizerKind::gpt2, gpt2_tiktoken());
   return *t;
 }
 const Tokenizer& llama3() {
-  static const std::unique_ptr<Tokenizer> t = make_tokenizer("llama3", llama3_model());
+  static const std::unique_ptr<Tokenizer> t = make_tokenizer(TokenizerKind::llama3, llama3_model());
   return *t;
 }
 
@@ -219,7 +219,7 @@ double seconds_of(const std::function<void()>& f) {
 // ---- no files needed ----------------------------------------------------------------
 
 TEST(Tokenizer, ByteLevelIsTheBytes) {
-  const auto t = make_tokenizer("byte", "");
+  const auto t = make_tokenizer(TokenizerKind::byte, "");
   EXPECT_EQ(t->kind(), "byte");
   EXPECT_EQ(t->vocab_size(), 256);
   EXPECT_EQ(t->special_tokens().bos, -1);
@@ -228,7 +228,7 @@ TEST(Tokenizer, ByteLevelIsTheBytes) {
   EXPECT_EQ(t->decode(t->encode(text)), text);
   EXPECT_THROW(t->decode(std::vector<int32_t>{1, 256}), UsageError);
   try {
-    make_tokenizer("wordpiece", "");
+    parse_choice<TokenizerKind>("wordpiece");  // the config reads the kind by name
     ADD_FAILURE() << "no error";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("data.tokenizer"), std::string::npos) << e.what();
@@ -491,7 +491,7 @@ const std::string& corpus_sentencepiece_model() {
 TEST(SentencePiece, TrainedWithLlama2SettingsRoundTrips) {
   ASSERT_GT(corpus_files().size(), 10u) << "the fortunes corpus (Debian package fortunes) is missing";
   const std::string model = corpus_sentencepiece_model();
-  const auto t = make_tokenizer("sentencepiece", model);
+  const auto t = make_tokenizer(TokenizerKind::sentencepiece, model);
   EXPECT_EQ(t->kind(), "sentencepiece");
   EXPECT_EQ(t->vocab_size(), 4096);
   EXPECT_EQ(t->special_tokens().bos, 1);
@@ -556,7 +556,7 @@ TEST(SentencePiece, TrainOnText) {
   const std::string text = read_bytes(corpus_files().front());
   const std::string model = train_sentencepiece_on_text(text, 500, scratch() + "sp_text500");
   EXPECT_EQ(model, scratch() + "sp_text500.model");
-  const auto t = make_tokenizer("sentencepiece", model);
+  const auto t = make_tokenizer(TokenizerKind::sentencepiece, model);
   EXPECT_EQ(t->vocab_size(), 500);
   EXPECT_EQ(t->decode(t->encode(text)), text);
   EXPECT_LT(t->encode(text).size(), text.size() * 3 / 4);  // merges made tokens of more than one byte
@@ -573,7 +573,7 @@ TEST(SentencePiece, InvalidUtf8WithoutBytePiecesIsOneError) {
       "--input=" + prefix + ".txt --model_prefix=" + prefix +
       " --model_type=bpe --vocab_size=60 --byte_fallback=false --minloglevel=1");
   ASSERT_TRUE(status.ok()) << status.ToString();
-  const auto t = make_tokenizer("sentencepiece", prefix + ".model");
+  const auto t = make_tokenizer(TokenizerKind::sentencepiece, prefix + ".model");
   EXPECT_EQ(t->decode(t->encode("the fox")), "the fox");
   try {
     t->encode("the f\xffox");
@@ -599,47 +599,47 @@ TEST(Tokenizer, BadFilesAreOneErrorNamingFileAndLine) {
   fs::create_directories(dir);
   const std::string tk = dir + "/bad.tiktoken";
   std::ofstream(tk) << "IQ== 0\nIg== 1\nnot-base64! 2\n";
-  std::string e = usage_error_of([&] { make_tokenizer("gpt2", tk); });
+  std::string e = usage_error_of([&] { make_tokenizer(TokenizerKind::gpt2, tk); });
   EXPECT_NE(e.find(tk + ":3:"), std::string::npos) << e;
   std::ofstream(tk) << "IQ== 0\nIg== 2\n";
-  e = usage_error_of([&] { make_tokenizer("llama3", tk); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::llama3, tk); });
   EXPECT_NE(e.find("rank 1 is missing"), std::string::npos) << e;
   EXPECT_NE(e.find(tk), std::string::npos) << e;
   std::ofstream(tk) << "IQ== 0\nIQ== 1\n";
-  e = usage_error_of([&] { make_tokenizer("llama3", tk); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::llama3, tk); });
   EXPECT_NE(e.find(tk + ":2:"), std::string::npos) << e;
   std::ofstream(tk) << "IQ== 0\nIg==\n";
-  e = usage_error_of([&] { make_tokenizer("llama3", tk); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::llama3, tk); });
   EXPECT_NE(e.find(tk + ":2:"), std::string::npos) << e;
   std::ofstream(tk) << "IQ== 0\n";  // parses, but 255 bytes have no token
-  e = usage_error_of([&] { make_tokenizer("gpt2", tk); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::gpt2, tk); });
   EXPECT_NE(e.find("byte 0x00"), std::string::npos) << e;
 
   const std::string gym = dir + "/gym";
   fs::create_directories(gym);
   std::ofstream(gym + "/encoder.json") << "{}";
   std::ofstream(gym + "/vocab.bpe") << "#version: 0.2\n\xc4\xa0 t\n\xc4\xa0\n";
-  e = usage_error_of([&] { make_tokenizer("gpt2", gym); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::gpt2, gym); });
   EXPECT_NE(e.find(gym + "/vocab.bpe:3:"), std::string::npos) << e;
   std::ofstream(gym + "/vocab.bpe") << "#version: 0.2\n\xc4\xa0 t\n";
   std::ofstream(gym + "/encoder.json") << "{\n\"!\": 0,\n oops }";
-  e = usage_error_of([&] { make_tokenizer("gpt2", gym); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::gpt2, gym); });
   EXPECT_NE(e.find(gym + "/encoder.json:3:"), std::string::npos) << e;
   std::ofstream(gym + "/encoder.json") << "{\"!\": 5}";
-  e = usage_error_of([&] { make_tokenizer("gpt2", gym); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::gpt2, gym); });
   EXPECT_NE(e.find("encoder.json"), std::string::npos) << e;
   EXPECT_NE(e.find("belong together"), std::string::npos) << e;
   fs::remove(gym + "/encoder.json");
-  e = usage_error_of([&] { make_tokenizer("gpt2", gym); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::gpt2, gym); });
   EXPECT_NE(e.find(gym + "/encoder.json"), std::string::npos) << e;
 
   const std::string sp = dir + "/bad.model";
   std::ofstream(sp) << "this is not a protobuf";
-  e = usage_error_of([&] { make_tokenizer("sentencepiece", sp); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::sentencepiece, sp); });
   EXPECT_NE(e.find(sp), std::string::npos) << e;
-  e = usage_error_of([&] { make_tokenizer("llama3", dir + "/missing.model"); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::llama3, dir + "/missing.model"); });
   EXPECT_NE(e.find(dir + "/missing.model"), std::string::npos) << e;
-  e = usage_error_of([&] { make_tokenizer("gpt2", ""); });
+  e = usage_error_of([&] { make_tokenizer(TokenizerKind::gpt2, ""); });
   EXPECT_NE(e.find("data.tokenizer_path"), std::string::npos) << e;
 }
 

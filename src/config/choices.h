@@ -1,0 +1,94 @@
+// The config's named choices as enums, read once when the config is parsed (a bad name is
+// one UsageError naming the key and the choices) and written back by name. Every other
+// file compares enums, never strings.
+//
+// A new choice: an enum (its values in the order of its names) and a Choices<E> entry
+// with the key and the names.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+#include "kernels/dtype.h"
+
+namespace trident {
+
+enum class Family { gpt2, llama };                   // model.family
+enum class Schedule { one_f_one_b, gpipe };          // parallel.schedule
+enum class Recompute { none, selective, full };      // train.recompute
+enum class PrecisionSetting { fp32, bf16, automatic };  // train.precision (auto: bf16 on cuda, fp32 on cpu)
+enum class TokenizerKind { byte, gpt2, llama3, sentencepiece };  // data.tokenizer
+using kernels::Device;                               // train.device
+
+template <class E>
+struct Choices {};  // specialized below for each choice
+template <>
+struct Choices<Family> {
+  static constexpr const char* key = "model.family";
+  static constexpr std::array<const char*, 2> names = {"gpt2", "llama"};
+};
+template <>
+struct Choices<Schedule> {
+  static constexpr const char* key = "parallel.schedule";
+  static constexpr std::array<const char*, 2> names = {"1f1b", "gpipe"};
+};
+template <>
+struct Choices<Recompute> {
+  static constexpr const char* key = "train.recompute";
+  static constexpr std::array<const char*, 3> names = {"none", "selective", "full"};
+};
+template <>
+struct Choices<PrecisionSetting> {
+  static constexpr const char* key = "train.precision";
+  static constexpr std::array<const char*, 3> names = {"fp32", "bf16", "auto"};
+};
+template <>
+struct Choices<TokenizerKind> {
+  static constexpr const char* key = "data.tokenizer";
+  static constexpr std::array<const char*, 4> names = {"byte", "gpt2", "llama3", "sentencepiece"};
+};
+template <>
+struct Choices<Device> {
+  static constexpr const char* key = "train.device";
+  static constexpr std::array<const char*, 2> names = {"cpu", "cuda"};
+};
+
+template <class E>
+const char* name_of(E value) {
+  return Choices<E>::names[static_cast<size_t>(value)];
+}
+
+// "a, b or c": the names, for messages.
+template <class E>
+std::string choice_list() {
+  const auto& names = Choices<E>::names;
+  std::string s;
+  for (size_t i = 0; i < names.size(); i++) s += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
+[[noreturn]] void throw_bad_choice(const char* key, const std::string& choices, std::string_view text);
+
+// The value named `text`; UsageError "KEY must be a, b or c, got 'text'" otherwise.
+template <class E>
+E parse_choice(std::string_view text) {
+  const auto& names = Choices<E>::names;
+  for (size_t i = 0; i < names.size(); i++)
+    if (text == names[i]) return static_cast<E>(i);
+  throw_bad_choice(Choices<E>::key, choice_list<E>(), text);
+}
+
+// Written by name (the printed config, help texts, messages).
+template <class E, class = decltype(Choices<E>::key)>
+std::ostream& operator<<(std::ostream& out, E value) {
+  return out << name_of(value);
+}
+
+}  // namespace trident
+
+namespace trident::kernels {
+using trident::operator<<;  // Device is found through its own namespace
+}  // namespace trident::kernels
