@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <utility>
 
 #include "kernels/kernels.h"
@@ -31,7 +30,6 @@ class DeviceBuffer {
 
   float* data() const { return data_; }
   size_t size() const { return size_; }
-  int32_t* as_int32() const { return reinterpret_cast<int32_t*>(data_); }
 
  private:
   Kernels* k_ = nullptr;

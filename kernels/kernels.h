@@ -1,7 +1,7 @@
 // The compute-kernel API of trident: one interface, implemented by kernels/cpu
 // (BLAS + vectorized C++) and kernels/cuda (cuBLASLt + CUDA). Kernels know no ranks, no
 // layers and no files; the model calls them through a `Kernels&` so one model runs on
-// either device, in either precision.
+// either device, in either precision. The compute ops are listed once, in kernels/ops.def.
 //
 // Conventions (all tensors row-major, in the backend's memory):
 //   N = rows (B*T tokens), C = channels, OC = output channels, V = real vocabulary,
@@ -98,113 +98,10 @@ class Kernels : public Footprint {
   // compute[i] = master[i] in the activation type: the weights the layers read.
   virtual void cast_to_activation(Act* compute, const float* master, size_t n) = 0;
 
-  // ---- embeddings (the token table may be a vocabulary shard) ----
-  // out[b,t,:] = wte_shard[tokens[b,t] - vocab_start,:] when the token lies in the shard's
-  // rows [vocab_start, vocab_start + shard_rows), else 0 (another shard supplies it).
-  virtual void embedding_forward(Act* out, const int32_t* tokens, const Act* wte_shard, int vocab_start,
-                                 int shard_rows, int B, int T, int C) = 0;
-  // dwte_shard[tokens[b,t] - vocab_start,:] += dout[b,t,:] for the shard's tokens.
-  // host_tokens: the same ids in host memory (a GPU groups the positions by token there,
-  // without reading `tokens` back).
-  virtual void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens,
-                                  const int32_t* host_tokens, int vocab_start, int shard_rows, int B, int T,
-                                  int C) = 0;
-  // out[b,t,:] += wpe[t,:]
-  virtual void add_positions(Act* out, const Act* wpe, int B, int T, int C) = 0;
-  // dwpe[t,:] += sum over b of dout[b,t,:]
-  virtual void positions_backward(float* dwpe, const Act* dout, int B, int T, int C) = 0;
+  // ---- the compute ops, declared once in kernels/ops.def (how to add one: there) ----
+#define TRIDENT_KERNEL_OP(name, params, args, written) virtual void name params = 0;
+#include "kernels/ops.def"
 
-  // ---- LayerNorm over the last dimension (biased variance) ----
-  // Saves mean and 1/std per row for the backward pass.
-  virtual void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp,
-                                 const Act* weight, const Act* bias, int N, int C, float eps) = 0;
-  // dinp += ..., dweight += ..., dbias += ...  (dinp accumulates: it is the residual stream)
-  virtual void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
-                                  const Act* inp, const Act* weight, const float* mean,
-                                  const float* rstd, int N, int C) = 0;
-
-  // ---- linear layer: out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null) ----
-  virtual void matmul_forward(Act* out, const Act* inp, const Act* weight, const Act* bias,
-                              int N, int C, int OC) = 0;
-  // dinp = dout @ weight (overwritten; skipped when null); dweight += dout^T @ inp;
-  // dbias += column sums of dout (skipped when null).
-  virtual void matmul_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
-                               const Act* inp, const Act* weight, int N, int C, int OC) = 0;
-
-  // ---- RMSNorm over the last dimension (Llama): out = inp * rsqrt(mean(inp^2) + eps) * weight ----
-  // Saves 1/rms per row for the backward pass.
-  virtual void rmsnorm_forward(Act* out, float* rstd, const Act* inp, const Act* weight, int N, int C,
-                               float eps) = 0;
-  // dinp += ..., dweight += ...  (dinp accumulates: it is the residual stream)
-  virtual void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
-                                const float* rstd, int N, int C) = 0;
-
-  // ---- the fused attention input qkv[B, T, (NH + 2 NKV) HD]: per row q | k | v ----
-  // q holds NH query heads, k and v NKV key/value heads each (grouped-query attention:
-  // query head h reads key/value head h / (NH / NKV); NKV == NH is plain multi-head,
-  // NKV == 1 multi-query). Head h of q is columns h*HD .. (h+1)*HD.
-
-  // Rotary position embeddings, rotate-half convention (Hugging Face's Llama), in place
-  // on the q and k heads; rope_table[T, HD/2, 2] holds cos and sin of t * frequency_i
-  // (the caller computes the frequencies, scaled or not).
-  virtual void rope_forward(Act* qkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) = 0;
-  // The transposed rotation, in place on dqkv: d loss / d (q, k before the rotation).
-  virtual void rope_backward(Act* dqkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) = 0;
-
-  // Causal self-attention: out[B,T,NH*HD] = softmax(q k^T / sqrt(HD), causal) v per query
-  // head. `stats` keeps what the backward pass needs besides qkv and out,
-  // attention_stats_floats() of it (Footprint).
-  virtual void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int NH, int NKV,
-                                 int HD) = 0;
-  // dqkv = gradient w.r.t. qkv (overwritten; dk and dv summed over the query heads that
-  // share them); out is the forward's output.
-  virtual void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out, const float* stats,
-                                  int B, int T, int NH, int NKV, int HD) = 0;
-
-  // ---- GELU, tanh approximation ----
-  virtual void gelu_forward(Act* out, const Act* inp, size_t n) = 0;
-  // dinp = gelu'(inp) * dout (overwritten)
-  virtual void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) = 0;
-
-  // ---- SwiGLU (Llama's MLP): out[N,F] = silu(gate) * up, each row of gate_up[N,2F] = gate | up ----
-  virtual void swiglu_forward(Act* out, const Act* gate_up, int N, int F) = 0;
-  // dgate_up = gradient w.r.t. gate_up (overwritten; a buffer apart from dout)
-  virtual void swiglu_backward(Act* dgate_up, const Act* gate_up, const Act* dout, int N, int F) = 0;
-
-  // out = a + b
-  virtual void add(Act* out, const Act* a, const Act* b, size_t n) = 0;
-
-  // ---- softmax cross-entropy, vocabulary-parallel ----
-  // Each rank holds logits[N, Vs] for the vocabulary ids [vocab_start, vocab_start + Vs),
-  // of which the first `valid` columns are real words (the rest is padding, masked).
-  // The full-vocabulary softmax is assembled from per-shard partials combined by the
-  // caller: row max (all-reduce max), then sum of exp and the target's logit (all-reduce
-  // sum), so the full logits are never gathered.
-  virtual void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) = 0;
-  // sum_and_target[i] = sum_j exp(logits[i,j] - row_max[i]) over the shard's valid columns;
-  // sum_and_target[N + i] = logits[i, targets[i] - vocab_start] if the target is in the shard, else 0.
-  virtual void logits_sum_exp_and_target(float* sum_and_target, const Act* logits, const float* row_max,
-                                         const int32_t* targets, int vocab_start, int N, int valid, int Vs) = 0;
-  // losses[i] = lse[i] - target logit, lse[i] = row_max[i] + log(sum[i]), from the combined partials.
-  virtual void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
-                                  int N) = 0;
-  // logits replaced in place by dloss * (softmax - onehot) on the shard; padded columns get 0.
-  virtual void cross_entropy_backward(Act* logits_to_dlogits, const float* lse, const int32_t* targets,
-                                      int vocab_start, int N, int valid, int Vs, float dloss) = 0;
-
-  // ---- optimizer ----
-  // AdamW as PyTorch does it (shared/reference/FORMAT.md): g = grad * grad_scale;
-  // p *= 1 - lr*weight_decay; m,v moments; bias correction with step t (from 1).
-  virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                            float beta1, float beta2, float eps, float weight_decay, int t,
-                            float grad_scale) = 0;
-  // out[i] += in[i] (fp32: gradient shards summed over micro-batches)
-  virtual void add_f32(float* out, const float* in, size_t n) = 0;
-  // *total += sum of x[i] (or of x[i]^2), accumulated in double; `total` is this
-  // backend's memory. Not blocking: a step sums its losses and its gradient norm on the
-  // device and reads them once.
-  virtual void accumulate_sum(double* total, const float* x, size_t n) = 0;
-  virtual void accumulate_sum_squares(double* total, const float* x, size_t n) = 0;
   // sum of x[i]^2, accumulated in double, on the host (blocking).
   double sum_squares(const float* x, size_t n) {
     host_syncs_++;

@@ -15,6 +15,32 @@
 
 namespace trident::kernels {
 
+// The CPU's entry point of each op of kernels/ops.def is cpu::NAME with the op's
+// arguments (activations as float*): the kernels of cpu_kernels.h, and these for the
+// ops that have no kernel of their own or whose kernel takes fewer arguments.
+namespace cpu {
+
+static void embedding_backward(float* dwte_shard, const float* dout, const int32_t* tokens,
+                               const int32_t* /*host_tokens*/, int vocab_start, int shard_rows, int B, int T, int C) {
+  embedding_backward<float>(dwte_shard, dout, tokens, vocab_start, shard_rows, B, T, C);
+}
+static void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+                               const float* stats, int B, int T, int NH, int NKV, int HD) {
+  attention_backward<float>(dqkv, dout, qkv, stats, B, T, NH, NKV, HD);
+}
+static void add(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+static void add_f32(float* out, const float* in, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] += in[i];
+}
+static void accumulate_sum(double* total, const float* x, size_t n) { *total += sum(x, n); }
+static void accumulate_sum_squares(double* total, const float* x, size_t n) { *total += sum_squares(x, n); }
+
+}  // namespace cpu
+
 namespace {
 
 // Precision::bf16 rounds what the kernels write (see make_cpu_kernels in kernels.h).
@@ -46,10 +72,6 @@ class CpuKernels final : public Kernels {
     std::memset(f + n, 0, bytes - n * sizeof(float));
   }
   void do_synchronize() override {}
-  void add_f32(float* out, const float* in, size_t n) override {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] += in[i];
-  }
   void cast_to_activation(Act* compute, const float* master, size_t n) override {
     if (as_float(compute) != master) std::memcpy(as_float(compute), master, n * sizeof(float));
     written(compute, n);
@@ -62,118 +84,18 @@ class CpuKernels final : public Kernels {
     written(x, n);
   }
 
-  void embedding_forward(Act* out, const int32_t* tokens, const Act* wte_shard, int vocab_start, int shard_rows,
-                         int B, int T, int C) override {
-    cpu::embedding_forward(f(out), tokens, f(wte_shard), vocab_start, shard_rows, B, T, C);
-    written(out, static_cast<size_t>(B) * T * C);
+  // Every op: the CPU kernel, then the rounding of what it wrote (written()).
+#define TRIDENT_KERNEL_OP(name, params, args, output)            \
+  void name params override {                                     \
+    [](auto... arg) { cpu::name(f(arg)...); } args;               \
+    written output;                                               \
   }
-  void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* tokens, const int32_t* /*host_tokens*/,
-                          int vocab_start, int shard_rows, int B, int T, int C) override {
-    cpu::embedding_backward(dwte_shard, f(dout), tokens, vocab_start, shard_rows, B, T, C);
-  }
-  void add_positions(Act* out, const Act* wpe, int B, int T, int C) override {
-    cpu::add_positions(f(out), f(wpe), B, T, C);
-    written(out, static_cast<size_t>(B) * T * C);
-  }
-  void positions_backward(float* dwpe, const Act* dout, int B, int T, int C) override {
-    cpu::positions_backward(dwpe, f(dout), B, T, C);
-  }
-  void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight, const Act* bias,
-                         int N, int C, float eps) override {
-    cpu::layernorm_forward(f(out), mean, rstd, f(inp), f(weight), f(bias), N, C, eps);
-    written(out, static_cast<size_t>(N) * C);
-  }
-  void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
-                          const Act* weight, const float* mean, const float* rstd, int N, int C) override {
-    cpu::layernorm_backward(f(dinp), dweight, dbias, f(dout), f(inp), f(weight), mean, rstd, N, C);
-    written(dinp, static_cast<size_t>(N) * C);
-  }
-  void matmul_forward(Act* out, const Act* inp, const Act* weight, const Act* bias, int N, int C,
-                      int OC) override {
-    cpu::matmul_forward(f(out), f(inp), f(weight), f(bias), N, C, OC);
-    written(out, static_cast<size_t>(N) * OC);
-  }
-  void matmul_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
-                       const Act* weight, int N, int C, int OC) override {
-    cpu::matmul_backward(f(dinp), dweight, dbias, f(dout), f(inp), f(weight), N, C, OC);
-    if (dinp != nullptr) written(dinp, static_cast<size_t>(N) * C);
-  }
-  void rmsnorm_forward(Act* out, float* rstd, const Act* inp, const Act* weight, int N, int C, float eps) override {
-    cpu::rmsnorm_forward(f(out), rstd, f(inp), f(weight), N, C, eps);
-    written(out, static_cast<size_t>(N) * C);
-  }
-  void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
-                        const float* rstd, int N, int C) override {
-    cpu::rmsnorm_backward(f(dinp), dweight, f(dout), f(inp), f(weight), rstd, N, C);
-    written(dinp, static_cast<size_t>(N) * C);
-  }
-  void rope_forward(Act* qkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) override {
-    cpu::rope_forward(f(qkv), rope_table, B, T, NH, NKV, HD);
-    written(qkv, static_cast<size_t>(B) * T * (NH + 2 * NKV) * HD);
-  }
-  void rope_backward(Act* dqkv, const float* rope_table, int B, int T, int NH, int NKV, int HD) override {
-    cpu::rope_backward(f(dqkv), rope_table, B, T, NH, NKV, HD);
-    written(dqkv, static_cast<size_t>(B) * T * (NH + 2 * NKV) * HD);
-  }
+#include "kernels/ops.def"
+
   size_t attention_stats_floats(int B, int T, int NH) const override {
     return static_cast<size_t>(B) * NH * T * T;  // the probabilities
   }
-  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T, int NH, int NKV, int HD) override {
-    cpu::attention_forward(f(out), stats, f(qkv), B, T, NH, NKV, HD);
-    written(out, static_cast<size_t>(B) * T * NH * HD);
-  }
-  void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* /*out*/, const float* stats,
-                          int B, int T, int NH, int NKV, int HD) override {
-    cpu::attention_backward(f(dqkv), f(dout), f(qkv), stats, B, T, NH, NKV, HD);
-    written(dqkv, static_cast<size_t>(B) * T * (NH + 2 * NKV) * HD);
-  }
-  void gelu_forward(Act* out, const Act* inp, size_t n) override {
-    cpu::gelu_forward(f(out), f(inp), n);
-    written(out, n);
-  }
-  void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) override {
-    cpu::gelu_backward(f(dinp), f(inp), f(dout), n);
-    written(dinp, n);
-  }
-  void swiglu_forward(Act* out, const Act* gate_up, int N, int F) override {
-    cpu::swiglu_forward(f(out), f(gate_up), N, F);
-    written(out, static_cast<size_t>(N) * F);
-  }
-  void swiglu_backward(Act* dgate_up, const Act* gate_up, const Act* dout, int N, int F) override {
-    cpu::swiglu_backward(f(dgate_up), f(gate_up), f(dout), N, F);
-    written(dgate_up, static_cast<size_t>(N) * 2 * F);
-  }
-  void add(Act* out, const Act* a, const Act* b, size_t n) override {
-    float* o = f(out);
-    const float *x = f(a), *y = f(b);
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) o[i] = x[i] + y[i];
-    written(out, n);
-  }
-  void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) override {
-    cpu::logits_row_max(row_max, f(logits), N, valid, Vs);
-  }
-  void logits_sum_exp_and_target(float* sum_and_target, const Act* logits, const float* row_max,
-                                 const int32_t* targets, int vocab_start, int N, int valid, int Vs) override {
-    cpu::logits_sum_exp_and_target(sum_and_target, f(logits), row_max, targets, vocab_start, N, valid, Vs);
-  }
-  void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
-                          int N) override {
-    cpu::cross_entropy_loss(losses, lse, row_max, sum_and_target, N);
-  }
-  void cross_entropy_backward(Act* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start,
-                              int N, int valid, int Vs, float dloss) override {
-    cpu::cross_entropy_backward(f(logits_to_dlogits), lse, targets, vocab_start, N, valid, Vs, dloss);
-    written(logits_to_dlogits, static_cast<size_t>(N) * Vs);
-  }
-  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int t,
-                    float grad_scale) override {
-    cpu::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
-  }
   double do_sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
-  void accumulate_sum(double* total, const float* x, size_t n) override { *total += cpu::sum(x, n); }
-  void accumulate_sum_squares(double* total, const float* x, size_t n) override { *total += cpu::sum_squares(x, n); }
   bool host_memory() const override { return true; }
   MemoryPool memory_pool() const override {
     char host[256] = "";
@@ -209,9 +131,15 @@ class CpuKernels final : public Kernels {
  private:
   static float* f(Act* p) { return as_float(p); }
   static const float* f(const Act* p) { return as_float(p); }
+  template <typename Arg>
+  static Arg f(Arg arg) {  // every other argument as it is
+    return arg;
+  }
   // An activation output is complete: in bf16 emulation, round it as bf16 storage would.
+  // Nothing to round for an op that writes only fp32, or an output it skipped (null).
+  void written() {}
   void written(Act* out, size_t n) {
-    if (precision_ == Precision::fp32) return;
+    if (precision_ == Precision::fp32 || out == nullptr) return;
     float* x = f(out);
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = round_to_bf16(x[i]);

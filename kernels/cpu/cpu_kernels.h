@@ -1,5 +1,5 @@
 // CPU kernels as templates over the element type: float for training, double for
-// the finite-difference tests. Semantics of each function: kernels/kernels.h.
+// the finite-difference tests. Semantics of each function: kernels/ops.def.
 #pragma once
 
 #include <cstddef>

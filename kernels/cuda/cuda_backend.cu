@@ -1,6 +1,6 @@
-// The CUDA implementation of kernels/kernels.h: one class over the activation type T
-// (float, or bf16 for mixed precision), dispatching to the launchers of
-// cuda_kernels.cuh on the compute stream.
+// The CUDA implementation of kernels/kernels.h: one class over the activation type
+// Element (float, or bf16 for mixed precision), dispatching to the launchers of
+// cuda_kernels.cuh on the compute stream. (Not `T`: the ops' parameters name the sequence length T.)
 #include <unistd.h>
 
 #include <algorithm>
@@ -151,7 +151,7 @@ class PinnedStaging {
   int next_ = 0;
 };
 
-template <typename T>
+template <typename Element>
 class CudaKernels final : public Kernels {
  public:
   CudaKernels() : pooled_(memory_pools_supported()) {
@@ -167,8 +167,8 @@ class CudaKernels final : public Kernels {
     return pooled_ ? "scratch from the stream-ordered memory pool"
                    : "scratch by cudaMalloc, sized up front (this GPU's runtime has no memory pools)";
   }
-  Precision precision() const override { return std::is_same_v<T, float> ? Precision::fp32 : Precision::bf16; }
-  DType activation_type() const override { return std::is_same_v<T, float> ? DType::f32 : DType::bf16; }
+  Precision precision() const override { return std::is_same_v<Element, float> ? Precision::fp32 : Precision::bf16; }
+  DType activation_type() const override { return std::is_same_v<Element, float> ? DType::f32 : DType::bf16; }
 
   void reserve_workspace(int N, int C, int max_width, int B, int T_, int NH) override {
     scratch_.reserve(std::max({cuda_sizes::layernorm_backward_scratch_floats(N, C),
@@ -223,7 +223,7 @@ class CudaKernels final : public Kernels {
     cuda::cast(t(compute), master, n);
   }
   void do_activations_to_host(float* host, const Act* x, size_t n) override {
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<Element, float>) {
       do_copy_to_host(host, x, n * sizeof(float));
     } else {
       std::vector<uint16_t> bits(n);
@@ -232,7 +232,7 @@ class CudaKernels final : public Kernels {
     }
   }
   void do_activations_from_host(Act* x, const float* host, size_t n) override {
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<Element, float>) {
       do_copy_to_device(x, host, n * sizeof(float));
     } else {
       std::vector<uint16_t> bits(n);
@@ -241,10 +241,13 @@ class CudaKernels final : public Kernels {
     }
   }
 
-  void embedding_forward(Act* out, const int32_t* tokens, const Act* wte_shard, int vocab_start, int shard_rows,
-                         int B, int T_, int C) override {
-    cuda::embedding_forward(t(out), tokens, t(wte_shard), vocab_start, shard_rows, B, T_, C);
-  }
+  // Every op: its launcher in cuda_kernels.cuh, on the compute stream. Those that need
+  // the backend's scratch memory (WITH_WORKSPACE in ops.def) follow, written out.
+#define TRIDENT_KERNEL_OP(name, params, args, output) \
+  void name params override { [](auto... arg) { cuda::name(t(arg)...); } args; }
+#define TRIDENT_KERNEL_OP_WITH_WORKSPACE(name, params, args, output)
+#include "kernels/ops.def"
+
   void embedding_backward(float* dwte_shard, const Act* dout, const int32_t* /*tokens*/, const int32_t* host_tokens,
                           int vocab_start, int shard_rows, int B, int T_, int C) override {
     // Group the positions by token on the host, from the host's copy of the ids (B*T of
@@ -286,86 +289,31 @@ class CudaKernels final : public Kernels {
     upload(device, packed.data(), packed.size() * sizeof(int32_t));
     cuda::embedding_backward(dwte_shard, t(dout), device, device + distinct, device + 2 * distinct + 1, distinct, C);
   }
-  void add_positions(Act* out, const Act* wpe, int B, int T_, int C) override {
-    cuda::add_positions(t(out), t(wpe), B, T_, C);
-  }
-  void positions_backward(float* dwpe, const Act* dout, int B, int T_, int C) override {
-    cuda::positions_backward(dwpe, t(dout), B, T_, C);
-  }
-  void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight, const Act* bias, int N,
-                         int C, float eps) override {
-    cuda::layernorm_forward(t(out), mean, rstd, t(inp), t(weight), t(bias), N, C, eps);
-  }
   void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp, const Act* weight,
                           const float* mean, const float* rstd, int N, int C) override {
     float* scratch = scratch_.get<float>(cuda::layernorm_backward_scratch_floats(N, C));
     cuda::layernorm_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), mean, rstd, N, C, scratch);
   }
-  void matmul_forward(Act* out, const Act* inp, const Act* weight, const Act* bias, int N, int C, int OC) override {
-    cuda::gemm<T, T>(false, true, N, OC, C, t(inp), t(weight), t(out), t(bias), false);
-  }
   void matmul_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp, const Act* weight,
                        int N, int C, int OC) override {
-    if (dinp != nullptr) cuda::gemm<T, T>(false, false, N, C, OC, t(dout), t(weight), t(dinp), nullptr, false);
-    cuda::gemm<T, float>(true, false, OC, C, N, t(dout), t(inp), dweight, nullptr, true);  // fp32 gradients
+    if (dinp != nullptr)
+      cuda::gemm<Element, Element>(false, false, N, C, OC, t(dout), t(weight), t(dinp), nullptr, false);
+    cuda::gemm<Element, float>(true, false, OC, C, N, t(dout), t(inp), dweight, nullptr, true);  // fp32 gradients
     if (dbias != nullptr)
       cuda::column_sums(dbias, t(dout), N, OC, scratch_.get<float>(cuda::column_sums_scratch_floats(OC)));
-  }
-  void rmsnorm_forward(Act* out, float* rstd, const Act* inp, const Act* weight, int N, int C, float eps) override {
-    cuda::rmsnorm_forward(t(out), rstd, t(inp), t(weight), N, C, eps);
   }
   void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
                         const float* rstd, int N, int C) override {
     float* scratch = scratch_.get<float>(cuda::rmsnorm_backward_scratch_floats(N, C));
     cuda::rmsnorm_backward(t(dinp), dweight, t(dout), t(inp), t(weight), rstd, N, C, scratch);
   }
-  void rope_forward(Act* qkv, const float* rope_table, int B, int T_, int NH, int NKV, int HD) override {
-    cuda::rope_forward(t(qkv), rope_table, B, T_, NH, NKV, HD);
-  }
-  void rope_backward(Act* dqkv, const float* rope_table, int B, int T_, int NH, int NKV, int HD) override {
-    cuda::rope_backward(t(dqkv), rope_table, B, T_, NH, NKV, HD);
-  }
   size_t attention_stats_floats(int B, int T_, int NH) const override {
     return cuda_sizes::attention_stats_floats(B, T_, NH);  // each row's log-sum-exp
-  }
-  void attention_forward(Act* out, float* stats, const Act* qkv, int B, int T_, int NH, int NKV, int HD) override {
-    cuda::attention_forward(t(out), stats, t(qkv), B, T_, NH, NKV, HD);
   }
   void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out, const float* stats, int B,
                           int T_, int NH, int NKV, int HD) override {
     float* delta = scratch_.get<float>(static_cast<size_t>(B) * NH * T_);
     cuda::attention_backward(t(dqkv), t(dout), t(qkv), t(out), stats, B, T_, NH, NKV, HD, delta);
-  }
-  void gelu_forward(Act* out, const Act* inp, size_t n) override { cuda::gelu_forward(t(out), t(inp), n); }
-  void gelu_backward(Act* dinp, const Act* inp, const Act* dout, size_t n) override {
-    cuda::gelu_backward(t(dinp), t(inp), t(dout), n);
-  }
-  void swiglu_forward(Act* out, const Act* gate_up, int N, int F) override {
-    cuda::swiglu_forward(t(out), t(gate_up), N, F);
-  }
-  void swiglu_backward(Act* dgate_up, const Act* gate_up, const Act* dout, int N, int F) override {
-    cuda::swiglu_backward(t(dgate_up), t(gate_up), t(dout), N, F);
-  }
-  void add(Act* out, const Act* a, const Act* b, size_t n) override { cuda::add(t(out), t(a), t(b), n); }
-  void add_f32(float* out, const float* in, size_t n) override { cuda::add<float>(out, out, in, n); }
-  void logits_row_max(float* row_max, const Act* logits, int N, int valid, int Vs) override {
-    cuda::logits_row_max(row_max, t(logits), N, valid, Vs);
-  }
-  void logits_sum_exp_and_target(float* sum_and_target, const Act* logits, const float* row_max,
-                                 const int32_t* targets, int vocab_start, int N, int valid, int Vs) override {
-    cuda::logits_sum_exp_and_target(sum_and_target, t(logits), row_max, targets, vocab_start, N, valid, Vs);
-  }
-  void cross_entropy_loss(float* losses, float* lse, const float* row_max, const float* sum_and_target,
-                          int N) override {
-    cuda::cross_entropy_loss(losses, lse, row_max, sum_and_target, N);
-  }
-  void cross_entropy_backward(Act* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start, int N,
-                              int valid, int Vs, float dloss) override {
-    cuda::cross_entropy_backward(t(logits_to_dlogits), lse, targets, vocab_start, N, valid, Vs, dloss);
-  }
-  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int step, float grad_scale) override {
-    cuda::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
   }
   void accumulate_sum(double* total, const float* x, size_t n) override {
     cuda::accumulate_sum(total, norm_scratch_.get<double>(cuda::sum_partials()), x, n, /*squares=*/false);
@@ -398,12 +346,12 @@ class CudaKernels final : public Kernels {
   }
   double measure_gemm_gflops(int n, double seconds) override {
     const size_t elements = static_cast<size_t>(n) * n;
-    T* a = static_cast<T*>(alloc(3 * elements * sizeof(T)));
-    T *b = a + elements, *c = b + elements;
+    Element* a = static_cast<Element*>(alloc(3 * elements * sizeof(Element)));
+    Element *b = a + elements, *c = b + elements;
     std::vector<float> values(2 * elements);  // not zeros: tensor cores draw less power on zeros
     for (size_t i = 0; i < values.size(); i++) values[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     activations_from_host(reinterpret_cast<Act*>(a), values.data(), values.size());
-    cuda::gemm<T, T>(false, true, n, n, n, a, b, c, nullptr, false);  // warm-up, algorithm choice
+    cuda::gemm<Element, Element>(false, true, n, n, n, a, b, c, nullptr, false);  // warm-up, algorithm choice
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
@@ -412,7 +360,7 @@ class CudaKernels final : public Kernels {
     const auto wall = std::chrono::steady_clock::now();
     CUDA_CHECK(cudaEventRecord(start, compute_stream()));
     do {
-      for (int i = 0; i < 10; i++) cuda::gemm<T, T>(false, true, n, n, n, a, b, c, nullptr, false);
+      for (int i = 0; i < 10; i++) cuda::gemm<Element, Element>(false, true, n, n, n, a, b, c, nullptr, false);
       reps += 10;
       synchronize();
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall).count();
@@ -428,8 +376,12 @@ class CudaKernels final : public Kernels {
   }
 
  private:
-  static T* t(Act* p) { return reinterpret_cast<T*>(p); }
-  static const T* t(const Act* p) { return reinterpret_cast<const T*>(p); }
+  static Element* t(Act* p) { return reinterpret_cast<Element*>(p); }
+  static const Element* t(const Act* p) { return reinterpret_cast<const Element*>(p); }
+  template <typename Arg>
+  static Arg t(Arg arg) {  // every other argument as it is
+    return arg;
+  }
 
   std::string name_;
   const bool pooled_;

@@ -1,6 +1,7 @@
 // The CUDA kernels behind kernels/cuda/cuda_backend.cu, as launchers over the element
 // type T of activations (float, or bf16 under mixed precision). Semantics of each:
-// kernels/kernels.h. All run on compute_stream().
+// kernels/ops.def; an op's launcher is named as the op and takes its arguments (plus
+// scratch memory for the ops WITH_WORKSPACE). All run on compute_stream().
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,11 @@ void* gemm_workspace();
 template <typename T, typename TC>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
           bool accumulate);
+// The linear layer's forward: out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC].
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
+  gemm<T, T>(false, true, N, OC, C, inp, weight, out, bias, false);
+}
 // bias_grad[j] += sum over rows of x[N,OC] column j, in fp32 and a fixed order (row
 // chunks on separate blocks, then their sums); scratch: column_sums_scratch_floats(OC).
 size_t column_sums_scratch_floats(int OC);
@@ -97,6 +103,7 @@ template <typename T>
 void swiglu_backward(T* dgate_up, const T* gate_up, const T* dout, int N, int F);
 template <typename T>
 void add(T* out, const T* a, const T* b, size_t n);
+inline void add_f32(float* out, const float* in, size_t n) { add<float>(out, out, in, n); }
 
 template <typename T>
 void logits_row_max(float* row_max, const T* logits, int N, int valid, int Vs);
