@@ -13,6 +13,8 @@
 
 #include "cli/ckpt_command.h"
 #include "cli/doctor_command.h"
+#include "cli/eval_command.h"
+#include "cli/generate_command.h"
 #include "cli/plan_command.h"
 #include "cli/prepare_command.h"
 #include "cli/tokenize_command.h"
@@ -26,7 +28,6 @@
 #include "runtime/stop_signal.h"
 #include "model/transformer_spec.h"
 #include "train/setup.h"
-#include "train/inference.h"
 #include "train/trainer.h"
 #include "train/verify.h"
 
@@ -168,8 +169,8 @@ int main(int argc, char** argv) {
     }
     if (command == "prepare") return run_prepare_command({args.begin() + 1, args.end()});
     if (command == "doctor") return run_doctor_command({args.begin() + 1, args.end()}, world);
-    if (command == "eval") return run_eval_command({args.begin() + 1, args.end()});
-    if (command == "generate") return run_generate_command({args.begin() + 1, args.end()});
+    if (command == "eval") return run_eval_command({args.begin() + 1, args.end()}, world);
+    if (command == "generate") return run_generate_command({args.begin() + 1, args.end()}, world);
     if (command == "ckpt" || command == "tokenize" || command == "plan") {
       int code = 0;
       run_collectively([&] {
