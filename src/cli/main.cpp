@@ -2,11 +2,8 @@
 // Every rank runs this. Bad input: one message (from rank 0), exit code 2 on every rank.
 #include <hdf5.h>
 #include <mpi.h>
-#include <omp.h>
-#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <boost/version.hpp>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -19,6 +16,7 @@
 #include "cli/plan_command.h"
 #include "cli/prepare_command.h"
 #include "cli/tokenize_command.h"
+#include "cli/version.h"
 #include "config/config.h"
 #include "parallel/agreement.h"
 #include "parallel/mpi_world.h"
@@ -39,30 +37,6 @@ using Args = std::vector<std::string>;
 
 // Set once the ranks start to communicate: a UsageError after it may be one rank's alone.
 bool communication_started = false;
-
-void print_version(const MpiWorld& world) {
-  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
-  H5get_libversion(&h5_major, &h5_minor, &h5_release);
-  const dnnl_version_t* dnnl = dnnl_version();
-  std::printf("trident 0.1\n");
-  std::printf("  compiler: %s, C++%ld\n", TRIDENT_CXX, __cplusplus / 100 % 100);
-  std::printf("  MPI: %s\n", world.library_version().c_str());
-  std::printf("  HDF5: %u.%u.%u\n", h5_major, h5_minor, h5_release);
-  std::printf("  BLAS: oneDNN %d.%d.%d sgemm (%s), %d threads\n", dnnl->major, dnnl->minor,
-              dnnl->patch, dnnl->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP runtime" : "other threading runtime",
-              omp_get_max_threads());
-  std::printf("  Boost: %d.%d\n", BOOST_VERSION / 100000, BOOST_VERSION / 100 % 1000);
-#ifdef TRIDENT_CUDA
-  std::printf("  CUDA: compiled in\n");
-#else
-  std::printf("  CUDA: not compiled in\n");
-#endif
-#ifdef TRIDENT_NCCL
-  std::printf("  NCCL: compiled in\n");
-#else
-  std::printf("  NCCL: not compiled in\n");
-#endif
-}
 
 // train's and verify's --help: every config key, with its default.
 int print_help(const CommandLine& cl, const MpiWorld& world) {
