@@ -1,6 +1,6 @@
 // What a kernel backend takes and keeps, apart from running kernels: how it stores
 // activations, what attention keeps for backward, its own workspace. The memory plan
-// (src/train/memory_plan.h) reads only this, so a plan for GPUs can be made on a machine
+// (src/plan/memory_plan.h) reads only this, so a plan for GPUs can be made on a machine
 // without one (`trident plan`): cuda_footprint() answers for the CUDA backend from the
 // same sizes its kernels use (kernels/cuda/cuda_sizes.h).
 #pragma once

@@ -2,10 +2,8 @@
 // Every rank runs this. Bad input: one message (from rank 0), exit code 2 on every rank.
 #include <hdf5.h>
 #include <mpi.h>
-#include <omp.h>
-#include <oneapi/dnnl/dnnl.h>
 
-#include <boost/version.hpp>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -13,9 +11,12 @@
 
 #include "cli/ckpt_command.h"
 #include "cli/doctor_command.h"
+#include "cli/eval_command.h"
+#include "cli/generate_command.h"
 #include "cli/plan_command.h"
 #include "cli/prepare_command.h"
 #include "cli/tokenize_command.h"
+#include "cli/version.h"
 #include "config/config.h"
 #include "parallel/agreement.h"
 #include "parallel/mpi_world.h"
@@ -26,64 +27,40 @@
 #include "runtime/stop_signal.h"
 #include "model/transformer_spec.h"
 #include "train/setup.h"
-#include "train/inference.h"
 #include "train/trainer.h"
 #include "train/verify.h"
 
 namespace trident {
 namespace {
 
+using Args = std::vector<std::string>;
+
 // Set once the ranks start to communicate: a UsageError after it may be one rank's alone.
 bool communication_started = false;
 
-constexpr const char* kUsage =
-    "usage: trident <command> [--config FILE.ini] [--section.key=value ...]\n"
-    "\n"
-    "commands:\n"
-    "  train     train under the config (configs/tiny.ini, configs/gpt2-124m.ini, ...)\n"
-    "  verify    --reference F.h5: run a reference's steps, compare loss, gradients, parameters\n"
-    "  ckpt      ls | inspect | export --checkpoint.dir=DIR: list, check, export checkpoints\n"
-    "  tokenize  --data.tokenizer=KIND --data.tokenizer_path=PATH [--decode]: text on stdin -> JSON ids\n"
-    "  prepare   --input PATH... --out PREFIX: tokenize documents into a Megatron indexed dataset\n"
-    "  eval      --checkpoint.load=DIR: validation loss and perplexity\n"
-    "  generate  --checkpoint.load=DIR --prompt TEXT: sample a continuation\n"
-    "  doctor    [--config F] [--checkpoint.dir=DIR]: preflight of ranks, GPUs, NCCL, EFA, network, disk\n"
-    "  plan      --config F --nodes N --gpus_per_node G --gpu h100: layouts that fit a GPU cluster, fastest first\n"
-    "\n"
-    "  trident <command> --help   options of a command\n"
-    "  trident --version          what this build was made with\n";
-
-bool is_command(const std::string& c) {
-  for (const char* known : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate", "doctor", "plan"})
-    if (c == known) return true;
-  return false;
+// train's and verify's --help: every config key, with its default.
+int print_help(const CommandLine& cl, const MpiWorld& world) {
+  if (world.is_root()) std::printf("%s", cl.help_text.c_str());
+  return 0;
 }
 
-void print_version(const MpiWorld& world) {
-  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
-  H5get_libversion(&h5_major, &h5_minor, &h5_release);
-  const dnnl_version_t* dnnl = dnnl_version();
-  std::printf("trident 0.1\n");
-  std::printf("  compiler: %s, C++%ld\n", TRIDENT_CXX, __cplusplus / 100 % 100);
-  std::printf("  MPI: %s\n", world.library_version().c_str());
-  std::printf("  HDF5: %u.%u.%u\n", h5_major, h5_minor, h5_release);
-  std::printf("  BLAS: oneDNN %d.%d.%d sgemm (%s), %d threads\n", dnnl->major, dnnl->minor,
-              dnnl->patch, dnnl->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP runtime" : "other threading runtime",
-              omp_get_max_threads());
-  std::printf("  Boost: %d.%d\n", BOOST_VERSION / 100000, BOOST_VERSION / 100 % 1000);
-#ifdef TRIDENT_CUDA
-  std::printf("  CUDA: compiled in\n");
-#else
-  std::printf("  CUDA: not compiled in\n");
-#endif
-#ifdef TRIDENT_NCCL
-  std::printf("  NCCL: compiled in\n");
-#else
-  std::printf("  NCCL: not compiled in\n");
-#endif
+int run_train(const Args& args, const MpiWorld& world) {
+  const CommandLine cl = parse_command_line("train", args);
+  if (cl.help) return print_help(cl, world);
+  Config config = cl.config;
+  resolve_for_world(config, world.size());
+  communication_started = true;
+  ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s,
+                         config.train.device);
+  if (world.is_root())
+    std::printf("trident train, resolved config:\n%s\n%s\n", config.to_ini().c_str(), parallel.describe().c_str());
+  train(config, parallel);
+  return 0;
 }
 
-int run_verify(const CommandLine& cl, const MpiWorld& world) {
+int run_verify(const Args& args, const MpiWorld& world) {
+  const CommandLine cl = parse_command_line("verify", args);
+  if (cl.help) return print_help(cl, world);
   Reference ref;
   run_collectively([&] { ref = load_reference(cl.reference); });
   Config config = cl.config;
@@ -123,22 +100,62 @@ int run_verify(const CommandLine& cl, const MpiWorld& world) {
   return r.passed() ? 0 : 1;
 }
 
-int run_command(const std::string& command, const std::vector<std::string>& args, const MpiWorld& world) {
-  const CommandLine cl = parse_command_line(command, args);
-  if (cl.help) {
-    if (world.is_root()) std::printf("%s", cl.help_text.c_str());
-    return 0;
+// A command that rank 0 runs alone (it reads files and prints; nothing to share): the
+// other ranks wait for it, and an error it raises is raised on every rank.
+template <int (*run)(const Args&)>
+int on_rank_zero(const Args& args, const MpiWorld& world) {
+  int code = 0;
+  run_collectively([&] {
+    if (world.is_root()) code = run(args);
+  });
+  return code;
+}
+
+struct Command {
+  const char* name;
+  const char* summary;                                  // its line of the usage text
+  int (*run)(const Args& args, const MpiWorld& world);  // returns the exit code
+};
+
+// In the order the usage text lists them.
+constexpr Command kCommands[] = {
+    {"train", "train under the config (configs/tiny.ini, configs/gpt2-124m.ini, ...)", run_train},
+    {"verify", "--reference F.h5: run a reference's steps, compare loss, gradients, parameters", run_verify},
+    {"ckpt", "ls | inspect | export --checkpoint.dir=DIR: list, check, export checkpoints",
+     on_rank_zero<run_ckpt_command>},
+    {"tokenize", "--data.tokenizer=KIND --data.tokenizer_path=PATH [--decode]: text on stdin -> JSON ids",
+     on_rank_zero<run_tokenize_command>},
+    {"prepare", "--input PATH... --out PREFIX: tokenize documents into a Megatron indexed dataset",
+     [](const Args& args, const MpiWorld&) { return run_prepare_command(args); }},
+    {"eval", "--checkpoint.load=DIR: validation loss and perplexity", run_eval_command},
+    {"generate", "--checkpoint.load=DIR --prompt TEXT: sample a continuation", run_generate_command},
+    {"doctor", "[--config F] [--checkpoint.dir=DIR]: preflight of ranks, GPUs, NCCL, EFA, network, disk",
+     run_doctor_command},
+    {"plan", "--config F --nodes N --gpus_per_node G --gpu h100: layouts that fit a GPU cluster, fastest first",
+     on_rank_zero<run_plan_command>},
+};
+
+// The command named `name`; null for none.
+const Command* find_command(const std::string& name) {
+  for (const Command& c : kCommands)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+std::string usage() {
+  std::string text =
+      "usage: trident <command> [--config FILE.ini] [--section.key=value ...]\n"
+      "\n"
+      "commands:\n";
+  for (const Command& c : kCommands) {
+    std::string name = c.name;
+    name.resize(std::max<size_t>(name.size(), 9), ' ');  // the summaries line up
+    text += "  " + name + " " + c.summary + "\n";
   }
-  if (command == "verify") return run_verify(cl, world);
-  Config config = cl.config;
-  resolve_for_world(config, world.size());
-  communication_started = true;
-  ParallelState parallel(config.dims(), config.parallel.ranks_per_node, config.parallel.timeout_s,
-                         config.train.device);
-  if (world.is_root())
-    std::printf("trident train, resolved config:\n%s\n%s\n", config.to_ini().c_str(), parallel.describe().c_str());
-  train(config, parallel);
-  return 0;
+  return text +
+         "\n"
+         "  trident <command> --help   options of a command\n"
+         "  trident --version          what this build was made with\n";
 }
 
 }  // namespace
@@ -156,33 +173,19 @@ int main(int argc, char** argv) {
   H5dont_atexit();
   MpiWorld world(&argc, &argv);
   const std::vector<std::string> args(argv + 1, argv + argc);
-  const std::string command = args.empty() ? "" : args[0];
+  const std::string name = args.empty() ? "" : args[0];
+  const Command* command = find_command(name);
   try {
-    if (command == "--version") {
+    if (name == "--version") {
       if (world.is_root()) print_version(world);
       return 0;
     }
-    if (command == "--help" || command == "-h" || command == "help") {
-      if (world.is_root()) std::printf("%s", kUsage);
+    if (name == "--help" || name == "-h" || name == "help") {
+      if (world.is_root()) std::printf("%s", usage().c_str());
       return 0;
     }
-    if (command == "prepare") return run_prepare_command({args.begin() + 1, args.end()});
-    if (command == "doctor") return run_doctor_command({args.begin() + 1, args.end()}, world);
-    if (command == "eval") return run_eval_command({args.begin() + 1, args.end()});
-    if (command == "generate") return run_generate_command({args.begin() + 1, args.end()});
-    if (command == "ckpt" || command == "tokenize" || command == "plan") {
-      int code = 0;
-      run_collectively([&] {
-        if (world.is_root())
-          code = (command == "ckpt"       ? run_ckpt_command
-                  : command == "tokenize" ? run_tokenize_command
-                                          : run_plan_command)({args.begin() + 1, args.end()});
-      });
-      return code;
-    }
-    require(command == "train" || command == "verify",
-            command.empty() ? std::string("no command given") : "unknown command '" + command + "'");
-    return run_command(command, {args.begin() + 1, args.end()}, world);
+    require(command != nullptr, name.empty() ? std::string("no command given") : "unknown command '" + name + "'");
+    return command->run({args.begin() + 1, args.end()}, world);
   } catch (const DivergedError& e) {
     std::fflush(stdout);  // the error comes after everything printed before it, in a combined log
     // Every rank saw the same loss and norm and stopped at the same step.
@@ -200,7 +203,7 @@ int main(int argc, char** argv) {
     if (!communication_started) {
       if (world.is_root()) {
         std::fprintf(stderr, "trident: error: %s\n", e.what());
-        if (!is_command(command)) std::fprintf(stderr, "\n%s", kUsage);
+        if (command == nullptr) std::fprintf(stderr, "\n%s", usage().c_str());
       }
       return kExitUsage;
     }

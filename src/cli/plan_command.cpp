@@ -7,7 +7,7 @@
 #include "config/config.h"
 #include "model/transformer_spec.h"
 #include "runtime/error.h"
-#include "train/cluster_plan.h"
+#include "plan/cluster_plan.h"
 
 namespace po = boost::program_options;
 

@@ -1,6 +1,6 @@
 // The activations one pipeline stage keeps between a micro-batch's forward and backward
 // passes, and the backward's scratch: every buffer laid out in one arena, once, from an
-// ActivationShape. The memory plan (train/memory_plan.h) measures the same layout
+// ActivationShape. The memory plan (plan/memory_plan.h) measures the same layout
 // without allocating it, so what it prints is what the run holds.
 //
 // Recomputation trades compute for memory (Megatron's --recompute-granularity):

@@ -1,14 +1,14 @@
-// A trained model put to use: `trident eval` (loss and perplexity of a checkpoint on a
-// split of the data) and `trident generate` (text from a prompt), under any layout,
-// and the samples training prints. Each rank runs the same sequence; the logits come
-// from the last pipeline stage (model/transformer.h), gathered over tp.
+// A trained model put to use, under any layout: the loss on a split of the data
+// (`trident eval`, cli/eval_command.h) and text from a prompt (`trident generate`,
+// cli/generate_command.h, and the samples training prints). Each rank runs the same
+// sequence; the logits come from the last pipeline stage (model/transformer.h),
+// gathered over tp.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "config/config.h"
 #include "data/token_dataset.h"
 #include "parallel/parallel_state.h"
 #include "train/step_runner.h"
@@ -44,10 +44,5 @@ EvalResult evaluate_split(StepRunner& runner, const Split& split, int seq_len, P
 
 // Text for one log line: newlines and tabs escaped, other control characters '?'.
 std::string printable(const std::string& text);
-
-// The commands; they read the model and the tokenizer from the checkpoint's config
-// (checkpoint.load, else checkpoint.dir's latest), flags win. Return the exit code.
-int run_eval_command(const std::vector<std::string>& args);
-int run_generate_command(const std::vector<std::string>& args);
 
 }  // namespace trident

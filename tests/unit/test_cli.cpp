@@ -25,6 +25,18 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_EQ(version.exit_code, 0);
   for (const char* part : {"MPI: Open MPI", "HDF5: 1.", "BLAS: oneDNN", "CUDA:", "NCCL:"})
     EXPECT_NE(version.out.find(part), std::string::npos) << part << " in\n" << version.out;
+  // The versions the build's headers named, or that it has no such path.
+  EXPECT_TRUE(std::regex_search(version.out, std::regex("CUDA: (built with [0-9]+\\.[0-9]+|not built)\n")))
+      << version.out;
+  EXPECT_TRUE(std::regex_search(version.out, std::regex("NCCL: (built with [0-9]+\\.[0-9]+\\.[0-9]+|not built)")))
+      << version.out;
+  const CliRun usage = run("help");
+  EXPECT_EQ(usage.exit_code, 0);
+  for (const char* command : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate", "doctor", "plan"})
+    EXPECT_NE(usage.out.find("\n  " + std::string(command) + " "), std::string::npos) << command << " in\n" << usage.out;
+  // An unknown command: the error, then the same usage text.
+  const CliRun unknown = run("fly");
+  EXPECT_NE(unknown.err.find("\n" + usage.out), std::string::npos) << unknown.err;
   const CliRun help = run("train --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--train.lr"), std::string::npos);

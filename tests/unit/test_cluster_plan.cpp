@@ -17,7 +17,7 @@
 #include <functional>
 
 #include "runtime/error.h"
-#include "train/cluster_plan.h"
+#include "plan/cluster_plan.h"
 #include "cli_helpers.h"
 
 namespace trident {

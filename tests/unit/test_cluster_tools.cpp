@@ -10,7 +10,7 @@
 #include "cli_helpers.h"
 #include "health/health_verdict.h"
 #include "tests/unit/machine.h"
-#include "train/device_peak.h"
+#include "plan/device_peak.h"
 
 namespace trident {
 

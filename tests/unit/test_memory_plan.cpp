@@ -15,7 +15,7 @@
 #include "runtime/error.h"
 #include "runtime/random.h"
 #include "tests/model_shapes.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 
 namespace trident {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/cluster_plan.h"
+#include "plan/cluster_plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "train/memory_fit.h"
+#include "plan/memory_fit.h"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // `trident plan`: for a model and a cluster of GPUs that need not be here, every layout
 // (dp, tp, pp, ZeRO stage, recompute, micro-batch) whose busiest rank fits its GPU, with
-// that rank's memory from the memory plan (train/memory_plan.h, with the CUDA backend's
+// that rank's memory from the memory plan (plan/memory_plan.h, with the CUDA backend's
 // footprint) and a predicted step time, fastest first.
 //
 // The step time model, per step of the busiest pipeline stage:
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 
 namespace trident {
 

@@ -1,4 +1,4 @@
-// The check every rank makes before allocating: its memory plan (train/memory_plan.h)
+// The check every rank makes before allocating: its memory plan (plan/memory_plan.h)
 // against the memory it draws on, summed over the ranks that share that memory (the
 // node's RAM on the CPU; a GPU's memory per device). A run that cannot fit ends at once
 // on every rank: UsageError (exit 2) with the total, the largest parts, and the changes
@@ -8,7 +8,7 @@
 #include "config/config.h"
 #include "kernels/kernels.h"
 #include "parallel/parallel_state.h"
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 
 namespace trident {
 

@@ -1,4 +1,4 @@
-#include "train/memory_plan.h"
+#include "plan/memory_plan.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "train/device_peak.h"
+#include "plan/device_peak.h"
 
 #include <omp.h>
 #include <sched.h>
