@@ -262,6 +262,8 @@ TEST(Checkpoint, ExportThenInitFrom) {
   EXPECT_NE(r.out.find("parameters initialized from"), std::string::npos);
   const auto a = read_canonical(read_manifest(dir + "/step_00000002"), "params");
   const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
 }
 
@@ -331,6 +333,7 @@ TEST(Checkpoint, LlamaExportInitFromAndTheOtherFamilyRefused) {
   const auto a = read_canonical(read_manifest(llama + "/step_00000002"), "params");
   const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
   ASSERT_EQ(a.size(), 4u * 9 + 3);
+  ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
   // A GPT-2 config on the Llama checkpoint, and on its export; a Llama config on a GPT-2
   // checkpoint: one error naming model.family, exit 2, on every rank.

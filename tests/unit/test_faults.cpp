@@ -289,7 +289,8 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
     for (const char* kind : {"params", "exp_avg", "exp_avg_sq"}) {
       const auto a = read_canonical(read_manifest(whole + final_step), kind);
       const auto b = read_canonical(read_manifest(dir + final_step), kind);
-      ASSERT_EQ(a.size(), b.size());
+      ASSERT_FALSE(a.empty()) << kind;
+      ASSERT_EQ(a.size(), b.size()) << "trial " << t << " " << kind;
       for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << "trial " << t << " " << kind << " " << a[i].first;
     }
   };
