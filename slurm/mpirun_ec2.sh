@@ -19,8 +19,8 @@ hostfile=$1 ranks=$2 config=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/efa_env.sh"
+mapfile -t forward < <(efa_env_mpirun_flags)  # efa_env.sh's variables, to every rank
 bind=none
 [ "$OMP_NUM_THREADS" = 1 ] && bind=core
-exec mpirun --hostfile "$hostfile" -np "$ranks" --map-by slot --bind-to "$bind" \
-  -x OMP_NUM_THREADS -x FI_PROVIDER -x FI_EFA_USE_DEVICE_RDMA -x FI_EFA_FORK_SAFE -x NCCL_PROTO \
+exec mpirun --hostfile "$hostfile" -np "$ranks" --map-by slot --bind-to "$bind" "${forward[@]}" \
   "$here/../build/trident" train --config "$config" "$@"

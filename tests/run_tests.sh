@@ -96,6 +96,8 @@ shell_check() {  # label, command...
 }
 # The GPU check's shell helpers (bundle_env.sh's library search, build_deps.sh), on fake trees.
 shell_check tests/unit/test_gpu_scripts.sh bash tests/unit/test_gpu_scripts.sh
+# slurm/efa_env.sh's variables forwarded by every mpirun launcher (fake mpirun and fi_info).
+shell_check tests/slurm/test_efa_env.sh bash tests/slurm/test_efa_env.sh
 # The CUDA objects: SASS for sm_80 and sm_90 and compute_90 PTX in each.
 shell_check tests/cuda/test_cuda_build.sh bash tests/cuda/test_cuda_build.sh "$build"
 # The scalar flash-attention kernels keep their rows in registers: no spills (ptxas's report).

@@ -1,10 +1,12 @@
 // Small pieces the MPI tests share.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "runtime/random.h"
@@ -17,8 +19,13 @@ inline int world_size() {
   return n;
 }
 
-// ||a - b|| / ||b|| (absolute when b is 0).
+// ||a - b|| / ||b|| (absolute when b is 0). Vectors of different sizes, or none at all,
+// cannot be compared: a failure, and an error no tolerance accepts.
 inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size() || a.empty()) {
+    ADD_FAILURE() << "relative_error of " << a.size() << " values against " << b.size();
+    return std::numeric_limits<double>::infinity();
+  }
   double diff = 0, norm = 0;
   for (size_t i = 0; i < a.size(); i++) {
     diff += std::pow(static_cast<double>(a[i]) - b[i], 2);

@@ -5,9 +5,12 @@
 // key/value head are summed over the query heads of its group.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 namespace trident::kernels::test {
@@ -98,10 +101,19 @@ inline AttentionErrors compare_attention(const AttentionReference& want, const s
                                          const std::vector<double>& lse, const std::vector<double>& dqkv, int B, int T,
                                          int NH, int NKV, int HD) {
   AttentionErrors e;
+  const size_t rows = size_t(B) * T;
+  if (out.size() != want.out.size() || lse.size() != want.lse.size() || dqkv.size() != want.dqkv.size() ||
+      want.dqkv.size() != rows * (NH + 2 * NKV) * HD || want.out.empty()) {
+    ADD_FAILURE() << "attention results of other sizes than the reference's: out " << out.size() << " vs "
+                  << want.out.size() << ", lse " << lse.size() << " vs " << want.lse.size() << ", dqkv " << dqkv.size()
+                  << " vs " << want.dqkv.size();
+    for (PartError* part : {&e.out, &e.lse, &e.dq, &e.dk, &e.dv}) part->error = std::numeric_limits<double>::infinity();
+    return e;
+  }
   for (size_t i = 0; i < want.out.size(); i++) e.out.add(want.out[i], out[i]);
   for (size_t i = 0; i < want.lse.size(); i++) e.lse.add(want.lse[i], lse[i]);
   const size_t W = size_t(NH + 2 * NKV) * HD;
-  for (size_t i = 0; i < size_t(B) * T * W; i++) {
+  for (size_t i = 0; i < rows * W; i++) {
     const size_t column = i % W;
     PartError& part = column < size_t(NH) * HD ? e.dq : column < size_t(NH + NKV) * HD ? e.dk : e.dv;
     part.add(want.dqkv[i], dqkv[i]);

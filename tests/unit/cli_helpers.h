@@ -75,16 +75,6 @@ inline CliRun run(const std::string& args, const std::string& launcher = "", int
   return r;
 }
 
-// Whether `pid` still runs. For a process that is not our child (started in the background
-// by a shell) nobody may reap it at once when it ends: a zombie does not run.
-inline bool running(int pid) {
-  if (kill(pid, 0) != 0) return false;
-  std::istringstream stat(slurp("/proc/" + std::to_string(pid) + "/stat"));
-  std::string id, comm, state;
-  stat >> id >> comm >> state;
-  return state != "Z";
-}
-
 inline int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) n++;

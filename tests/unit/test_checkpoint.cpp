@@ -8,11 +8,10 @@
 #include <filesystem>
 #include <sstream>
 #include <fstream>
-#include <memory>
 #include <regex>
-#include <thread>
 
 #include "checkpoint_helpers.h"
+#include "child_process.h"
 #include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
 
@@ -224,24 +223,13 @@ TEST(Checkpoint, AFullDiskFailsTheSaveAndKeepsThePreviousOne) {
 
 TEST(Checkpoint, SignalSavesAndExitsZero) {
   const std::string dir = fresh_dir("signal");
-  const std::string out = dir + ".out";
-  const std::string cmd = without_mpi_environment() + " " + trident_bin() + " " + kTrain +
-                          "--train.steps=100000 --checkpoint.dir=" + dir + run_dir_flag(dir) + " >" + out + " 2>&1 & echo $!";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  int pid = 0;
-  ASSERT_EQ(fscanf(pipe, "%d", &pid), 1);
-  pclose(pipe);
-  // However the test ends, the 100000-step run does not outlive it.
-  const std::unique_ptr<int, void (*)(int*)> reaper(&pid, [](int* p) { kill(*p, SIGKILL); });
+  ChildProcess job(trident_bin() + " " + kTrain + "--train.steps=100000 --checkpoint.dir=" + dir + run_dir_flag(dir));
   // Signalled once training runs (its first step line), however slow the start is.
-  for (int i = 0; i < 1200 && slurp(out).find("\nstep ") == std::string::npos && running(pid); i++)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_NE(slurp(out).find("\nstep "), std::string::npos) << slurp(out);
-  kill(pid, SIGUSR1);
-  for (int i = 0; i < 600 && running(pid); i++)  // not our child: wait until it is gone
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const std::string text = slurp(out);
-  EXPECT_NE(text.find("on a signal, checkpoint saved"), std::string::npos) << text;
+  ASSERT_TRUE(job.wait_for_output("\nstep ", 120));
+  kill(job.pid(), SIGUSR1);
+  ASSERT_TRUE(job.wait_for_exit(60));
+  EXPECT_EQ(job.exit_code(), 0) << job.output();
+  EXPECT_NE(job.output().find("on a signal, checkpoint saved"), std::string::npos) << job.output();
   const std::optional<Manifest> m = find_latest_checkpoint(dir);
   ASSERT_TRUE(m.has_value());
   EXPECT_GT(m->step, 0);
@@ -262,6 +250,8 @@ TEST(Checkpoint, ExportThenInitFrom) {
   EXPECT_NE(r.out.find("parameters initialized from"), std::string::npos);
   const auto a = read_canonical(read_manifest(dir + "/step_00000002"), "params");
   const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
 }
 
@@ -331,6 +321,7 @@ TEST(Checkpoint, LlamaExportInitFromAndTheOtherFamilyRefused) {
   const auto a = read_canonical(read_manifest(llama + "/step_00000002"), "params");
   const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
   ASSERT_EQ(a.size(), 4u * 9 + 3);
+  ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
   // A GPT-2 config on the Llama checkpoint, and on its export; a Llama config on a GPT-2
   // checkpoint: one error naming model.family, exit 2, on every rank.

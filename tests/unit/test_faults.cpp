@@ -22,6 +22,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "child_process.h"
 #include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
 #include "health/health_verdict.h"
@@ -250,25 +251,19 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
   std::atomic<int> killed{0};
   const auto trial = [&](int t) {
     const auto [victim, delay_s] = draws[t];
-    const std::string dir = testing::TempDir() + "kill_trial" + std::to_string(t), out = dir + ".out";
+    const std::string dir = testing::TempDir() + "kill_trial" + std::to_string(t);
     fs::remove_all(dir);
-    const std::string job = without_mpi_environment() + " " + kMpirun + std::to_string(np) + " " + trident_bin() + " " +
-                            args + " --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run";
-    FILE* pipe = popen((job + " >" + out + " 2>&1 & echo $!").c_str(), "r");
-    int mpirun = 0;
-    const bool launched = fscanf(pipe, "%d", &mpirun) == 1;
-    pclose(pipe);
-    ASSERT_TRUE(launched) << "trial " << t;
-    const std::unique_ptr<int, void (*)(int*)> reaper(&mpirun, [](int* p) { kill(*p, SIGKILL); });
-    // The random moment counts from the first checkpoint (start-up times vary), however slow.
-    for (int i = 0; i < 1200 && !fs::exists(dir + "/latest") && running(mpirun); i++)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
-    const std::map<int, int> pids = rank_pids(mpirun);
+    const std::string job = kMpirun + std::to_string(np) + " " + trident_bin() + " " + args + " --checkpoint.dir=" +
+                            dir + " --log.run_dir=" + dir + "_run";
+    ChildProcess mpirun(job);
+    // The random moment counts from the first checkpoint (start-up times vary), however
+    // slow: from its line (which the next step's line flushes).
+    ASSERT_TRUE(mpirun.wait_for_output("checkpoint: step 1 saved", 120)) << "trial " << t;
+    mpirun.run_for(delay_s);
+    const std::map<int, int> pids = rank_pids(mpirun.pid());
     const bool hit = pids.count(victim) > 0 && kill(pids.at(victim), SIGKILL) == 0;
     const auto kill_time = std::chrono::steady_clock::now();
-    for (int i = 0; i < 1200 && running(mpirun); i++)  // not our child: wait until it is gone
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(mpirun.wait_for_exit(60)) << "trial " << t;
     const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - kill_time).count();
     EXPECT_LT(ended_s, timeout_s + 15.0) << "trial " << t;
     killed += hit;
@@ -276,20 +271,22 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
     std::printf("trial %d: rank %d killed %.2f s after the first checkpoint: %s, job gone %.2f s later, newest complete "
                 "checkpoint step %d\n", t, victim, delay_s, hit ? "killed" : "already finished", ended_s,
                 latest ? latest->step : 0);
-    // Resumed (its own output files: two trials run at once), bounded as run() is.
-    const int status = std::system(("timeout 120 " + job + " >" + out + ".resumed 2>&1").c_str());
-    const std::string resumed = slurp(out + ".resumed");
+    // Resumed, bounded as run() is.
+    ChildProcess resuming(job);
+    ASSERT_TRUE(resuming.wait_for_exit(120)) << "trial " << t;
+    const std::string& resumed = resuming.output();
     if (latest && latest->step == steps) {  // the kill came after the run ended: nothing is left to train
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << "trial " << t << "\n" << resumed;
+      EXPECT_EQ(resuming.exit_code(), 2) << "trial " << t << "\n" << resumed;
       EXPECT_NE(resumed.find("nothing is left to train"), std::string::npos) << "trial " << t << "\n" << resumed;
     } else {
-      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "trial " << t << "\n" << resumed;
+      ASSERT_EQ(resuming.exit_code(), 0) << "trial " << t << "\n" << resumed;
     }
     for (const auto& [step, loss] : printed_losses(resumed)) EXPECT_EQ(loss, expected.at(step)) << "trial " << t << " step " << step;
     for (const char* kind : {"params", "exp_avg", "exp_avg_sq"}) {
       const auto a = read_canonical(read_manifest(whole + final_step), kind);
       const auto b = read_canonical(read_manifest(dir + final_step), kind);
-      ASSERT_EQ(a.size(), b.size());
+      ASSERT_FALSE(a.empty()) << kind;
+      ASSERT_EQ(a.size(), b.size()) << "trial " << t << " " << kind;
       for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << "trial " << t << " " << kind << " " << a[i].first;
     }
   };

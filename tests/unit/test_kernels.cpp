@@ -59,13 +59,23 @@ std::vector<int32_t> random_ints(size_t n, int32_t hi) {
 
 // sum(a * b) in long double: keeps the rounding of L below what the FD step resolves.
 long double dot(const Vec& a, const Vec& b) {
+  if (a.size() != b.size()) {
+    ADD_FAILURE() << "dot of " << a.size() << " values with " << b.size();
+    return std::numeric_limits<long double>::quiet_NaN();
+  }
   long double s = 0;
   for (size_t i = 0; i < a.size(); i++) s += static_cast<long double>(a[i]) * b[i];
   return s;
 }
 
+// ||got - want|| / ||want|| (absolute when want is 0); of different sizes, or empty: a
+// failure, and an error no tolerance accepts.
 template <typename A, typename B>
 double rel_error(const A& got, const B& want) {
+  if (got.size() != want.size() || want.empty()) {
+    ADD_FAILURE() << "rel_error of " << got.size() << " values against " << want.size();
+    return std::numeric_limits<double>::infinity();
+  }
   long double diff = 0, norm = 0;
   for (size_t i = 0; i < want.size(); i++) {
     const long double d = static_cast<long double>(got[i]) - static_cast<long double>(want[i]);

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -16,10 +15,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <sstream>
-#include <thread>
 
 #include "checkpoint_helpers.h"
+#include "child_process.h"
 #include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
 #include "storage/s3_client.h"
@@ -54,65 +52,6 @@ std::map<int, double> logged_losses(const std::string& run_dir) {
     if (j.is_object() && j.contains("loss") && j.contains("step") && !j.contains("val_loss")) out[j["step"]] = j["loss"];
   }
   return out;
-}
-
-// A run in the background: its output as it grows, events waited for, its exit code.
-class Background {
- public:
-  Background(const std::string& command, const std::string& out) : out_(out), rc_(out + ".rc") {
-    fs::remove(rc_);
-    fs::remove(out_);  // an earlier run's output would answer wait_for before this run says anything
-    const std::string cmd = without_mpi_environment() + " sh -c '" + command + " >" + out + " 2>&1; echo $? >" + rc_ +
-                            "' >/dev/null 2>&1 & echo $!";
-    FILE* pipe = popen(cmd.c_str(), "r");
-    if (fscanf(pipe, "%d", &pid_) != 1) pid_ = 0;
-    pclose(pipe);
-  }
-  ~Background();
-  std::string text() const { return slurp(out_); }
-  // Waits until the output holds `what` (true), or the run ended or 120 s passed (false).
-  bool wait_for(const std::string& what) const {
-    for (int i = 0; i < 2400; i++) {
-      if (text().find(what) != std::string::npos) return true;
-      if (fs::exists(rc_)) return text().find(what) != std::string::npos;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-  int exit_code() const {  // waits for the end, at most 180 s
-    for (int i = 0; i < 3600 && !fs::exists(rc_); i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::ifstream in(rc_);
-    int rc = -1;
-    in >> rc;
-    return rc;
-  }
-  int pid() const { return pid_; }
-
- private:
-  std::string out_, rc_;
-  int pid_ = 0;
-};
-
-// The processes whose parent is `pid`.
-std::vector<int> children_of(int pid) {
-  std::vector<int> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::istringstream stat(slurp(entry.path() / "stat"));
-    std::string id, comm, state;
-    int ppid = 0;
-    stat >> id >> comm >> state >> ppid;
-    if (ppid == pid) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-// However a test ends, its run does not outlive it.
-Background::~Background() {
-  if (pid_ <= 0 || !running(pid_)) return;
-  for (const int child : children_of(pid_)) kill(child, SIGTERM);  // mpirun takes its ranks along
-  kill(pid_, SIGKILL);
 }
 
 class S3Checkpoints : public testing::Test {
@@ -266,23 +205,23 @@ TEST_F(S3Checkpoints, ServerStoppedDuringAnUploadTrainingGoesOn) {
   const std::string dir = fresh_dir("stopped");
   set_faults(R"({"delay_ms": 3000, "delay_path": "/p/step_00000040/"})");
   // Steps of 40 ms or more (one rank slowed), so that training visibly goes on meanwhile.
-  Background job("TRIDENT_TEST_SLOW_RANK=0 TRIDENT_TEST_SLOW_MS=40 " + kMpirun +
-                     "4 -x TRIDENT_TEST_SLOW_RANK -x TRIDENT_TEST_SLOW_MS " + trident_bin() + " " + kTrain +
-                     "--parallel.dp=2 --parallel.pp=2 --parallel.ranks_per_node=2 --train.steps=160 "
-                     "--checkpoint.every_steps=20 --checkpoint.keep_last=0 --checkpoint.s3_retry_s=5 "
-                     "--checkpoint.s3_part_mb=5 --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run" +
-                     upload_flags("p", /*through_proxy=*/true),
-                 dir + ".out");
-  ASSERT_TRUE(job.wait_for("checkpoint: step 20 uploaded")) << job.text();
-  ASSERT_TRUE(job.wait_for("checkpoint: step 40 saved")) << job.text();
+  ChildProcess job("TRIDENT_TEST_SLOW_RANK=0 TRIDENT_TEST_SLOW_MS=40 " + kMpirun +
+                   "4 -x TRIDENT_TEST_SLOW_RANK -x TRIDENT_TEST_SLOW_MS " + trident_bin() + " " + kTrain +
+                   "--parallel.dp=2 --parallel.pp=2 --parallel.ranks_per_node=2 --train.steps=160 "
+                   "--checkpoint.every_steps=20 --checkpoint.keep_last=0 --checkpoint.s3_retry_s=5 "
+                   "--checkpoint.s3_part_mb=5 --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run" +
+                   upload_flags("p", /*through_proxy=*/true));
+  ASSERT_TRUE(job.wait_for_output("checkpoint: step 20 uploaded", 120));
+  ASSERT_TRUE(job.wait_for_output("checkpoint: step 40 saved", 120));
   gateway("stop-gateway");
   {
     // Started again however this block ends: the tests after this one need the gateway.
     const std::unique_ptr<void, std::function<void(void*)>> back(this, [this](void*) { gateway("start-gateway"); });
-    ASSERT_TRUE(job.wait_for("checkpoint: warning: step 40 was not uploaded")) << job.text();
+    ASSERT_TRUE(job.wait_for_output("checkpoint: warning: step 40 was not uploaded", 120));
   }
-  EXPECT_EQ(job.exit_code(), 0) << job.text();
-  const std::string out = job.text();
+  ASSERT_TRUE(job.wait_for_exit(180));
+  EXPECT_EQ(job.exit_code(), 0) << job.output();
+  const std::string out = job.output();
   EXPECT_NE(out.find("S3's latest is step_00000020; the next checkpoint uploads again"), std::string::npos) << out;
   EXPECT_NE(out.find("checkpoint: step 60's upload waits for step 40's"), std::string::npos) << out;
   // Training went on while the upload was retried: steps logged between the save and the warning.
@@ -370,15 +309,15 @@ TEST_F(S3Checkpoints, CorruptedOrTruncatedObjectsFallBackToTheCheckpointBefore) 
 // SLURM_RESTART_COUNT) finds the run complete and uploads it.
 TEST_F(S3Checkpoints, TheLastUploadFinishesBeforeExitOrExitThree) {
   const std::string dir = fresh_dir("signal");
-  Background job(trident_bin() + " " + kTrain + "--train.steps=100000 --checkpoint.dir=" + dir + " --log.run_dir=" +
-                     dir + "_run" + upload_flags("g"),
-                 dir + ".out");
-  ASSERT_TRUE(job.wait_for("\nstep ")) << job.text();
-  for (const int child : children_of(job.pid())) kill(child, SIGUSR1);  // trident, not the shell around it
-  EXPECT_EQ(job.exit_code(), 0) << job.text();
+  ChildProcess job(trident_bin() + " " + kTrain + "--train.steps=100000 --checkpoint.dir=" + dir + " --log.run_dir=" +
+                   dir + "_run" + upload_flags("g"));
+  ASSERT_TRUE(job.wait_for_output("\nstep ", 120));
+  kill(job.pid(), SIGUSR1);
+  ASSERT_TRUE(job.wait_for_exit(180));
+  EXPECT_EQ(job.exit_code(), 0) << job.output();
   const std::optional<Manifest> m = find_latest_checkpoint(dir);
-  ASSERT_TRUE(m.has_value()) << job.text();
-  EXPECT_NE(job.text().find("checkpoint: step " + std::to_string(m->step) + " uploaded"), std::string::npos) << job.text();
+  ASSERT_TRUE(m.has_value()) << job.output();
+  EXPECT_NE(job.output().find("checkpoint: step " + std::to_string(m->step) + " uploaded"), std::string::npos) << job.output();
   EXPECT_EQ(s3_latest("g"), step_name(m->step) + "\n");
 
   if (proxy_.empty()) return;
