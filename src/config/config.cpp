@@ -395,7 +395,7 @@ std::pair<int, int> LogConfig::trace_range() const {
 
 void Config::resolve_layout(int world_size) {
   const ParallelDims d =
-      ParallelDims::resolve(world_size, {{Axis::dp, parallel.dp}, {Axis::pp, parallel.pp}, {Axis::tp, parallel.tp}});
+      ParallelDims::resolve(world_size, parallel.axis_sizes());
   parallel.dp = d.size(Axis::dp);
   if (train.global_batch % parallel.dp != 0) {
     // What would do: the dp sizes that divide the batch, as rank counts of this tp x pp
@@ -417,8 +417,9 @@ void Config::resolve_layout(int world_size) {
 }
 
 ParallelDims Config::dims() const {
-  return ParallelDims::resolve(parallel.dp * parallel.pp * parallel.tp,
-                               {{Axis::dp, parallel.dp}, {Axis::pp, parallel.pp}, {Axis::tp, parallel.tp}});
+  int world = 1;
+  for (const AxisSize& a : parallel.axis_sizes()) world *= a.size;
+  return ParallelDims::resolve(world, parallel.axis_sizes());
 }
 
 std::string Config::to_ini() const {

@@ -56,6 +56,9 @@ struct ParallelConfig {
   bool overlap = true;      // start a bucket's reduction as soon as its gradients are final
   int ranks_per_node = 0;   // 0: ranks sharing a machine form a node; N: N consecutive ranks
   double timeout_s = 600;   // bound on every blocking wait
+
+  // The size of every axis of the rank grid (parallel/parallel_dims.h), as set.
+  std::vector<AxisSize> axis_sizes() const { return {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::tp, tp}}; }
 };
 
 struct TrainConfig {

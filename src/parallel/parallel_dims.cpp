@@ -22,7 +22,7 @@ std::string product(const std::vector<Axis>& axes, const std::array<int, kAxisCo
 
 const char* axis_name(Axis axis) { return kAxisNames[static_cast<int>(axis)]; }
 
-ParallelDims ParallelDims::resolve(int world, std::initializer_list<AxisSize> sizes) {
+ParallelDims ParallelDims::resolve(int world, const std::vector<AxisSize>& sizes) {
   require(world > 0, "world size must be positive");
   ParallelDims d;
   std::vector<Axis> fixed;
@@ -85,9 +85,12 @@ std::vector<std::vector<int>> ParallelDims::groups(Axis axis) const {
 
 std::string ParallelDims::describe() const {
   std::ostringstream s;
-  // The sizes as the config names them (dp, pp, tp), then the rank formula in rank order.
-  s << "grid: dp=" << size(Axis::dp) << " pp=" << size(Axis::pp) << " tp=" << size(Axis::tp) << " (" << world()
-    << " ranks; rank = ";
+  // The sizes, dp first and then from the slowest axis (dp=2 pp=2 tp=2), then the rank
+  // formula in rank order.
+  s << "grid: dp=" << size(Axis::dp);
+  for (int i = kAxisCount - 1; i >= 0; i--)
+    if (kAxes[i] != Axis::dp) s << " " << axis_name(kAxes[i]) << "=" << size(kAxes[i]);
+  s << " (" << world() << " ranks; rank = ";
   std::string formula = std::string(axis_name(kAxes.back())) + "_rank";
   for (int i = kAxisCount - 2; i >= 0; i--) {
     const std::string name = axis_name(kAxes[i]);

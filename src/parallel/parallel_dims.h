@@ -15,7 +15,6 @@
 #pragma once
 
 #include <array>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -58,7 +57,7 @@ class ParallelDims {
   // The grid of `world` ranks with these sizes (axes not named: 1). Exactly one axis may
   // be 0: derived from the world size (today dp). Throws UsageError naming the sizes when
   // they cannot make the world.
-  static ParallelDims resolve(int world, std::initializer_list<AxisSize> sizes);
+  static ParallelDims resolve(int world, const std::vector<AxisSize>& sizes);
 
   int size(Axis a) const { return sizes_[static_cast<int>(a)]; }
   int world() const;

@@ -53,7 +53,7 @@ TEST(ParallelDims, DerivesDpAndCoversOddSizes) {
 }
 
 TEST(ParallelDims, InvalidLayouts) {
-  const auto error = [](int world, std::initializer_list<AxisSize> sizes) {
+  const auto error = [](int world, const std::vector<AxisSize>& sizes) {
     try {
       ParallelDims::resolve(world, sizes);
     } catch (const UsageError& e) {
