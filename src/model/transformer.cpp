@@ -14,15 +14,15 @@ ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch,
                                  const kernels::Footprint& k, int sequence_shards) {
   const TransformerSpec& s = layout.spec();
   const int tp = layout.tp_size();
-  const int heads = s.n_head / tp, kv_heads = s.n_kv_head / s.kv_shards(tp), ffn = s.ffn_dim / tp;
+  const int heads = s.n_head / tp, kv_heads = s.n_kv_head / s.kv_shards(tp);
   ActivationShape a;
   a.micro_batch = micro_batch;
   a.seq_len = s.seq_len;
   a.d_model = s.d_model;
   a.qkv_width = (heads + 2 * kv_heads) * s.head_dim;
   a.attention_width = heads * s.head_dim;
-  a.ffn = ffn;
-  a.mlp_in = s.mlp == MlpKind::swiglu ? 2 * ffn : ffn;
+  a.ffn = s.mlp_activation_width(tp);
+  a.mlp_in = s.mlp_in_width(tp);
   a.vocab_shard = s.padded_vocab(tp) / tp;
   a.layers = layout.layers();
   a.layernorm = s.norm == NormKind::layernorm;
@@ -114,7 +114,7 @@ Transformer::Transformer(const ModelConfig& config, int micro_batch, kernels::Ke
   kv_heads_local_ = s.n_kv_head / s.kv_shards(tp.size());
   qkv_width_ = (heads_local_ + 2 * kv_heads_local_) * s.head_dim;
   attention_width_ = heads_local_ * s.head_dim;
-  ffn_local_ = s.ffn_dim / tp.size();
+  ffn_local_ = s.mlp_activation_width(tp.size());
   vocab_shard_ = s.padded_vocab(tp.size()) / tp.size();
   vocab_start_ = tp.rank() * vocab_shard_;
   vocab_valid_ = std::clamp(s.vocab_size - vocab_start_, 0, vocab_shard_);
@@ -309,9 +309,9 @@ void Transformer::forward(int slot, const int32_t* tokens, const int32_t* target
                               std::to_string(B_));
   Slot& s = activations_.slots.at(slot);
   const int T = spec().seq_len, C = spec().d_model, V = spec().vocab_size, BT = B * T;
-  for (int i = 0; i < BT; i++)
-    require(tokens[i] >= 0 && tokens[i] < V && targets[i] >= 0 && targets[i] < V,
-            "token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
+  for (int i = 0; i < BT; i++)  // the message is built only on failure (this runs for every token)
+    if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
+      throw UsageError("token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
   // Without waiting for the device: the first stage embeds the tokens (and keeps the
   // host's copy for the embedding's backward), the last scores the targets.
   if (stage_.has_embedding) {
@@ -413,7 +413,7 @@ void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) 
   k_.add(a.residual_2, a.residual_2, residual, NC);
   // MLP: residual_3 = residual_2 + out(act(in(norm_2(residual_2)))), act GELU or SwiGLU
   norm_forward(a.norm_2, a.norm_2_mean, a.norm_2_rstd, a.residual_2, p.norm_2_weight, p.norm_2_bias, N);
-  const int mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn_local_ : ffn_local_;
+  const int mlp_in = sp.mlp_in_width(tp_.size());
   k_.matmul_forward(a.fc, gathered_rows(a.norm_2, B), weight(p.mlp_in_weight), weight(p.mlp_in_bias), BT, C,
                     mlp_in);  // column-parallel
   if (sp.mlp == MlpKind::swiglu) k_.swiglu_forward(a.fc_act, a.fc, BT, ffn_local_);
@@ -480,7 +480,7 @@ void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual)
   const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
-  const int mlp_in = sp.mlp == MlpKind::swiglu ? 2 * ffn_local_ : ffn_local_;
+  const int mlp_in = sp.mlp_in_width(tp_.size());
   const BackwardScratch& d = activations_.scratch;
   // MLP branch (under sequence parallelism each gathered input is used before the next gather).
   k_.matmul_backward(d.dfc_act, grad(p.mlp_out_weight), grad_or_null(p.mlp_out_bias), gathered_rows(dresidual, B),

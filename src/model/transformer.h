@@ -120,8 +120,8 @@ class Transformer {
   void discard_loss_sum();
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
   // micro-batch in `slot`. For a mean over G sequences: loss_scale = 1/(G*T). A stage
-  // other than the last starts from output_gradient(), filled by the pipeline; a stage
-  // other than the first leaves d loss / d input in input_gradient().
+  // other than the last starts from stage_gradient(), filled by the pipeline; a stage
+  // other than the first leaves d loss / d input there.
   // grads_final_from(offset), if given, is called as soon as the gradients at
   // [offset, end) of the flat buffer are complete (the last layers come first), so that
   // their reduction can start while backward goes on.
@@ -146,9 +146,10 @@ class Transformer {
   // Under sequence parallelism each holds this rank's rows only.
   ActivationSpan stage_input(int slot, int B) const { return rows_of(activations_.slots[slot].encoded, B); }
   ActivationSpan stage_output(int slot, int B) const { return rows_of(layer_input(slot, layout_.layers()), B); }
-  // Gradient buffers [B, T, d] of this stage's output (in) and input (out).
-  ActivationSpan output_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
-  ActivationSpan input_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
+  // The gradient [B, T, d] flowing through this stage, in one buffer: before backward()
+  // d loss / d (stage output), coming in from the next stage; after it d loss / d (stage
+  // input), going out to the previous one (backward turns one into the other in place).
+  ActivationSpan stage_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
 
   // Activation bytes held for all slots, and of the weights' compute copy (for the memory report).
   const ActivationBytes& activation_bytes() const { return activations_.bytes(); }

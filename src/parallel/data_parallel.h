@@ -73,7 +73,8 @@ class DataParallel {
 
   // 0 to 3 (0 with one rank: nothing to shard).
   int zero_stage() const { return stage_; }
-  bool zero() const { return stage_ > 0; }
+  // ZeRO at any stage: each rank updates (and keeps optimizer state for) its shard only.
+  bool shards_optimizer_state() const { return stage_ > 0; }
   // The ranks the states are sharded over (dp, or the shard group when hybrid): what a
   // sum over this rank's owned ranges must be reduced over to cover the model once.
   Communicator& shard_group() const { return dp_; }

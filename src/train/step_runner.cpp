@@ -60,9 +60,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       compute_s_ += computing.seconds();
       if (!model_.last_stage()) activation_sends_[slot] = pipeline_.pp->send_async(model_.stage_output(slot, B), stage() + 1, activation_tag(mb));
     } else {
-      finish(gradient_send_);  // backward rewrites input_gradient(): the last one must have left
+      finish(gradient_send_);  // backward rewrites stage_gradient(): the last one sent must have left
       if (!model_.last_stage()) {
-        pipeline_.pp->recv(model_.output_gradient(B), stage() + 1, gradient_tag(mb));
+        pipeline_.pp->recv(model_.stage_gradient(B), stage() + 1, gradient_tag(mb));
       }
       Timer computing;
       if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
@@ -81,7 +81,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       }
       compute_s_ += computing.seconds();
       if (!model_.first_stage())
-        gradient_send_ = pipeline_.pp->send_async(model_.input_gradient(B), stage() - 1, gradient_tag(mb));
+        gradient_send_ = pipeline_.pp->send_async(model_.stage_gradient(B), stage() - 1, gradient_tag(mb));
     }
   }
   for (RequestPtr& send : activation_sends_) finish(send);
@@ -155,7 +155,7 @@ void StepRunner::sum_shared_head_gradients() {
       if (begin >= end) continue;
       TensorParallel& tp = model_.tensor_parallel();
       if (t.partial_gradient) sums.push_back(tp.sum_shared_head_gradients({data_parallel_.gradient_at(begin), end - begin}));
-      if (t.norm) sums.push_back(tp.sum_sequence_partial_gradients({data_parallel_.gradient_at(begin), end - begin}));
+      if (t.is_norm_parameter) sums.push_back(tp.sum_sequence_partial_gradients({data_parallel_.gradient_at(begin), end - begin}));
     }
   for (RequestPtr& s : sums) finish(s);
 }
@@ -176,7 +176,7 @@ double StepRunner::gradient_norm_squared() {
     }
   double sum = 0.0;
   k_.copy_to_host(&sum, total, sizeof sum);
-  if (data_parallel_.zero()) sum = data_parallel_.shard_group().all_reduce(sum);
+  if (data_parallel_.shards_optimizer_state()) sum = data_parallel_.shard_group().all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
   if (pipeline_.pp != nullptr) sum = pipeline_.pp->all_reduce(sum);
   return sum;

@@ -316,7 +316,7 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
                 parallel.size(Axis::pp), config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
                 config.parallel.schedule.c_str(), s.plan.stage.first_layer,
                 s.plan.stage.first_layer + s.plan.stage.layers - 1, s.plan.slots);
-  if (s.data_parallel.zero())
+  if (s.data_parallel.shards_optimizer_state())
     std::printf("ZeRO-%d: states sharded over %d dp ranks%s\n", s.data_parallel.zero_stage(),
                 s.data_parallel.shard_group().size(),
                 s.hybrid.replica ? (", replicated over " + std::to_string(s.hybrid.replica->size()) +
