@@ -40,9 +40,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
         "the model has fewer activation slots than the schedule keeps in flight");
   // Gradients of the mean over the global batch: summed over dp, no division after.
   const float loss_scale = 1.0f / (static_cast<float>(global_batch) * T);
-  model_.zero_grad();
+  model_.store().zero_grad();
   model_.discard_loss_sum();
-  data_parallel_.start_backward(model_.grads());
+  data_parallel_.start_backward(model_.store().grads());
   compute_s_ = 0;
   int backwards_done = 0;
   for (const PipelineAction& action : stage_actions(pipeline_.schedule, stage(), stages(), micro_batches)) {
@@ -141,7 +141,7 @@ void StepRunner::sync_tied_embedding() {
   const int tied = model_.layout().tied_across_stages();
   if (pipeline_.embedding == nullptr || tied < 0) return;
   const ParameterTensor& t = model_.layout()[tied];
-  pipeline_.embedding->all_reduce(std::span<float>(model_.grad(tied), t.stored));
+  pipeline_.embedding->all_reduce(std::span<float>(model_.store().grad(tied), t.stored));
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced
@@ -196,10 +196,11 @@ GradientNorm StepRunner::update(double lr, double grad_clip, bool loss_finite) {
     return norm;
   }
   norm.clip_coefficient = clip_coefficient(norm.norm, grad_clip);
-  optimizer_.step([this](size_t offset) { return model_.parameter_at(offset); },
+  ParamGradStore& store = model_.store();
+  optimizer_.step([&store](size_t offset) { return store.parameter_at(offset); },
                   [this](size_t offset) { return data_parallel_.gradient_at(offset); }, lr, norm.clip_coefficient);
-  if (!model_.parameters_sharded()) data_parallel_.gather_parameters(model_.params());  // ZeRO-3: the model gathers
-  model_.parameters_changed();
+  if (!store.parameters_sharded()) data_parallel_.gather_parameters(store.params());  // ZeRO-3: the store gathers
+  store.parameters_changed();
   return norm;
 }
 
