@@ -49,7 +49,9 @@ int main(int argc, char** argv) {
   }
   for (int m : {1, 2, 4, 8}) {
     for (Schedule schedule : {Schedule::one_f_one_b, Schedule::gpipe}) {
-      Transformer model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, p, ""), max_in_flight(schedule, stage, p, m));
+      Transformer model(mc, *k,
+                        {.micro_batch = B, .stage = stage_spec(mc.n_layer, stage, p, ""),
+                         .slots = max_in_flight(schedule, stage, p, m)});
       model.init_parameters(1);
       DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
       AdamW optimizer(model.layout(), {}, *k, dp.owned());

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   for (int n : {1024, 2048, 3072}) peak = std::max(peak, k->measure_gemm_gflops(n, 1.0));
 
   Timer setup;
-  Transformer model(mc, B, *k);
+  Transformer model(mc, *k, {.micro_batch = B});
   model.init_parameters(config.train.seed);
   AdamW optimizer(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k);
   std::vector<int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
@@ -58,14 +58,14 @@ int main(int argc, char** argv) {
   const double setup_s = setup.seconds();
 
   const auto train_step = [&] {
-    model.zero_grad();
+    model.store().zero_grad();
     for (int m = 0; m < accumulation; m++) {
       model.forward(tokens.data(), targets.data(), B);
       model.backward(1.0f / (static_cast<float>(config.train.global_batch) * T));
     }
-    const GradientNorm norm = clip_gradients(*k, model.grads(), model.layout().total_floats(), 1.0);
-    optimizer.step(model.params(), model.grads(), 1e-4, norm.clip_coefficient);
-    model.parameters_changed();
+    const GradientNorm norm = clip_gradients(*k, model.store().grads(), model.layout().total_floats(), 1.0);
+    optimizer.step(model.store().params(), model.store().grads(), 1e-4, norm.clip_coefficient);
+    model.store().parameters_changed();
   };
   train_step();  // warm-up: first use of every buffer and of oneDNN's JIT kernels
   Timer timer;

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   ParallelState parallel(config.dims(), 0, 600);
   auto k = kernels::make_cpu_kernels();
   const int B = config.train.micro_batch, T = mc.seq_len, G = config.train.global_batch;
-  Transformer model(mc, B, *k, TensorParallel(parallel.tp()));
+  Transformer model(mc, *k, {.micro_batch = B, .tp = TensorParallel(parallel.tp())});
   model.init_parameters(1);
   DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
   AdamW optimizer(model.layout(), {}, *k, dp.owned());

@@ -52,8 +52,8 @@ ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int t
   const auto norm = [&](const std::string& name, int& weight, int& bias) {
     weight = add(name + ".weight", {d}, Sharding::replicated, 1, Init::ones);
     bias = spec.biases ? add(name + ".bias", {d}, Sharding::replicated, 1, Init::zeros) : -1;
-    tensors_[weight].norm = true;
-    if (bias >= 0) tensors_[bias].norm = true;
+    tensors_[weight].is_norm_parameter = true;
+    if (bias >= 0) tensors_[bias].is_norm_parameter = true;
   };
   for (int i = stage.first_layer; i < last_layer; i++) {
     unit_begin = total_;

@@ -44,7 +44,7 @@ struct ParameterTensor {
   bool partial_gradient = false;
   // A norm's gain or bias: its gradient sums over the B*T rows, of which each rank sees
   // 1/tp under sequence parallelism: summed over tp then.
-  bool norm = false;
+  bool is_norm_parameter = false;
   // A second copy of a tensor that another stage holds too (the tied wte on the last
   // pipeline stage): kept in step with it, never counted or saved.
   bool tied_copy = false;

@@ -2,11 +2,10 @@
 // backward passes, layer by layer, over the kernel API (kernels/kernels.h), so the same
 // model runs on any backend. GPT-2 and Llama take one code path; the spec picks the
 // norm, the position encoding, the MLP's activation, the key/value heads, the biases and
-// the head. The model owns its parameters, gradients and the activations of its
-// micro-batch slots, all allocated once at construction.
-// Mixed precision: parameters and gradients are fp32; the layers read a compute copy
-// of the weights in the activation type (bf16 or fp32; with fp32 the copy is the
-// parameters themselves), refreshed whenever the parameters change.
+// the head. The model owns the activations of its micro-batch slots and the store of
+// its parameters and gradients (parallel/param_grad_store.h: the fp32 values, the
+// compute copy of the weights the layers read, and ZeRO's sharding of them), all
+// allocated once at construction.
 // Under tensor parallelism each rank holds its shard (model/parameters.h): heads and MLP
 // columns split Megatron-style, the vocabulary split for the embedding and the head.
 #pragma once
@@ -24,6 +23,8 @@
 #include "model/tensor_parallel.h"
 #include "model/transformer_spec.h"
 #include "parallel/communicator.h"
+#include "parallel/param_grad_store.h"
+#include "parallel/zero_stage.h"
 
 namespace trident {
 
@@ -32,27 +33,24 @@ namespace trident {
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
                                  const kernels::Footprint& k, int sequence_shards = 1);
 
+// How one rank's model stage is built; the defaults: the whole model on one rank.
+struct TransformerOptions {
+  int micro_batch = 1;         // sequences per forward/backward (the activation buffers' size)
+  TensorParallel tp = {};      // the tensor-parallel group
+  size_t buffer_multiple = 1;  // the flat parameter and gradient buffers are padded to a multiple
+  StageSpec stage = {};        // the part of the model held here (pipeline parallelism)
+  int slots = 1;               // micro-batches whose activations can be alive at once (the schedule's need)
+  Recompute recompute = Recompute::none;  // what backward recomputes instead of keeping (model/activations.h)
+  // How the store shards the parameters and gradients (parallel/param_grad_store.h:
+  // from ZeRO-2 the blocks' gradients in two windows, ZeRO-3 the parameters too), and
+  // over which ranks (ZeRO-3's; the stages below shard in DataParallel).
+  ZeroStage zero = ZeroStage::none;
+  Communicator* shard_group = nullptr;
+};
+
 class Transformer {
  public:
-  // micro_batch: sequences per forward/backward (the activation buffers' size).
-  // tp: the tensor-parallel group (default: one rank). buffer_multiple: the flat
-  // parameter and gradient buffers are padded to a multiple. stage: the part of the
-  // model held here (pipeline parallelism; default all). slots: micro-batches whose
-  // activations can be alive at once (what the pipeline schedule needs).
-  // recompute: what backward recomputes instead of keeping (model/activations.h).
-  // windowed_gradients (ZeRO-2): the gradients of the embeddings and the head are kept,
-  // those of the blocks only in two windows that blocks of alternate parity reuse, each
-  // reduced away (parallel/data_parallel.h) before the block two below needs it.
-  // parameter_shards (ZeRO-3, FSDP's FULL_SHARD): the ranks this stage's parameters are
-  // sharded over, each layout unit cut into one piece per rank (rank r holds piece r,
-  // as ZeRO's gradient shards). A block's parameters are all-gathered into one of two
-  // windows before its forward and again before its backward (unless still there), the
-  // next block's gather issued ahead; the embeddings and head are gathered after each
-  // update and stay, as FSDP2 keeps its root module unsharded. Needs windowed_gradients.
-  Transformer(const ModelConfig& config, int micro_batch, kernels::Kernels& k, TensorParallel tp = {},
-              size_t buffer_multiple = 1, const StageSpec& stage = {}, int slots = 1,
-              Recompute recompute = Recompute::none, bool windowed_gradients = false,
-              Communicator* parameter_shards = nullptr);
+  Transformer(const ModelConfig& config, kernels::Kernels& k, const TransformerOptions& options = {});
 
   const TransformerSpec& spec() const { return layout_.spec(); }
   const ParameterLayout& layout() const { return layout_; }
@@ -60,38 +58,9 @@ class Transformer {
   int micro_batch() const { return B_; }
   Recompute recompute() const { return activations_.shape().recompute; }
   int slots() const { return static_cast<int>(activations_.slots.size()); }
-  // The flat parameters (not under ZeRO-3: there the storage holds the kept units and
-  // two windows, as the gradients' does, in bf16 none at all; parameter_at() is where
-  // the values are).
-  float* params() const { return params_.data(); }
-  bool parameters_sharded() const { return shards_ != nullptr; }
-  // Where the value of flat offset `offset` lives that the optimizer updates: in
-  // params(), or under ZeRO-3 in this rank's shard (offset must be in held()).
-  float* parameter_at(size_t offset) const;
-  // ZeRO-3: the ranges of the flat layout this rank's shard holds (its piece of each unit).
-  const std::vector<FlatRange>& held() const { return held_; }
-  // The gradient storage: the whole flat layout, or with windowed gradients the kept
-  // units and the two windows (gradient_location() maps a flat offset into it).
-  float* grads() const { return grads_.data(); }
-  size_t gradient_floats() const { return grads_.size(); }
-  bool windowed_gradients() const { return windowed_; }
-  float* param(int index) const { return params_.data() + param_offset_[index]; }
-  float* grad(int index) const { return grads_.data() + grad_offset_[index]; }
-  // Where the gradient of flat offset `offset` lives (a block's: in its window).
-  float* gradient_location(size_t offset) const;
-  // The floats gradient storage takes for `layout` (windowed: ZeRO-2/3), and the fp32
-  // parameters' (sharded: ZeRO-3, as the gradients' in fp32, none in bf16: the compute
-  // copy is gathered; the compute copy always takes gradient_floats_for(layout, sharded)).
-  static size_t gradient_floats_for(const ParameterLayout& layout, bool windowed);
-  static size_t parameter_floats_for(const ParameterLayout& layout, bool sharded, kernels::Precision precision);
-  // Call after writing params() directly (the optimizer does): the compute copy of the
-  // weights is refreshed before the next forward pass.
-  void parameters_changed();
-  // The named, sharded tensors over params(), for checkpoints and initializers.
-  ShardedParameters parameters() {
-    return {&layout_, shards_ != nullptr ? master_.data() : params_.data(), &k_, [this] { parameters_changed(); },
-            held_};
-  }
+  // The parameters and gradients: what the optimizer, data parallelism and checkpoints use.
+  ParamGradStore& store() { return store_; }
+  const ParamGradStore& store() const { return store_; }
 
   // Initialization from a seed, as the spec says per tensor: normal(0, 0.02) weights and
   // embeddings, residual projections scaled by 1/sqrt(2 n_layer), zero biases, unit norm
@@ -101,9 +70,10 @@ class Transformer {
   // Copies a named parameter in its full canonical shape from the host into this
   // rank's shard.
   void set_parameter(const std::string& name, const float* host, size_t count);
-  // The full canonical tensor (or its gradient), gathered over tp: collective (under
-  // ZeRO-3 over the shard group too).
-  std::vector<float> get_parameter(const std::string& name, bool gradient = false);
+  // The full canonical tensor, gathered over tp: collective (under ZeRO-3 over the
+  // shard group too); and its gradient (over tp).
+  std::vector<float> full_parameter(const std::string& name);
+  std::vector<float> full_gradient(const std::string& name);
   // The same from a flat buffer of this rank's layout in host memory (collective).
   std::vector<float> tensor_from_host(const std::string& name, const float* flat);
 
@@ -120,8 +90,8 @@ class Transformer {
   void discard_loss_sum();
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
   // micro-batch in `slot`. For a mean over G sequences: loss_scale = 1/(G*T). A stage
-  // other than the last starts from output_gradient(), filled by the pipeline; a stage
-  // other than the first leaves d loss / d input in input_gradient().
+  // other than the last starts from stage_gradient(), filled by the pipeline; a stage
+  // other than the first leaves d loss / d input there.
   // grads_final_from(offset), if given, is called as soon as the gradients at
   // [offset, end) of the flat buffer are complete (the last layers come first), so that
   // their reduction can start while backward goes on.
@@ -134,7 +104,6 @@ class Transformer {
   void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {}) {
     backward(0, loss_scale, grads_final_from);
   }
-  void zero_grad();
 
   // After forward() on the last stage: the logits of sequence `b`, position `t` of the
   // micro-batch in `slot`, over the whole vocabulary (gathered over tp: collective).
@@ -146,13 +115,13 @@ class Transformer {
   // Under sequence parallelism each holds this rank's rows only.
   ActivationSpan stage_input(int slot, int B) const { return rows_of(activations_.slots[slot].encoded, B); }
   ActivationSpan stage_output(int slot, int B) const { return rows_of(layer_input(slot, layout_.layers()), B); }
-  // Gradient buffers [B, T, d] of this stage's output (in) and input (out).
-  ActivationSpan output_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
-  ActivationSpan input_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
+  // The gradient [B, T, d] flowing through this stage, in one buffer: before backward()
+  // d loss / d (stage output), coming in from the next stage; after it d loss / d (stage
+  // input), going out to the previous one (backward turns one into the other in place).
+  ActivationSpan stage_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
 
-  // Activation bytes held for all slots, and of the weights' compute copy (for the memory report).
+  // Activation bytes held for all slots (for the memory report).
   const ActivationBytes& activation_bytes() const { return activations_.bytes(); }
-  size_t compute_weight_bytes() const { return weights_.size() * sizeof(float); }
 
  private:
   using Act = kernels::Act;
@@ -160,11 +129,10 @@ class Transformer {
 
   // The residual stream entering local block l (l = layers(): the stage's output).
   Act* layer_input(int slot, int l) const;
-  // The compute copy of parameter `index` (what the layers read); null for -1 (none).
-  const Act* weight(int index) const {
-    return index < 0 ? nullptr : kernels::offset(weights_act_, param_offset_[index], act_type_);
-  }
-  float* grad_or_null(int index) const { return index < 0 ? nullptr : grad(index); }
+  // What the layers read and write: the compute copy of tensor `index`, and its
+  // gradient; null for -1 (a tensor the family lacks).
+  const Act* weight(int index) const { return store_.weight(index); }
+  float* grad(int index) const { return store_.grad(index); }
   ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
   ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * spec().seq_len * spec().d_model); }
   // The rows of the residual stream this rank holds: all B*T, or 1/tp of them under
@@ -178,15 +146,6 @@ class Transformer {
   Act* row_parallel_output(Act* mine) const;
   void reduce_rows(Act* partial, Act* mine, int B);
   const Act* reduce_gradient_rows(Act* partial, int B);
-  void refresh_weights();
-  // ZeRO-3: starts gathering local block l's parameters into its window (unless there);
-  // makes block l ready to use and starts gathering block `next` (if one) ahead.
-  void gather_block(int l);
-  void use_block(int l, int next);
-  void progress_gathers();  // lets the gathers in flight move on (MPI progresses inside its calls)
-  // Unit u's parameters (in bf16 its compute copy) from every rank's piece into their
-  // storage; returns the gather in flight.
-  RequestPtr gather_unit(size_t u);
   // The full canonical tensor from this rank's piece of it (host memory), over tp.
   std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
   // The family's norm (LayerNorm or RMSNorm) over N rows of the residual stream.
@@ -206,23 +165,8 @@ class Transformer {
   // This rank's share: query and key/value heads, MLP columns, vocabulary rows.
   int heads_local_, kv_heads_local_, qkv_width_, attention_width_, ffn_local_, vocab_shard_, vocab_start_,
       vocab_valid_;
-  bool windowed_;
-  Communicator* shards_ = nullptr;  // ZeRO-3's group; null: the parameters are whole here
-  kernels::DeviceBuffer params_, grads_;
-  std::vector<size_t> unit_storage_;  // per layout unit: where its gradients (ZeRO-3: and parameters) start
-  std::vector<size_t> grad_offset_;   // per tensor: where its gradient starts in grads_
-  std::vector<size_t> param_offset_;  // per tensor: where it starts in params_ (and the compute copy)
-  // ZeRO-3: this rank's piece of every unit (held_), one after the other, the fp32 master
-  // values the optimizer updates; per window the block in it (-1: none) and its gather.
-  kernels::DeviceBuffer master_;
-  std::vector<FlatRange> held_;
-  std::vector<size_t> master_offset_;  // per unit: where its piece starts in master_
-  int window_block_[2] = {-1, -1};
-  RequestPtr window_gather_[2];
+  ParamGradStore store_;
   kernels::DType act_type_;
-  kernels::DeviceBuffer weights_;  // the compute copy, when it is not params_ itself
-  Act* weights_act_;
-  bool weights_stale_ = true;
   kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
 
   ActivationArena activations_;  // every slot's, the recompute set, backward's scratch

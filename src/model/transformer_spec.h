@@ -47,8 +47,10 @@ struct TransformerSpec {
   BlockNames block(int layer) const;
 
   int attention_width() const { return n_head * head_dim; }      // of q and of the attention output
-  int mlp_activation_width() const { return ffn_dim; }            // the MLP's hidden width
-  int mlp_in_width() const { return mlp == MlpKind::swiglu ? 2 * ffn_dim : ffn_dim; }  // gate | up
+  // The MLP's hidden width, and its input GEMM's output (gate | up under SwiGLU), on
+  // one of `tp` ranks (column-parallel: each holds 1/tp of the columns).
+  int mlp_activation_width(int tp = 1) const { return ffn_dim / tp; }
+  int mlp_in_width(int tp = 1) const { return mlp == MlpKind::swiglu ? 2 * mlp_activation_width(tp) : mlp_activation_width(tp); }
   // Rows of the token table and columns of the logits: V rounded up to a multiple of 64
   // per tensor-parallel shard (whole vector tiles); the padded logits are masked.
   int padded_vocab(int tp) const { return (vocab_size + 64 * tp - 1) / (64 * tp) * (64 * tp); }

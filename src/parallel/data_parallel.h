@@ -10,15 +10,15 @@
 //
 // ZeRO-2 also shards the gradients (DeepSpeed's stage 2, FSDP's SHARD_GRAD_OP): the
 // buckets are the layout's units (model/parameters.h: embeddings, each block, head),
-// and the model keeps a block's gradients only in one of two windows (model/transformer.h).
+// and the store keeps a block's gradients only in one of two windows (parallel/param_grad_store.h).
 // After each micro-batch's backward of a block, its window is reduce-scattered into
 // this rank's shard (added to what earlier micro-batches left there); the embeddings'
 // and head's gradients accumulate where they are and are reduce-scattered once, at the
 // end. No full-size gradient exists, and accumulation stays exact.
 //
 // ZeRO-3 (FSDP's FULL_SHARD) reduces the gradients as ZeRO-2 does; the parameters are
-// sharded the same way, by the model, which gathers each unit before using it
-// (model/transformer.h). AdamW then updates this rank's shard only and nothing is
+// sharded the same way, by the store, which gathers each unit before the model uses it
+// (parallel/param_grad_store.h). AdamW then updates this rank's shard only and nothing is
 // gathered after the step.
 #pragma once
 
@@ -73,7 +73,8 @@ class DataParallel {
 
   // 0 to 3 (0 with one rank: nothing to shard).
   int zero_stage() const { return stage_; }
-  bool zero() const { return stage_ > 0; }
+  // ZeRO at any stage: each rank updates (and keeps optimizer state for) its shard only.
+  bool shards_optimizer_state() const { return stage_ > 0; }
   // The ranks the states are sharded over (dp, or the shard group when hybrid): what a
   // sum over this rank's owned ranges must be reduced over to cover the model once.
   Communicator& shard_group() const { return dp_; }

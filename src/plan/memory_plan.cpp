@@ -10,6 +10,7 @@
 #include "model/transformer_spec.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
+#include "parallel/param_grad_store.h"
 #include "pipeline/schedule.h"
 #include "train/setup.h"
 
@@ -81,13 +82,14 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   const int zero = d.size(Axis::dp) > 1 ? config.parallel.zero : 0;
   // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
   // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
-  const size_t compute_floats = Transformer::gradient_floats_for(layout, zero == 3);
+  const ZeroStage stage = static_cast<ZeroStage>(zero);
+  const size_t compute_floats = ParamGradStore::compute_weight_floats_for(layout, stage);
   add("parameters", zero == 3 ? "fp32 gathered; ZeRO-3: embeddings and head kept, blocks in 2 windows" : "fp32",
-      Transformer::parameter_floats_for(layout, zero == 3, k.precision()) * f32);
+      ParamGradStore::parameter_floats_for(layout, stage, k.precision()) * f32);
   if (k.precision() == kernels::Precision::bf16)
     add("compute copy", zero == 3 ? "bf16 weights gathered: embeddings and head kept, blocks in 2 windows" : "bf16 weights",
         buffer_bytes(k.activation_bytes(compute_floats)));
-  const size_t windowed_floats = Transformer::gradient_floats_for(layout, zero >= 2);
+  const size_t windowed_floats = ParamGradStore::gradient_floats_for(layout, stage);
   add("gradients", zero >= 2 ? "fp32; embeddings and head kept, blocks in 2 windows" : "fp32", windowed_floats * f32);
   // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).

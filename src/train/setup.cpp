@@ -50,7 +50,7 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
   GradientUnits units;
   units.units = layout.units();
   units.windowed = layout.unit_is_block();
-  units.locate = [&model](size_t offset) { return model.gradient_location(offset); };
+  units.locate = [&model](size_t offset) { return model.store().gradient_location(offset); };
   units.accumulates = config.train.global_batch / parallel.size(Axis::dp) / config.train.micro_batch > 1;
   return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero);
 }
@@ -61,11 +61,15 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
     : local_batch(config.train.global_batch / parallel.size(Axis::dp)),
       plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
       shared_heads(shared_head_group(config.model, parallel)), hybrid(hybrid_groups(config, parallel)),
-      model(config.model, config.train.micro_batch, k,
-            TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
-            parallel.size(Axis::dp), plan.stage, plan.slots, config.train.recompute,
-            zero_stage(config, parallel.dims()) >= 2,
-            zero_stage(config, parallel.dims()) == 3 ? (hybrid.shard ? hybrid.shard.get() : &parallel.dp()) : nullptr),
+      model(config.model, k,
+            {.micro_batch = config.train.micro_batch,
+             .tp = TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
+             .buffer_multiple = static_cast<size_t>(parallel.size(Axis::dp)),
+             .stage = plan.stage,
+             .slots = plan.slots,
+             .recompute = config.train.recompute,
+             .zero = static_cast<ZeroStage>(zero_stage(config, parallel.dims())),
+             .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.dp()}),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(model.layout(),
                 {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,

@@ -40,9 +40,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
         "the model has fewer activation slots than the schedule keeps in flight");
   // Gradients of the mean over the global batch: summed over dp, no division after.
   const float loss_scale = 1.0f / (static_cast<float>(global_batch) * T);
-  model_.zero_grad();
+  model_.store().zero_grad();
   model_.discard_loss_sum();
-  data_parallel_.start_backward(model_.grads());
+  data_parallel_.start_backward(model_.store().grads());
   compute_s_ = 0;
   int backwards_done = 0;
   for (const PipelineAction& action : stage_actions(pipeline_.schedule, stage(), stages(), micro_batches)) {
@@ -60,9 +60,9 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       compute_s_ += computing.seconds();
       if (!model_.last_stage()) activation_sends_[slot] = pipeline_.pp->send_async(model_.stage_output(slot, B), stage() + 1, activation_tag(mb));
     } else {
-      finish(gradient_send_);  // backward rewrites input_gradient(): the last one must have left
+      finish(gradient_send_);  // backward rewrites stage_gradient(): the last one sent must have left
       if (!model_.last_stage()) {
-        pipeline_.pp->recv(model_.output_gradient(B), stage() + 1, gradient_tag(mb));
+        pipeline_.pp->recv(model_.stage_gradient(B), stage() + 1, gradient_tag(mb));
       }
       Timer computing;
       if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
@@ -81,7 +81,7 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
       }
       compute_s_ += computing.seconds();
       if (!model_.first_stage())
-        gradient_send_ = pipeline_.pp->send_async(model_.input_gradient(B), stage() - 1, gradient_tag(mb));
+        gradient_send_ = pipeline_.pp->send_async(model_.stage_gradient(B), stage() - 1, gradient_tag(mb));
     }
   }
   for (RequestPtr& send : activation_sends_) finish(send);
@@ -141,7 +141,7 @@ void StepRunner::sync_tied_embedding() {
   const int tied = model_.layout().tied_across_stages();
   if (pipeline_.embedding == nullptr || tied < 0) return;
   const ParameterTensor& t = model_.layout()[tied];
-  pipeline_.embedding->all_reduce(std::span<float>(model_.grad(tied), t.stored));
+  pipeline_.embedding->all_reduce(std::span<float>(model_.store().grad(tied), t.stored));
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced
@@ -155,7 +155,7 @@ void StepRunner::sum_shared_head_gradients() {
       if (begin >= end) continue;
       TensorParallel& tp = model_.tensor_parallel();
       if (t.partial_gradient) sums.push_back(tp.sum_shared_head_gradients({data_parallel_.gradient_at(begin), end - begin}));
-      if (t.norm) sums.push_back(tp.sum_sequence_partial_gradients({data_parallel_.gradient_at(begin), end - begin}));
+      if (t.is_norm_parameter) sums.push_back(tp.sum_sequence_partial_gradients({data_parallel_.gradient_at(begin), end - begin}));
     }
   for (RequestPtr& s : sums) finish(s);
 }
@@ -176,7 +176,7 @@ double StepRunner::gradient_norm_squared() {
     }
   double sum = 0.0;
   k_.copy_to_host(&sum, total, sizeof sum);
-  if (data_parallel_.zero()) sum = data_parallel_.shard_group().all_reduce(sum);
+  if (data_parallel_.shards_optimizer_state()) sum = data_parallel_.shard_group().all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
   if (pipeline_.pp != nullptr) sum = pipeline_.pp->all_reduce(sum);
   return sum;
@@ -196,10 +196,11 @@ GradientNorm StepRunner::update(double lr, double grad_clip, bool loss_finite) {
     return norm;
   }
   norm.clip_coefficient = clip_coefficient(norm.norm, grad_clip);
-  optimizer_.step([this](size_t offset) { return model_.parameter_at(offset); },
+  ParamGradStore& store = model_.store();
+  optimizer_.step([&store](size_t offset) { return store.parameter_at(offset); },
                   [this](size_t offset) { return data_parallel_.gradient_at(offset); }, lr, norm.clip_coefficient);
-  if (!model_.parameters_sharded()) data_parallel_.gather_parameters(model_.params());  // ZeRO-3: the model gathers
-  model_.parameters_changed();
+  if (!store.parameters_sharded()) data_parallel_.gather_parameters(store.params());  // ZeRO-3: the store gathers
+  store.parameters_changed();
   return norm;
 }
 

@@ -73,7 +73,7 @@ class StepRunner {
   PipelineLinks pipeline_;
   double comm_wait_s_ = 0, compute_s_ = 0;
   std::vector<RequestPtr> activation_sends_;  // per slot: the output still on its way
-  RequestPtr gradient_send_;                  // input_gradient() still on its way
+  RequestPtr gradient_send_;                  // stage_gradient() still on its way
   kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
 };
 

@@ -231,13 +231,13 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
     std::string what;
     run_collectively([&] {
       if (is_hf_checkpoint(cc.init_from)) {
-        read = import_hf(model.parameters(), cc.init_from);
+        read = import_hf(model.store().parameters(), cc.init_from);
       } else if (const std::optional<Manifest> m = trident_checkpoint_at(cc.init_from)) {
-        init_parameters_from_checkpoint(model.parameters(), config.model, *m);
+        init_parameters_from_checkpoint(model.store().parameters(), config.model, *m);
         what = " (the parameters of trident checkpoint " + m->dir + ", step " + std::to_string(m->step) +
                "; optimizer state and data position start afresh)";
       } else {
-        init_parameters_from(model.parameters(), cc.init_from);
+        init_parameters_from(model.store().parameters(), cc.init_from);
       }
     });
     const double bytes = parallel.world().all_reduce(static_cast<double>(read.bytes));
@@ -316,7 +316,7 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
                 parallel.size(Axis::pp), config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
                 name_of(config.parallel.schedule), s.plan.stage.first_layer,
                 s.plan.stage.first_layer + s.plan.stage.layers - 1, s.plan.slots);
-  if (s.data_parallel.zero())
+  if (s.data_parallel.shards_optimizer_state())
     std::printf("ZeRO-%d: states sharded over %d dp ranks%s\n", s.data_parallel.zero_stage(),
                 s.data_parallel.shard_group().size(),
                 s.hybrid.replica ? (", replicated over " + std::to_string(s.hybrid.replica->size()) +
@@ -740,7 +740,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const MemoryBaseline baseline{resident_bytes(), k->memory_pool().free_bytes};
   TrainingSetup s(config, parallel, *k);
   s.model.init_parameters(tc.seed);
-  Checkpointer checkpointer(config, parallel, s.model.parameters(), s.optimizer, s.data_parallel);
+  Checkpointer checkpointer(config, parallel, s.model.store().parameters(), s.optimizer, s.data_parallel);
   checkpointer.set_data(data.fingerprint);
   const Restored restored = restore(config, parallel, s.model, checkpointer);
   const int start_step = restored.step;
@@ -827,14 +827,14 @@ TrainResult train(const Config& config, ParallelState& parallel) {
       continue;
     }
     end.record(step, start_step, o, guard);
-    maybe_flip_bit(parallel.rank(), step + 1, s.model.parameters());
+    maybe_flip_bit(parallel.rank(), step + 1, s.model.store().parameters());
     // Replicas compared at their interval and before every periodic checkpoint: a corrupted
     // state is not saved (a save on a signal is not checked first).
     const bool saving = config.checkpoint.every_steps > 0 && (step + 1) % config.checkpoint.every_steps == 0 &&
                         !config.checkpoint.dir.empty();
     if (replicas.due(step) || (saving && replicas.enabled())) {
       const Timer checking;
-      const ReplicaComparison c = replicas.compare(s.model.parameters(), step + 1);
+      const ReplicaComparison c = replicas.compare(s.model.store().parameters(), step + 1);
       result.replica_checks++;
       result.replica_check_s += checking.seconds();
       if (!c.agree) {

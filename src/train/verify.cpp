@@ -163,7 +163,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   }
   for (TensorError& e : report.tensors)
     e.final_param = model.layout().has(e.name)
-                        ? relative_error(model.get_parameter(e.name), file.read_double("final/params/" + e.name))
+                        ? relative_error(model.full_parameter(e.name), file.read_double("final/params/" + e.name))
                         : kNotHere;
   // Each stage measured the tensors it holds: the largest error of each over the world
   // (a NaN is turned into +inf first, so that it survives the max).

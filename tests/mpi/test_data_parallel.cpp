@@ -78,7 +78,7 @@ TEST(DataParallelTraining, SameParametersAsOneRank) {
 
   const auto train = [&](Communicator& dp, bool zero) {
     const int local = global_batch / dp.size();
-    Transformer model(mc, local, *k, TensorParallel{}, dp.size());
+    Transformer model(mc, *k, {.micro_batch = local, .buffer_multiple = static_cast<size_t>(dp.size())});
     model.init_parameters(5);
     DataParallel data_parallel(dp, *k, model.layout().total_floats(), 0.001, zero);
     AdamW optimizer(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, data_parallel.owned());
@@ -92,7 +92,7 @@ TEST(DataParallelTraining, SameParametersAsOneRank) {
     }
     std::vector<float> params;
     for (const auto& t : model.layout().tensors()) {
-      const std::vector<float> p = model.get_parameter(t.name);
+      const std::vector<float> p = model.full_parameter(t.name);
       params.insert(params.end(), p.begin(), p.end());
     }
     return std::make_pair(losses, params);

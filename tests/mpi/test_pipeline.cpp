@@ -48,7 +48,9 @@ Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, 
   auto k = kernels::make_cpu_kernels();
   auto watchdog = std::make_shared<Watchdog>();
   MpiCommunicator self(MPI_COMM_SELF, "self", watchdog);
-  Transformer model(mc, B, *k, {}, 1, stage_spec(mc.n_layer, stage, stages, ""), max_in_flight(schedule, stage, stages, m));
+  Transformer model(mc, *k,
+                    {.micro_batch = B, .stage = stage_spec(mc.n_layer, stage, stages, ""),
+                     .slots = max_in_flight(schedule, stage, stages, m)});
   model.init_parameters(21);
   DataParallel dp(self, *k, model.layout().total_floats(), 0.001, false);
   AdamW opt(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, dp.owned());
@@ -60,7 +62,7 @@ Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, 
     out.losses.push_back(runner.compute_gradients(tokens.data(), targets.data(), B * m, B * m));
     runner.update(3e-3, 1.0);
   }
-  for (const ParameterTensor& t : model.layout().tensors()) out.params[t.name] = model.get_parameter(t.name);
+  for (const ParameterTensor& t : model.layout().tensors()) out.params[t.name] = model.full_parameter(t.name);
   out.activation_bytes = model.activation_bytes().total();
   return out;
 }

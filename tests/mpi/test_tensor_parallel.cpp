@@ -78,16 +78,16 @@ class TensorParallelTest : public testing::TestWithParam<Family> {
 TEST_P(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
   const ModelConfig mc = small_model(GetParam());
   const int B = 3, T = mc.seq_len;
-  Transformer whole(mc, B, *k_);
-  Transformer sharded(mc, B, *k_, tp());
+  Transformer whole(mc, *k_, {.micro_batch = B});
+  Transformer sharded(mc, *k_, {.micro_batch = B, .tp = tp()});
   whole.init_parameters(11);
   sharded.init_parameters(11);
   const Batch batch = random_batch(B, T, mc.vocab_size, 3);
   const float loss_whole = whole.forward(batch.tokens.data(), batch.targets.data(), B);
   const float loss_sharded = sharded.forward(batch.tokens.data(), batch.targets.data(), B);
   EXPECT_NEAR(loss_sharded, loss_whole, 1e-6 * std::abs(loss_whole));
-  whole.zero_grad();
-  sharded.zero_grad();
+  whole.store().zero_grad();
+  sharded.store().zero_grad();
   whole.backward(1.0f / (B * T));
   sharded.backward(1.0f / (B * T));
   // Column-parallel qkv and MLP input, row-parallel outputs, vocabulary-parallel
@@ -96,9 +96,9 @@ TEST_P(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
   // each rank's part of the gradient until the step sums them (next test), so here
   // their sum over the sharing ranks is what matches.
   for (const ParameterTensor& t : sharded.layout().tensors()) {
-    EXPECT_EQ(sharded.get_parameter(t.name), whole.get_parameter(t.name)) << t.name;  // same initialization
-    std::vector<float> grad(sharded.grad(&t - sharded.layout().tensors().data()),
-                            sharded.grad(&t - sharded.layout().tensors().data()) + t.stored);
+    EXPECT_EQ(sharded.full_parameter(t.name), whole.full_parameter(t.name)) << t.name;  // same initialization
+    std::vector<float> grad(sharded.store().grad(&t - sharded.layout().tensors().data()),
+                            sharded.store().grad(&t - sharded.layout().tensors().data()) + t.stored);
     if (t.partial_gradient) shared_heads_->all_reduce(std::span<float>(grad));
     const int holders = world_size() / t.shards;
     std::vector<float> all(t.stored * world_size()), pieces(t.stored * t.shards);
@@ -106,7 +106,7 @@ TEST_P(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
     parallel_->tp().all_gather(all);
     for (int p = 0; p < t.shards; p++)
       std::copy_n(all.begin() + p * holders * t.stored, t.stored, pieces.begin() + p * t.stored);
-    EXPECT_LT(relative_error(sharded.layout().assemble(t, pieces), whole.get_parameter(t.name, true)), 1e-5) << t.name;
+    EXPECT_LT(relative_error(sharded.layout().assemble(t, pieces), whole.full_gradient(t.name)), 1e-5) << t.name;
   }
 }
 
@@ -118,7 +118,7 @@ TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
   const Batch batch = random_batch(B, T, mc.vocab_size, 9);
   std::vector<double> norms;
   std::vector<Transformer*> models;
-  Transformer whole(mc, B, *k_), sharded(mc, B, *k_, tp());
+  Transformer whole(mc, *k_, {.micro_batch = B}), sharded(mc, *k_, {.micro_batch = B, .tp = tp()});
   for (Transformer* model : {&whole, &sharded}) {
     model->init_parameters(4);
     DataParallel dp(self, *k_, model->layout().total_floats(), 1, false);
@@ -131,8 +131,8 @@ TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
   // Replicated tensors: bit-identical gradients on every tp rank; shared key/value
   // heads: on every rank sharing them, once the step has summed their parts.
   for (const ParameterTensor& t : sharded.layout().tensors()) {
-    std::vector<float> mine(sharded.grad(&t - sharded.layout().tensors().data()),
-                            sharded.grad(&t - sharded.layout().tensors().data()) + t.stored);
+    std::vector<float> mine(sharded.store().grad(&t - sharded.layout().tensors().data()),
+                            sharded.store().grad(&t - sharded.layout().tensors().data()) + t.stored);
     std::vector<float> first = mine;
     if (!t.sharded()) parallel_->tp().broadcast(first, 0);
     else if (t.partial_gradient) shared_heads_->broadcast(first, 0);
@@ -143,7 +143,7 @@ TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
 TEST_P(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
   const ModelConfig mc = small_model(GetParam());
   const int B = 2, T = mc.seq_len, P = world_size();
-  Transformer sharded(mc, B, *k_, tp());
+  Transformer sharded(mc, *k_, {.micro_batch = B, .tp = tp()});
   sharded.init_parameters(8);
   // The head's table: GPT-2's tied wte, Llama's lm_head.
   const ParameterTensor& head = sharded.layout()[sharded.layout().head()];
@@ -151,26 +151,26 @@ TEST_P(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
   // Poison the padding rows: if they took part in the softmax the loss would change.
   for (int r = 0; r < shard_rows; r++)
     if (first_row + r >= mc.vocab_size)
-      for (int c = 0; c < mc.d_model; c++) sharded.params()[head.offset + r * mc.d_model + c] = 5.0f;
-  sharded.parameters_changed();
-  Transformer whole(mc, B, *k_);
+      for (int c = 0; c < mc.d_model; c++) sharded.store().params()[head.offset + r * mc.d_model + c] = 5.0f;
+  sharded.store().parameters_changed();
+  Transformer whole(mc, *k_, {.micro_batch = B});
   whole.init_parameters(8);
   const Batch batch = random_batch(B, T, mc.vocab_size, 5);
   const float expected = whole.forward(batch.tokens.data(), batch.targets.data(), B);
   EXPECT_NEAR(sharded.forward(batch.tokens.data(), batch.targets.data(), B), expected, 1e-6 * expected);
-  sharded.zero_grad();
+  sharded.store().zero_grad();
   sharded.backward(1.0f);
   for (int r = 0; r < shard_rows; r++) {
     if (first_row + r < mc.vocab_size) continue;
     for (int c = 0; c < mc.d_model; c++)
-      ASSERT_EQ(sharded.grads()[head.offset + r * mc.d_model + c], 0.0f) << "padded row " << first_row + r;
+      ASSERT_EQ(sharded.store().grads()[head.offset + r * mc.d_model + c], 0.0f) << "padded row " << first_row + r;
   }
 }
 
 TEST_P(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
   const ModelConfig mc = small_model(GetParam());
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
-  Transformer model(mc, B, *k_, tp());
+  Transformer model(mc, *k_, {.micro_batch = B, .tp = tp()});
   const CommStats s = one_step(model, B, micro_steps);
   // Per micro-batch: 2 all-reduces of B*T*d floats in the forward and 2 in the backward
   // of each block; 1 for the embedding, 1 for the head's input gradient; the loss needs
@@ -193,7 +193,7 @@ TEST_P(TensorParallelTest, SequenceParallelBytesMatchTheFormulaAndActivationsShr
   ModelConfig mc = small_model(GetParam());
   mc.seq_len = 12;  // a multiple of 2, 3 and 4 ranks
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
-  Transformer model(mc, B, *k_, TensorParallel(parallel_->tp(), shared_heads_.get(), /*sequence_parallel=*/true));
+  Transformer model(mc, *k_, {.micro_batch = B, .tp = TensorParallel(parallel_->tp(), shared_heads_.get(), /*sequence_parallel=*/true)});
   const CommStats s = one_step(model, B, micro_steps);
   if (world_size() == 1) {
     EXPECT_EQ(s.total_bytes(), 0u);
@@ -210,12 +210,12 @@ TEST_P(TensorParallelTest, SequenceParallelBytesMatchTheFormulaAndActivationsShr
   EXPECT_EQ(s.bytes[static_cast<int>(CommOp::reduce_scatter)], micro_steps * (4 * L + 2) * BTd);
   uint64_t norm_bytes = 0, norm_tensors = 0;
   for (const ParameterTensor& t : model.layout().tensors())
-    if (t.norm) norm_bytes += t.stored * sizeof(float), norm_tensors++;
+    if (t.is_norm_parameter) norm_bytes += t.stored * sizeof(float), norm_tensors++;
   const uint64_t loss_bytes = 3 * static_cast<uint64_t>(B) * T * sizeof(float);
   EXPECT_EQ(s.bytes[static_cast<int>(CommOp::all_reduce)], micro_steps * loss_bytes + norm_bytes + sizeof(double));
   EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], micro_steps * 2 + norm_tensors + 1);
   // The residual stream's rows are split: fewer activation bytes than without.
-  Transformer whole_rows(mc, B, *k_, tp());
+  Transformer whole_rows(mc, *k_, {.micro_batch = B, .tp = tp()});
   EXPECT_LT(model.activation_bytes().per_slot, whole_rows.activation_bytes().per_slot);
 }
 

@@ -73,20 +73,20 @@ TEST(Recompute, KeepsWhatEachModeSays) {
 // overwrites the shared recompute set, so only a real recomputation gets them right.
 std::vector<float> interleaved_gradients(const ModelConfig& mc, Recompute recompute, kernels::Kernels& k) {
   const int B = 2, T = mc.seq_len;
-  Transformer model(mc, B, k, {}, 1, {}, 2, recompute);
+  Transformer model(mc, k, {.micro_batch = B, .slots = 2, .recompute = recompute});
   model.init_parameters(7);
   std::vector<int32_t> tokens(2 * B * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
     tokens[i] = static_cast<int32_t>(hash_key(3, 1, i) % mc.vocab_size);
     targets[i] = static_cast<int32_t>(hash_key(3, 2, i) % mc.vocab_size);
   }
-  model.zero_grad();
+  model.store().zero_grad();
   model.forward(0, tokens.data(), targets.data(), B);
   model.forward(1, tokens.data() + B * T, targets.data() + B * T, B);
   model.backward(1, 1.0f / (2 * B * T));
   model.backward(0, 1.0f / (2 * B * T));
   std::vector<float> grads(model.layout().total_floats());
-  std::memcpy(grads.data(), model.grads(), grads.size() * sizeof(float));
+  std::memcpy(grads.data(), model.store().grads(), grads.size() * sizeof(float));
   return grads;
 }
 
@@ -127,7 +127,7 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
     optimizer_sum += p.of("optimizer state");
     EXPECT_EQ(p.of("compute copy"), 0u);  // fp32: the layers read the parameters
     // The activations: what the model then allocates for the same shape.
-    Transformer model(c.model, 2, *k, {}, 4, {}, 1, Recompute::selective);
+    Transformer model(c.model, *k, {.micro_batch = 2, .buffer_multiple = 4, .recompute = Recompute::selective});
     EXPECT_EQ(p.of("activations") + p.of("recompute set") + p.of("backward scratch"), model.activation_bytes().total());
     EXPECT_EQ(p.of("checkpoint staging"), 0u);  // no checkpoint.dir
     const auto owned = DataParallel::sharded_ranges(DataParallel::bucket_ranges(n, 0.01, 4), 4, r);
@@ -151,7 +151,7 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   for (int r = 0; r < 4; r++) {
     const RankMemoryPlan p = plan_rank_memory(c, RankCoords().with(Axis::dp, r), *k);
     states += p.of("parameter shard") + p.of("gradient shard") + p.of("optimizer state");
-    const size_t windowed = Transformer::gradient_floats_for(layout, true) * 4;
+    const size_t windowed = ParamGradStore::gradient_floats_for(layout, ZeroStage::gradients) * 4;
     EXPECT_EQ(p.of("parameters"), windowed);
     EXPECT_EQ(p.of("gradients"), windowed);
     EXPECT_LT(windowed, n * 4);
@@ -162,7 +162,7 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   auto bf16 = kernels::make_cpu_kernels(kernels::Precision::bf16);
   const RankMemoryPlan mixed = plan_rank_memory(c, RankCoords(), *bf16);
   EXPECT_EQ(mixed.of("parameters"), 0u);
-  EXPECT_EQ(mixed.of("compute copy"), bf16->activation_bytes(Transformer::gradient_floats_for(layout, true)));
+  EXPECT_EQ(mixed.of("compute copy"), bf16->activation_bytes(ParamGradStore::compute_weight_floats_for(layout, ZeroStage::parameters)));
   c.parallel.zero = 1;
   // Checkpoints add the host copy of parameters and moments, and dp rank 0's pieces.
   c.checkpoint.dir = "/nonexistent";

@@ -98,12 +98,12 @@ ModelConfig small_model() { return gpt2_shape(2, 2, 32, 16, 64); }
 
 TEST(MixedPrecision, MasterWeightsKeepUpdatesSmallerThanBf16Resolution) {
   auto k = kernels::make_cpu_kernels(Precision::bf16);
-  Transformer model(small_model(), 2, *k);
-  EXPECT_GT(model.compute_weight_bytes(), 0u);  // a separate compute copy
+  Transformer model(small_model(), *k, {.micro_batch = 2});
+  EXPECT_GT(model.store().compute_weight_bytes(), 0u);  // a separate compute copy
   model.init_parameters(3);
   const size_t n = model.layout().total_floats();
-  for (size_t i = 0; i < n; i++) model.params()[i] = round_to_bf16(model.params()[i]);
-  model.parameters_changed();
+  for (size_t i = 0; i < n; i++) model.store().params()[i] = round_to_bf16(model.store().params()[i]);
+  model.store().parameters_changed();
   std::vector<int32_t> tokens(2 * 16), targets(2 * 16);
   for (size_t i = 0; i < tokens.size(); i++) {
     tokens[i] = static_cast<int32_t>((i * 7) % 64);
@@ -112,21 +112,21 @@ TEST(MixedPrecision, MasterWeightsKeepUpdatesSmallerThanBf16Resolution) {
   const float before = model.forward(tokens.data(), targets.data(), 2);
   // A step of 2^-12 relative: the fp32 master moves, its bf16 copy (resolution 2^-8 to
   // 2^-7 relative) does not, so the loss is bit-identical ...
-  for (size_t i = 0; i < n; i++) model.params()[i] *= 1.0f + 0x1p-12f;
-  model.parameters_changed();
+  for (size_t i = 0; i < n; i++) model.store().params()[i] *= 1.0f + 0x1p-12f;
+  model.store().parameters_changed();
   EXPECT_EQ(model.forward(tokens.data(), targets.data(), 2), before);
-  EXPECT_FALSE(all_bf16(std::vector<float>(model.params(), model.params() + n)));
+  EXPECT_FALSE(all_bf16(std::vector<float>(model.store().params(), model.store().params() + n)));
   // ... and 31 more such steps add up in the master until the copy moves too.
   for (int step = 0; step < 31; step++)
-    for (size_t i = 0; i < n; i++) model.params()[i] *= 1.0f + 0x1p-12f;
-  model.parameters_changed();
+    for (size_t i = 0; i < n; i++) model.store().params()[i] *= 1.0f + 0x1p-12f;
+  model.store().parameters_changed();
   EXPECT_NE(model.forward(tokens.data(), targets.data(), 2), before);
 }
 
 TEST(MixedPrecision, Fp32ComputeReadsTheParametersThemselves) {
   auto k = kernels::make_cpu_kernels(Precision::fp32);
-  Transformer model(small_model(), 1, *k);
-  EXPECT_EQ(model.compute_weight_bytes(), 0u);
+  Transformer model(small_model(), *k);
+  EXPECT_EQ(model.store().compute_weight_bytes(), 0u);
 }
 
 TEST(MixedPrecision, Bf16ModelMatchesTheReferenceWithinBf16Tolerances) {

@@ -19,32 +19,32 @@ ModelConfig tiny_model() { return gpt2_shape(1, 2, 8, 4, 11); }
 
 TEST(AdamW, FollowsFormatMdForEveryTensor) {
   auto k = kernels::make_cpu_kernels();
-  Transformer model(tiny_model(), 1, *k);
+  Transformer model(tiny_model(), *k);
   model.init_parameters(7);
   const ParameterLayout& layout = model.layout();
   const size_t n = layout.total_floats();
   const AdamWSettings s{0.9, 0.95, 1e-8, 0.1};
   AdamW opt(layout, s, *k);
 
-  std::vector<double> p(model.params(), model.params() + n), m(n, 0.0), v(n, 0.0);
+  std::vector<double> p(model.store().params(), model.store().params() + n), m(n, 0.0), v(n, 0.0);
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const double lr = 3e-3, scale = 0.7;
   for (int t = 1; t <= 3; t++) {
     for (const auto& tensor : layout.tensors())
-      for (size_t i = 0; i < tensor.numel(); i++) model.grads()[tensor.offset + i] = normal(rng);
-    opt.step(model.params(), model.grads(), lr, scale);
-    model.parameters_changed();
+      for (size_t i = 0; i < tensor.numel(); i++) model.store().grads()[tensor.offset + i] = normal(rng);
+    opt.step(model.store().params(), model.store().grads(), lr, scale);
+    model.store().parameters_changed();
     for (const auto& tensor : layout.tensors()) {
       const double wd = tensor.shape.size() >= 2 ? s.weight_decay : 0.0;  // FORMAT.md: 2+ dims only
       for (size_t i = tensor.offset; i < tensor.offset + tensor.numel(); i++) {
-        const double g = static_cast<double>(model.grads()[i]) * scale;
+        const double g = static_cast<double>(model.store().grads()[i]) * scale;
         p[i] *= 1 - lr * wd;
         m[i] = s.beta1 * m[i] + (1 - s.beta1) * g;
         v[i] = s.beta2 * v[i] + (1 - s.beta2) * g * g;
         const double mh = m[i] / (1 - std::pow(s.beta1, t)), vh = v[i] / (1 - std::pow(s.beta2, t));
         p[i] -= lr * mh / (std::sqrt(vh) + s.eps);
-        ASSERT_NEAR(model.params()[i], p[i], 1e-6 + 1e-5 * std::abs(p[i])) << tensor.name << " step " << t;
+        ASSERT_NEAR(model.store().params()[i], p[i], 1e-6 + 1e-5 * std::abs(p[i])) << tensor.name << " step " << t;
       }
     }
   }

@@ -1,0 +1,189 @@
+#include "parallel/param_grad_store.h"
+
+#include <algorithm>
+#include <span>
+
+#include "runtime/error.h"
+
+namespace trident {
+
+namespace {
+
+// Where each unit's gradients (ZeRO-3: and parameters) live in their storage. Without
+// windows: where the unit is in the flat layout. With windows: the kept units first (all
+// but the blocks), then window 0 and window 1, each as large as the largest block;
+// block l in window l % 2.
+struct UnitStorage {
+  size_t floats = 0;
+  std::vector<size_t> unit_start;
+};
+
+UnitStorage unit_storage(const ParameterLayout& layout, bool windowed) {
+  const std::vector<FlatRange>& units = layout.units();
+  UnitStorage g;
+  if (!windowed) {
+    for (const FlatRange& u : units) g.unit_start.push_back(u.begin);
+    g.floats = layout.total_floats();
+    return g;
+  }
+  const std::vector<bool>& block = layout.unit_is_block();
+  size_t window = 0;
+  for (int l = 0; l < layout.layers(); l++) window = std::max(window, units[layout.block_unit(l)].size());
+  g.unit_start.resize(units.size());
+  for (size_t u = 0; u < units.size(); u++)
+    if (!block[u]) g.unit_start[u] = g.floats, g.floats += units[u].size();
+  for (int l = 0; l < layout.layers(); l++) g.unit_start[layout.block_unit(l)] = g.floats + (l % 2) * window;
+  g.floats += std::min(layout.layers(), 2) * window;
+  return g;
+}
+
+}  // namespace
+
+size_t ParamGradStore::gradient_floats_for(const ParameterLayout& layout, ZeroStage zero) {
+  return unit_storage(layout, zero >= ZeroStage::gradients).floats;
+}
+
+size_t ParamGradStore::parameter_floats_for(const ParameterLayout& layout, ZeroStage zero,
+                                            kernels::Precision precision) {
+  // ZeRO-3 in bf16 gathers the compute copy itself: the fp32 values live in the shard only.
+  if (zero == ZeroStage::parameters && precision != kernels::Precision::fp32) return 0;
+  return compute_weight_floats_for(layout, zero);
+}
+
+size_t ParamGradStore::compute_weight_floats_for(const ParameterLayout& layout, ZeroStage zero) {
+  return unit_storage(layout, zero == ZeroStage::parameters).floats;
+}
+
+ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero,
+                               Communicator* shard_group)
+    : layout_(layout), k_(k),
+      shards_(zero == ZeroStage::parameters && shard_group != nullptr && shard_group->size() > 1 ? shard_group
+                                                                                                 : nullptr),
+      zero_(zero == ZeroStage::parameters && shards_ == nullptr ? ZeroStage::gradients : zero),
+      params_(k, parameter_floats_for(layout, zero_, k.precision())), grads_(k, gradient_floats_for(layout, zero_)),
+      act_type_(k.activation_type()) {
+  unit_storage_ = unit_storage(layout_, zero_ >= ZeroStage::gradients).unit_start;
+  for (const ParameterTensor& t : layout_.tensors())
+    grad_offset_.push_back(static_cast<size_t>(gradient_location(t.offset) - grads_.data()));
+  // Parameters: stored as the gradients are (ZeRO-3: the kept units and the two windows).
+  for (const ParameterTensor& t : layout_.tensors()) param_offset_.push_back(t.offset);
+  if (shards_ != nullptr) {
+    const std::vector<FlatRange>& units = layout_.units();
+    const size_t ranks = shards_->size(), rank = shards_->rank();
+    size_t floats = 0;
+    for (const FlatRange& u : units) {
+      check(u.size() % ranks == 0, "ZeRO-3: a unit must be a multiple of the shard group");
+      const size_t piece = u.size() / ranks;
+      held_.push_back({u.begin + rank * piece, u.begin + (rank + 1) * piece});
+      master_offset_.push_back(floats);
+      floats += piece;
+    }
+    master_ = kernels::DeviceBuffer(k, floats);
+    param_offset_ = grad_offset_;
+  }
+  if (k.precision() == kernels::Precision::fp32) {
+    weights_act_ = kernels::as_act(params_.data());  // fp32 compute reads the parameters themselves
+  } else {
+    weights_ = kernels::DeviceBuffer(k, (k.activation_bytes(compute_weight_floats_for(layout_, zero_)) + 3) / 4);
+    weights_act_ = reinterpret_cast<Act*>(weights_.data());
+  }
+}
+
+float* ParamGradStore::gradient_location(size_t offset) const {
+  const size_t u = layout_.unit_of(offset);
+  return grads_.data() + unit_storage_[u] + (offset - layout_.units()[u].begin);
+}
+
+void ParamGradStore::zero_grad() { k_.fill_zero(grads_.data(), grads_.size() * sizeof(float)); }
+
+float* ParamGradStore::parameter_at(size_t offset) const {
+  if (shards_ == nullptr) return params_.data() + offset;
+  const size_t i = layout_.unit_of(offset);
+  check(offset >= held_[i].begin && offset < held_[i].end, "parameter_at: not an offset this rank holds");
+  return master_.data() + master_offset_[i] + (offset - held_[i].begin);
+}
+
+void ParamGradStore::parameters_changed() {
+  weights_stale_ = true;
+  for (int w = 0; w < 2; w++) {
+    window_gather_[w].reset();  // waits for a gather still in flight
+    window_block_[w] = -1;
+  }
+}
+
+ShardedParameters ParamGradStore::parameters() {
+  return {&layout_, shards_ != nullptr ? master_.data() : params_.data(), &k_, [this] { parameters_changed(); },
+          held_};
+}
+
+std::vector<float> ParamGradStore::parameter_to_host(int index) {
+  const ParameterTensor& t = layout_[index];
+  std::vector<float> mine(t.stored);
+  parameters().shard_to_host(t, mine.data());
+  // ZeRO-3: this rank's part of it, the others' parts from them (zeros here).
+  if (shards_ != nullptr) shards_->all_reduce(std::span<float>(mine));
+  return mine;
+}
+
+std::vector<float> ParamGradStore::gradient_to_host(int index) const {
+  const ParameterTensor& t = layout_[index];
+  std::vector<float> mine(t.stored);
+  k_.copy_to_host(mine.data(), grad(index), t.stored * sizeof(float));
+  return mine;
+}
+
+void ParamGradStore::refresh_weights() {
+  if (!weights_stale_) return;
+  weights_stale_ = false;
+  if (shards_ == nullptr) {
+    if (weights_.data() != nullptr) k_.cast_to_activation(weights_act_, params_.data(), layout_.total_floats());
+    return;
+  }
+  // ZeRO-3: the kept units (embeddings, final norm and head) gathered whole; the blocks
+  // as they come.
+  const std::vector<bool>& block = layout_.unit_is_block();
+  std::vector<RequestPtr> gathers;  // all started, then waited for
+  for (size_t u = 0; u < block.size(); u++)
+    if (!block[u]) gathers.push_back(gather_unit(u));
+  for (RequestPtr& g : gathers) g->wait();
+}
+
+void ParamGradStore::progress_gathers() {
+  for (RequestPtr& g : window_gather_)
+    if (g) g->test();
+}
+
+RequestPtr ParamGradStore::gather_unit(size_t u) {
+  const FlatRange& unit = layout_.units()[u];
+  const size_t piece = held_[u].size(), mine = shards_->rank() * piece;
+  const float* master = master_.data() + master_offset_[u];
+  // In place: this rank's piece at its position, the others' arrive around it. In bf16
+  // the compute copy is what travels.
+  if (weights_.data() == nullptr) {  // fp32: the layers read the parameters themselves
+    float* storage = params_.data() + unit_storage_[u];
+    k_.copy_on_device(storage + mine, master, piece * sizeof(float));
+    return shards_->all_gather_async(std::span<float>(storage, unit.size()));
+  }
+  Act* storage = kernels::offset(weights_act_, unit_storage_[u], act_type_);
+  k_.cast_to_activation(kernels::offset(storage, mine, act_type_), master, piece);
+  return shards_->all_gather_async(ActivationSpan{storage, unit.size(), act_type_});
+}
+
+void ParamGradStore::gather_block(int l) {
+  const int w = l % 2;
+  if (window_block_[w] == l) return;  // there, or on its way
+  window_gather_[w].reset();
+  window_gather_[w] = gather_unit(static_cast<size_t>(layout_.block_unit(l)));
+  window_block_[w] = l;
+}
+
+void ParamGradStore::use_block(int l, int next) {
+  if (shards_ == nullptr) return;
+  const int w = l % 2;
+  gather_block(l);
+  if (window_gather_[w]) window_gather_[w]->wait();
+  window_gather_[w].reset();
+  if (next >= 0 && next < layout_.layers()) gather_block(next);
+}
+
+}  // namespace trident
