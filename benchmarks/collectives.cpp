@@ -17,7 +17,7 @@
 
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_world.h"
-#include "runtime/memory.h"
+#include "kernels/base/memory.h"
 
 using namespace trident;
 

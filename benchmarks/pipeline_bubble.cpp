@@ -19,7 +19,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "pipeline/schedule.h"
-#include "runtime/memory.h"
+#include "kernels/base/memory.h"
 #include "runtime/random.h"
 #include "runtime/timer.h"
 #include "train/step_runner.h"

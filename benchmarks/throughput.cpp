@@ -17,7 +17,7 @@
 #include "model/transformer.h"
 #include "model/transformer_spec.h"
 #include "optim/adamw.h"
-#include "runtime/memory.h"
+#include "kernels/base/memory.h"
 #include "runtime/random.h"
 #include "runtime/timer.h"
 

@@ -21,7 +21,7 @@
 #include "parallel/parallel_state.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "runtime/memory.h"
+#include "kernels/base/memory.h"
 #include "runtime/random.h"
 #include "runtime/timer.h"
 #include "train/step_runner.h"

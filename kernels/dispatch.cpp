@@ -1,7 +1,7 @@
 // Picks the kernel backend at run time: `--train.device=cpu|cuda`, `--train.precision`.
 #include "kernels/kernels.h"
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident::kernels {
 

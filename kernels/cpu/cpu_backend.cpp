@@ -11,7 +11,7 @@
 #include "../bf16.h"
 #include "../kernels.h"
 #include "cpu_kernels.h"
-#include "runtime/memory.h"
+#include "kernels/base/memory.h"
 
 namespace trident::kernels {
 

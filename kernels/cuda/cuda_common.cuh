@@ -10,7 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_host.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident::kernels::cuda {
 

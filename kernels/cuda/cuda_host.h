@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 // Checks a library call that returns a status: `ok` is its success value, `describe`
 // names a status. fail() adds the host, file and line, and the caller's catch the rank.

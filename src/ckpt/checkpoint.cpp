@@ -21,7 +21,7 @@
 #include "monitor/step_trace.h"
 #include "parallel/agreement.h"
 #include "runtime/durable_file.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 
 namespace fs = std::filesystem;

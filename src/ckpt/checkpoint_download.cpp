@@ -9,7 +9,7 @@
 
 #include "parallel/agreement.h"
 #include "runtime/durable_file.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 
 namespace fs = std::filesystem;

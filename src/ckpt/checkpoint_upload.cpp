@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "parallel/agreement.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "storage/background_priority.h"
 
 namespace fs = std::filesystem;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

@@ -10,8 +10,8 @@
 #include "ckpt/safetensors.h"
 #include "data/tokenizer.h"
 #include "model/hf_conventions.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
+#include "kernels/base/error.h"
+#include "kernels/base/memory.h"
 #include "runtime/timer.h"
 
 namespace fs = std::filesystem;

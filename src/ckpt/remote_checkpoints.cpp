@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <map>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

@@ -14,7 +14,7 @@
 #include <set>
 
 #include "kernels/bf16.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

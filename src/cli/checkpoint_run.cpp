@@ -5,7 +5,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "parallel/agreement.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

@@ -10,7 +10,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_checkpoint.h"
 #include "ckpt/remote_checkpoints.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 #include "storage/s3_uri.h"
 

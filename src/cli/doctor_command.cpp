@@ -22,7 +22,7 @@
 #include "kernels/kernels.h"
 #include "model/transformer_spec.h"
 #include "parallel/parallel_state.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 #include "train/setup.h"
 

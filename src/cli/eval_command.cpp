@@ -10,7 +10,7 @@
 #include "config/config.h"
 #include "data/token_dataset.h"
 #include "parallel/agreement.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "train/inference.h"
 
 namespace po = boost::program_options;

@@ -11,7 +11,7 @@
 #include "cli/checkpoint_run.h"
 #include "config/config.h"
 #include "data/tokenizer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "train/inference.h"
 
 namespace po = boost::program_options;

@@ -6,7 +6,7 @@
 
 #include "config/config.h"
 #include "model/transformer_spec.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "plan/cluster_plan.h"
 
 namespace po = boost::program_options;

@@ -16,7 +16,7 @@
 #include "data/tokenizer.h"
 #include "parallel/agreement.h"
 #include "parallel/mpi_communicator.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 
 #include "config/config.h"
 #include "data/tokenizer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace po = boost::program_options;
 

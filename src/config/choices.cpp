@@ -1,6 +1,6 @@
 #include "config/choices.h"
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

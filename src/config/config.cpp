@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "optim/lr_schedule.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "storage/s3_uri.h"
 
 namespace po = boost::program_options;

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/indexed_dataset.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

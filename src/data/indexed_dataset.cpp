@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

@@ -13,7 +13,7 @@
 #include "data/documents.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/random.h"
 
 namespace fs = std::filesystem;

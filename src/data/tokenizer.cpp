@@ -4,7 +4,7 @@
 
 #include "data/bpe_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

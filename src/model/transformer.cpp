@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "monitor/step_trace.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/random.h"
 
 namespace trident {

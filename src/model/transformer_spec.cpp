@@ -4,7 +4,7 @@
 #include <numbers>
 
 #include "model/parameters.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

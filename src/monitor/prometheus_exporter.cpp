@@ -9,7 +9,7 @@
 #include <mutex>
 #include <optional>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

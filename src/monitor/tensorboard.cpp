@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "monitor/protobuf_wire.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

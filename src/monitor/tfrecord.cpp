@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

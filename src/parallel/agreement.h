@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

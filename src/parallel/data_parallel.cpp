@@ -5,7 +5,7 @@
 #include <functional>
 #include <utility>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 
 namespace trident {

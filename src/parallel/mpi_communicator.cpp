@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "health/health_verdict.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "monitor/step_trace.h"
 #include "runtime/timer.h"
 

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "parallel/communicator.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

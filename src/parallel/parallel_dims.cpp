@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

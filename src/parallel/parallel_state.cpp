@@ -4,7 +4,7 @@
 
 #include "parallel/nccl_communicator.h"
 #include "kernels/kernels.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

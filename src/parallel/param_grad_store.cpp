@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <span>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

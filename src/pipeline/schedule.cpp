@@ -4,7 +4,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

@@ -8,7 +8,7 @@
 #include "model/parameters.h"
 #include "model/transformer_spec.h"
 #include "pipeline/schedule.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "train/setup.h"
 
 namespace trident {

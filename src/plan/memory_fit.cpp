@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "parallel/agreement.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
+#include "kernels/base/error.h"
+#include "kernels/base/memory.h"
 #include "train/setup.h"
 
 namespace trident {

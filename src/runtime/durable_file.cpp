@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "storage/http.h"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "storage/background_priority.h"
 
 namespace trident {

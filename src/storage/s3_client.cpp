@@ -17,7 +17,7 @@
 
 #include <pugixml.hpp>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 #include "storage/background_priority.h"
 

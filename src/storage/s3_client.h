@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "storage/aws_credentials.h"
 #include "storage/http.h"
 

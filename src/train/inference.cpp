@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/random.h"
 
 namespace trident {

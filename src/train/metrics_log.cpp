@@ -12,7 +12,7 @@
 #include "monitor/tensorboard.h"
 #include "runtime/durable_file.h"
 #include "runtime/timer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

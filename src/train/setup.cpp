@@ -2,7 +2,7 @@
 
 #include "model/transformer_spec.h"
 #include "pipeline/schedule.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 

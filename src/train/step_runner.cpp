@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "monitor/step_trace.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/timer.h"
 
 namespace trident {

@@ -5,7 +5,7 @@
 
 #include "ckpt/hdf5_file.h"
 #include "model/transformer_spec.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "train/setup.h"
 
 namespace trident {

@@ -16,7 +16,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "plan/cluster_plan.h"
 #include "cli_helpers.h"
 

@@ -8,7 +8,7 @@
 #include "config/config.h"
 #include "model/transformer_spec.h"
 #include "train/setup.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 namespace {

@@ -11,7 +11,7 @@
 #include "data/indexed_dataset.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 
@@ -152,7 +152,7 @@ TEST(TrainingData, MegatronDatasetsBlendAndValidateApart) {
   EXPECT_EQ(v.val.tokens(), 20u * 50);
   EXPECT_THROW(open_training_data("0.5 " + a + " -1 " + b, "", 0.1, *kBytes), UsageError);
   // One file of the pair named in place of its prefix: the message says what to pass.
-  for (const std::string one : {a + ".bin", a + ".idx"}) {
+  for (const std::string& one : {a + ".bin", a + ".idx"}) {
     try {
       open_training_data(one, "", 0.1, *kBytes);
       FAIL() << one << " was read";

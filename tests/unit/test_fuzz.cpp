@@ -21,7 +21,7 @@
 #include "config/config.h"
 #include "data/indexed_dataset.h"
 #include "data/token_dataset.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "train/verify.h"
 
 namespace fs = std::filesystem;

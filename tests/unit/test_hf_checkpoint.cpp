@@ -14,7 +14,7 @@
 #include "ckpt/safetensors.h"
 #include "model/hf_conventions.h"
 #include "cli_helpers.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

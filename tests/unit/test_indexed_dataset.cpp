@@ -8,7 +8,7 @@
 #include <iterator>
 
 #include "data/indexed_dataset.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

@@ -12,7 +12,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "runtime/random.h"
 #include "tests/model_shapes.h"
 #include "plan/memory_plan.h"

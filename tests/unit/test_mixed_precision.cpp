@@ -12,7 +12,7 @@
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "tests/model_shapes.h"
 #include "tests/unit/machine.h"
 #include "train/verify.h"

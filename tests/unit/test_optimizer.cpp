@@ -9,7 +9,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "tests/model_shapes.h"
 
 namespace trident {

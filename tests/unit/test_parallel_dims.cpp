@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "parallel/parallel_dims.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "ckpt/hdf5_file.h"
 #include "kernels/kernels.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "train/verify.h"
 
 namespace trident {

@@ -16,7 +16,7 @@
 #include <zlib.h>
 
 #include "cli_helpers.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 #include "storage/aws_credentials.h"
 #include "storage/background_priority.h"
 #include "storage/s3_client.h"

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "pipeline/schedule.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 namespace {

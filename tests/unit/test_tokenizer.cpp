@@ -25,7 +25,7 @@
 #include "cli_helpers.h"
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace fs = std::filesystem;
 

@@ -9,7 +9,7 @@
 #include "config/config.h"
 #include "model/parameters.h"
 #include "model/transformer_spec.h"
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 namespace trident {
 namespace {

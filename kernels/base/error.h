@@ -1,3 +1,6 @@
+// kernels/base/ is what the kernels and src/ both build on (errors, exit codes, process
+// memory): it includes nothing else of ours, so the kernels need not reach up into src/.
+//
 // Two kinds of failure, as in LAMMPS: bad input (config, files, layout) is the user's
 // to fix and ends the job with one clear message and exit code 2 on every rank; a
 // failed check of our own (a library call, an invariant) carries where it happened.

@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include "kernels/base/error.h"
 
 #include <unistd.h>
 

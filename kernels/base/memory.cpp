@@ -1,4 +1,4 @@
-#include "runtime/memory.h"
+#include "kernels/base/memory.h"
 
 #include <malloc.h>
 
