@@ -276,6 +276,8 @@ Manifest parse_manifest(const std::string& text, const std::string& step_dir, co
     }
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(path + ": missing or malformed field (" + e.what() + ")");
+  } catch (const UsageError& e) {  // a family or a layout that cannot be
+    throw UsageError(path + ": " + e.what());
   }
   return m;
 }

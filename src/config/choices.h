@@ -56,6 +56,14 @@ struct Choices<Device> {
   static constexpr std::array<const char*, 2> names = {"cpu", "cuda"};
 };
 
+// Every value has its name (the last value of each enum, then the size of its table).
+static_assert(static_cast<size_t>(Family::llama) + 1 == Choices<Family>::names.size());
+static_assert(static_cast<size_t>(Schedule::gpipe) + 1 == Choices<Schedule>::names.size());
+static_assert(static_cast<size_t>(Recompute::full) + 1 == Choices<Recompute>::names.size());
+static_assert(static_cast<size_t>(PrecisionSetting::automatic) + 1 == Choices<PrecisionSetting>::names.size());
+static_assert(static_cast<size_t>(TokenizerKind::sentencepiece) + 1 == Choices<TokenizerKind>::names.size());
+static_assert(static_cast<size_t>(Device::cuda) + 1 == Choices<Device>::names.size());
+
 template <class E>
 const char* name_of(E value) {
   return Choices<E>::names[static_cast<size_t>(value)];

@@ -417,6 +417,7 @@ void Config::resolve_layout(int world_size) {
 }
 
 ParallelDims Config::dims() const {
+  check(parallel.dp > 0, "Config::dims() before resolve_layout (dp is still 0)");
   int world = 1;
   for (const AxisSize& a : parallel.axis_sizes()) world *= a.size;
   return ParallelDims::resolve(world, parallel.axis_sizes());

@@ -42,7 +42,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(TokenizerKind kind, const std::string&
     case TokenizerKind::llama3: return make_llama3_tokenizer(path);
     case TokenizerKind::sentencepiece: return make_sentencepiece_tokenizer(path);
   }
-  throw UsageError("data.tokenizer must be " + choice_list<TokenizerKind>());
+  fail("make_tokenizer: a tokenizer kind without a constructor");
 }
 
 int utf8_sequence_length(std::string_view s, size_t i) {

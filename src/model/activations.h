@@ -30,7 +30,6 @@
 
 namespace trident {
 
-
 // The sizes of one stage's activations on one rank (its tensor-parallel share).
 struct ActivationShape {
   int micro_batch = 1, seq_len = 1, d_model = 1;

@@ -85,7 +85,7 @@ class DataParallel {
   // After finish_gradients(): the reduced gradient of a flat offset in owned().
   float* gradient_at(size_t offset) const;
 
-  // Call before the backward passes of a step (grads: the model's gradient storage).
+  // Call before the backward passes of a step (grads: ParamGradStore::grads(), the model's).
   void start_backward(float* grads);
   // ZeRO-2: block unit starting at `offset` is about to get gradients: its window must
   // be free (its last reduction done) and zeroed.

@@ -10,7 +10,16 @@ namespace {
 
 constexpr std::array<const char*, kAxisCount> kAxisNames = {"tp", "dp", "pp"};
 
-// "tp*pp" and "4*1" for the axes in `axes`, in rank order.
+// The axes as messages list them, as the config's keys read: dp, then from the slowest
+// axis to the fastest (dp, pp, tp).
+std::vector<Axis> display_order() {
+  std::vector<Axis> order = {Axis::dp};
+  for (int i = kAxisCount - 1; i >= 0; i--)
+    if (kAxes[i] != Axis::dp) order.push_back(kAxes[i]);
+  return order;
+}
+
+// "tp*pp" and "1*4" for the axes in `axes`, in that order.
 std::string product(const std::vector<Axis>& axes, const std::array<int, kAxisCount>& sizes, bool values) {
   std::string s;
   for (Axis a : axes)
@@ -33,8 +42,8 @@ ParallelDims ParallelDims::resolve(int world, const std::vector<AxisSize>& sizes
     d.sizes_[static_cast<int>(s.axis)] = s.size;
     if (s.size == 0) derived = static_cast<int>(s.axis);
   }
-  for (Axis a : kAxes)
-    if (static_cast<int>(a) != derived && a != Axis::dp) fixed.push_back(a);
+  for (Axis a : kAxes)  // tp, pp: in rank order, as the message has always named them
+    if (a != Axis::dp) fixed.push_back(a);
   int fixed_ranks = 1;
   for (Axis a : fixed) fixed_ranks *= d.size(a);
   std::string named;
@@ -43,7 +52,7 @@ ParallelDims ParallelDims::resolve(int world, const std::vector<AxisSize>& sizes
                                         product(fixed, d.sizes_, false) + " = " + std::to_string(fixed_ranks) +
                                         " (" + named + ")");
   if (derived >= 0) d.sizes_[derived] = world / fixed_ranks;
-  std::vector<Axis> all(kAxes.begin(), kAxes.end());
+  const std::vector<Axis> all = display_order();
   require(d.world() == world, product(all, d.sizes_, false) + " = " + product(all, d.sizes_, true) + " = " +
                                   std::to_string(d.world()) + " but the world has " + std::to_string(world) +
                                   " ranks");
@@ -87,9 +96,8 @@ std::string ParallelDims::describe() const {
   std::ostringstream s;
   // The sizes, dp first and then from the slowest axis (dp=2 pp=2 tp=2), then the rank
   // formula in rank order.
-  s << "grid: dp=" << size(Axis::dp);
-  for (int i = kAxisCount - 1; i >= 0; i--)
-    if (kAxes[i] != Axis::dp) s << " " << axis_name(kAxes[i]) << "=" << size(kAxes[i]);
+  s << "grid:";
+  for (Axis a : display_order()) s << " " << axis_name(a) << "=" << size(a);
   s << " (" << world() << " ranks; rank = ";
   std::string formula = std::string(axis_name(kAxes.back())) + "_rank";
   for (int i = kAxisCount - 2; i >= 0; i--) {

@@ -54,9 +54,9 @@ class ParallelDims {
   // One rank: every axis of size 1.
   ParallelDims() { sizes_.fill(1); }
 
-  // The grid of `world` ranks with these sizes (axes not named: 1). Exactly one axis may
-  // be 0: derived from the world size (today dp). Throws UsageError naming the sizes when
-  // they cannot make the world.
+  // The grid of `world` ranks with these sizes (axes not named: 1). dp may be 0: derived
+  // from the world size and the other axes. Throws UsageError naming the sizes when they
+  // cannot make the world.
   static ParallelDims resolve(int world, const std::vector<AxisSize>& sizes);
 
   int size(Axis a) const { return sizes_[static_cast<int>(a)]; }

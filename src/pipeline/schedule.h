@@ -16,7 +16,6 @@
 
 namespace trident {
 
-
 struct PipelineAction {
   enum Kind { forward, backward } kind;
   int micro_batch;

@@ -38,7 +38,11 @@ Reference load_reference(const std::string& path) {
           path + ": format is '" + format + "', expected 'trident-reference-v1'");
   Reference ref;
   ref.path = path;
-  ref.model.family = parse_choice<Family>(file.attr_string("model"));
+  try {
+    ref.model.family = parse_choice<Family>(file.attr_string("model"));  // a family we know
+  } catch (const UsageError& e) {
+    throw UsageError(path + ": " + e.what());
+  }
   ref.model.n_layer = static_cast<int>(file.attr_int("n_layer"));
   ref.model.n_head = static_cast<int>(file.attr_int("n_head"));
   ref.model.d_model = static_cast<int>(file.attr_int("d_model"));
@@ -51,7 +55,7 @@ Reference load_reference(const std::string& path) {
   if (file.has_attr("ffn_dim")) ref.model.ffn_dim = static_cast<int>(file.attr_int("ffn_dim"));
   if (file.has_attr("rope_theta")) ref.model.rope_theta = file.attr_double("rope_theta");
   try {
-    transformer_spec(ref.model);  // a family we know, with shapes it can have
+    transformer_spec(ref.model);  // shapes the family can have
   } catch (const UsageError& e) {
     throw UsageError(path + ": " + e.what());
   }

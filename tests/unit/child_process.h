@@ -96,7 +96,7 @@ class ChildProcess {
   bool ended() const { return ended_; }
   // After the end: the exit code, or 128 + the signal that ended it (as a shell says it).
   int exit_code() const {
-    if (status_ < 0) return -1;
+    if (!ended_ || status_ < 0) return -1;  // status_ is the waiter's until the end is seen
     return WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
   }
 

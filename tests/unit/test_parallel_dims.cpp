@@ -63,7 +63,7 @@ TEST(ParallelDims, InvalidLayouts) {
   };
   // world 10 is no multiple of tp 4: the error names the world size and the fixed axes
   EXPECT_EQ(error(10, {{Axis::dp, 0}, {Axis::tp, 4}}), "world size 10 is not a multiple of tp*pp = 4 (tp=4, pp=1)");
-  EXPECT_EQ(error(8, {{Axis::dp, 3}, {Axis::tp, 2}}), "tp*dp*pp = 2*3*1 = 6 but the world has 8 ranks");
+  EXPECT_EQ(error(8, {{Axis::dp, 3}, {Axis::tp, 2}}), "dp*pp*tp = 3*1*2 = 6 but the world has 8 ranks");
   EXPECT_THROW(ParallelDims::resolve(8, {{Axis::dp, 2}, {Axis::pp, 0}, {Axis::tp, 2}}), UsageError);  // pp 0
   EXPECT_THROW(ParallelDims::resolve(8, {{Axis::dp, -1}}), UsageError);
   EXPECT_THROW(ParallelDims::resolve(0, {}), UsageError);
