@@ -31,7 +31,8 @@ void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets,
           "the model has fewer activation slots than the schedule keeps in flight");
   compute_s_ = 0;
   for (const PipelineAction& action : stage_actions(links_.schedule, stage(), stages(), micro_batches)) {
-    const int c = 0, mb = action.micro_batch;
+    const int c = action.chunk, mb = action.micro_batch;
+    check(c < static_cast<int>(chunks_.size()), "the schedule names a model chunk this rank does not hold");
     const Transformer& model = *chunks_[c].model;
     const int B = model.micro_batch(), slot = mb % model.slots();
     const size_t first = static_cast<size_t>(mb) * B * model.spec().seq_len;
