@@ -34,6 +34,7 @@ void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets,
     const int c = action.chunk, mb = action.micro_batch;
     check(c < static_cast<int>(chunks_.size()), "the schedule names a model chunk this rank does not hold");
     const Transformer& model = *chunks_[c].model;
+    // Micro-batches leave in the order they came, never more than slots() at once: mb % slots is free.
     const int B = model.micro_batch(), slot = mb % model.slots();
     const size_t first = static_cast<size_t>(mb) * B * model.spec().seq_len;
     const trace::Span span("pipeline", [&] {
@@ -51,7 +52,7 @@ void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets,
 void PipelineRunner::forward_only(const int32_t* inputs, const int32_t* targets, int B) {
   for (int c = 0; c < static_cast<int>(chunks_.size()); c++) {
     forward(c, 0, 0, inputs, targets, B);
-    finish(chunks_[c].activation_sends[0]);
+    finish(chunks_[c].activation_sends[0]);  // sent before returning: slot 0 is reused by the next call
   }
 }
 
@@ -69,8 +70,8 @@ double PipelineRunner::forward(int c, int micro_batch, int slot, const int32_t* 
   const double seconds = computing.seconds();
   if (!model.last_stage()) {
     const Place to = downstream(c);
-    chunk.activation_sends[slot] = links_.pp->send_async(model.stage_output(slot, B), to.stage,
-                                                         transfer_tag(Transfer::activation, micro_batch, to.chunk, chunks));
+    const int tag = transfer_tag(Transfer::activation, micro_batch, to.chunk, chunks);
+    chunk.activation_sends[slot] = links_.pp->send_async(model.stage_output(slot, B), to.stage, tag);
   }
   return seconds;
 }
@@ -88,8 +89,8 @@ double PipelineRunner::backward(int c, int micro_batch, int slot, const Backward
   const double seconds = computing.seconds();
   if (!model.first_stage()) {
     const Place to = upstream(c);
-    chunk.gradient_send = links_.pp->send_async(model.stage_gradient(B), to.stage,
-                                                transfer_tag(Transfer::gradient, micro_batch, to.chunk, chunks));
+    const int tag = transfer_tag(Transfer::gradient, micro_batch, to.chunk, chunks);
+    chunk.gradient_send = links_.pp->send_async(model.stage_gradient(B), to.stage, tag);
   }
   return seconds;
 }
