@@ -10,23 +10,26 @@ namespace trident {
 
 std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stages, int micro_batches) {
   std::vector<PipelineAction> actions;
+  // One model chunk per rank: every action runs chunk 0.
+  const auto forward = [&actions](int mb) { actions.push_back({PipelineAction::forward, mb, 0}); };
+  const auto backward = [&actions](int mb) { actions.push_back({PipelineAction::backward, mb, 0}); };
   const int m = micro_batches;
   if (schedule == Schedule::gpipe) {
-    for (int i = 0; i < m; i++) actions.push_back({PipelineAction::forward, i});
-    for (int i = m - 1; i >= 0; i--) actions.push_back({PipelineAction::backward, i});
+    for (int i = 0; i < m; i++) forward(i);
+    for (int i = m - 1; i >= 0; i--) backward(i);
     return actions;
   }
   const int warmup = std::min(stages - stage - 1, m);
   int next_forward = 0, next_backward = 0;
   // Warmup: fill the pipeline.
-  for (int i = 0; i < warmup; i++) actions.push_back({PipelineAction::forward, next_forward++});
+  for (int i = 0; i < warmup; i++) forward(next_forward++);
   // Steady state: one forward, one backward.
   for (int i = 0; i < m - warmup; i++) {
-    actions.push_back({PipelineAction::forward, next_forward++});
-    actions.push_back({PipelineAction::backward, next_backward++});
+    forward(next_forward++);
+    backward(next_backward++);
   }
   // Cooldown: drain it.
-  for (int i = 0; i < warmup; i++) actions.push_back({PipelineAction::backward, next_backward++});
+  for (int i = 0; i < warmup; i++) backward(next_backward++);
   return actions;
 }
 

@@ -16,9 +16,12 @@
 
 namespace trident {
 
+// One entry of a stage's schedule: a forward or backward pass of one micro-batch through
+// one of the rank's model chunks (pipeline/pipeline_runner.h).
 struct PipelineAction {
   enum Kind { forward, backward } kind;
   int micro_batch;
+  int chunk = 0;  // index into the rank's chunks; one chunk per rank under 1F1B and GPipe
   bool operator==(const PipelineAction&) const = default;
 };
 

@@ -11,7 +11,7 @@
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_state.h"
-#include "train/pipeline_plan.h"
+#include "pipeline/pipeline_plan.h"
 #include "train/step_runner.h"
 
 namespace trident {

@@ -6,15 +6,10 @@
 
 #include "monitor/step_trace.h"
 #include "kernels/base/error.h"
-#include "runtime/timer.h"
 
 namespace trident {
 
 namespace {
-
-// Tags of the point-to-point transfers of micro-batch mb.
-int activation_tag(int mb) { return 2 * mb; }
-int gradient_tag(int mb) { return 2 * mb + 1; }
 
 void finish(RequestPtr& request) {
   if (request) request->wait();
@@ -25,9 +20,8 @@ void finish(RequestPtr& request) {
 
 StepRunner::StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp,
                        kernels::Kernels& k, PipelineLinks pipeline)
-    : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k), pipeline_(pipeline) {
-  if (pipeline_.pp != nullptr && pipeline_.pp->size() == 1) pipeline_.pp = nullptr;
-  activation_sends_.resize(model.slots());
+    : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k),
+      pipeline_({&model}, pipeline) {
   norm_total_ = kernels::DeviceBuffer(k, 2);  // one double
 }
 
@@ -35,76 +29,43 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
                                      int global_batch) {
   const int B = model_.micro_batch(), T = model_.spec().seq_len;
   check(local_batch % B == 0, "local batch must be a multiple of the micro-batch");
-  const int micro_batches = local_batch / B, slots = model_.slots();
-  check(slots >= max_in_flight(pipeline_.schedule, stage(), stages(), micro_batches),
-        "the model has fewer activation slots than the schedule keeps in flight");
+  const int micro_batches = local_batch / B;
   // Gradients of the mean over the global batch: summed over dp, no division after.
   const float loss_scale = 1.0f / (static_cast<float>(global_batch) * T);
   model_.store().zero_grad();
   model_.discard_loss_sum();
   data_parallel_.start_backward(model_.store().grads());
-  compute_s_ = 0;
   int backwards_done = 0;
-  for (const PipelineAction& action : stage_actions(pipeline_.schedule, stage(), stages(), micro_batches)) {
-    const int mb = action.micro_batch, slot = mb % slots;
-    const size_t first = static_cast<size_t>(mb) * B * T;
-    const trace::Span span("pipeline", [&] {
-      return std::string(action.kind == PipelineAction::forward ? "forward" : "backward") + " mb " + std::to_string(mb);
-    });
-    if (action.kind == PipelineAction::forward) {
-      finish(activation_sends_[slot]);  // the slot's last output must have left before we overwrite it
-      if (!model_.first_stage())
-        pipeline_.pp->recv(model_.stage_input(slot, B), stage() - 1, activation_tag(mb));
-      Timer computing;
-      model_.forward(slot, inputs + first, targets + first, B);
-      compute_s_ += computing.seconds();
-      if (!model_.last_stage()) activation_sends_[slot] = pipeline_.pp->send_async(model_.stage_output(slot, B), stage() + 1, activation_tag(mb));
-    } else {
-      finish(gradient_send_);  // backward rewrites stage_gradient(): the last one sent must have left
-      if (!model_.last_stage()) {
-        pipeline_.pp->recv(model_.stage_gradient(B), stage() + 1, gradient_tag(mb));
-      }
-      Timer computing;
-      if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
-        const ParameterLayout& layout = model_.layout();
-        model_.backward(
-            slot, loss_scale, [this](size_t offset) { data_parallel_.gradients_final_from(offset); },
-            [this, &layout](int l) { data_parallel_.block_begins(layout.units()[layout.block_unit(l)].begin); });
-      } else if (++backwards_done < micro_batches) {
-        model_.backward(slot, loss_scale);
-      } else {  // the last backward completes the gradients: reduce while it runs
-        // Everything but offset 0 (which holds the tied wte): that waits for the
-        // embedding sum below.
-        model_.backward(slot, loss_scale, [this](size_t offset) {
-          if (offset > 0) data_parallel_.gradients_final_from(offset);
-        });
-      }
-      compute_s_ += computing.seconds();
-      if (!model_.first_stage())
-        gradient_send_ = pipeline_.pp->send_async(model_.stage_gradient(B), stage() - 1, gradient_tag(mb));
+  pipeline_.run_schedule(inputs, targets, micro_batches, [&](Transformer& chunk, int slot) {
+    if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
+      const ParameterLayout& layout = chunk.layout();
+      chunk.backward(
+          slot, loss_scale, [this](size_t offset) { data_parallel_.gradients_final_from(offset); },
+          [this, &layout](int l) { data_parallel_.block_begins(layout.units()[layout.block_unit(l)].begin); });
+    } else if (++backwards_done < micro_batches) {
+      chunk.backward(slot, loss_scale);
+    } else {  // the last backward completes the gradients: reduce while it runs
+      // Everything but offset 0 (which holds the tied wte): that waits for the
+      // embedding sum below.
+      chunk.backward(slot, loss_scale, [this](size_t offset) {
+        if (offset > 0) data_parallel_.gradients_final_from(offset);
+      });
     }
-  }
-  for (RequestPtr& send : activation_sends_) finish(send);
-  finish(gradient_send_);
+  });
+  compute_s_ = pipeline_.compute_s();
   sync_tied_embedding();
   data_parallel_.gradients_final_from(0);
   comm_wait_s_ = data_parallel_.finish_gradients();
   sum_shared_head_gradients();
   // The step's one read of the losses (the last stage has them; a host synchronization).
   double loss_sum = model_.take_loss_sum();
-  if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);
+  if (pipeline_.pp() != nullptr) loss_sum = pipeline_.pp()->all_reduce(loss_sum);
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
-}
-
-void StepRunner::forward_only(const int32_t* inputs, const int32_t* targets, int B) {
-  if (!model_.first_stage()) pipeline_.pp->recv(model_.stage_input(0, B), stage() - 1, activation_tag(0));
-  model_.forward(0, inputs, targets, B);
-  if (!model_.last_stage()) pipeline_.pp->send(model_.stage_output(0, B), stage() + 1, activation_tag(0));
 }
 
 double StepRunner::forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
   model_.discard_loss_sum();
-  forward_only(inputs, targets, B);
+  pipeline_.forward_only(inputs, targets, B);
   return model_.take_loss_sum() / (static_cast<double>(B) * model_.spec().seq_len);
 }
 
@@ -113,21 +74,19 @@ double StepRunner::evaluate(const int32_t* inputs, const int32_t* targets, int l
   model_.discard_loss_sum();
   for (int mb = 0; mb * B < local_batch; mb++) {
     const size_t first = static_cast<size_t>(mb) * B * T;
-    forward_only(inputs + first, targets + first, B);
+    pipeline_.forward_only(inputs + first, targets + first, B);
   }
   double loss_sum = model_.take_loss_sum();
-  if (pipeline_.pp != nullptr) loss_sum = pipeline_.pp->all_reduce(loss_sum);
+  if (pipeline_.pp() != nullptr) loss_sum = pipeline_.pp()->all_reduce(loss_sum);
   return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
 }
 
 std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int position) {
-  if (!model_.first_stage()) pipeline_.pp->recv(model_.stage_input(0, 1), stage() - 1, activation_tag(0));
-  model_.forward(0, tokens, tokens, 1);  // targets unused: the loss is not asked for
+  pipeline_.forward_only(tokens, tokens, 1);  // targets unused: the loss is not asked for
   std::vector<float> logits(model_.spec().vocab_size, 0.0f);
   if (model_.last_stage()) logits = model_.logits(0, 0, position);
-  else pipeline_.pp->send(model_.stage_output(0, 1), stage() + 1, activation_tag(0));
   // The last stage has them; the others hold zeros.
-  if (pipeline_.pp != nullptr) pipeline_.pp->all_reduce(std::span<float>(logits));
+  if (pipeline_.pp() != nullptr) pipeline_.pp()->all_reduce(std::span<float>(logits));
   // Every dp rank samples from dp rank 0's logits, so that all take the same token and run
   // the same number of forwards (under ZeRO-3 each forward is collective over dp).
   if (dp_.size() > 1) dp_.broadcast(std::span<float>(logits), 0);
@@ -139,9 +98,9 @@ std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int posi
 // both copies take the same update and stay identical.
 void StepRunner::sync_tied_embedding() {
   const int tied = model_.layout().tied_across_stages();
-  if (pipeline_.embedding == nullptr || tied < 0) return;
+  if (pipeline_.embedding() == nullptr || tied < 0) return;
   const ParameterTensor& t = model_.layout()[tied];
-  pipeline_.embedding->all_reduce(std::span<float>(model_.store().grad(tied), t.stored));
+  pipeline_.embedding()->all_reduce(std::span<float>(model_.store().grad(tied), t.stored));
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced
@@ -178,7 +137,7 @@ double StepRunner::gradient_norm_squared() {
   k_.copy_to_host(&sum, total, sizeof sum);
   if (data_parallel_.shards_optimizer_state()) sum = data_parallel_.shard_group().all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
-  if (pipeline_.pp != nullptr) sum = pipeline_.pp->all_reduce(sum);
+  if (pipeline_.pp() != nullptr) sum = pipeline_.pp()->all_reduce(sum);
   return sum;
 }
 

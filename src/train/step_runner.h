@@ -1,8 +1,8 @@
 // One optimizer step on one rank, in two halves that `train` and `verify` share:
-// gradients (the pipeline schedule over micro-batches with gradient accumulation,
-// point-to-point transfers between neighbouring stages, the reduction over dp
-// overlapped with the last backward) and the update (global norm, clipping, AdamW,
-// ZeRO-1 gather).
+// gradients (the pipeline's forward and backward passes over the micro-batches,
+// pipeline/pipeline_runner.h, with gradient accumulation, the reduction over dp
+// overlapped with the last backward, the tied embedding's sum between the first and last
+// stage) and the update (global norm, clipping, AdamW, ZeRO-1 gather).
 #pragma once
 
 #include <cstdint>
@@ -14,16 +14,10 @@
 #include "kernels/kernels.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "pipeline/schedule.h"
+#include "pipeline/pipeline_links.h"
+#include "pipeline/pipeline_runner.h"
 
 namespace trident {
-
-// How this rank's stage reaches the others.
-struct PipelineLinks {
-  Communicator* pp = nullptr;         // the pipeline group, stage = pp->rank(); null: one stage
-  Communicator* embedding = nullptr;  // first and last stage, to sum the tied wte's gradients
-  Schedule schedule = Schedule::one_f_one_b;
-};
 
 class StepRunner {
  public:
@@ -53,27 +47,19 @@ class StepRunner {
   double compute_s() const { return compute_s_; }
 
  private:
-  int stage() const { return pipeline_.pp != nullptr ? pipeline_.pp->rank() : 0; }
-  int stages() const { return pipeline_.pp != nullptr ? pipeline_.pp->size() : 1; }
   void sync_tied_embedding();
   // The parts of shared key/value heads' gradients, summed over the ranks sharing them.
   void sum_shared_head_gradients();
   // Squared global L2 norm of the step's gradients over the whole model.
   double gradient_norm_squared();
 
-  // One micro-batch through this rank's pipeline, forward only (its losses added to the
-  // model's total on the last stage).
-  void forward_only(const int32_t* inputs, const int32_t* targets, int B);
-
   Transformer& model_;
   AdamW& optimizer_;
   DataParallel& data_parallel_;
   Communicator& dp_;
   kernels::Kernels& k_;
-  PipelineLinks pipeline_;
+  PipelineRunner pipeline_;  // this rank's chunk of the model: `model_`
   double comm_wait_s_ = 0, compute_s_ = 0;
-  std::vector<RequestPtr> activation_sends_;  // per slot: the output still on its way
-  RequestPtr gradient_send_;                  // stage_gradient() still on its way
   kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
 };
 

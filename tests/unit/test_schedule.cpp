@@ -1,10 +1,13 @@
-// Pipeline schedules as pure arithmetic: which micro-batch each stage runs at each
-// tick, against the closed forms of 1F1B and GPipe, and the stage layer split.
+// Pipeline schedules as pure arithmetic: which micro-batch (and model chunk) each stage
+// runs at each tick, against the closed forms of 1F1B and GPipe, the stage layer split,
+// and the tags of the transfers between stages.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "pipeline/schedule.h"
+#include "pipeline/transfer_tag.h"
 #include "kernels/base/error.h"
 
 namespace trident {
@@ -38,6 +41,7 @@ TEST(Schedule, ClosedFormsForEveryShape) {
           std::vector<int> forwards, backwards;
           int live = 0, most_live = 0;
           for (const A& a : actions) {
+            ASSERT_EQ(a.chunk, 0);  // one model chunk per rank
             (a.kind == A::forward ? forwards : backwards).push_back(a.micro_batch);
             live += a.kind == A::forward ? 1 : -1;
             most_live = std::max(most_live, live);
@@ -63,6 +67,24 @@ TEST(Schedule, ClosedFormsForEveryShape) {
           }
         }
       }
+}
+
+TEST(Schedule, TransferTagsAreDistinctPerChunkMicroBatchAndDirection) {
+  // One chunk per rank: 2 mb for an activation, 2 mb + 1 for a gradient.
+  EXPECT_EQ(transfer_tag(Transfer::activation, 5, 0, 1), 10);
+  EXPECT_EQ(transfer_tag(Transfer::gradient, 5, 0, 1), 11);
+  for (int chunks = 1; chunks <= 4; chunks++) {
+    std::set<int> tags;
+    const int m = 16;
+    for (int mb = 0; mb < m; mb++)
+      for (int chunk = 0; chunk < chunks; chunk++)
+        for (Transfer direction : {Transfer::activation, Transfer::gradient}) {
+          const int tag = transfer_tag(direction, mb, chunk, chunks);
+          ASSERT_GE(tag, 0);
+          ASSERT_TRUE(tags.insert(tag).second) << "mb " << mb << " chunk " << chunk << " of " << chunks;
+        }
+    EXPECT_EQ(*tags.rbegin(), 2 * m * chunks - 1);  // dense: no tag left unused
+  }
 }
 
 TEST(Schedule, StageLayers) {

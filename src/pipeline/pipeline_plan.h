@@ -2,10 +2,10 @@
 #pragma once
 
 #include "config/config.h"
-#include "parallel/parallel_state.h"
 #include "model/parameters.h"
+#include "parallel/parallel_state.h"
+#include "pipeline/pipeline_links.h"
 #include "pipeline/schedule.h"
-#include "train/step_runner.h"
 
 namespace trident {
 

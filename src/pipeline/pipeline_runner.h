@@ -1,0 +1,69 @@
+// Runs one rank's part of the pipeline: its schedule's actions in order, each a forward
+// or a backward of one micro-batch on one of the rank's model chunks, with the
+// activations sent on to the next stage and the gradients back to the previous one
+// (non-blocking sends, blocking receives), each micro-batch in an activation slot of its
+// chunk. What a backward does with the gradients (scale, reduction) is the training
+// step's (train/step_runner.h).
+//
+// A rank holds its chunks as a list, today one: its stage. Chunk c of stage s is virtual
+// stage c * stages + s, so a micro-batch passes through every stage's chunk 0, then every
+// stage's chunk 1, and so on (Megatron's interleaved layout).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/transformer.h"
+#include "parallel/communicator.h"
+#include "pipeline/pipeline_links.h"
+
+namespace trident {
+
+class PipelineRunner {
+ public:
+  // chunks: this rank's model chunks, in the order of their virtual stages.
+  PipelineRunner(std::vector<Transformer*> chunks, PipelineLinks links);
+
+  // The backward pass of the micro-batch in `slot` of `chunk`.
+  using Backward = std::function<void(Transformer& chunk, int slot)>;
+  // The step's forward and backward passes in the schedule's order, over `micro_batches`
+  // micro-batches of micro_batch() sequences; inputs/targets [micro_batches * B, T] (host
+  // memory). Returns once every send has left.
+  void run_schedule(const int32_t* inputs, const int32_t* targets, int micro_batches, const Backward& backward_pass);
+  // One micro-batch of B sequences through this rank's chunks, forward only, in slot 0
+  // (its losses added to the total of the chunk holding the head).
+  void forward_only(const int32_t* inputs, const int32_t* targets, int B);
+
+  int stage() const { return links_.pp != nullptr ? links_.pp->rank() : 0; }
+  int stages() const { return links_.pp != nullptr ? links_.pp->size() : 1; }
+  Communicator* pp() const { return links_.pp; }  // null with one stage
+  Communicator* embedding() const { return links_.embedding; }
+  // Of the last run_schedule(): seconds spent in forward and backward passes (the rest
+  // is this stage's share of the pipeline bubble).
+  double compute_s() const { return compute_s_; }
+
+ private:
+  struct Chunk {
+    Transformer* model;
+    std::vector<RequestPtr> activation_sends;  // per slot: the output still on its way
+    RequestPtr gradient_send;                  // stage_gradient() still on its way
+  };
+  // A chunk on some stage: where a transfer comes from or goes to.
+  struct Place {
+    int stage, chunk;
+  };
+  Place place_of(int virtual_stage) const { return {virtual_stage % stages(), virtual_stage / stages()}; }
+  Place upstream(int chunk) const { return place_of(chunk * stages() + stage() - 1); }
+  Place downstream(int chunk) const { return place_of(chunk * stages() + stage() + 1); }
+
+  // Each returns the seconds it computed (the transfers are not counted).
+  double forward(int chunk, int micro_batch, int slot, const int32_t* inputs, const int32_t* targets, int B);
+  double backward(int chunk, int micro_batch, int slot, const Backward& backward_pass);
+
+  std::vector<Chunk> chunks_;
+  PipelineLinks links_;
+  double compute_s_ = 0;
+};
+
+}  // namespace trident
