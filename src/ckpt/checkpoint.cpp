@@ -31,7 +31,9 @@ namespace trident {
 namespace {
 
 constexpr const char* kFormat = "trident-checkpoint-v1";
-const char* const kKinds[] = {"params", "exp_avg", "exp_avg_sq"};
+// What a checkpoint holds of each tensor: the parameters, then AdamW's moments, in this
+// order in the node files (ShardedState's views).
+const std::vector<std::string> kKinds = {"params", "exp_avg", "exp_avg_sq"};
 
 std::string node_file_name(int node) {
   char name[32];
@@ -106,18 +108,31 @@ struct Piece {
   size_t count = 0;
 };
 
+// One kind of this rank's state as a full flat buffer in host memory.
+struct KindSource {
+  std::string kind;
+  const float* flat = nullptr;  // null: for sizes only
+};
+
 // The pieces of this rank's state that go into its node's file: its stage's tensors,
-// its tp shard, parameters and both moments (from `sources`, full flat buffers). dp rank
-// 0 writes for all, and of the tp ranks holding the same piece, the one whose copy counts.
-std::vector<Piece> rank_pieces(const ParameterLayout& layout, bool writer, const float* const sources[3]) {
+// its tp shard, of every kind in `sources`' order. dp rank 0 writes for all, and of the
+// tp ranks holding the same piece, the one whose copy counts.
+std::vector<Piece> rank_pieces(const ParameterLayout& layout, bool writer, const std::vector<KindSource>& sources) {
   std::vector<Piece> pieces;
   for (const ParameterTensor& t : layout.tensors()) {
     if (!writer || !t.counted) continue;
-    for (int k = 0; k < 3; k++)
-      pieces.push_back({kKinds[k], t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0], t.shard, t.shards,
-                        sources[k] == nullptr ? nullptr : sources[k] + t.offset, t.stored});
+    for (const KindSource& source : sources)
+      pieces.push_back({source.kind, t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0], t.shard, t.shards,
+                        source.flat == nullptr ? nullptr : source.flat + t.offset, t.stored});
   }
   return pieces;
+}
+
+// The kinds of a state: the parameters, then its moments in order.
+std::vector<std::string> kinds_of(const ShardedState& state) {
+  std::vector<std::string> kinds = {"params"};
+  for (const ShardedBuffer& moment : state.moments) kinds.push_back(moment.name);
+  return kinds;
 }
 
 // A blob: the header's length, the header (JSON), the pieces' floats.
@@ -377,11 +392,11 @@ struct ShardIndex {
       const ManifestFile& f = m.files[i];
       files.push_back(std::make_unique<Hdf5Reader>((fs::path(m.dir) / f.name).string()));
       const Hdf5Reader& file = *files.back();
-      for (const char* kind : kKinds) {
-        if (!file.has(std::string("/") + kind)) continue;
-        for (const std::string& name : file.members(std::string("/") + kind))
-          for (const std::string& shard : file.members(std::string("/") + kind + "/" + name)) {
-            const std::string dataset = std::string("/") + kind + "/" + name + "/" + shard;
+      for (const std::string& kind : kKinds) {
+        if (!file.has("/" + kind)) continue;
+        for (const std::string& name : file.members("/" + kind))
+          for (const std::string& shard : file.members("/" + kind + "/" + name)) {
+            const std::string dataset = "/" + kind + "/" + name + "/" + shard;
             shards[{kind, name}].push_back({&file, dataset, static_cast<int>(file.attr_int(dataset, "tp_rank")),
                                             static_cast<int>(file.attr_int(dataset, "tp_size"))});
           }
@@ -441,10 +456,9 @@ struct Checkpointer::Pending {
   Timer since_start;
 };
 
-Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, ShardedParameters parameters,
-                           AdamW& optimizer, DataParallel& data_parallel)
-    : config_(config), parallel_(parallel), parameters_(std::move(parameters)), optimizer_(optimizer),
-      data_parallel_(data_parallel) {
+Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, ShardedState state)
+    : config_(config), parallel_(parallel), state_(std::move(state)) {
+  check(kinds_of(state_) == kKinds, "a checkpoint's state is the parameters and AdamW's exp_avg and exp_avg_sq");
   // This node's file number: the number of node leaders before it.
   std::vector<double> leaders(parallel.world().size(), 0.0);
   leaders[parallel.rank()] = parallel.node().rank() == 0 ? 1.0 : 0.0;
@@ -456,11 +470,14 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, Sharde
   if (!config.checkpoint.upload.empty()) uploader_ = std::make_unique<CheckpointUploader>(config, parallel);
 }
 
-size_t Checkpointer::staging_bytes(const ParameterLayout& layout) { return 3 * layout.total_floats() * sizeof(float); }
+size_t Checkpointer::staging_bytes(const ParameterLayout& layout) {
+  return kKinds.size() * layout.total_floats() * sizeof(float);
+}
 
 size_t Checkpointer::piece_bytes(const ParameterLayout& layout, bool writer) {
-  const float* none[] = {nullptr, nullptr, nullptr};
-  return packed_size(rank_pieces(layout, writer, none));
+  std::vector<KindSource> sizes_only;
+  for (const std::string& kind : kKinds) sizes_only.push_back({kind});
+  return packed_size(rank_pieces(layout, writer, sizes_only));
 }
 
 size_t Checkpointer::leader_buffer_bytes(const ParameterLayout& layout) {
@@ -470,17 +487,21 @@ size_t Checkpointer::leader_buffer_bytes(const ParameterLayout& layout) {
 }
 
 void Checkpointer::collect_at_node_leader(int step) {
-  // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and both
-  //    moments in full (ZeRO gathers the sharded ones over dp first).
-  const ParameterLayout& layout = *parameters_.layout;
+  // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and moments
+  //    in full (ZeRO gathers the sharded ones over dp first).
+  const ParameterLayout& layout = *state_.parameters.layout;
   const size_t n = layout.total_floats();
-  host_params_.resize(n);
-  parameters_.to_host(host_params_.data());
-  if (parameters_.sharded()) data_parallel_.gather_host_buffer(host_params_.data());  // ZeRO-3
-  optimizer_.export_moments(host_m_, host_v_, n);
-  data_parallel_.gather_host_buffer(host_m_.data());
-  data_parallel_.gather_host_buffer(host_v_.data());
-  const float* sources[] = {host_params_.data(), host_m_.data(), host_v_.data()};
+  host_state_.resize(1 + state_.moments.size());
+  for (std::vector<float>& buffer : host_state_) buffer.resize(n);
+  state_.parameters.to_host(host_state_[0].data());
+  if (state_.parameters.sharded()) state_.gather_shards(host_state_[0].data());  // ZeRO-3
+  for (size_t i = 0; i < state_.moments.size(); i++) {
+    state_.moments[i].to_host(host_state_[1 + i].data());
+    state_.gather_shards(host_state_[1 + i].data());
+  }
+  const std::vector<std::string> kinds = kinds_of(state_);
+  std::vector<KindSource> sources;
+  for (size_t i = 0; i < kinds.size(); i++) sources.push_back({kinds[i], host_state_[i].data()});
   const std::vector<Piece> pieces = rank_pieces(layout, parallel_.coord(Axis::dp) == 0, sources);
   // 2. Hand them to the node leader, in messages below 1 GiB. The buffers keep their
   //    memory between saves.
@@ -656,7 +677,7 @@ void Checkpointer::complete(Pending& p) {
 // ---- loading ------------------------------------------------------------------------
 
 int Checkpointer::load(const Manifest& m) {
-  const ParameterLayout& layout = *parameters_.layout;
+  const ParameterLayout& layout = *state_.parameters.layout;
   require_same_model(m.model, config_.model, "checkpoint " + m.dir);
   require(m.data_fingerprint.empty() || data_fingerprint_.empty() || m.data_fingerprint == data_fingerprint_,
           "checkpoint " + m.dir + " was trained on other data (" + m.data_fingerprint + ") than data.path holds now (" +
@@ -664,26 +685,26 @@ int Checkpointer::load(const Manifest& m) {
               "('trident ckpt export') and start from --checkpoint.init_from");
   const ShardIndex index(m, files_needed(m, layout));
   const ParameterLayout saved(m.model, 0, m.dims.size(Axis::tp));
-  const size_t n = layout.total_floats();
-  std::vector<float> full[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+  const std::vector<std::string> kinds = kinds_of(state_);
+  std::vector<std::vector<float>> full(kinds.size(), std::vector<float>(layout.total_floats(), 0.0f));
   for (const ParameterTensor& t : layout.tensors())
-    for (int k = 0; k < 3; k++) {
+    for (size_t k = 0; k < kinds.size(); k++) {
       // The same piece saved: this rank's shard is a dataset of its own. Otherwise
       // assemble the full tensor from the saved shards and cut the new shard from it.
-      if (const auto* own = index.find(kKinds[k], t.name, t.shard, t.shards)) {
+      if (const auto* own = index.find(kinds[k], t.name, t.shard, t.shards)) {
         const std::vector<float> shard = own->file->read_float(own->dataset);
         require(shard.size() == t.stored, own->file->path() + ": " + own->dataset + " has the wrong size");
         std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
         continue;
       }
-      const std::vector<float> canonical = index.canonical(m, saved, kKinds[k], t.name);
+      const std::vector<float> canonical = index.canonical(m, saved, kinds[k], t.name);
       const std::vector<float> shard = layout.shard_of(t, canonical.data());
       std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
     }
-  parameters_.from_host(full[0].data());
-  parameters_.changed();
-  optimizer_.import_moments(full[1].data(), full[2].data());
-  optimizer_.set_steps_taken(m.step);
+  state_.parameters.from_host(full[0].data());
+  state_.parameters.changed();
+  for (size_t i = 0; i < state_.moments.size(); i++) state_.moments[i].from_host(full[1 + i].data());
+  state_.set_optimizer_steps(m.step);
   return m.step;
 }
 

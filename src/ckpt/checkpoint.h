@@ -24,11 +24,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/sharded_state.h"
 #include "config/config.h"
-#include "parallel/data_parallel.h"
-#include "parallel/parallel_state.h"
 #include "model/parameters.h"
-#include "optim/adamw.h"
+#include "parallel/parallel_state.h"
 
 namespace trident {
 
@@ -85,9 +84,8 @@ std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Man
 
 class Checkpointer {
  public:
-  // parameters: this rank's named, sharded tensors (what the model hands out).
-  Checkpointer(const Config& config, ParallelState& parallel, ShardedParameters parameters, AdamW& optimizer,
-               DataParallel& data_parallel);
+  // state: this rank's named, sharded views of the training state.
+  Checkpointer(const Config& config, ParallelState& parallel, ShardedState state);
   ~Checkpointer();
 
   // Saves the state after `step` optimizer steps (collective). With async, the node
@@ -106,12 +104,13 @@ class Checkpointer {
   // Collective, after resuming from disk: uploads that checkpoint if S3's latest is older
   // (a run whose last upload did not finish), when this run has the saving run's nodes.
   void upload_if_missing(const Manifest& m, const std::string& manifest_text);
-  const ParameterLayout& layout() const { return *parameters_.layout; }
+  const ParameterLayout& layout() const { return *state_.parameters.layout; }
   // What the training reads (TrainingData::fingerprint), recorded with every save.
   void set_data(const std::string& fingerprint) { data_fingerprint_ = fingerprint; }
   double last_stall_s() const { return last_stall_s_; }
-  // Host memory of a save (for memory plans): this rank's copy of its state, and the
-  // blob of pieces it hands its node leader (dp rank 0 only writes: `writer`).
+  // Host memory of a save (for memory plans: the parameters and AdamW's two moments):
+  // this rank's copy of its state, and the blob of pieces it hands its node leader (dp
+  // rank 0 only writes: `writer`).
   static size_t staging_bytes(const ParameterLayout& layout);
   static size_t piece_bytes(const ParameterLayout& layout, bool writer);
   // The node leader's buffers while writing: one piece's aligned copy, the CRC's reads.
@@ -127,13 +126,12 @@ class Checkpointer {
 
   const Config& config_;
   ParallelState& parallel_;
-  ShardedParameters parameters_;
-  AdamW& optimizer_;
-  DataParallel& data_parallel_;
+  ShardedState state_;
   std::unique_ptr<Pending> pending_;
   std::unique_ptr<CheckpointUploader> uploader_;
-  // Host buffers reused by every save: this rank's state, and (leader) the node's pieces.
-  std::vector<float> host_params_, host_m_, host_v_;
+  // Host buffers reused by every save: this rank's state (the parameters, then each
+  // moment), and (leader) the node's pieces.
+  std::vector<std::vector<float>> host_state_;
   std::vector<std::vector<char>> node_blobs_;
   int node_index_ = 0;  // this node's file number: its leader's place among the leaders
   std::string data_fingerprint_;

@@ -57,8 +57,7 @@ void load_checkpoint_run(CheckpointRun& run) {
                                                  c.train.device);
   run.k = kernels::make_kernels(c.train.device, c.train.resolved_precision());
   run.setup = std::make_unique<TrainingSetup>(c, *run.parallel, *run.k);
-  Checkpointer checkpointer(c, *run.parallel, run.setup->model.store().parameters(), run.setup->optimizer,
-                            run.setup->data_parallel);
+  Checkpointer checkpointer(c, *run.parallel, run.setup->sharded_state());
   run_collectively([&] {
     run.step = checkpointer.load(read_manifest(run.checkpoint, /*verify_files=*/true));
     run.tokenizer = make_tokenizer(c.data.tokenizer, c.data.tokenizer_path);

@@ -55,20 +55,17 @@ void AdamW::step(const std::function<float*(size_t)>& parameter_at,
   }
 }
 
-void AdamW::export_moments(std::vector<float>& m_full, std::vector<float>& v_full, size_t n) const {
-  m_full.assign(n, 0.0f);  // keeps its capacity
-  v_full.assign(n, 0.0f);
-  for (const Segment& s : segments_) {
-    k_.copy_to_host(m_full.data() + s.offset, m_.data() + s.state_offset, s.size * sizeof(float));
-    k_.copy_to_host(v_full.data() + s.offset, v_.data() + s.state_offset, s.size * sizeof(float));
-  }
+void AdamW::moment_to_host(Moment which, float* full, size_t n) const {
+  const kernels::DeviceBuffer& moment = which == Moment::exp_avg ? m_ : v_;
+  std::fill(full, full + n, 0.0f);
+  for (const Segment& s : segments_)
+    k_.copy_to_host(full + s.offset, moment.data() + s.state_offset, s.size * sizeof(float));
 }
 
-void AdamW::import_moments(const float* m_full, const float* v_full) {
-  for (const Segment& s : segments_) {
-    k_.copy_to_device(m_.data() + s.state_offset, m_full + s.offset, s.size * sizeof(float));
-    k_.copy_to_device(v_.data() + s.state_offset, v_full + s.offset, s.size * sizeof(float));
-  }
+void AdamW::moment_from_host(Moment which, const float* full) {
+  kernels::DeviceBuffer& moment = which == Moment::exp_avg ? m_ : v_;
+  for (const Segment& s : segments_)
+    k_.copy_to_device(moment.data() + s.state_offset, full + s.offset, s.size * sizeof(float));
 }
 
 double clip_coefficient(double norm, double grad_clip) {

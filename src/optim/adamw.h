@@ -37,10 +37,12 @@ class AdamW {
 
   int steps_taken() const { return t_; }
   void set_steps_taken(int t) { t_ = t; }
-  // The moments as buffers of the whole flat layout (zero outside the owned ranges), in
-  // host memory, and back (only the owned ranges are read): for checkpoints.
-  void export_moments(std::vector<float>& m_full, std::vector<float>& v_full, size_t n) const;
-  void import_moments(const float* m_full, const float* v_full);
+  // The two moments, by PyTorch's names for them (the checkpoints' too).
+  enum class Moment { exp_avg, exp_avg_sq };
+  // A moment as a buffer of the whole flat layout (n floats, zero outside the owned
+  // ranges) in host memory, and back (only the owned ranges are read): for checkpoints.
+  void moment_to_host(Moment which, float* full, size_t n) const;
+  void moment_from_host(Moment which, const float* full);
   size_t state_floats() const { return m_.size() + v_.size(); }
   // What state_floats() will be for these owned ranges (for memory plans).
   static size_t state_floats_for(const ParameterLayout& layout, const std::vector<FlatRange>& owned);

@@ -78,4 +78,16 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
   if (k.host_memory()) data_parallel.set_max_in_flight(kMpiReductionsInFlight);
 }
 
+ShardedState TrainingSetup::sharded_state() {
+  const size_t n = model.layout().total_floats();
+  const auto moment = [this, n](AdamW::Moment which, const char* name) {
+    return ShardedBuffer{name, [this, which, n](float* flat) { optimizer.moment_to_host(which, flat, n); },
+                         [this, which](const float* flat) { optimizer.moment_from_host(which, flat); }};
+  };
+  return {model.store().parameters(),
+          {moment(AdamW::Moment::exp_avg, "exp_avg"), moment(AdamW::Moment::exp_avg_sq, "exp_avg_sq")},
+          [this](float* flat) { data_parallel.gather_host_buffer(flat); },
+          [this](int steps) { optimizer.set_steps_taken(steps); }};
+}
+
 }  // namespace trident

@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "ckpt/sharded_state.h"
 #include "config/config.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
@@ -47,6 +48,11 @@ class TrainingSetup {
   TrainingSetup(const Config& config, ParallelState& parallel, kernels::Kernels& k);
   TrainingSetup(const TrainingSetup&) = delete;
   TrainingSetup& operator=(const TrainingSetup&) = delete;
+
+  // The named, sharded views of the training state that checkpoints save and restore:
+  // the model's parameters, the optimizer's moments and step count, ZeRO's shards
+  // assembled by data parallelism.
+  ShardedState sharded_state();
 
   const int local_batch;  // sequences of each global batch on this dp rank
   const PipelinePlan plan;

@@ -740,7 +740,7 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const MemoryBaseline baseline{resident_bytes(), k->memory_pool().free_bytes};
   TrainingSetup s(config, parallel, *k);
   s.model.init_parameters(tc.seed);
-  Checkpointer checkpointer(config, parallel, s.model.store().parameters(), s.optimizer, s.data_parallel);
+  Checkpointer checkpointer(config, parallel, s.sharded_state());
   checkpointer.set_data(data.fingerprint);
   const Restored restored = restore(config, parallel, s.model, checkpointer);
   const int start_step = restored.step;

@@ -1,0 +1,39 @@
+// What a checkpoint saves and restores of one rank's training state, by name: the
+// parameters' sharded tensors, the optimizer's moments, its step count. The Checkpointer
+// sees these views only, not the model, the optimizer or data parallelism
+// (TrainingSetup::sharded_state builds them).
+//
+// Each is a flat buffer of the parameter layout of which this rank may hold only some
+// ranges: with ZeRO its block of every bucket (the moments; from ZeRO-3 the parameters
+// too), the other blocks held by the other ranks of the shard group (dp, or hybrid
+// sharding's group).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/parameters.h"
+
+namespace trident {
+
+// One named buffer of the optimizer's state, seen through host memory.
+struct ShardedBuffer {
+  std::string name;  // the checkpoint's kind: exp_avg, exp_avg_sq
+  // Into `flat` (the layout's total_floats()): this rank's ranges, zeros elsewhere.
+  std::function<void(float* flat)> to_host;
+  // Out of a full flat buffer: this rank's ranges are read.
+  std::function<void(const float* flat)> from_host;
+};
+
+struct ShardedState {
+  ShardedParameters parameters;        // the checkpoint's kind params
+  std::vector<ShardedBuffer> moments;  // in the order the node files hold them
+  // Completes a flat host buffer holding this rank's ranges with the other ranks' of
+  // the shard group (collective over it; nothing to do without ZeRO).
+  std::function<void(float* flat)> gather_shards;
+  // The optimizer's step count (its bias correction), set when loading.
+  std::function<void(int steps)> set_optimizer_steps;
+};
+
+}  // namespace trident
