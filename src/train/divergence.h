@@ -28,7 +28,6 @@ class DivergenceGuard {
   bool in_streak() const { return streak_ > 0; }
   int skipped_steps() const { return skipped_; }
   int loss_spikes() const { return spikes_; }  // reported so far
-  bool rolled_back() const { return rolled_back_; }
 
  private:
   int max_bad_;

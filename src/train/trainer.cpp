@@ -490,8 +490,8 @@ class StepEnd {
       result_.pipeline_wait_s += std::max(0.0, o.seconds - o.data_seconds - o.compute_seconds -
                                                    s_.runner.comm_wait_s() - o.update_seconds);
     }
-    result_.tokens_per_s = tokens_per_step_ / o.seconds;
-    result_.mfu = flops_per_token_ * tokens_per_step_ / o.seconds / (peak_total_ * 1e9);
+    result_.last_step_tokens_per_s = tokens_per_step_ / o.seconds;
+    result_.last_step_mfu = flops_per_token_ * tokens_per_step_ / o.seconds / (peak_total_ * 1e9);
     result_.steps_run++;
     if (std::isfinite(o.loss)) {  // the logged loss: the mean since the last line (skipped steps left out)
       interval_loss_ += o.loss;
@@ -528,8 +528,8 @@ class StepEnd {
     m.loss_steps = mean_of;
     m.lr = o.lr;
     m.grad_norm = o.norm.norm;
-    m.tokens_per_s = result_.tokens_per_s;
-    m.mfu = result_.mfu;
+    m.tokens_per_s = result_.last_step_tokens_per_s;
+    m.mfu = result_.last_step_mfu;
     m.step_time_s = o.seconds;
     m.comm_wait_s = s_.runner.comm_wait_s();
     m.data_wait_s = o.data_seconds;

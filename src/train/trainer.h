@@ -11,7 +11,8 @@ namespace trident {
 
 struct TrainResult {
   double first_loss = 0, last_loss = 0, val_loss = 0, unigram_entropy = 0;
-  double tokens_per_s = 0, mfu = 0;
+  // The last step's (summary.json has the means of the steady steps).
+  double last_step_tokens_per_s = 0, last_step_mfu = 0;
   double comm_wait_s = 0;  // summed over steps: waiting for the data-parallel reduction
   double data_wait_s = 0;  // summed over steps: drawing the batch from the data
   double step_time_s = 0;  // summed over steps
