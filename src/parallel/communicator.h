@@ -48,6 +48,12 @@ class Request {
 };
 using RequestPtr = std::unique_ptr<Request>;
 
+// Waits for `request`, if one is in flight, and clears it.
+inline void finish(RequestPtr& request) {
+  if (request) request->wait();
+  request.reset();
+}
+
 // Operation counts and payload bytes (the size of the buffer each call reduces,
 // gathers or sends), per kind, as counted by this rank.
 // connect: NCCL's set-up of a communicator and of its connections to the peers.

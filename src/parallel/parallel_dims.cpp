@@ -9,6 +9,7 @@ namespace trident {
 namespace {
 
 constexpr std::array<const char*, kAxisCount> kAxisNames = {"tp", "dp", "pp"};
+static_assert(kAxisNames.back() != nullptr, "every axis of kAxes needs its name");
 
 // The axes as messages list them, as the config's keys read: dp, then from the slowest
 // axis to the fastest (dp, pp, tp).
@@ -34,14 +35,12 @@ const char* axis_name(Axis axis) { return kAxisNames[static_cast<int>(axis)]; }
 ParallelDims ParallelDims::resolve(int world, const std::vector<AxisSize>& sizes) {
   require(world > 0, "world size must be positive");
   ParallelDims d;
-  std::vector<Axis> fixed;
-  int derived = -1;
   for (const AxisSize& s : sizes) {
     require(s.size >= 0 && (s.size > 0 || s.axis == Axis::dp),
             "parallel sizes must be positive (dp may be 0: derived)");
     d.sizes_[static_cast<int>(s.axis)] = s.size;
-    if (s.size == 0) derived = static_cast<int>(s.axis);
   }
+  std::vector<Axis> fixed;
   for (Axis a : kAxes)  // tp, pp: in rank order, as the message has always named them
     if (a != Axis::dp) fixed.push_back(a);
   int fixed_ranks = 1;
@@ -51,7 +50,7 @@ ParallelDims ParallelDims::resolve(int world, const std::vector<AxisSize>& sizes
   require(world % fixed_ranks == 0, "world size " + std::to_string(world) + " is not a multiple of " +
                                         product(fixed, d.sizes_, false) + " = " + std::to_string(fixed_ranks) +
                                         " (" + named + ")");
-  if (derived >= 0) d.sizes_[derived] = world / fixed_ranks;
+  if (d.size(Axis::dp) == 0) d.sizes_[static_cast<int>(Axis::dp)] = world / fixed_ranks;
   const std::vector<Axis> all = display_order();
   require(d.world() == world, product(all, d.sizes_, false) + " = " + product(all, d.sizes_, true) + " = " +
                                   std::to_string(d.world()) + " but the world has " + std::to_string(world) +

@@ -10,15 +10,6 @@
 
 namespace trident {
 
-namespace {
-
-void finish(RequestPtr& request) {
-  if (request) request->wait();
-  request.reset();
-}
-
-}  // namespace
-
 PipelineRunner::PipelineRunner(std::vector<Transformer*> chunks, PipelineLinks links) : links_(links) {
   if (links_.pp != nullptr && links_.pp->size() == 1) links_.pp = nullptr;
   for (Transformer* model : chunks) chunks_.push_back({model, std::vector<RequestPtr>(model->slots()), nullptr});

@@ -9,15 +9,6 @@
 
 namespace trident {
 
-namespace {
-
-void finish(RequestPtr& request) {
-  if (request) request->wait();
-  request.reset();
-}
-
-}  // namespace
-
 StepRunner::StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp,
                        kernels::Kernels& k, PipelineLinks pipeline)
     : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k),
