@@ -69,16 +69,25 @@ class MpiRequest final : public Request {
 
 }  // namespace
 
-MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t seq, int world_rank) {
+MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t seq, int world_rank, double silent_s) {
   MissingMembers m;
-  std::string missing, unseen;
+  std::string missing, silent, unseen;
   char item[160];
   int seen = 0;
+  const auto name_node = [&m](int r, const progress_board::Seen& s) {
+    m.here.push_back(r);
+    if (("," + m.nodes + ",").find("," + s.node + ",") == std::string::npos)
+      m.nodes += (m.nodes.empty() ? "" : ",") + s.node;
+    if (s.started) m.last_step = std::max(m.last_step, s.step);
+  };
   const std::vector<int> members = group.world_ranks();
   for (int r : members) {
     if (r == world_rank) continue;
     const progress_board::Seen s = progress_board::lookup(r, group.board_key());
     seen += s.visible;
+    // Its poll loops have not run for most of the timeout: stopped, or hung in a kernel,
+    // whether it had come to this operation or waits in another.
+    const bool stopped = s.visible && s.silent_s >= silent_s;
     if (!s.visible) {
       unseen += (unseen.empty() ? "" : ", ") + std::to_string(r);
     } else if (s.seq < seq) {
@@ -87,19 +96,24 @@ MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t se
                       static_cast<unsigned long long>(s.seq), s.step, s.seconds_ago);
       else
         std::snprintf(item, sizeof item, "%d (none yet on this group)", r);
-      missing += (missing.empty() ? "" : ", ") + std::string(item) + (s.waiting ? " (waiting itself)" : "");
-      if (s.waiting) continue;  // held up by another, not the one that stopped
-      m.here.push_back(r);
-      if (("," + m.nodes + ",").find("," + s.node + ",") == std::string::npos)
-        m.nodes += (m.nodes.empty() ? "" : ",") + s.node;
-      if (s.started) m.last_step = std::max(m.last_step, s.step);
+      const bool held_up = s.waiting && !stopped;  // held up by another, not the one that stopped
+      missing += (missing.empty() ? "" : ", ") + std::string(item) + (held_up ? " (waiting itself)" : "");
+      if (!held_up) name_node(r, s);
+    } else if (stopped) {
+      std::snprintf(item, sizeof item, "%d (silent for %.1f s)", r, s.silent_s);
+      silent += (silent.empty() ? "" : ", ") + std::string(item);
+      name_node(r, s);
     }
   }
   const std::string what = std::string(comm_op_name(op)) + " (#" + std::to_string(seq) + " on the group)";
-  m.report = "trident: rank " + std::to_string(world_rank) + ": of the " + group.name() + " group, " +
-             (!missing.empty() ? "ranks that had not started this " + what + ": " + missing
-              : seen > 0       ? "every member on this machine had started this " + what + ": it is stuck inside it"
-                               : "no other member is on this machine");
+  std::string said;
+  if (!missing.empty()) said = "ranks that had not started this " + what + ": " + missing;
+  if (!silent.empty())
+    said += (said.empty() ? "" : "; ") + std::string("ranks that started this ") + what + " and then stopped: " + silent;
+  if (said.empty())
+    said = seen > 0 ? "every member on this machine had started this " + what + ": it is stuck inside it"
+                    : "no other member is on this machine";
+  m.report = "trident: rank " + std::to_string(world_rank) + ": of the " + group.name() + " group, " + said;
   if (!unseen.empty()) m.report += "; on other machines, not visible from here: " + unseen;
   m.report += "\n";
   return m;
@@ -139,6 +153,7 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
   const progress_board::Waiting waiting;
   Timer timer;
   for (long spins = 0; !done(); spins++) {
+    if (spins % 64 == 0) progress_board::beat();
     if (spins % 64 == 0 && timer.seconds() > watchdog.timeout_s) {
       std::fflush(stdout);  // the report comes after what was printed before it, in a combined log
       char host[256] = "?";
@@ -151,7 +166,8 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
                    world_rank, host, backend, comm_op_name(op), count, group.name().c_str(), group.rank(),
                    group.size(), timer.seconds(), watchdog.step);
       if (seq > 0) {
-        const MissingMembers missing = missing_members(group, op, seq, world_rank);
+        // A live member beats at least every poll; one silent for half the timeout is not.
+        const MissingMembers missing = missing_members(group, op, seq, world_rank, watchdog.timeout_s / 2);
         std::fprintf(stderr, "%s", missing.report.c_str());
         if (!missing.here.empty()) {
           std::fflush(stderr);

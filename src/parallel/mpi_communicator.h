@@ -69,13 +69,14 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
                   const Communicator& group, const Watchdog& watchdog, const std::function<void()>& before_abort = {},
                   uint64_t seq = 0, int peer = -1);
 // The members of `group` on this machine that had not started its collective number
-// `seq` (the progress board), for a timeout's message and health verdict.
+// `seq`, or that started it and then went silent for `silent_s` (no wait of theirs polled:
+// stopped), from the progress board, for a timeout's message and health verdict.
 struct MissingMembers {
-  std::vector<int> here;  // their world ranks, but those waiting in another operation themselves
+  std::vector<int> here;  // their world ranks, but live ones waiting in another operation themselves
   std::string nodes;      // their nodes, comma-separated
   int last_step = -1;     // the latest step any of them was at (-1: none had started)
   std::string report;     // the message's second line
 };
-MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t seq, int world_rank);
+MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t seq, int world_rank, double silent_s);
 
 }  // namespace trident

@@ -31,6 +31,7 @@ struct RankProgress {
   std::atomic<int> world_rank;
   char node[kNameBytes * 2];  // its node as Slurm names it, written before world_rank
   std::atomic<int> waiting;  // waits for communication in progress (a stopped rank has none)
+  std::atomic<int64_t> beat_ns;  // its last beat() (CLOCK_MONOTONIC)
   GroupProgress groups[kGroups];
 };
 // The processes share these atomics through the mapping: they must not hide a lock.
@@ -125,11 +126,20 @@ void record(const std::string& group, uint64_t seq, int step) {
   slot->step.store(step, std::memory_order_relaxed);
   slot->at_ns.store(now_ns(), std::memory_order_relaxed);
   slot->seq.store(seq, std::memory_order_release);
+  beat();
+}
+
+void beat() {
+  if (mine != nullptr) mine->beat_ns.store(now_ns(), std::memory_order_relaxed);
 }
 
 Waiting::Waiting() {
-  if (mine != nullptr) mine->waiting.fetch_add(1, std::memory_order_relaxed);
+  if (mine == nullptr) return;
+  mine->waiting.fetch_add(1, std::memory_order_relaxed);
+  beat();
 }
+
+bool waiting_now() { return mine != nullptr && mine->waiting.load(std::memory_order_relaxed) > 0; }
 
 Waiting::~Waiting() {
   if (mine != nullptr) mine->waiting.fetch_sub(1, std::memory_order_relaxed);
@@ -143,6 +153,8 @@ Seen lookup(int world_rank, const std::string& group) {
     s.visible = true;
     s.node = r.node;
     s.waiting = r.waiting.load(std::memory_order_relaxed) > 0;
+    if (const int64_t beat = r.beat_ns.load(std::memory_order_relaxed); beat > 0)
+      s.silent_s = static_cast<double>(now_ns() - beat) / 1e9;
     if (const GroupProgress* g = find(r, group)) {
       s.seq = g->seq.load(std::memory_order_acquire);
       s.started = s.seq > 0;

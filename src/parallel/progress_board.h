@@ -20,6 +20,11 @@ void open();
 // This rank started collective number `seq` (from 1) on its group `group` at `step`.
 void record(const std::string& group, uint64_t seq, int step);
 
+// This rank is alive: called from every wait's poll loop (and by record() and Waiting), so
+// that a member that went silent inside an operation it had started (stopped, hung in a
+// kernel) is told apart from one that waits on others.
+void beat();
+
 // While one lives, this rank is waiting for communication: a member that had not come to
 // an operation but waits in another is held up too, not the one that stopped.
 class Waiting {
@@ -37,9 +42,14 @@ struct Seen {
   bool started = false;  // it has started a collective on that group
   uint64_t seq = 0;      // the latest one's number
   int step = -1;         // the step it was at then
-  double seconds_ago = 0;
+  double seconds_ago = 0;  // since it started that one
+  double silent_s = 0;     // since its last beat() (0: it never beat)
 };
 // What the board shows of world rank `world_rank` on group `group`.
 Seen lookup(int world_rank, const std::string& group);
+
+// This rank is inside a wait now (a Waiting lives): for the fault injection that stops a
+// rank in the middle of a collective.
+bool waiting_now();
 
 }  // namespace trident::progress_board

@@ -31,6 +31,7 @@
 #include "model/transformer_spec.h"
 #include "optim/lr_schedule.h"
 #include "parallel/agreement.h"
+#include "parallel/progress_board.h"
 #include "kernels/base/error.h"
 #include "kernels/base/memory.h"
 #include "runtime/stop_signal.h"
@@ -337,17 +338,26 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
 
 // Fault injection for the timeout tests: TRIDENT_TEST_STALL_RANK=r makes rank r stop
 // participating at step TRIDENT_TEST_STALL_STEP (default 1), as a dead node would; with
-// TRIDENT_TEST_STALL_SIGNAL=STOP it stops itself with SIGSTOP (no thread of it runs on).
+// TRIDENT_TEST_STALL_SIGNAL=STOP it stops itself with SIGSTOP (no thread of it runs on);
+// with STOP_IN_WAIT it stops inside its next wait for a collective it has started (as a
+// SIGSTOP from outside may land).
 void maybe_stall(int rank, int step) {
   const char* stall_rank = std::getenv("TRIDENT_TEST_STALL_RANK");
   if (stall_rank == nullptr || std::atoi(stall_rank) != rank) return;
   const char* stall_step = std::getenv("TRIDENT_TEST_STALL_STEP");
   if (step != (stall_step != nullptr ? std::atoi(stall_step) : 1)) return;
-  const char* signal = std::getenv("TRIDENT_TEST_STALL_SIGNAL");
+  const std::string signal = std::getenv("TRIDENT_TEST_STALL_SIGNAL") ? std::getenv("TRIDENT_TEST_STALL_SIGNAL") : "";
   std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_STALL_RANK set: stalling at step %d%s\n", rank, step,
-               signal != nullptr ? " (SIGSTOP)" : "");
+               signal == "STOP" ? " (SIGSTOP)" : signal == "STOP_IN_WAIT" ? " (SIGSTOP inside its next wait)" : "");
   std::fflush(stderr);
-  if (signal != nullptr && std::string(signal) == "STOP") raise(SIGSTOP);
+  if (signal == "STOP_IN_WAIT") {
+    std::thread([] {
+      while (!progress_board::waiting_now()) std::this_thread::yield();
+      raise(SIGSTOP);
+    }).detach();
+    return;
+  }
+  if (signal == "STOP") raise(SIGSTOP);
   while (true) pause();
 }
 

@@ -155,6 +155,37 @@ TEST(Faults, AStoppedRankIsNamedByTheRanksWaitingForIt) {
   EXPECT_EQ(v.reason.rfind("rank 5 stopped (last seen in step 3): ", 0), 0u) << v.reason;
 }
 
+// A rank stopped inside a collective it had started (a SIGSTOP from outside lands there as
+// often as not): the board shows it as having started the operation, but its poll loop
+// stopped beating, so the rank waiting for it still names it and its node. 2 ranks, dp 2:
+// rank 1 stops in the middle of its first wait of step 3.
+TEST(Faults, ARankStoppedInsideACollectiveIsNamedToo) {
+  const int timeout_s = 4;
+  const std::string base = kRun.substr(0, kRun.find("--parallel.timeout_s"));
+  const std::string dir = testing::TempDir() + "stopped_inside_ckpt";
+  fs::remove_all(dir);
+  const CliRun r = run(base + "--train.steps=6 --log.run_dir=" + testing::TempDir() + "stopped_inside --parallel.timeout_s=" +
+                           std::to_string(timeout_s) + " --checkpoint.dir=" + dir,
+                       "env TRIDENT_TEST_STALL_RANK=1 TRIDENT_TEST_STALL_STEP=3 TRIDENT_TEST_STALL_SIGNAL=STOP_IN_WAIT " +
+                           kMpirun + "2 -x TRIDENT_TEST_STALL_RANK -x TRIDENT_TEST_STALL_STEP -x TRIDENT_TEST_STALL_SIGNAL",
+                       120);
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("rank 1: TRIDENT_TEST_STALL_RANK set: stalling at step 3 (SIGSTOP inside its next wait)"),
+            std::string::npos) << r.err;
+  // Whether rank 0 timed out in the operation rank 1 stopped in (started it, then silent)
+  // or in the next one (rank 1 had not started it, and is no longer beating), rank 1 is named.
+  const std::regex named("(ranks that started this [a-z_]+ \\(#[0-9]+ on the group\\) and then stopped: 1 \\(silent for|"
+                         "ranks that had not started this [a-z_]+ \\(#[0-9]+ on the group\\): 1 \\([^)]*\\)(,|$|;|\\n))");
+  EXPECT_TRUE(std::regex_search(r.err, named)) << r.err;
+  const std::string verdict = health::verdict_path(dir);
+  ASSERT_TRUE(fs::exists(verdict)) << r.err;
+  const health::Verdict v = health::from_json(slurp(verdict));
+  EXPECT_EQ(v.host, health::node_name());
+  EXPECT_EQ(v.ranks, std::vector<int>{1}) << slurp(verdict);
+  // It stopped inside the step it stalled at (3 from 0: printed as 4), having started its collective there.
+  EXPECT_EQ(v.reason.rfind("rank 1 stopped (last seen in step 4): ", 0), 0u) << v.reason;
+}
+
 // A rank that dies (kill -9) or hangs (SIGSTOP) while handing its pieces of a checkpoint
 // to its node leader: the job ends within the timeout plus 15 s, the rank is named, and
 // `latest` still names the previous complete checkpoint (the half-collected one never
