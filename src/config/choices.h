@@ -17,7 +17,7 @@
 namespace trident {
 
 enum class Family { gpt2, llama };                   // model.family
-enum class Schedule { one_f_one_b, gpipe };          // parallel.schedule
+enum class Schedule { one_f_one_b, gpipe, interleaved, zb1 };  // parallel.schedule (pipeline/schedule.h)
 enum class Recompute { none, selective, full };      // train.recompute
 enum class PrecisionSetting { fp32, bf16, automatic };  // train.precision (auto: bf16 on cuda, fp32 on cpu)
 enum class TokenizerKind { byte, gpt2, llama3, sentencepiece };  // data.tokenizer
@@ -33,7 +33,7 @@ struct Choices<Family> {
 template <>
 struct Choices<Schedule> {
   static constexpr const char* key = "parallel.schedule";
-  static constexpr std::array<const char*, 2> names = {"1f1b", "gpipe"};
+  static constexpr std::array<const char*, 4> names = {"1f1b", "gpipe", "interleaved", "zb1"};
 };
 template <>
 struct Choices<Recompute> {
@@ -58,7 +58,7 @@ struct Choices<Device> {
 
 // Every value has its name (the last value of each enum, then the size of its table).
 static_assert(static_cast<size_t>(Family::llama) + 1 == Choices<Family>::names.size());
-static_assert(static_cast<size_t>(Schedule::gpipe) + 1 == Choices<Schedule>::names.size());
+static_assert(static_cast<size_t>(Schedule::zb1) + 1 == Choices<Schedule>::names.size());
 static_assert(static_cast<size_t>(Recompute::full) + 1 == Choices<Recompute>::names.size());
 static_assert(static_cast<size_t>(PrecisionSetting::automatic) + 1 == Choices<PrecisionSetting>::names.size());
 static_assert(static_cast<size_t>(TokenizerKind::sentencepiece) + 1 == Choices<TokenizerKind>::names.size());

@@ -76,7 +76,10 @@ po::options_description config_options(Config& c) {
       ("parallel.tp", with_default(&p.tp), "tensor-parallel size")
       ("parallel.pp", with_default(&p.pp), "pipeline-parallel stages")
       ("parallel.pp_layers", with_default(&p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
-      ("parallel.schedule", with_default(&p.schedule), "pipeline schedule: 1f1b or gpipe")
+      ("parallel.schedule", with_default(&p.schedule),
+       "pipeline schedule: 1f1b, gpipe, interleaved (with parallel.vpp) or zb1 (zero bubble, ZB-H1)")
+      ("parallel.vpp", with_default(&p.vpp),
+       "virtual pipeline stages per rank (parallel.schedule=interleaved): stage s holds chunks s, s+pp, ...")
       ("parallel.zero", with_default(&p.zero),
        "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the parameters too")
       ("parallel.sequence_parallel", with_default(&p.sequence_parallel),
@@ -300,6 +303,12 @@ void Config::validate() const {
   require(parallel.dp >= 0, "parallel.dp must be >= 0 (0: derived from the world size)");
   positive(parallel.tp, "parallel.tp");
   positive(parallel.pp, "parallel.pp");
+  positive(parallel.vpp, "parallel.vpp");
+  require(parallel.schedule != Schedule::interleaved || parallel.pp > 1,
+          "parallel.schedule=interleaved needs parallel.pp > 1 (it interleaves the stages' model chunks)");
+  require(parallel.vpp == 1 || parallel.schedule == Schedule::interleaved,
+          "parallel.vpp=" + std::to_string(parallel.vpp) + " needs parallel.schedule=interleaved (it is " +
+              name_of(parallel.schedule) + "); or parallel.vpp=1");
   positive(parallel.timeout_s, "parallel.timeout_s");
   require(parallel.zero >= 0 && parallel.zero <= 3,
           "parallel.zero must be 0, 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters), got " +
@@ -414,6 +423,22 @@ void Config::resolve_layout(int world_size) {
   require(per_rank % train.micro_batch == 0,
           "train.micro_batch (" + std::to_string(train.micro_batch) + ") must divide the per-rank batch " +
               std::to_string(per_rank) + " (global_batch / dp)");
+  if (parallel.schedule == Schedule::interleaved) {
+    // Megatron's rule: the micro-batches go round the stages in groups of pp.
+    const int micro_batches = per_rank / train.micro_batch;
+    if (micro_batches % parallel.pp != 0) {
+      std::string would;
+      for (int mb = 1; mb <= per_rank; mb++)
+        if (per_rank % mb == 0 && (per_rank / mb) % parallel.pp == 0) would += (would.empty() ? "" : ", ") + std::to_string(mb);
+      throw UsageError("parallel.schedule=interleaved needs a multiple of parallel.pp (" + std::to_string(parallel.pp) +
+                       ") micro-batches per step, got " + std::to_string(micro_batches) + " (global_batch " +
+                       std::to_string(train.global_batch) + " / dp " + std::to_string(parallel.dp) + " / micro_batch " +
+                       std::to_string(train.micro_batch) + "): " +
+                       (would.empty() ? "no train.micro_batch would do; raise train.global_batch to a multiple of " +
+                                            std::to_string(parallel.pp * parallel.dp)
+                                      : "train.micro_batch " + would + " would do"));
+    }
+  }
 }
 
 ParallelDims Config::dims() const {

@@ -48,7 +48,8 @@ struct ParallelConfig {
   int tp = 1;               // tensor-parallel size
   int pp = 1;               // pipeline stages
   std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
-  Schedule schedule = Schedule::one_f_one_b;  // pipeline schedule: 1f1b or gpipe
+  Schedule schedule = Schedule::one_f_one_b;  // pipeline schedule: 1f1b, gpipe, interleaved or zb1
+  int vpp = 1;              // model chunks per pipeline rank (interleaved: stage s holds chunks s, s+pp, ...)
   int zero = 0;             // 1: optimizer state sharded over dp (ZeRO-1); 2: gradients too; 3: parameters too
   int shard_size = 0;       // ZeRO over groups of this many dp ranks, replicated across them; 0: all of dp
   bool sequence_parallel = false;  // Megatron's sequence parallelism (needs tp > 1)
