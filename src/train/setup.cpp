@@ -8,7 +8,7 @@ namespace trident {
 
 void resolve_for_world(Config& config, int world_size) {
   const TransformerSpec spec = transformer_spec(config.model);  // the family's own rules
-  stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers);
+  stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers, config.parallel.vpp);
   config.resolve_layout(world_size);
   check_tensor_parallel(spec, config.parallel.tp);
   const ParallelConfig& p = config.parallel;
