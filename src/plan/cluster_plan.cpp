@@ -300,14 +300,15 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
                      std::to_string(config.train.global_batch) + " (dp must divide train.global_batch, tp model.n_head)");
   }
   if (fitting.empty()) {
-    char what[256];
-    std::snprintf(what, sizeof what, "%.1f GiB per GPU in its leanest layout; a %s has %.1f GiB (%.0f%% usable)",
-                  gib(static_cast<double>(smallest)), cluster.gpu.description.c_str(), cluster.gpu.memory_gib,
-                  100 * kUsableMemory);
+    char needs[64], has[160];
+    std::snprintf(needs, sizeof needs, "%.1f GiB per GPU", gib(static_cast<double>(smallest)));
+    std::snprintf(has, sizeof has, "a %s has %.1f GiB (%.0f%% usable)", cluster.gpu.description.c_str(),
+                  cluster.gpu.memory_gib, 100 * kUsableMemory);
     if (pins.any())
-      throw UsageError("the layouts with " + pins.describe(config) + " do not fit on " + on + ": they need " + what +
-                       ". The leanest, " + leanest + ". Unpin one of these keys or add nodes");
-    throw UsageError("the model does not fit on " + on + " under any layout: it needs " + what + "; more nodes are needed");
+      throw UsageError("the layouts with " + pins.describe(config) + " do not fit on " + on + ": the leanest needs " +
+                       needs + "; " + has + ". It is " + leanest + ". Unpin one of these keys or add nodes");
+    throw UsageError("the model does not fit on " + on + " under any layout: it needs " + needs +
+                     " in its leanest layout; " + has + "; more nodes are needed");
   }
   // Fastest first; within 0.5% of each other (the model cannot tell them apart) the
   // simpler layout first: the lower ZeRO stage, the simpler schedule, then the less memory.
