@@ -298,7 +298,8 @@ class CudaKernels final : public Kernels {
                        int N, int C, int OC) override {
     if (dinp != nullptr)
       cuda::gemm<Element, Element>(false, false, N, C, OC, t(dout), t(weight), t(dinp), nullptr, false);
-    cuda::gemm<Element, float>(true, false, OC, C, N, t(dout), t(inp), dweight, nullptr, true);  // fp32 gradients
+    if (dweight != nullptr)
+      cuda::gemm<Element, float>(true, false, OC, C, N, t(dout), t(inp), dweight, nullptr, true);  // fp32 gradients
     if (dbias != nullptr)
       cuda::column_sums(dbias, t(dout), N, OC, scratch_.get<float>(cuda::column_sums_scratch_floats(OC)));
   }

@@ -19,6 +19,8 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   using Act = kernels::Act;
   const ActivationShape& s = shape;
   check(s.micro_batch > 0 && s.slots > 0, "micro_batch and slots must be positive");
+  check(!s.deferred_weight_gradients || s.recompute == Recompute::none,
+        "deferred weight gradients need the activations kept (no recompute)");
   const size_t BT = static_cast<size_t>(s.micro_batch) * s.seq_len, C = s.d_model;
   check(s.sequence_shards > 0 && BT % s.sequence_shards == 0, "sequence shards must divide the micro-batch's rows");
   const size_t R = BT / s.sequence_shards;  // this rank's rows of the residual stream
@@ -55,6 +57,7 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
       want(a.fc_act, BT * s.ffn);
     }
     if (keep_output) want(a.residual_3, R * C);
+    if (keep_output && s.deferred_weight_gradients) want_f32(a.norm_gradients, 4 * C);
   };
   const bool keep_core = s.recompute == Recompute::none, keep_rest = s.recompute != Recompute::full;
 
@@ -75,6 +78,7 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
       want_f32(slot.row_max, BT);
       want_f32(slot.sum_and_target, 2 * BT);
       want_f32(slot.lse, BT);
+      if (s.deferred_weight_gradients) want_f32(slot.final_norm_gradients, 2 * C);
     }
   }
   bytes_.per_slot = bytes_.slots / s.slots;
@@ -82,6 +86,7 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   if (s.recompute != Recompute::none && s.layers > 0) want_layer(recompute, !keep_core, !keep_rest, false);
   part = &bytes_.backward;
   want(scratch.dresidual, R * C);
+  if (s.sends_gradients) want(scratch.sent_gradient, R * C);
   want(scratch.dnorm, BT * C);
   want(scratch.datty, BT * s.attention_width);
   want(scratch.dqkv, BT * s.qkv_width);
@@ -106,9 +111,11 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
   for (SlotActivations& slot : slots)
     for (LayerActivations& a : slot.layers) {
       kernels::Act* output = a.residual_3;
+      float* norm_gradients = a.norm_gradients;
       if (!keep_rest) a = recompute;
       else if (!keep_core) a.atty = recompute.atty, a.attention_stats = recompute.attention_stats;
       a.residual_3 = output;
+      a.norm_gradients = norm_gradients;
     }
 }
 

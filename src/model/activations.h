@@ -41,6 +41,10 @@ struct ActivationShape {
   // B*T rows (this rank's), the rest all of them; 1 without.
   int sequence_shards = 1;
   Recompute recompute = Recompute::none;
+  // zb1 (pipeline/schedule.h): the weight-gradient half of backward runs later, from what
+  // the input-gradient half leaves in the slot (model/transformer.h); only without recompute.
+  bool deferred_weight_gradients = false;
+  bool sends_gradients = false;  // a pipeline stage past the first: its input's gradient goes upstream
   kernels::DType act_type = kernels::DType::f32;
   size_t attention_stats_floats = 0;  // one layer's, for a whole micro-batch (the backend's)
 
@@ -55,6 +59,10 @@ struct LayerActivations {
                *fc = nullptr, *fc_act = nullptr, *residual_3 = nullptr;
   float *norm_1_mean = nullptr, *norm_1_rstd = nullptr, *attention_stats = nullptr, *norm_2_mean = nullptr,
         *norm_2_rstd = nullptr;
+  // Deferred weight gradients: the norms' gains' (and biases') gradients, [4, C], until
+  // the weight-gradient half adds them (the GEMMs' output gradients wait in qkv, fc,
+  // residual_2 and residual_3, which the input-gradient half no longer needs).
+  float* norm_gradients = nullptr;
 };
 
 // One micro-batch's activations.
@@ -63,6 +71,7 @@ struct SlotActivations {
   kernels::Act *encoded = nullptr, *final_norm = nullptr, *logits = nullptr;
   float *final_norm_mean = nullptr, *final_norm_rstd = nullptr, *losses = nullptr, *row_max = nullptr,
         *sum_and_target = nullptr, *lse = nullptr;
+  float* final_norm_gradients = nullptr;  // deferred weight gradients: the final norm's, [2, C]
   std::vector<LayerActivations> layers;
   int B = 0;  // sequences of the micro-batch now in the slot
 };
@@ -71,6 +80,10 @@ struct SlotActivations {
 // the all-gathered rows (`gathered`, [B*T, C], forward's too) and a reduce-scatter's
 // output (`dnorm_rows`, this rank's rows).
 struct BackwardScratch {
+  // sent_gradient: the copy of d loss / d input a pipeline stage sends upstream while the
+  // next backward receives into dresidual (no stage waits on its own last send before
+  // taking its next gradient: that wait can close a cycle between two stages).
+  kernels::Act *sent_gradient = nullptr;
   kernels::Act *dresidual = nullptr, *dnorm = nullptr, *datty = nullptr, *dqkv = nullptr, *dfc = nullptr,
                *dfc_act = nullptr, *gathered = nullptr, *dnorm_rows = nullptr;
 };

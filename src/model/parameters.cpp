@@ -15,13 +15,20 @@ size_t ParameterTensor::numel() const {
 
 ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int tp_size, size_t pad_to,
                                  const StageSpec& stage)
-    : spec_(spec), first_layer_(stage.first_layer), tp_rank_(tp_rank), tp_size_(tp_size) {
+    : spec_(spec), tp_rank_(tp_rank), tp_size_(tp_size) {
   check_tensor_parallel(spec, tp_size);
   const int64_t d = spec.d_model, V = spec.vocab_size, T = spec.seq_len, hd = spec.head_dim;
   const int64_t H = spec.n_head, KV = spec.n_kv_head, F = spec.ffn_dim;
   const int tp = tp_size, kv_shards = spec.kv_shards(tp);
-  const int last_layer = stage.layers < 0 ? spec.n_layer : stage.first_layer + stage.layers;
-  check(stage.first_layer >= 0 && last_layer <= spec.n_layer, "stage layers out of range");
+  check(!stage.chunks.empty(), "a stage without a model chunk");
+  chunk_begin_.push_back(0);
+  for (const LayerRange& chunk : stage.chunks) {
+    const int last = chunk.count < 0 ? spec.n_layer : chunk.first + chunk.count;
+    check(chunk.first >= 0 && last <= spec.n_layer, "stage layers out of range");
+    check(global_layers_.empty() || chunk.first > global_layers_.back(), "a stage's chunks must ascend");
+    for (int i = chunk.first; i < last; i++) global_layers_.push_back(i);
+    chunk_begin_.push_back(static_cast<int>(global_layers_.size()));
+  }
   const int64_t Vp = spec.padded_vocab(tp);
 
   if (stage.has_embedding || (stage.has_head && spec.tied_head)) {
@@ -55,7 +62,7 @@ ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int t
     tensors_[weight].is_norm_parameter = true;
     if (bias >= 0) tensors_[bias].is_norm_parameter = true;
   };
-  for (int i = stage.first_layer; i < last_layer; i++) {
+  for (int i : global_layers_) {
     unit_begin = total_;
     const BlockNames names = spec.block(i);
     BlockParameterIndex b{};

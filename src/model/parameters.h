@@ -60,12 +60,16 @@ struct ParameterTensor {
   bool sharded() const { return shards > 1; }
 };
 
-// The part of the model that one pipeline stage holds: a contiguous range of blocks,
-// the embeddings on the first stage, the final norm and the head on the last. The
-// default is the whole model.
+// The part of the model that one pipeline stage holds: one or more ranges of blocks (its
+// model chunks: several under the interleaved schedule, pipeline/schedule.h), the
+// embeddings on the first stage, the final norm and the head on the last. The default is
+// the whole model.
+struct LayerRange {
+  int first = 0;
+  int count = -1;  // -1: to the last layer
+};
 struct StageSpec {
-  int first_layer = 0;
-  int layers = -1;  // -1: all
+  std::vector<LayerRange> chunks = {LayerRange{}};  // in the order of their virtual stages
   bool has_embedding = true, has_head = true;
 };
 
@@ -116,10 +120,14 @@ class ParameterLayout {
   // The tensor that the first and the last stage both hold and keep equal (the tied
   // embedding), when this stage holds it; -1 otherwise.
   int tied_across_stages() const { return tied_; }
-  // Block `local` of this stage (global layer first_layer() + local).
+  // Block `local` of this stage, and the model's layer it is; local blocks count up
+  // through the chunks in order (ascending global layers).
   const BlockParameterIndex& block(int local) const { return blocks_[local]; }
-  int first_layer() const { return first_layer_; }
+  int global_layer(int local) const { return global_layers_[local]; }
   int layers() const { return static_cast<int>(blocks_.size()); }
+  // The stage's model chunks: chunk c is local blocks [chunk_begin(c), chunk_begin(c + 1)).
+  int chunks() const { return static_cast<int>(chunk_begin_.size()) - 1; }
+  int chunk_begin(int chunk) const { return chunk_begin_[chunk]; }
   // The flat buffer cut into units, in order: the embeddings (if any), each block, the
   // final norm and head (if any); each a multiple of pad_to floats. Block `local` is
   // units()[block_unit(local)].
@@ -142,11 +150,12 @@ class ParameterLayout {
   TransformerSpec spec_;
   std::vector<ParameterTensor> tensors_;
   std::vector<BlockParameterIndex> blocks_;
+  std::vector<int> global_layers_, chunk_begin_;
   std::vector<FlatRange> units_;
   std::vector<int> block_units_;
   std::vector<bool> unit_is_block_;
   int token_embedding_ = -1, position_embedding_ = -1, final_norm_weight_ = -1, final_norm_bias_ = -1, head_ = -1,
-      tied_ = -1, first_layer_ = 0;
+      tied_ = -1;
   int tp_rank_ = 0, tp_size_ = 1;
   size_t total_ = 0;
 };

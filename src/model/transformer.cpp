@@ -11,7 +11,7 @@
 namespace trident {
 
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Footprint& k, int sequence_shards) {
+                                 const kernels::Footprint& k, int sequence_shards, bool split_backward) {
   const TransformerSpec& s = layout.spec();
   const int tp = layout.tp_size();
   const int heads = s.n_head / tp, kv_heads = s.n_kv_head / s.kv_shards(tp);
@@ -33,6 +33,8 @@ ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch,
   a.act_type = k.activation_type();
   a.attention_stats_floats = k.attention_stats_floats(micro_batch, s.seq_len, heads);
   a.sequence_shards = sequence_shards;
+  a.deferred_weight_gradients = split_backward && recompute == Recompute::none;
+  a.sends_gradients = layout.token_embedding() < 0 || layout.chunks() > 1;  // not the whole model from the embedding
   return a;
 }
 
@@ -42,7 +44,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
       B_(options.micro_batch), k_(k), store_(layout_, k, options.zero, options.shard_group),
       act_type_(k.activation_type()),
       activations_(activation_shape(layout_, B_, options.slots, options.recompute, k,
-                                    tp_.sequence_parallel() ? tp_.size() : 1),
+                                    tp_.sequence_parallel() ? tp_.size() : 1, options.split_backward),
                    k) {
   const TransformerSpec& s = spec();
   const TensorParallel& tp = tp_;
@@ -127,6 +129,13 @@ std::vector<float> Transformer::assemble_over_tp(const ParameterTensor& t, const
   return layout_.assemble(t, pieces);
 }
 
+ActivationSpan Transformer::gradient_to_send(int B) {
+  const BackwardScratch& d = activations_.scratch;
+  check(d.sent_gradient != nullptr, "gradient_to_send() on a stage that sends no gradient");
+  k_.copy_on_device(d.sent_gradient, d.dresidual, rows_of(d.dresidual, B).bytes());
+  return rows_of(d.sent_gradient, B);
+}
+
 kernels::Act* Transformer::layer_input(int slot, int l) const {
   return l == 0 ? activations_.slots[slot].encoded : activations_.slots[slot].layers[l - 1].residual_3;
 }
@@ -141,17 +150,21 @@ void Transformer::norm_forward(Act* out, float* mean, float* rstd, const Act* in
     k_.rmsnorm_forward(out, rstd, inp, weight(weight_index), N, C, eps);
 }
 
-void Transformer::norm_backward(Act* dinp, int weight_index, int bias_index, const Act* dout, const Act* inp,
-                                const float* mean, const float* rstd, int N) {
+void Transformer::norm_backward(Act* dinp, int weight_index, float* dweight, float* dbias, const Act* dout,
+                                const Act* inp, const float* mean, const float* rstd, int N) {
   const int C = spec().d_model;
   if (spec().norm == NormKind::layernorm)
-    k_.layernorm_backward(dinp, grad(weight_index), grad(bias_index), dout, inp, weight(weight_index), mean, rstd, N,
-                          C);
+    k_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight(weight_index), mean, rstd, N, C);
   else
-    k_.rmsnorm_backward(dinp, grad(weight_index), dout, inp, weight(weight_index), rstd, N, C);
+    k_.rmsnorm_backward(dinp, dweight, dout, inp, weight(weight_index), rstd, N, C);
 }
 
 void Transformer::forward(int slot, const int32_t* tokens, const int32_t* targets, int B) {
+  check(chunks() == 1, "forward(slot, ...) on a stage of several chunks: chunk_forward()");
+  chunk_forward(0, slot, tokens, targets, B);
+}
+
+void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, const int32_t* targets, int B) {
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
   Slot& s = activations_.slots.at(slot);
@@ -161,15 +174,15 @@ void Transformer::forward(int slot, const int32_t* tokens, const int32_t* target
       throw UsageError("token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
   // Without waiting for the device: the first stage embeds the tokens (and keeps the
   // host's copy for the embedding's backward), the last scores the targets.
-  if (stage_.has_embedding) {
+  if (embeds(chunk)) {
     k_.upload(s.tokens, tokens, BT * sizeof(int32_t));
     host_tokens_.at(slot).assign(tokens, tokens + BT);
   }
-  if (stage_.has_head) k_.upload(s.targets, targets, BT * sizeof(int32_t));
+  if (has_head(chunk)) k_.upload(s.targets, targets, BT * sizeof(int32_t));
   s.B = B;
   store_.refresh_weights();
 
-  if (stage_.has_embedding) {
+  if (embeds(chunk)) {
     // Vocabulary-parallel embedding: each token's row comes from the shard that owns it.
     const int wpe = layout_.position_embedding();
     if (tp_.sequence_parallel()) {
@@ -185,12 +198,12 @@ void Transformer::forward(int slot, const int32_t* tokens, const int32_t* target
       if (wpe >= 0) k_.add_positions(s.encoded, weight(wpe), B, T, C);
     }
   }
-  for (int l = 0; l < layout_.layers(); l++) {
+  for (int l = layout_.chunk_begin(chunk); l < layout_.chunk_begin(chunk + 1); l++) {
     store_.use_block(l, l + 1);  // ZeRO-3: its weights gathered, the next block's on their way
-    const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.first_layer() + l) + " forward"; });
+    const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.global_layer(l)) + " forward"; });
     block_forward(s, slot, l);
   }
-  if (!stage_.has_head) return;
+  if (!has_head(chunk)) return;
   norm_forward(s.final_norm, s.final_norm_mean, s.final_norm_rstd, layer_input(slot, layout_.layers()),
                layout_.final_norm_weight(), layout_.final_norm_bias(), rows(B));
   // Vocabulary-parallel head (GPT-2: the tied wte): this rank's logits are
@@ -276,79 +289,155 @@ void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) 
 
 void Transformer::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from,
                            const std::function<void(int)>& block_begins) {
+  check(chunks() == 1, "backward(slot, ...) on a stage of several chunks: chunk_backward()");
+  chunk_backward(0, slot, loss_scale, BackwardPart::whole, grads_final_from, block_begins);
+}
+
+void Transformer::chunk_backward(int chunk, int slot, float loss_scale, BackwardPart part,
+                                 const std::function<void(size_t)>& grads_final_from,
+                                 const std::function<void(int)>& block_begins) {
   const Slot& s = activations_.slots.at(slot);
   check(s.B > 0, "backward() without forward()");
-  const BackwardScratch& d = activations_.scratch;
   const auto report = [&](size_t offset) {
     if (grads_final_from) grads_final_from(offset);
   };
+  const int first = layout_.chunk_begin(chunk), end = layout_.chunk_begin(chunk + 1);
+  const bool defer = part == BackwardPart::input && defers_weight_gradients();
+  if (part == BackwardPart::weight) {
+    if (!defers_weight_gradients()) return;  // the input half did it all
+    if (has_head(chunk)) {
+      head_weight_gradients(s);
+      report(layout_[layout_.final_norm_weight()].offset);
+    }
+    for (int l = end - 1; l >= first; l--) {
+      if (block_begins) block_begins(l);
+      const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.global_layer(l)) + " weight gradients"; });
+      block_weight_gradients(s, l);
+      report(layout_[layout_.block(l).first].offset);
+    }
+    if (chunk == 0) report(0);
+    return;
+  }
+  const BackwardScratch& d = activations_.scratch;
   const int B = s.B, T = spec().seq_len, C = spec().d_model, BT = B * T;
-  if (stage_.has_head) {
+  if (has_head(chunk)) {
     // Head: logits become dlogits in place, then through the head and the final norm.
+    const int gain = layout_.final_norm_weight(), bias = layout_.final_norm_bias();
     k_.cross_entropy_backward(s.logits, s.lse, s.targets, vocab_start_, BT, vocab_valid_, vocab_shard_, loss_scale);
-    k_.matmul_backward(d.dnorm, grad(layout_.head()), nullptr, s.logits, gathered_rows(s.final_norm, B),
-                       weight(layout_.head()), BT, C, vocab_shard_);
+    k_.matmul_backward(d.dnorm, defer ? nullptr : grad(layout_.head()), nullptr, s.logits,
+                       defer ? nullptr : gathered_rows(s.final_norm, B), weight(layout_.head()), BT, C, vocab_shard_);
     const Act* dnorm = reduce_gradient_rows(d.dnorm, B);
     k_.fill_zero(d.dresidual, rows_of(d.dresidual, B).bytes());
-    norm_backward(d.dresidual, layout_.final_norm_weight(), layout_.final_norm_bias(), dnorm,
-                  layer_input(slot, layout_.layers()), s.final_norm_mean, s.final_norm_rstd, rows(B));
-    report(layout_[layout_.final_norm_weight()].offset);
+    if (defer) k_.fill_zero(s.final_norm_gradients, 2 * C * sizeof(float));
+    norm_backward(d.dresidual, gain, defer ? stash(s.final_norm_gradients, 0) : grad(gain),
+                  defer ? (bias >= 0 ? stash(s.final_norm_gradients, 1) : nullptr) : grad(bias), dnorm,
+                  layer_input(slot, end), s.final_norm_mean, s.final_norm_rstd, rows(B));
+    if (!defer) report(layout_[gain].offset);
   }  // else the pipeline put d loss / d output into d.dresidual
-  for (int l = layout_.layers() - 1; l >= 0; l--) {
-    if (block_begins) block_begins(l);
+  for (int l = end - 1; l >= first; l--) {
+    if (block_begins && !defer) block_begins(l);
     store_.use_block(l, l - 1);
     // What the layer did not keep, recomputed into the shared set (model/activations.h).
     if (recompute() == Recompute::full) {
-      const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.first_layer() + l) + " recompute"; });
+      const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.global_layer(l)) + " recompute"; });
       block_forward(s, slot, l, /*up_to_mlp=*/true);
     } else if (recompute() == Recompute::selective) {
       const LayerActivations& a = s.layers[l];
       k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, spec().head_dim);
     }
-    const trace::Span span("layer", [&] { return "layer " + std::to_string(layout_.first_layer() + l) + " backward"; });
-    block_backward(s, slot, l, d.dresidual);
-    report(layout_[layout_.block(l).first].offset);
+    const trace::Span span("layer", [&] {
+      return "layer " + std::to_string(layout_.global_layer(l)) + (defer ? " input gradients" : " backward");
+    });
+    block_backward(s, slot, l, d.dresidual, defer);
+    if (!defer) report(layout_[layout_.block(l).first].offset);
   }
-  if (stage_.has_embedding) {
+  if (embeds(chunk)) {
     // A tied embedding's gradient has the head's part and now the embedding's (all rows).
     const Act* dall = gathered_rows(d.dresidual, B);
     k_.embedding_backward(grad(layout_.token_embedding()), dall, s.tokens, host_tokens_.at(slot).data(), vocab_start_,
                           vocab_shard_, B, T, C);
     if (layout_.position_embedding() >= 0) k_.positions_backward(grad(layout_.position_embedding()), dall, B, T, C);
   }
-  report(0);
+  if (!defer && chunk == 0) report(0);  // a later chunk's gradients end above chunk 0's
 }
 
 // dresidual holds d loss / d residual_3 of layer l on entry, and d loss / d (input of
 // layer l) on return: the skip connections pass it through, the branches add to it.
 // It is the same on every tp rank, so replicated parameters get the same gradients.
-void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual) {
+void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual, bool defer) {
   const TransformerSpec& sp = spec();
   const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
   const int mlp_in = sp.mlp_in_width(tp_.size());
   const BackwardScratch& d = activations_.scratch;
+  // Deferred: each GEMM's output gradient is kept in the slot's buffer of that output (no
+  // longer needed once its own backward has run), the norms' gradients in the stash.
+  const auto keep = [&](Act* into, const Act* gradient, size_t n) {
+    if (defer) k_.copy_on_device(into, gradient, k_.activation_bytes(n));
+  };
+  const auto weight_grad = [&](int index) { return defer ? nullptr : grad(index); };
+  const auto norm_grads = [&](int gain, int bias, int piece) {
+    return std::pair<float*, float*>{defer ? stash(a.norm_gradients, piece) : grad(gain),
+                                     defer ? (bias >= 0 ? stash(a.norm_gradients, piece + 1) : nullptr) : grad(bias)};
+  };
+  if (defer) k_.fill_zero(a.norm_gradients, 4 * static_cast<size_t>(C) * sizeof(float));
+  const size_t NC = static_cast<size_t>(N) * C;
   // MLP branch (under sequence parallelism each gathered input is used before the next gather).
-  k_.matmul_backward(d.dfc_act, grad(p.mlp_out_weight), grad(p.mlp_out_bias), gathered_rows(dresidual, B),
-                     a.fc_act, weight(p.mlp_out_weight), BT, ffn_local_, C);
+  keep(a.residual_3, dresidual, NC);
+  k_.matmul_backward(d.dfc_act, weight_grad(p.mlp_out_weight), weight_grad(p.mlp_out_bias), gathered_rows(dresidual, B),
+                     defer ? nullptr : a.fc_act, weight(p.mlp_out_weight), BT, ffn_local_, C);
   if (sp.mlp == MlpKind::swiglu) k_.swiglu_backward(d.dfc, a.fc, d.dfc_act, BT, ffn_local_);
   else k_.gelu_backward(d.dfc, a.fc, d.dfc_act, static_cast<size_t>(BT) * ffn_local_);
-  k_.matmul_backward(d.dnorm, grad(p.mlp_in_weight), grad(p.mlp_in_bias), d.dfc, gathered_rows(a.norm_2, B),
-                     weight(p.mlp_in_weight), BT, C, mlp_in);
-  norm_backward(dresidual, p.norm_2_weight, p.norm_2_bias, reduce_gradient_rows(d.dnorm, B), a.residual_2,
+  keep(a.fc, d.dfc, static_cast<size_t>(BT) * mlp_in);
+  k_.matmul_backward(d.dnorm, weight_grad(p.mlp_in_weight), weight_grad(p.mlp_in_bias), d.dfc,
+                     defer ? nullptr : gathered_rows(a.norm_2, B), weight(p.mlp_in_weight), BT, C, mlp_in);
+  const auto [norm_2_gain, norm_2_bias] = norm_grads(p.norm_2_weight, p.norm_2_bias, 2);
+  norm_backward(dresidual, p.norm_2_weight, norm_2_gain, norm_2_bias, reduce_gradient_rows(d.dnorm, B), a.residual_2,
                 a.norm_2_mean, a.norm_2_rstd, N);
   store_.progress_gathers();
   // Attention branch.
-  k_.matmul_backward(d.datty, grad(p.attn_out_weight), grad(p.attn_out_bias), gathered_rows(dresidual, B),
-                     a.atty, weight(p.attn_out_weight), BT, attention_width_, C);
+  keep(a.residual_2, dresidual, NC);
+  k_.matmul_backward(d.datty, weight_grad(p.attn_out_weight), weight_grad(p.attn_out_bias), gathered_rows(dresidual, B),
+                     defer ? nullptr : a.atty, weight(p.attn_out_weight), BT, attention_width_, C);
   k_.attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.attention_stats, B, T, heads_local_, kv_heads_local_, hd);
   if (sp.positions == PositionKind::rotary)
     k_.rope_backward(d.dqkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
-  k_.matmul_backward(d.dnorm, grad(p.qkv_weight), grad(p.qkv_bias), d.dqkv, gathered_rows(a.norm_1, B),
-                     weight(p.qkv_weight), BT, C, qkv_width_);
-  norm_backward(dresidual, p.norm_1_weight, p.norm_1_bias, reduce_gradient_rows(d.dnorm, B), layer_input(slot, l),
-                a.norm_1_mean, a.norm_1_rstd, N);
+  keep(a.qkv, d.dqkv, static_cast<size_t>(BT) * qkv_width_);
+  k_.matmul_backward(d.dnorm, weight_grad(p.qkv_weight), weight_grad(p.qkv_bias), d.dqkv,
+                     defer ? nullptr : gathered_rows(a.norm_1, B), weight(p.qkv_weight), BT, C, qkv_width_);
+  const auto [norm_1_gain, norm_1_bias] = norm_grads(p.norm_1_weight, p.norm_1_bias, 0);
+  norm_backward(dresidual, p.norm_1_weight, norm_1_gain, norm_1_bias, reduce_gradient_rows(d.dnorm, B),
+                layer_input(slot, l), a.norm_1_mean, a.norm_1_rstd, N);
+}
+
+// The deferred half: dweight += dout^T @ inp of each GEMM, from the output gradients the
+// input half kept (re-gathered over tp under sequence parallelism), and the norms' stash.
+void Transformer::block_weight_gradients(const Slot& s, int l) {
+  const TransformerSpec& sp = spec();
+  const int B = s.B, C = sp.d_model, BT = B * sp.seq_len;
+  const BlockParameterIndex& p = layout_.block(l);
+  const LayerActivations& a = s.layers[l];
+  k_.add_f32(grad(p.norm_2_weight), stash(a.norm_gradients, 2), C);
+  if (p.norm_2_bias >= 0) k_.add_f32(grad(p.norm_2_bias), stash(a.norm_gradients, 3), C);
+  k_.matmul_backward(nullptr, grad(p.mlp_out_weight), grad(p.mlp_out_bias), gathered_rows(a.residual_3, B), a.fc_act,
+                     nullptr, BT, ffn_local_, C);
+  k_.matmul_backward(nullptr, grad(p.mlp_in_weight), grad(p.mlp_in_bias), a.fc, gathered_rows(a.norm_2, B), nullptr,
+                     BT, C, sp.mlp_in_width(tp_.size()));
+  k_.add_f32(grad(p.norm_1_weight), stash(a.norm_gradients, 0), C);
+  if (p.norm_1_bias >= 0) k_.add_f32(grad(p.norm_1_bias), stash(a.norm_gradients, 1), C);
+  k_.matmul_backward(nullptr, grad(p.attn_out_weight), grad(p.attn_out_bias), gathered_rows(a.residual_2, B), a.atty,
+                     nullptr, BT, attention_width_, C);
+  k_.matmul_backward(nullptr, grad(p.qkv_weight), grad(p.qkv_bias), a.qkv, gathered_rows(a.norm_1, B), nullptr, BT, C,
+                     qkv_width_);
+}
+
+void Transformer::head_weight_gradients(const Slot& s) {
+  const int B = s.B, C = spec().d_model, BT = B * spec().seq_len;
+  k_.matmul_backward(nullptr, grad(layout_.head()), nullptr, s.logits, gathered_rows(s.final_norm, B), nullptr, BT, C,
+                     vocab_shard_);
+  k_.add_f32(grad(layout_.final_norm_weight()), stash(s.final_norm_gradients, 0), C);
+  if (layout_.final_norm_bias() >= 0) k_.add_f32(grad(layout_.final_norm_bias()), stash(s.final_norm_gradients, 1), C);
 }
 
 // ---- sequence parallelism's regions (model/tensor_parallel.h); identities without ----

@@ -30,8 +30,9 @@ namespace trident {
 
 // The activations of one stage on one rank (layout's tp share and layers; sequence_shards:
 // tp under sequence parallelism, else 1).
+// split_backward: zb1's deferred weight gradients (kept only without recompute).
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Footprint& k, int sequence_shards = 1);
+                                 const kernels::Footprint& k, int sequence_shards = 1, bool split_backward = false);
 
 // How one rank's model stage is built; the defaults: the whole model on one rank.
 struct TransformerOptions {
@@ -41,12 +42,19 @@ struct TransformerOptions {
   StageSpec stage = {};        // the part of the model held here (pipeline parallelism)
   int slots = 1;               // micro-batches whose activations can be alive at once (the schedule's need)
   Recompute recompute = Recompute::none;  // what backward recomputes instead of keeping (model/activations.h)
+  // zb1: backward runs as two halves, the weight gradients deferred (BackwardPart); without
+  // recompute only (with it the input half does the whole backward, the weight half nothing).
+  bool split_backward = false;
   // How the store shards the parameters and gradients (parallel/param_grad_store.h:
   // from ZeRO-2 the blocks' gradients in two windows, ZeRO-3 the parameters too), and
   // over which ranks (ZeRO-3's; the stages below shard in DataParallel).
   ZeroStage zero = ZeroStage::none;
   Communicator* shard_group = nullptr;
 };
+
+// Which part of a micro-batch's backward pass to run (pipeline/schedule.h): all of it, or
+// under zb1 the input gradients (sent upstream at once), then later the weight gradients.
+enum class BackwardPart { whole, input, weight };
 
 class Transformer {
  public:
@@ -99,6 +107,19 @@ class Transformer {
   // window must be free and zeroed first).
   void backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from = {},
                 const std::function<void(int)>& block_begins = {});
+  // The same for one model chunk of the stage (layout().chunks(); one but under the
+  // interleaved schedule): its blocks, the embedding if it is the model's first chunk, the
+  // head if its last. forward(slot, ...) and backward(slot, ...) are chunk 0's.
+  void chunk_forward(int chunk, int slot, const int32_t* tokens, const int32_t* targets, int B);
+  // part: the whole backward, or its input-gradient half (leaves d loss / d input in
+  // stage_gradient(), adds no weight gradient: the callbacks are the weight half's), or
+  // its weight-gradient half (of a slot whose input half ran; touches no activation
+  // gradient). Without deferred weight gradients (defers_weight_gradients()) the input
+  // half is the whole backward and the weight half does nothing.
+  void chunk_backward(int chunk, int slot, float loss_scale, BackwardPart part,
+                      const std::function<void(size_t)>& grads_final_from = {},
+                      const std::function<void(int)>& block_begins = {});
+  bool defers_weight_gradients() const { return activations_.shape().deferred_weight_gradients; }
   // One stage, one slot: the mean loss of the micro-batch on the last stage (0 elsewhere).
   float forward(const int32_t* tokens, const int32_t* targets, int B);
   void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {}) {
@@ -111,14 +132,28 @@ class Transformer {
 
   bool first_stage() const { return stage_.has_embedding; }
   bool last_stage() const { return stage_.has_head; }
-  // Hidden states [B, T, d] entering / leaving this stage for the micro-batch in `slot`.
-  // Under sequence parallelism each holds this rank's rows only.
-  ActivationSpan stage_input(int slot, int B) const { return rows_of(activations_.slots[slot].encoded, B); }
-  ActivationSpan stage_output(int slot, int B) const { return rows_of(layer_input(slot, layout_.layers()), B); }
+  int chunks() const { return layout_.chunks(); }
+  // The chunk that embeds the tokens (the model's first) / holds the head (its last).
+  bool embeds(int chunk) const { return stage_.has_embedding && chunk == 0; }
+  bool has_head(int chunk) const { return stage_.has_head && chunk == chunks() - 1; }
+  // Hidden states [B, T, d] entering / leaving a chunk of this stage for the micro-batch
+  // in `slot` (a later chunk's input is its predecessor's output buffer: the pipeline
+  // has sent that on before it receives into it). Under sequence parallelism each holds
+  // this rank's rows only.
+  ActivationSpan stage_input(int chunk, int slot, int B) const {
+    return rows_of(layer_input(slot, layout_.chunk_begin(chunk)), B);
+  }
+  ActivationSpan stage_output(int chunk, int slot, int B) const {
+    return rows_of(layer_input(slot, layout_.chunk_begin(chunk + 1)), B);
+  }
   // The gradient [B, T, d] flowing through this stage, in one buffer: before backward()
   // d loss / d (stage output), coming in from the next stage; after it d loss / d (stage
   // input), going out to the previous one (backward turns one into the other in place).
   ActivationSpan stage_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
+  // After a backward: stage_gradient() copied aside, to be sent upstream while the next
+  // backward's gradient is received (the copy is overwritten by the next call: its last
+  // send must have left).
+  ActivationSpan gradient_to_send(int B);
 
   // Activation bytes held for all slots (for the memory report).
   const ActivationBytes& activation_bytes() const { return activations_.bytes(); }
@@ -150,12 +185,19 @@ class Transformer {
   std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
   // The family's norm (LayerNorm or RMSNorm) over N rows of the residual stream.
   void norm_forward(Act* out, float* mean, float* rstd, const Act* inp, int weight_index, int bias_index, int N);
-  void norm_backward(Act* dinp, int weight_index, int bias_index, const Act* dout, const Act* inp, const float* mean,
-                     const float* rstd, int N);
+  // dweight (and dbias): where the gain's gradient goes: grad(weight_index) or a stash.
+  void norm_backward(Act* dinp, int weight_index, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                     const float* mean, const float* rstd, int N);
   // up_to_mlp: stops before the MLP's output projection (what backward's full
   // recomputation needs: the layer's output is kept).
   void block_forward(const Slot& s, int slot, int l, bool up_to_mlp = false);
-  void block_backward(const Slot& s, int slot, int l, Act* dresidual);
+  // defer: the input-gradient half (the weight gradients' inputs left in the slot).
+  void block_backward(const Slot& s, int slot, int l, Act* dresidual, bool defer);
+  // The weight-gradient half of block l and of the head, from what the input half left.
+  void block_weight_gradients(const Slot& s, int l);
+  void head_weight_gradients(const Slot& s);
+  // The stashed norm gradients of `C`-wide pieces: gain (and bias) of up to two norms.
+  float* stash(float* base, int piece) const { return base + static_cast<size_t>(piece) * spec().d_model; }
 
   StageSpec stage_;
   TensorParallel tp_;

@@ -10,78 +10,92 @@
 
 namespace trident {
 
-PipelineRunner::PipelineRunner(std::vector<Transformer*> chunks, PipelineLinks links) : links_(links) {
+PipelineRunner::PipelineRunner(Transformer& model, PipelineLinks links) : model_(model), links_(links) {
   if (links_.pp != nullptr && links_.pp->size() == 1) links_.pp = nullptr;
-  for (Transformer* model : chunks) chunks_.push_back({model, std::vector<RequestPtr>(model->slots()), nullptr});
+  activation_sends_.resize(model.slots());
+  for (std::vector<RequestPtr>& sends : activation_sends_) sends.resize(model.chunks());
 }
 
 void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets, int micro_batches,
                                   const Backward& backward_pass) {
-  for (const Chunk& chunk : chunks_)
-    check(chunk.model->slots() >= max_in_flight(links_.schedule, stage(), stages(), micro_batches),
-          "the model has fewer activation slots than the schedule keeps in flight");
-  compute_s_ = 0;
-  for (const PipelineAction& action : stage_actions(links_.schedule, stage(), stages(), micro_batches)) {
+  check(model_.slots() >= max_in_flight(links_.schedule, stage(), stages(), micro_batches, chunks()),
+        "the model has fewer activation slots than the schedule keeps in flight");
+  pass_s_ = {0, 0, 0};
+  for (const PipelineAction& action : stage_actions(links_.schedule, stage(), stages(), micro_batches, chunks())) {
     const int c = action.chunk, mb = action.micro_batch;
-    check(c < static_cast<int>(chunks_.size()), "the schedule names a model chunk this rank does not hold");
-    const Transformer& model = *chunks_[c].model;
+    check(c < chunks(), "the schedule names a model chunk this rank does not hold");
     // Micro-batches leave in the order they came, never more than slots() at once: mb % slots is free.
-    const int B = model.micro_batch(), slot = mb % model.slots();
-    const size_t first = static_cast<size_t>(mb) * B * model.spec().seq_len;
+    const int B = model_.micro_batch(), slot = mb % model_.slots();
+    const size_t first = static_cast<size_t>(mb) * B * model_.spec().seq_len;
     const trace::Span span("pipeline", [&] {
-      return std::string(action.kind == PipelineAction::forward ? "forward" : "backward") + " mb " + std::to_string(mb);
+      return std::string(action_name(action.kind)) + " mb " + std::to_string(mb) +
+             (chunks() > 1 ? " chunk " + std::to_string(c) : "");
     });
-    compute_s_ += action.kind == PipelineAction::forward ? forward(c, mb, slot, inputs + first, targets + first, B)
-                                                         : backward(c, mb, slot, backward_pass);
+    switch (action.kind) {
+      case PipelineAction::forward: pass_s_.forward += forward(c, mb, slot, inputs + first, targets + first, B); break;
+      case PipelineAction::backward:
+        pass_s_.input_gradient += backward(c, mb, slot, BackwardPart::whole, backward_pass);
+        break;
+      case PipelineAction::input_gradient:
+        pass_s_.input_gradient += backward(c, mb, slot, BackwardPart::input, backward_pass);
+        break;
+      case PipelineAction::weight_gradient: {
+        Timer computing;  // no transfer: the input half sent the gradient
+        backward_pass(c, slot, BackwardPart::weight);
+        pass_s_.weight_gradient += computing.seconds();
+        break;
+      }
+    }
   }
-  for (Chunk& chunk : chunks_) {
-    for (RequestPtr& send : chunk.activation_sends) finish(send);
-    finish(chunk.gradient_send);
-  }
+  compute_s_ = pass_s_.forward + pass_s_.input_gradient + pass_s_.weight_gradient;
+  for (std::vector<RequestPtr>& sends : activation_sends_)
+    for (RequestPtr& send : sends) finish(send);
+  finish(gradient_send_);
 }
 
 void PipelineRunner::forward_only(const int32_t* inputs, const int32_t* targets, int B) {
-  for (int c = 0; c < static_cast<int>(chunks_.size()); c++) {
+  for (int c = 0; c < chunks(); c++) {
     forward(c, 0, 0, inputs, targets, B);
-    finish(chunks_[c].activation_sends[0]);  // sent before returning: slot 0 is reused by the next call
+    finish(activation_sends_[0][c]);  // sent before returning: slot 0 is reused by the next call
   }
 }
 
-double PipelineRunner::forward(int c, int micro_batch, int slot, const int32_t* inputs, const int32_t* targets,
-                               int B) {
-  Chunk& chunk = chunks_[c];
-  Transformer& model = *chunk.model;
-  const int chunks = static_cast<int>(chunks_.size());
-  finish(chunk.activation_sends[slot]);  // the slot's last output must have left before we overwrite it
-  if (!model.first_stage())
-    links_.pp->recv(model.stage_input(slot, B), upstream(c).stage,
-                    transfer_tag(Transfer::activation, micro_batch, c, chunks));
+void PipelineRunner::finish_activation_sends(int slot) {
+  for (RequestPtr& send : activation_sends_[slot]) finish(send);
+}
+
+double PipelineRunner::forward(int c, int micro_batch, int slot, const int32_t* inputs, const int32_t* targets, int B) {
+  finish_activation_sends(slot);  // the slot's last outputs must have left before we overwrite them
+  if (!model_.embeds(c))
+    links_.pp->recv(model_.stage_input(c, slot, B), upstream(c).stage,
+                    transfer_tag(Transfer::activation, micro_batch, c, chunks()));
   Timer computing;
-  model.forward(slot, inputs, targets, B);
+  model_.chunk_forward(c, slot, inputs, targets, B);
   const double seconds = computing.seconds();
-  if (!model.last_stage()) {
+  if (!model_.has_head(c)) {
     const Place to = downstream(c);
-    const int tag = transfer_tag(Transfer::activation, micro_batch, to.chunk, chunks);
-    chunk.activation_sends[slot] = links_.pp->send_async(model.stage_output(slot, B), to.stage, tag);
+    const int tag = transfer_tag(Transfer::activation, micro_batch, to.chunk, chunks());
+    activation_sends_[slot][c] = links_.pp->send_async(model_.stage_output(c, slot, B), to.stage, tag);
   }
   return seconds;
 }
 
-double PipelineRunner::backward(int c, int micro_batch, int slot, const Backward& backward_pass) {
-  Chunk& chunk = chunks_[c];
-  Transformer& model = *chunk.model;
-  const int chunks = static_cast<int>(chunks_.size()), B = model.micro_batch();
-  finish(chunk.gradient_send);  // backward rewrites stage_gradient(): the last one sent must have left
-  if (!model.last_stage())
-    links_.pp->recv(model.stage_gradient(B), downstream(c).stage,
-                    transfer_tag(Transfer::gradient, micro_batch, c, chunks));
+double PipelineRunner::backward(int c, int micro_batch, int slot, BackwardPart part, const Backward& backward_pass) {
+  const int B = model_.micro_batch();
+  // Received before this rank waits on its own last send (sent from a copy): two stages
+  // each waiting for the other to take its last gradient before posting their next
+  // receive would wait for ever (pipeline/schedule_timing.h plays this out).
+  if (!model_.has_head(c))
+    links_.pp->recv(model_.stage_gradient(B), downstream(c).stage,
+                    transfer_tag(Transfer::gradient, micro_batch, c, chunks()));
   Timer computing;
-  backward_pass(model, slot);
+  backward_pass(c, slot, part);
   const double seconds = computing.seconds();
-  if (!model.first_stage()) {
+  if (!model_.embeds(c)) {
     const Place to = upstream(c);
-    const int tag = transfer_tag(Transfer::gradient, micro_batch, to.chunk, chunks);
-    chunk.gradient_send = links_.pp->send_async(model.stage_gradient(B), to.stage, tag);
+    const int tag = transfer_tag(Transfer::gradient, micro_batch, to.chunk, chunks());
+    finish(gradient_send_);  // its copy is about to be overwritten
+    gradient_send_ = links_.pp->send_async(model_.gradient_to_send(B), to.stage, tag);
   }
   return seconds;
 }

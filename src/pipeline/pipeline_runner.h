@@ -1,13 +1,13 @@
-// Runs one rank's part of the pipeline: its schedule's actions in order, each a forward
-// or a backward of one micro-batch on one of the rank's model chunks, with the
-// activations sent on to the next stage and the gradients back to the previous one
-// (non-blocking sends, blocking receives), each micro-batch in an activation slot of its
-// chunk. What a backward does with the gradients (scale, reduction) is the training
-// step's (train/step_runner.h).
+// Runs one rank's part of the pipeline: its schedule's actions in order (pipeline/
+// schedule.h), each a pass of one micro-batch through one of the rank's model chunks,
+// with the activations sent on to the next stage and the gradients back to the previous
+// one (non-blocking sends, blocking receives), each micro-batch in an activation slot
+// (all of its chunks' activations in one slot). What a backward does with the gradients
+// (scale, reduction) is the training step's (train/step_runner.h).
 //
-// A rank holds its chunks as a list, today one: its stage. Chunk c of stage s is virtual
-// stage c * stages + s, so a micro-batch passes through every stage's chunk 0, then every
-// stage's chunk 1, and so on (Megatron's interleaved layout).
+// Chunk c of stage s is virtual stage c * stages + s, so a micro-batch passes through
+// every stage's chunk 0, then every stage's chunk 1, and so on (Megatron's interleaved
+// layout); one chunk per rank but under the interleaved schedule.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +17,17 @@
 #include "model/transformer.h"
 #include "parallel/communicator.h"
 #include "pipeline/pipeline_links.h"
+#include "pipeline/schedule_timing.h"
 
 namespace trident {
 
 class PipelineRunner {
  public:
-  // chunks: this rank's model chunks, in the order of their virtual stages.
-  PipelineRunner(std::vector<Transformer*> chunks, PipelineLinks links);
+  // model: this rank's stage, with its chunks (model.chunks()).
+  PipelineRunner(Transformer& model, PipelineLinks links);
 
-  // The backward pass of the micro-batch in `slot` of `chunk`.
-  using Backward = std::function<void(Transformer& chunk, int slot)>;
+  // A backward pass (or half of one, under zb1) of the micro-batch in `slot` of `chunk`.
+  using Backward = std::function<void(int chunk, int slot, BackwardPart part)>;
   // The step's forward and backward passes in the schedule's order, over `micro_batches`
   // micro-batches of micro_batch() sequences; inputs/targets [micro_batches * B, T] (host
   // memory). Returns once every send has left.
@@ -42,28 +43,32 @@ class PipelineRunner {
   // Of the last run_schedule(): seconds spent in forward and backward passes (the rest
   // is this stage's share of the pipeline bubble).
   double compute_s() const { return compute_s_; }
+  // The same by kind of pass (a whole backward counts as input gradients).
+  const PassTimes& pass_s() const { return pass_s_; }
 
  private:
-  struct Chunk {
-    Transformer* model;
-    std::vector<RequestPtr> activation_sends;  // per slot: the output still on its way
-    RequestPtr gradient_send;                  // stage_gradient() still on its way
-  };
   // A chunk on some stage: where a transfer comes from or goes to.
   struct Place {
     int stage, chunk;
   };
+  int chunks() const { return model_.chunks(); }
   Place place_of(int virtual_stage) const { return {virtual_stage % stages(), virtual_stage / stages()}; }
   Place upstream(int chunk) const { return place_of(chunk * stages() + stage() - 1); }
   Place downstream(int chunk) const { return place_of(chunk * stages() + stage() + 1); }
+  // The slot's outputs still on their way (any chunk's: a chunk's input is its
+  // predecessor's output buffer), finished before the slot is written again.
+  void finish_activation_sends(int slot);
 
   // Each returns the seconds it computed (the transfers are not counted).
   double forward(int chunk, int micro_batch, int slot, const int32_t* inputs, const int32_t* targets, int B);
-  double backward(int chunk, int micro_batch, int slot, const Backward& backward_pass);
+  double backward(int chunk, int micro_batch, int slot, BackwardPart part, const Backward& backward_pass);
 
-  std::vector<Chunk> chunks_;
+  Transformer& model_;
   PipelineLinks links_;
+  std::vector<std::vector<RequestPtr>> activation_sends_;  // [slot][chunk]
+  RequestPtr gradient_send_;  // stage_gradient() still on its way (one buffer for every chunk)
   double compute_s_ = 0;
+  PassTimes pass_s_;
 };
 
 }  // namespace trident

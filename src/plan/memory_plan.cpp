@@ -53,7 +53,8 @@ namespace {
 ParameterLayout rank_layout(const Config& config, const RankCoords& c) {
   const ParallelDims d = config.dims();
   return ParameterLayout(transformer_spec(config.model), c[Axis::tp], d.size(Axis::tp), d.size(Axis::dp),
-                         stage_spec(config.model.n_layer, c[Axis::pp], d.size(Axis::pp), config.parallel.pp_layers));
+                         stage_spec(config.model.n_layer, c[Axis::pp], d.size(Axis::pp), config.parallel.pp_layers,
+                                    config.parallel.vpp));
 }
 
 // What DeviceBuffer takes for `bytes` (whole floats).
@@ -116,10 +117,12 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
 
   const int micro_batch = config.train.micro_batch;
   const int micro_batches = config.train.global_batch / d.size(Axis::dp) / micro_batch;
-  const int slots = max_in_flight(config.parallel.schedule, coords[Axis::pp], d.size(Axis::pp), micro_batches);
+  const int slots =
+      max_in_flight(config.parallel.schedule, coords[Axis::pp], d.size(Axis::pp), micro_batches, config.parallel.vpp);
   const ActivationShape shape =
       activation_shape(layout, micro_batch, slots, config.train.recompute, k,
-                       config.parallel.sequence_parallel && d.size(Axis::tp) > 1 ? d.size(Axis::tp) : 1);
+                       config.parallel.sequence_parallel && d.size(Axis::tp) > 1 ? d.size(Axis::tp) : 1,
+                       config.parallel.schedule == Schedule::zb1);
   const ActivationBytes a = ActivationArena::measure(shape);
   std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", slots,
                 static_cast<double>(a.per_slot) / (1 << 20), micro_batch, name_of(config.train.recompute));

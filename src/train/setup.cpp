@@ -68,6 +68,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .stage = plan.stage,
              .slots = plan.slots,
              .recompute = config.train.recompute,
+             .split_backward = config.parallel.schedule == Schedule::zb1,
              .zero = static_cast<ZeroStage>(zero_stage(config, parallel.dims())),
              .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.dp()}),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),

@@ -12,7 +12,7 @@ namespace trident {
 StepRunner::StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp,
                        kernels::Kernels& k, PipelineLinks pipeline)
     : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k),
-      pipeline_({&model}, pipeline) {
+      pipeline_(model, pipeline) {
   norm_total_ = kernels::DeviceBuffer(k, 2);  // one double
 }
 
@@ -26,19 +26,24 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   model_.store().zero_grad();
   model_.discard_loss_sum();
   data_parallel_.start_backward(model_.store().grads());
-  int backwards_done = 0;
-  pipeline_.run_schedule(inputs, targets, micro_batches, [&](Transformer& chunk, int slot) {
+  // Per chunk, the passes that added weight gradients (under zb1 the weight halves): the
+  // chunk's last one completes its gradients. Chunks finish from the last to the first,
+  // so the offsets reported final only go down.
+  std::vector<int> weight_passes(model_.chunks(), 0);
+  pipeline_.run_schedule(inputs, targets, micro_batches, [&](int chunk, int slot, BackwardPart part) {
+    const bool deferred = model_.defers_weight_gradients();  // else the input half does it all
+    const bool adds_weight_gradients = part == BackwardPart::whole || (part == BackwardPart::weight) == deferred;
     if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
-      const ParameterLayout& layout = chunk.layout();
-      chunk.backward(
-          slot, loss_scale, [this](size_t offset) { data_parallel_.gradients_final_from(offset); },
+      const ParameterLayout& layout = model_.layout();
+      model_.chunk_backward(
+          chunk, slot, loss_scale, part, [this](size_t offset) { data_parallel_.gradients_final_from(offset); },
           [this, &layout](int l) { data_parallel_.block_begins(layout.units()[layout.block_unit(l)].begin); });
-    } else if (++backwards_done < micro_batches) {
-      chunk.backward(slot, loss_scale);
-    } else {  // the last backward completes the gradients: reduce while it runs
+    } else if (!adds_weight_gradients || ++weight_passes[chunk] < micro_batches) {
+      model_.chunk_backward(chunk, slot, loss_scale, part);
+    } else {  // the chunk's last weight gradients: reduce while they are computed
       // Everything but offset 0 (which holds the tied wte): that waits for the
       // embedding sum below.
-      chunk.backward(slot, loss_scale, [this](size_t offset) {
+      model_.chunk_backward(chunk, slot, loss_scale, part, [this](size_t offset) {
         if (offset > 0) data_parallel_.gradients_final_from(offset);
       });
     }

@@ -45,6 +45,7 @@ class StepRunner {
   // rest of the step is this stage's share of the pipeline bubble).
   double comm_wait_s() const { return comm_wait_s_; }
   double compute_s() const { return compute_s_; }
+  const PassTimes& pass_s() const { return pipeline_.pass_s(); }  // the same by kind of pass
 
  private:
   void sync_tied_embedding();
@@ -58,7 +59,7 @@ class StepRunner {
   DataParallel& data_parallel_;
   Communicator& dp_;
   kernels::Kernels& k_;
-  PipelineRunner pipeline_;  // this rank's chunk of the model: `model_`
+  PipelineRunner pipeline_;  // this rank's stage of the model, `model_`, and its chunks
   double comm_wait_s_ = 0, compute_s_ = 0;
   kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
 };

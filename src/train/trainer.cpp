@@ -312,11 +312,16 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
               config.train.global_batch, dp, s.local_batch / config.train.micro_batch, config.train.micro_batch,
               s.data_parallel.buckets().size(), config.parallel.bucket_mb,
               config.parallel.overlap ? ", reduced during backward" : "");
-  if (parallel.size(Axis::pp) > 1)
-    std::printf("pipeline: %d stages, layers %s, schedule %s; stage 0 holds layers %d..%d and %d activation sets\n",
+  if (parallel.size(Axis::pp) > 1) {
+    std::string held;  // this rank's chunks' layers (stage 0 is rank 0's)
+    for (const LayerRange& r : s.plan.stage.chunks)
+      held += (held.empty() ? "" : ", ") + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1);
+    std::printf("pipeline: %d stages, layers %s, schedule %s%s; stage 0 holds layers %s and %d activation sets\n",
                 parallel.size(Axis::pp), config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
-                name_of(config.parallel.schedule), s.plan.stage.first_layer,
-                s.plan.stage.first_layer + s.plan.stage.layers - 1, s.plan.slots);
+                name_of(config.parallel.schedule),
+                s.plan.chunks > 1 ? (" with " + std::to_string(s.plan.chunks) + " chunks per stage").c_str() : "",
+                held.c_str(), s.plan.slots);
+  }
   if (s.data_parallel.shards_optimizer_state())
     std::printf("ZeRO-%d: states sharded over %d dp ranks%s\n", s.data_parallel.zero_stage(),
                 s.data_parallel.shard_group().size(),

@@ -1,6 +1,7 @@
-// Pipeline parallelism under mpirun (pp = world): 1F1B and GPipe give the parameters
-// of one rank training the whole model alone, with the tied embedding's two copies
-// identical, and the activation memory each schedule needs.
+// Pipeline parallelism under mpirun (pp = world): 1F1B, GPipe, interleaved 1F1B (two
+// chunks per rank) and ZB-H1 (weight gradients deferred) give the parameters of one rank
+// training the whole model alone, with the tied embedding's two copies identical, and
+// the activation memory each schedule needs.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -41,16 +42,19 @@ struct Trained {
   size_t activation_bytes = 0;
 };
 
-// Three steps of 4 micro-batches of 2 sequences, on `pp` (null: one stage).
-Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, Schedule schedule) {
+// Three steps of m micro-batches of 2 sequences, on `pp` (null: one stage), `chunks`
+// model chunks per rank.
+Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, Schedule schedule, int m = 4,
+              int chunks = 1) {
   const int stage = pp != nullptr ? pp->rank() : 0, stages = pp != nullptr ? pp->size() : 1;
-  const int B = 2, m = 4, T = mc.seq_len;
+  const int B = 2, T = mc.seq_len;
   auto k = kernels::make_cpu_kernels();
   auto watchdog = std::make_shared<Watchdog>();
   MpiCommunicator self(MPI_COMM_SELF, "self", watchdog);
   Transformer model(mc, *k,
-                    {.micro_batch = B, .stage = stage_spec(mc.n_layer, stage, stages, ""),
-                     .slots = max_in_flight(schedule, stage, stages, m)});
+                    {.micro_batch = B, .stage = stage_spec(mc.n_layer, stage, stages, "", chunks),
+                     .slots = max_in_flight(schedule, stage, stages, m, chunks),
+                     .split_backward = schedule == Schedule::zb1});
   model.init_parameters(21);
   DataParallel dp(self, *k, model.layout().total_floats(), 0.001, false);
   AdamW opt(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, dp.owned());
@@ -98,10 +102,33 @@ TEST_P(PipelineTest, SchedulesMatchOneRankAndEachOther) {
     parallel_->embedding()->broadcast(first, 0);
     EXPECT_EQ(wte, first);
   }
+  // ZB-H1: the same steps with the weight gradients deferred, bit for bit the same sums
+  // per tensor in the same order (the norms' through a stash: within float rounding).
+  const Trained zb1 = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::zb1);
+  for (int s = 0; s < 3; s++) EXPECT_NEAR(zb1.losses[s], f1b.losses[s], 1e-6) << "step " << s;
+  for (const auto& [name, values] : f1b.params) EXPECT_LT(relative_error(values, zb1.params.at(name)), 1e-5) << name;
   // 1F1B keeps at most p - s micro-batches alive, GPipe all 4.
   if (world_size() > 1 && parallel_->coord(Axis::pp) == world_size() - 1) {
     EXPECT_LT(f1b.activation_bytes, gpipe.activation_bytes);
   }
+}
+
+// Interleaved: 2 layers per rank as two chunks (rank s holds layers s and p + s), 2p
+// micro-batches (a multiple of p), against one rank alone.
+TEST_P(PipelineTest, InterleavedMatchesOneRank) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "interleaving needs two stages";
+  ModelConfig mc = four_layers(GetParam());
+  mc.n_layer = 2 * p;
+  const Trained alone = train(mc, nullptr, nullptr, Schedule::one_f_one_b, 2 * p);
+  const Trained interleaved = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::interleaved, 2 * p, 2);
+  for (int s = 0; s < 3; s++) EXPECT_NEAR(interleaved.losses[s], alone.losses[s], 1e-5) << "step " << s;
+  for (const auto& [name, values] : interleaved.params)
+    EXPECT_LT(relative_error(values, alone.params.at(name)), 1e-4) << name;
+  const int stage = parallel_->coord(Axis::pp);
+  EXPECT_TRUE(interleaved.params.contains(four_layers(GetParam()).family == Family::llama
+                                              ? "model.layers." + std::to_string(p + stage) + ".mlp.up_proj.weight"
+                                              : "h." + std::to_string(p + stage) + ".mlp.c_fc.weight"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, PipelineTest, testing::Values(false, true),

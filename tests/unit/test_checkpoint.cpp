@@ -122,6 +122,36 @@ TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
   }
 }
 
+// Pipeline schedules (issue 29): a checkpoint saved under the interleaved schedule with 2
+// chunks per stage continues under 1F1B (1 chunk), interleaved with 4 chunks and ZB-H1,
+// each to the losses of the uninterrupted run (names are global layers: chunks do not
+// show in a checkpoint).
+TEST(Checkpoint, SchedulesAndChunksLoadEachOthersCheckpoints) {
+  const std::string base = "train --config configs/tiny.ini --model.n_layer=8 --train.global_batch=8 --log.every_steps=1 "
+                           "--log.val_batches=0 --log.peak_gflops=100 --train.micro_batch=2 --parallel.pp=2 ";
+  const std::string saved = fresh_dir("interleaved_saved");
+  const CliRun a = run(base + "--parallel.schedule=interleaved --parallel.vpp=2 --train.steps=4 "
+                              "--checkpoint.every_steps=2 --checkpoint.dir=" + saved + run_dir_flag(saved),
+                       kMpirun + "2", 120);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("schedule interleaved with 2 chunks per stage; stage 0 holds layers 0..1, 4..5"), std::string::npos)
+      << a.out;
+  const auto reference = losses(a.out);
+  for (const std::string schedule : {"--parallel.schedule=1f1b", "--parallel.schedule=interleaved --parallel.vpp=4",
+                                     "--parallel.schedule=zb1"}) {
+    const std::string copy = fresh_dir("schedule_resumed");
+    fs::create_directories(copy);
+    fs::copy(saved + "/step_00000002", copy + "/step_00000002", fs::copy_options::recursive);
+    const CliRun r = run(base + schedule + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy), kMpirun + "2",
+                         120);
+    ASSERT_EQ(r.exit_code, 0) << schedule << "\n" << r.err;
+    EXPECT_NE(r.out.find("resumed from " + copy + "/step_00000002"), std::string::npos) << r.out;
+    const auto l = losses(r.out);
+    ASSERT_EQ(l.size(), 2u) << schedule << "\n" << r.out;
+    for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << schedule << " step " << step;
+  }
+}
+
 TEST(Checkpoint, AsyncWritesTheSameCheckpointsAndReportsTheStall) {
   const std::string sync_dir = fresh_dir("sync"), async_dir = fresh_dir("async");
   const CliRun s = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + sync_dir + run_dir_flag(sync_dir));

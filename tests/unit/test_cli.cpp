@@ -104,6 +104,16 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --parallel.pp=3 --model.n_layer=2", "parallel.pp (3) exceeds model.n_layer (2)"},
       {"train --parallel.pp=3 --parallel.pp_layers=2,1", "lists 2 stages but parallel.pp is 3"},
       {"train --parallel.schedule=zigzag", "parallel.schedule"},
+      // Issue 29's schedules: vpp without interleaving, interleaving one stage, chunks that
+      // do not divide a stage's layers, micro-batches not a multiple of pp.
+      {"train --parallel.vpp=2", "parallel.vpp=2 needs parallel.schedule=interleaved (it is 1f1b)"},
+      {"train --parallel.schedule=interleaved --train.global_batch=15", "parallel.schedule=interleaved needs parallel.pp > 1"},
+      {"train --parallel.pp=3 --model.n_layer=6 --parallel.schedule=interleaved --parallel.vpp=4 --train.global_batch=6 "
+       "--train.micro_batch=1", "parallel.vpp (4) must divide the layers of every stage: stage 0 has 2 (model.n_layer 6 "
+                                "over parallel.pp 3); parallel.vpp 1, 2 would do"},
+      {"train --parallel.pp=3 --model.n_layer=6 --parallel.schedule=interleaved --parallel.vpp=2 --train.global_batch=6 "
+       "--train.micro_batch=3", "needs a multiple of parallel.pp (3) micro-batches per step, got 2 (global_batch 6 / dp 1 "
+                                "/ micro_batch 3): train.micro_batch 1, 2 would do"},
       // dp does not divide the batch: the rank counts that would keep it are named
       {"train --train.global_batch=16", "multiple of dp (3, from 3 ranks / tp 1 / pp 1): ranks that would keep this "
                                         "batch: 1, 2, 4, 8, 16"},
@@ -141,6 +151,10 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   const std::string a = "tests/data/gpt2_ref_a.h5", h6 = "tests/data/gpt2_ref_h6_v101.h5";
   const std::string la = "tests/data/llama_ref_a.h5", lh6 = "tests/data/llama_ref_h6_kv3_v101.h5",
                     lmqa = "tests/data/llama_ref_mqa_v61.h5";
+  // 8 layers, d 32 (pp 4 with 2 chunks per stage): ../shared/reference/make_reference.py
+  // --layers 8 --dim 32 --heads 4, make_reference_llama.py --layers 8 --dim 32 --heads 4
+  // --kv-heads 2 --ffn 88.
+  const std::string a8 = "tests/data/gpt2_ref_l8.h5", la8 = "tests/data/llama_ref_l8.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -226,6 +240,33 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
        "dp groups: {0,3} {1,4} {2,5}"},
       {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=1 --parallel.sequence_parallel=true",
        "dp groups: {0,2} {1,3}"},
+      // Interleaved 1F1B (2 chunks per stage): pp 2 and 4, with tp, dp and ZeRO 1 and 3,
+      // recompute, bf16, both families.
+      {2, a, "--parallel.pp=2 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=1", "pp groups: {0,1}"},
+      {2, la, "--parallel.pp=2 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=1", "pp groups: {0,1}"},
+      {4, a8, "--parallel.pp=4 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=1",
+       "pp groups: {0,1,2,3}"},
+      {4, la8, "--parallel.pp=4 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=1 "
+               "--train.recompute=selective", "pp groups: {0,1,2,3}"},
+      {4, a, "--parallel.pp=2 --parallel.tp=2 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=1",
+       "pp groups: {0,2} {1,3}"},
+      {4, la, "--parallel.pp=2 --parallel.zero=1 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=1",
+       "pp groups: {0,2} {1,3}"},
+      {8, a, "--parallel.pp=2 --parallel.tp=2 --parallel.zero=3 --parallel.schedule=interleaved --parallel.vpp=2 "
+             "--train.micro_batch=1 --train.recompute=full", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {8, la8, "--parallel.pp=4 --parallel.tp=2 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=1 "
+               "--train.precision=bf16", "pp groups: {0,2,4,6} {1,3,5,7}"},
+      // Zero bubble (ZB-H1): pp 2 and 4, with tp, ZeRO 2 and 3, sequence parallelism, both families.
+      {2, a, "--parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1", "pp groups: {0,1}"},
+      {4, la, "--parallel.pp=4 --parallel.schedule=zb1 --train.micro_batch=1", "pp groups: {0,1,2,3}"},
+      {4, a8, "--parallel.pp=4 --parallel.schedule=zb1 --train.micro_batch=1 --train.precision=bf16",
+       "pp groups: {0,1,2,3}"},
+      {8, a, "--parallel.pp=2 --parallel.tp=2 --parallel.zero=2 --parallel.schedule=zb1 --train.micro_batch=1",
+       "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {8, la, "--parallel.pp=2 --parallel.tp=2 --parallel.zero=2 --parallel.schedule=zb1 --train.micro_batch=1 "
+              "--parallel.sequence_parallel=true", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {4, la8, "--parallel.pp=2 --parallel.zero=3 --parallel.schedule=zb1 --train.micro_batch=1",
+       "pp groups: {0,2} {1,3}"},
       // Activation recomputation, alone and in the grid, both families.
       {1, a, "--train.recompute=full --train.micro_batch=2", "dp groups: {0}"},
       {2, a, "--parallel.tp=2 --train.recompute=selective --train.precision=bf16", "tp groups: {0,1}"},
