@@ -75,17 +75,6 @@ std::vector<std::pair<Schedule, int>> schedules(int pp, const Config& config, co
   return tried;
 }
 
-// Interleaving splits each stage's layers into vpp chunks of equal size.
-void check_chunks(const Config& c) {
-  if (c.parallel.schedule != Schedule::interleaved) return;
-  const std::vector<int> counts = stage_layer_counts(c.model.n_layer, c.parallel.pp, c.parallel.pp_layers);
-  for (size_t s = 0; s < counts.size(); s++)
-    require(counts[s] % c.parallel.vpp == 0,
-            "parallel.vpp (" + std::to_string(c.parallel.vpp) + ") must divide each stage's layers; stage " +
-                std::to_string(s) + " of parallel.pp=" + std::to_string(c.parallel.pp) + " holds " +
-                std::to_string(counts[s]) + " of model.n_layer=" + std::to_string(c.model.n_layer));
-}
-
 }  // namespace
 
 StepPrediction predict_step(const Config& config, const Cluster& cluster, const StepModelOptions& options) {
@@ -276,7 +265,8 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
               try {
                 c.validate();
                 resolve_for_world(c, world);
-                check_chunks(c);
+                // The stage's chunks share its layers equally (as the run's stage split checks).
+                stage_layer_counts(c.model.n_layer, c.parallel.pp, c.parallel.pp_layers, c.parallel.vpp);
               } catch (const UsageError& e) {
                 refuse(e.what());
                 continue;
