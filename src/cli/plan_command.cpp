@@ -18,9 +18,11 @@ namespace {
 constexpr const char* kPlanUsage =
     "usage: trident plan --config FILE.ini --nodes N --gpus_per_node G --gpu a100|h100|h200\n"
     "                    [--network efa|ib|GBPS] [--top K] [--section.key=value ...]\n"
-    "  Every layout (dp, tp, pp, ZeRO stage, recompute, micro-batch) of the config's model and\n"
+    "  Every layout (dp, tp, pp, pipeline schedule, ZeRO stage, recompute, micro-batch) of the config's model and\n"
     "  global batch that fits N nodes of G GPUs: the busiest GPU's memory from trident's memory\n"
     "  plan and a predicted step time, the K fastest first, and the sbatch line of the best.\n"
+    "  A layout key set in the config or by a flag (parallel.dp, tp, pp, schedule, vpp, zero,\n"
+    "  sequence_parallel, train.recompute, micro_batch) pins it: only layouts with its value.\n"
     "  --network: between nodes; efa (the GPU's AWS instance: p4d, p5), ib (one HDR/NDR port\n"
     "  per GPU), or Gbit/s per GPU.\n";
 
@@ -61,26 +63,29 @@ int run_plan_command(const std::vector<std::string>& args) {
   cluster.gpus_per_node = gpus_per_node;
   cluster.gpu = gpu_model(gpu);
   cluster.network = network_model(network.empty() ? cluster.gpu.default_network : network, cluster.gpu);
-  const std::vector<PlannedLayout> layouts = plan_cluster(cl.config, cluster);
+  const LayoutPins pins = layout_pins(cl.given, cl.config);
+  const std::vector<PlannedLayout> layouts = plan_cluster(cl.config, cluster, pins);
 
   const TransformerSpec spec = transformer_spec(cl.config.model);
   std::printf("plan: %s (%.2fB parameters), global batch %d x %d tokens, on %d node(s) x %d %s "
-              "(%.0f TFLOP/s bf16 dense at %.0f%% efficiency, NVLink %.0f GB/s, network %s: %.0f GB/s per GPU)\n",
+              "(%.0f TFLOP/s bf16 dense, GEMMs up to %.0f%% of it, NVLink %.0f GB/s, network %s: %.0f GB/s per GPU)\n",
               spec.describe().c_str(), parameter_count(spec) / 1e9, cl.config.train.global_batch, spec.seq_len, nodes,
-              gpus_per_node, cluster.gpu.description.c_str(), cluster.gpu.bf16_tflops, 100 * cluster.gpu.efficiency,
+              gpus_per_node, cluster.gpu.description.c_str(), cluster.gpu.bf16_tflops, 100 * cluster.gpu.gemm_efficiency,
               cluster.gpu.nvlink_gbps, cluster.network.name.c_str(), cluster.network.bus_bytes_per_s() / 1e9);
+  if (pins.any()) std::printf("pinned (set in the config or by flags): %s\n", pins.describe(cl.config).c_str());
   std::printf("%zu layouts fit (busiest GPU within 95%% of %.0f GiB); the %d fastest:\n", layouts.size(),
               cluster.gpu.memory_gib, std::min<int>(top, static_cast<int>(layouts.size())));
-  std::printf("%3s %4s %3s %3s %4s %-9s %3s %8s %8s %10s %6s  %s\n", "#", "dp", "tp", "pp", "zero", "recompute", "mb",
-              "GiB/GPU", "step s", "tokens/s", "MFU", "step: compute + tp + bubble + pp + dp exposed (of dp) + optimizer, s");
+  std::printf("%3s %4s %3s %3s %-11s %3s %4s %-9s %3s %8s %8s %10s %6s  %s\n", "#", "dp", "tp", "pp", "schedule", "vpp",
+              "zero", "recompute", "mb", "GiB/GPU", "step s", "tokens/s", "MFU",
+              "step: compute + tp + bubble + pp + dp exposed (of dp) + optimizer, s");
   for (int i = 0; i < top && i < static_cast<int>(layouts.size()); i++) {
     const PlannedLayout& l = layouts[i];
     const ParallelConfig& p = l.config.parallel;
     const StepPrediction& s = l.step;
-    std::printf("%3d %4d %3d %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
-                i + 1, p.dp, p.tp, p.pp, p.zero, name_of(l.config.train.recompute), l.config.train.micro_batch,
-                gib(static_cast<double>(l.memory.device_bytes())), s.step_s, s.tokens_per_s, 100 * s.mfu, s.compute_s,
-                s.tp_s, s.bubble_s, s.pp_s, s.dp_exposed_s, s.dp_s, s.optimizer_s);
+    std::printf("%3d %4d %3d %3d %-11s %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
+                i + 1, p.dp, p.tp, p.pp, name_of(p.schedule), p.vpp, p.zero, name_of(l.config.train.recompute),
+                l.config.train.micro_batch, gib(static_cast<double>(l.memory.device_bytes())), s.step_s, s.tokens_per_s,
+                100 * s.mfu, s.compute_s, s.tp_s, s.bubble_s, s.pp_s, s.dp_exposed_s, s.dp_s, s.optimizer_s);
   }
   const PlannedLayout& best = layouts.front();
   std::printf("memory of the best layout's busiest GPU: %s\n", best.memory.describe().c_str());

@@ -512,6 +512,8 @@ CommandLine parse_command_line(const std::string& command, const std::vector<std
       // Stored after the flags: po::store keeps the first value, so flags win.
       po::store(po::parse_config_file(in, all, /*allow_unregistered=*/false), vm);
     }
+    for (const auto& [key, value] : vm)
+      if (!value.defaulted() && key.find('.') != std::string::npos) cl.given.insert(key);
     if (!defaults_ini.empty()) {  // below the file and the flags
       reading = "the stored config";
       std::istringstream in(defaults_ini);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -174,6 +175,9 @@ struct CommandLine {
   bool help = false;
   std::string help_text;
   std::string reference;  // verify: --reference FILE.h5
+  // The config keys ("parallel.tp") given by a flag or in the config file; not those left
+  // at their defaults nor those from defaults_ini (`trident plan` keeps them as set).
+  std::set<std::string> given;
 };
 
 // A command's own options (tokenize's --decode, prepare's --input, ...): parsed out of

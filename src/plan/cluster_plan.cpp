@@ -2,31 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <cstdio>
 
 #include "kernels/footprint.h"
 #include "model/parameters.h"
 #include "model/transformer_spec.h"
 #include "pipeline/schedule.h"
+#include "plan/layer_time.h"
+#include "plan/schedule_time.h"
 #include "kernels/base/error.h"
 #include "train/setup.h"
 
 namespace trident {
 
 namespace {
-
-// Datasheet peaks and memory; NVLink bus bandwidth as nccl-tests' all-reduce reaches it
-// on 8 GPUs (A100 NVLink 3: about 230 GB/s; H100/H200 NVLink 4: about 450 GB/s).
-// Efficiency: the share of the dense bf16 peak that a training step's compute reaches,
-// chosen from the published runs of test_cluster_plan.cpp (Megatron-LM's A100 runs reach
-// 44-52% of the peak with their communication and bubble included, torchtitan's FSDP
-// runs 51-58%; H100s reach less of their higher peak: torchtitan's Llama 3.1 8B on 8
-// H100s at 500 W, 35-39% MFU). Stated, not measured here: no GPU on this machine.
-const GpuModel kGpus[] = {
-    {"a100", "A100 SXM 80GB", 312.0, 80.0, 2.04, 230.0, 0.60, "efa"},
-    {"h100", "H100 SXM 80GB", 989.4, 80.0, 3.35, 450.0, 0.42, "efa"},
-    {"h200", "H200 SXM 141GB", 989.4, 140.0, 4.8, 450.0, 0.42, "efa"},
-};
 
 constexpr double kUsableMemory = 0.95;  // of the device's memory: the CUDA context, fragmentation
 
@@ -46,7 +35,8 @@ RankMemoryPlan busiest_stage_plan(const Config& config, const kernels::Footprint
 std::string layout_flags(const Config& c) {
   const ParallelConfig& p = c.parallel;
   std::string flags = "--parallel.dp=" + std::to_string(p.dp) + " --parallel.tp=" + std::to_string(p.tp) +
-                      " --parallel.pp=" + std::to_string(p.pp) + " --parallel.zero=" + std::to_string(p.zero) +
+                      " --parallel.pp=" + std::to_string(p.pp) + " --parallel.schedule=" + name_of(p.schedule) +
+                      " --parallel.vpp=" + std::to_string(p.vpp) + " --parallel.zero=" + std::to_string(p.zero) +
                       " --parallel.sequence_parallel=" + (p.sequence_parallel ? "true" : "false") +
                       " --train.recompute=" + name_of(c.train.recompute) + " --train.micro_batch=" +
                       std::to_string(c.train.micro_batch) + " --train.precision=bf16";
@@ -61,79 +51,87 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-}  // namespace
-
-const GpuModel& gpu_model(const std::string& name) {
-  for (const GpuModel& g : kGpus)
-    if (g.name == name) return g;
-  throw UsageError("--gpu must be a100, h100 or h200, got '" + name + "'");
-}
-
-NetworkModel network_model(const std::string& name, const GpuModel& gpu) {
-  NetworkModel n;
-  n.name = name;
-  if (name == "efa") {
-    // p4d: 4 x 100 Gbit/s EFA for 8 A100s; p5 and p5e: 32 x 100 Gbit/s for 8 H100/H200s.
-    n.gbps_per_gpu = gpu.name == "a100" ? 50.0 : 400.0;
-  } else if (name == "ib") {
-    n.gbps_per_gpu = gpu.name == "a100" ? 200.0 : 400.0;  // one HDR / NDR port per GPU (Selene, DGX H100)
-  } else {
-    char* end = nullptr;
-    n.gbps_per_gpu = std::strtod(name.c_str(), &end);
-    require(end != name.c_str() && *end == '\0' && n.gbps_per_gpu > 0,
-            "--network must be efa, ib or a bandwidth in Gbit/s per GPU (e.g. 400), got '" + name + "'");
-    n.name = name + " Gbit/s per GPU";
+// The schedules tried on `pp` stages: 1F1B, interleaved with 2 and 4 chunks per rank, zero
+// bubble (ZB-H1); one stage has no schedule to choose. GPipe is left out (1F1B's bubble
+// with every micro-batch's activations held: it never wins) unless pinned.
+std::vector<std::pair<Schedule, int>> schedules(int pp, const Config& config, const LayoutPins& pins) {
+  std::vector<std::pair<Schedule, int>> tried;
+  if (pp == 1) tried = {{Schedule::one_f_one_b, 1}};
+  else tried = {{Schedule::one_f_one_b, 1}, {Schedule::interleaved, 2}, {Schedule::interleaved, 4}, {Schedule::zb1, 1}};
+  if (pins.pinned("parallel.schedule")) {
+    const Schedule s = config.parallel.schedule;
+    tried = s == Schedule::interleaved ? std::vector<std::pair<Schedule, int>>{{s, 2}, {s, 4}}
+                                       : std::vector<std::pair<Schedule, int>>{{s, 1}};
   }
-  return n;
+  if (pins.pinned("parallel.vpp")) {
+    // vpp > 1 is interleaved's (the config says so); vpp = 1 keeps every other schedule.
+    std::vector<std::pair<Schedule, int>> kept;
+    for (const auto& [s, v] : tried)
+      if ((config.parallel.vpp > 1) == (s == Schedule::interleaved) &&
+          std::find(kept.begin(), kept.end(), std::pair{s, config.parallel.vpp}) == kept.end())
+        kept.push_back({s, config.parallel.vpp});
+    tried = kept;
+  }
+  return tried;
 }
+
+}  // namespace
 
 StepPrediction predict_step(const Config& config, const Cluster& cluster, const StepModelOptions& options) {
   const TransformerSpec spec = transformer_spec(config.model);
   const ParallelConfig& p = config.parallel;
   const int dp = p.dp, tp = p.tp, pp = p.pp, G = cluster.gpus_per_node, zero = dp > 1 ? p.zero : 0;
-  const double T = spec.seq_len, d = spec.d_model, L = spec.n_layer;
+  const double T = spec.seq_len, d = spec.d_model;
   const int micro_batch = config.train.micro_batch;
   const double m = static_cast<double>(config.train.global_batch / dp / micro_batch);  // micro-batches per step
   const GpuModel& gpu = cluster.gpu;
   const double nvlink = gpu.nvlink_gbps * 1e9, network = cluster.network.bus_bytes_per_s();
+  const bool sequence_parallel = p.sequence_parallel && tp > 1;
 
-  // FLOPs per token: the model's (what MFU counts), and what recomputation adds: full
-  // reruns each block's forward (2 FLOPs per block parameter and attention's core),
-  // selective attention's core only.
-  // trident's full recomputation reruns each block up to the MLP's output projection
-  // (kept); Megatron's (options.whole_layer_recompute) the whole block.
-  const double model_flops = flops_per_token(spec);
-  const ParameterLayout whole(spec);
-  double block_params = 0;
-  for (int l = 0; l < whole.layers(); l++) block_params += static_cast<double>(whole.units()[whole.block_unit(l)].size());
-  const double mlp_out = L * static_cast<double>(spec.ffn_dim) * d;
-  const double rerun = options.whole_layer_recompute ? block_params : block_params - mlp_out;
-  const double attention_core = 4.0 * L * T * spec.attention_width();
+  // One layer's passes, and what recomputation reruns before its backward: trident's full
+  // recompute the layer up to the MLP's output projection (kept), Megatron's
+  // (options.whole_layer_recompute) the whole layer; selective attention's core.
+  const LayerTimes layer = layer_times(spec, micro_batch, tp, sequence_parallel, gpu, options);
   const Recompute recompute = config.train.recompute;
-  const double flops = model_flops + (recompute == Recompute::full       ? 2.0 * rerun + attention_core
-                                      : recompute == Recompute::selective ? attention_core
-                                                                          : 0.0);
-  StepPrediction s;
-  const double rate = gpu.bf16_tflops * 1e12 * gpu.efficiency;
-  const double compute_per_micro_batch = flops * micro_batch * T / (tp * pp) / rate;  // one stage
-
+  const double rerun = recompute == Recompute::full
+                           ? layer.forward() - (options.whole_layer_recompute ? 0.0 : layer.mlp_out_forward)
+                       : recompute == Recompute::selective ? layer.attention_forward
+                                                            : 0.0;
   // Tensor parallelism: all-reduces (or all-gather + reduce-scatter: the same volume) of
-  // the micro-batch's hidden states, in bf16, within the node.
+  // the micro-batch's hidden states, in bf16, within the node; 2 in forward, 2 in
+  // backward, and the rerun's.
+  double all_reduce = 0;
+  if (tp > 1) all_reduce = 2.0 * (tp - 1) / tp * (micro_batch * T * d * 2) / nvlink;
+  const int reruns = recompute != Recompute::full ? 0 : options.whole_layer_recompute ? 2 : 1;
+
+  // The busiest stage: the most layers (the first ones of a balanced split) or the head (the last).
+  const std::vector<int> layers = stage_layer_counts(spec.n_layer, pp, p.pp_layers);
+  const HeadTimes head = head_times(spec, micro_batch, tp, gpu);
+  StageTimes compute, busiest;
   double tp_per_micro_batch = 0;
-  if (tp > 1) {
-    const double bytes = micro_batch * T * d * 2;
-    const double all_reduce = 2.0 * (tp - 1) / tp * bytes / nvlink;
-    const int reruns = recompute != Recompute::full ? 0 : options.whole_layer_recompute ? 2 : 1;
-    tp_per_micro_batch = std::ceil(L / pp) * (4 + reruns) * all_reduce;
+  for (int stage : {0, pp - 1}) {
+    const double n = layers[stage], with_head = stage == pp - 1 ? 1.0 : 0.0;
+    StageTimes c{n * layer.forward() + with_head * head.forward,
+                n * (layer.input_grad() + rerun) + with_head * head.input_grad,
+                n * layer.gemm_weight_grad + with_head * head.weight_grad};
+    const double tp_forward = n * 2 * all_reduce, tp_backward = n * (2 + reruns) * all_reduce;
+    const StageTimes total{c.forward + tp_forward, c.input_grad + tp_backward, c.weight_grad};
+    if (total.total() <= busiest.total()) continue;
+    busiest = total;
+    compute = c;
+    tp_per_micro_batch = tp_forward + tp_backward;
   }
-  const double slot = compute_per_micro_batch + tp_per_micro_batch;
-  s.compute_s = m * compute_per_micro_batch;
+  StepPrediction s;
+  s.forward_s = busiest.forward;
+  s.input_grad_s = busiest.input_grad;
+  s.weight_grad_s = busiest.weight_grad;
+  s.compute_s = m * compute.total();
   s.tp_s = m * tp_per_micro_batch;
-  s.bubble_s = (pp - 1) * slot;
+  s.bubble_s = pipeline_bubble(p.schedule, pp, p.vpp, busiest);
   if (pp > 1) {
-    const double bytes = micro_batch * T * d * 2 / (p.sequence_parallel ? tp : 1);
+    const double bytes = micro_batch * T * d * 2 / (sequence_parallel ? tp : 1);
     const bool one_node = dp * tp * pp <= G;
-    s.pp_s = 2.0 * (pp - 1) * bytes / (one_node ? nvlink : network);
+    s.pp_s = critical_path_transfers(p.schedule, pp, p.vpp) * bytes / (one_node ? nvlink : network);
   }
 
   // Data parallelism over the busiest stage's parameters (this rank's tp share): its
@@ -148,10 +146,14 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
       if (!layout.unit_is_block()[u]) kept_floats += static_cast<double>(layout.units()[u].size());
   }
   if (dp > 1) {
-    const double bw = dp * tp <= G ? nvlink : network;
+    // Across nodes NCCL runs one ring per network interface: a dp group with k members on
+    // each node moves its data over k GPUs' links at once (nccl-tests' bus bandwidth over
+    // nodes is about the node's line rate when all of its GPUs take part), up to NVLink's.
+    const int members_per_node = std::max(1, G / (tp * pp));
+    const double bw = dp * tp * pp <= G ? nvlink : std::min(nvlink, members_per_node * network);
     const double share = (dp - 1.0) / dp, gradients = stage_floats * 4;
     const double block_floats = stage_floats - kept_floats;
-    const double backward = 2.0 / 3.0 * compute_per_micro_batch;  // of one micro-batch
+    const double backward = compute.input_grad + compute.weight_grad;  // of one micro-batch
     double overlapped = 0, window = 0, after = 0;
     if (zero == 0) overlapped = 2 * share * gradients / bw, window = backward;  // during the last backward
     if (zero == 1) overlapped = share * gradients / bw, window = backward, after = share * gradients / bw;
@@ -165,7 +167,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
         // bf16 gathers of each block before its forward and its backward, prefetched under
         // all of the compute; the kept units' once after the update (not hidden).
         overlapped += m * share * 2 * block_floats * 2 / bw;
-        window = m * compute_per_micro_batch;
+        window = m * compute.total();
         after += share * kept_floats * 2 / bw;
       }
     }
@@ -179,81 +181,136 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   s.step_s = s.compute_s + s.tp_s + s.bubble_s + s.pp_s + s.dp_exposed_s + s.optimizer_s;
   const double tokens = static_cast<double>(config.train.global_batch) * T;
   s.tokens_per_s = tokens / s.step_s;
-  s.mfu = model_flops * s.tokens_per_s / (cluster.world() * gpu.bf16_tflops * 1e12);
+  s.mfu = flops_per_token(spec) * s.tokens_per_s / (cluster.world() * gpu.bf16_tflops * 1e12);
   return s;
 }
 
-std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& cluster) {
+std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& cluster, const LayoutPins& pins) {
   require(cluster.nodes >= 1, "--nodes must be at least 1, got " + std::to_string(cluster.nodes));
   require(cluster.gpus_per_node >= 1 && cluster.gpus_per_node <= 64,
           "--gpus_per_node must be 1 to 64, got " + std::to_string(cluster.gpus_per_node));
   const TransformerSpec spec = transformer_spec(config.model);  // the family's own rules
-  const int world = cluster.world();
+  const int world = cluster.world(), G = cluster.gpus_per_node;
   const std::unique_ptr<kernels::Footprint> footprint = kernels::cuda_footprint(kernels::Precision::bf16);
+  // A pinned key keeps the config's value; the others range over what the planner tries.
+  const auto values = [&](const char* key, std::vector<int> free, int set) {
+    return pins.pinned(key) ? std::vector<int>{set} : free;
+  };
   std::vector<PlannedLayout> fitting;
   size_t smallest = SIZE_MAX;
-  for (int tp : divisors(cluster.gpus_per_node)) {  // within a node (NVLink)
-    try {
-      check_tensor_parallel(spec, tp);
-    } catch (const UsageError&) {
+  std::string leanest;      // the flags of the layout with the least memory
+  std::string broken_rule;  // the first rule a pinned layout broke, as a run would say it
+  const auto refuse = [&](const std::string& why) {
+    if (broken_rule.empty()) broken_rule = why;
+  };
+  for (int tp : values("parallel.tp", divisors(G), config.parallel.tp)) {
+    if (G % tp != 0) {
+      refuse("parallel.tp (" + std::to_string(tp) + ") must divide the GPUs of a node (" + std::to_string(G) +
+             "): trident plan keeps tensor parallelism within a node's NVLink");
       continue;
     }
-    for (int pp : divisors(world / tp)) {
-      if (pp > spec.n_layer) break;
+    try {
+      check_tensor_parallel(spec, tp);
+    } catch (const UsageError& e) {
+      refuse(e.what());
+      continue;
+    }
+    std::vector<int> stages;
+    for (int pp : divisors(world / tp))
+      if (pp <= spec.n_layer) stages.push_back(pp);
+    for (int pp : values("parallel.pp", stages, config.parallel.pp)) {
+      if (world % (tp * pp) != 0) {
+        refuse("parallel.tp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(pp) +
+               ") must divide the cluster's " + std::to_string(world) + " GPUs");
+        continue;
+      }
       const int dp = world / (tp * pp);
-      if (config.train.global_batch % dp != 0) continue;
+      if (pins.pinned("parallel.dp") && dp != config.parallel.dp) {
+        refuse("parallel.dp=" + std::to_string(config.parallel.dp) + " x tp " + std::to_string(tp) + " x pp " +
+               std::to_string(pp) + " needs " + std::to_string(config.parallel.dp * tp * pp) + " GPUs; the cluster has " +
+               std::to_string(world));
+        continue;
+      }
+      if (config.train.global_batch % dp != 0) {
+        refuse("train.global_batch (" + std::to_string(config.train.global_batch) + ") must be a multiple of dp (" +
+               std::to_string(dp) + ")");
+        continue;
+      }
       const int local = config.train.global_batch / dp;
-      for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
-        for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-          for (int micro_batch = 1; micro_batch <= std::min(local, 16); micro_batch *= 2) {
-            if (local % micro_batch != 0) continue;
-            Config c = config;
-            c.train.device = Device::cuda;
-            c.train.precision = PrecisionSetting::bf16;
-            c.parallel.dp = dp;
-            c.parallel.tp = tp;
-            c.parallel.pp = pp;
-            c.parallel.zero = zero;
-            c.parallel.shard_size = 0;
-            c.parallel.pp_layers = "";
-            c.parallel.sequence_parallel = tp > 1 && spec.seq_len % tp == 0;  // Megatron's default with tp
-            c.train.recompute = recompute;
-            c.train.micro_batch = micro_batch;
-            // train.sbatch always checkpoints: count what a save keeps on the GPU (NCCL's
-            // staging of the moments) and on the host.
-            if (c.checkpoint.dir.empty()) c.checkpoint.dir = "checkpoints";
-            try {
-              resolve_for_world(c, world);
-            } catch (const UsageError&) {
-              continue;
+      std::vector<int> micro_batches;
+      for (int micro_batch = 1; micro_batch <= std::min(local, 16); micro_batch *= 2) micro_batches.push_back(micro_batch);
+      for (const auto& [schedule, vpp] : schedules(pp, config, pins))
+        for (int zero : values("parallel.zero", dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}, config.parallel.zero))
+          for (Recompute recompute : pins.pinned("train.recompute") ? std::vector<Recompute>{config.train.recompute}
+                                                                     : std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full})
+            for (int micro_batch : values("train.micro_batch", micro_batches, config.train.micro_batch)) {
+              Config c = config;
+              c.train.device = Device::cuda;
+              c.train.precision = PrecisionSetting::bf16;
+              c.parallel.dp = dp;
+              c.parallel.tp = tp;
+              c.parallel.pp = pp;
+              c.parallel.schedule = schedule;
+              c.parallel.vpp = vpp;
+              c.parallel.zero = zero;
+              c.parallel.shard_size = 0;
+              c.parallel.pp_layers = "";
+              if (!pins.pinned("parallel.sequence_parallel"))
+                c.parallel.sequence_parallel = tp > 1 && spec.seq_len % tp == 0;  // Megatron's default with tp
+              c.train.recompute = recompute;
+              c.train.micro_batch = micro_batch;
+              // train.sbatch always checkpoints: count what a save keeps on the GPU (NCCL's
+              // staging of the moments) and on the host.
+              if (c.checkpoint.dir.empty()) c.checkpoint.dir = "checkpoints";
+              try {
+                c.validate();
+                resolve_for_world(c, world);
+                // The stage's chunks share its layers equally (as the run's stage split checks).
+                stage_layer_counts(c.model.n_layer, c.parallel.pp, c.parallel.pp_layers, c.parallel.vpp);
+              } catch (const UsageError& e) {
+                refuse(e.what());
+                continue;
+              }
+              RankMemoryPlan memory = busiest_stage_plan(c, *footprint);
+              if (memory.device_bytes() < smallest) {
+                smallest = memory.device_bytes();
+                leanest = layout_flags(c) + ": " + memory.describe();
+              }
+              // Not monotone in the micro-batch (the slots in flight, ZeRO-2/3's accumulation
+              // buffers change with it): every one is tried.
+              if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
+              fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
             }
-            RankMemoryPlan memory = busiest_stage_plan(c, *footprint);
-            smallest = std::min(smallest, memory.device_bytes());
-            // Not monotone in the micro-batch (the slots in flight, ZeRO-2/3's accumulation
-            // buffers change with it): every one is tried.
-            if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
-            fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
-          }
     }
   }
-  require(smallest != SIZE_MAX, "no layout of " + std::to_string(world) + " GPUs works for this model and a global "
-                                "batch of " + std::to_string(config.train.global_batch) +
-                                " (dp must divide train.global_batch, tp model.n_head)");
+  const std::string on = std::to_string(cluster.nodes) + " node(s) x " + std::to_string(G) + " GPUs";
+  if (smallest == SIZE_MAX) {
+    require(!pins.any(), "no layout with " + pins.describe(config) + " works on " + on + ": " + broken_rule);
+    throw UsageError("no layout of " + std::to_string(world) + " GPUs works for this model and a global batch of " +
+                     std::to_string(config.train.global_batch) + " (dp must divide train.global_batch, tp model.n_head)");
+  }
   if (fitting.empty()) {
-    char what[256];
-    std::snprintf(what, sizeof what, "%.1f GiB per GPU in its leanest layout; a %s has %.1f GiB (%.0f%% usable)",
-                  gib(static_cast<double>(smallest)), cluster.gpu.description.c_str(), cluster.gpu.memory_gib,
-                  100 * kUsableMemory);
-    throw UsageError("the model does not fit on " + std::to_string(cluster.nodes) + " node(s) x " +
-                     std::to_string(cluster.gpus_per_node) + " GPUs under any layout: it needs " + what +
-                     "; more nodes are needed");
+    char needs[64], has[160];
+    std::snprintf(needs, sizeof needs, "%.1f GiB per GPU", gib(static_cast<double>(smallest)));
+    std::snprintf(has, sizeof has, "a %s has %.1f GiB (%.0f%% usable)", cluster.gpu.description.c_str(),
+                  cluster.gpu.memory_gib, 100 * kUsableMemory);
+    if (pins.any())
+      throw UsageError("the layouts with " + pins.describe(config) + " do not fit on " + on + ": the leanest needs " +
+                       needs + "; " + has + ". It is " + leanest + ". Unpin one of these keys or add nodes");
+    throw UsageError("the model does not fit on " + on + " under any layout: it needs " + needs +
+                     " in its leanest layout; " + has + "; more nodes are needed");
   }
   // Fastest first; within 0.5% of each other (the model cannot tell them apart) the
-  // simpler layout first: the lower ZeRO stage, then the less memory.
+  // simpler layout first: the lower ZeRO stage, the simpler schedule, then the less memory.
   const auto speed_class = [](const PlannedLayout& l) { return std::floor(std::log(l.step.tokens_per_s) / std::log(1.005)); };
+  const auto schedule_rank = [](const ParallelConfig& p) {
+    return p.schedule == Schedule::one_f_one_b ? 0 : p.schedule == Schedule::zb1 ? 1 : 1 + p.vpp;
+  };
   std::stable_sort(fitting.begin(), fitting.end(), [&](const PlannedLayout& a, const PlannedLayout& b) {
     if (speed_class(a) != speed_class(b)) return speed_class(a) > speed_class(b);
     if (a.config.parallel.zero != b.config.parallel.zero) return a.config.parallel.zero < b.config.parallel.zero;
+    if (schedule_rank(a.config.parallel) != schedule_rank(b.config.parallel))
+      return schedule_rank(a.config.parallel) < schedule_rank(b.config.parallel);
     return a.memory.device_bytes() < b.memory.device_bytes();
   });
   return fitting;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "config/config.h"
 #include "model/transformer_spec.h"
@@ -39,6 +40,16 @@ TEST(Config, ReadsIniAndFlagsWin) {
   EXPECT_DOUBLE_EQ(cl.config.train.lr, 0.002);
   EXPECT_EQ(cl.config.train.steps, 7);
   EXPECT_EQ(cl.config.train.global_batch, TrainConfig{}.global_batch);  // default kept
+}
+
+// The keys the user set, by the file or a flag, are known apart from defaults (trident plan
+// keeps them); a stored config below them (a checkpoint's) sets none.
+TEST(Config, KnowsTheKeysTheUserSet) {
+  const std::string ini = write_ini("[model]\nn_layer = 6\nd_model = 96\nn_head = 6\n[parallel]\ntp = 2\n");
+  const CommandLine cl = parse_command_line("train", {"--config", ini, "--parallel.zero=1"}, "[train]\nsteps = 9\n");
+  EXPECT_EQ(cl.given, (std::set<std::string>{"model.n_layer", "model.d_model", "model.n_head", "parallel.tp",
+                                             "parallel.zero"}));
+  EXPECT_EQ(cl.config.train.steps, 9);
 }
 
 TEST(Config, ShippedConfigsParse) {

@@ -1,0 +1,101 @@
+#include "plan/layer_time.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace trident {
+
+namespace {
+
+constexpr double kBf16 = 2;  // bytes per activation and weight element
+
+double hbm_bytes_per_s(const GpuModel& gpu) { return gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency; }
+
+// Forward, input gradient and weight gradient of one GEMM of `rows` x `in` by `in` x `out`.
+struct GemmTriple {
+  double forward = 0, input_grad = 0, weight_grad = 0;
+};
+GemmTriple gemm_triple(double rows, double in, double out, const GpuModel& gpu) {
+  return {gemm_seconds({rows, out, in}, gpu), gemm_seconds({rows, in, out}, gpu), gemm_seconds({in, out, rows}, gpu)};
+}
+
+}  // namespace
+
+double gemm_efficiency(const GemmShape& s, const GpuModel& gpu) {
+  const double size = std::cbrt(s.m * s.n * s.k);  // the cube of the same work
+  return gpu.gemm_efficiency * size / (size + gpu.gemm_half_size);
+}
+
+double gemm_seconds(const GemmShape& s, const GpuModel& gpu) {
+  const double flops = 2 * s.m * s.n * s.k;
+  const double bytes = kBf16 * (s.m * s.k + s.k * s.n + s.m * s.n);
+  return std::max(flops / (gpu.bf16_tflops * 1e12 * gemm_efficiency(s, gpu)), bytes / hbm_bytes_per_s(gpu));
+}
+
+LayerTimes layer_times(const TransformerSpec& spec, int micro_batch, int tp, bool sequence_parallel, const GpuModel& gpu,
+                       const StepModelOptions& options) {
+  const double rows = static_cast<double>(micro_batch) * spec.seq_len, d = spec.d_model;
+  const double q = static_cast<double>(spec.attention_width()) / tp;
+  const double kv = static_cast<double>(spec.n_kv_head) * spec.head_dim / spec.kv_shards(tp);  // k or v, per rank
+  const double hidden = spec.mlp_activation_width(tp), mlp_in = spec.mlp_in_width(tp);
+  LayerTimes t;
+  const GemmTriple projections[] = {gemm_triple(rows, d, q + 2 * kv, gpu), gemm_triple(rows, q, d, gpu),
+                                     gemm_triple(rows, d, mlp_in, gpu), gemm_triple(rows, hidden, d, gpu)};
+  for (const GemmTriple& g : projections) {
+    t.gemm_forward += g.forward;
+    t.gemm_input_grad += g.input_grad;
+    t.gemm_weight_grad += g.weight_grad;
+  }
+  t.mlp_out_forward = projections[3].forward;
+  const double hbm = hbm_bytes_per_s(gpu), T = spec.seq_len;
+  if (options.flash_attention) {
+    // Flash attention over this rank's heads, causal: half of the 4 B T^2 (H hd) FLOPs.
+    const double attention_flops = 0.5 * 4.0 * micro_batch * T * T * q;
+    const double attention_rate = gpu.bf16_tflops * 1e12 * gpu.attention_efficiency;
+    t.attention_forward = attention_flops / attention_rate;
+    t.attention_backward = 2.5 * attention_flops / attention_rate;
+  } else {
+    // Per head: scores Q K^T (T x T over hd) and their product with V (T x hd over T),
+    // twice that backward; about 12 bytes per score forward (the GEMM writes it, softmax
+    // reads and writes it, dropout reads it and writes it and its mask, the GEMM reads
+    // it), twice that backward.
+    const double heads = micro_batch * q / spec.head_dim;
+    const double gemms = gemm_seconds({T, T, static_cast<double>(spec.head_dim)}, gpu) +
+                         gemm_seconds({T, static_cast<double>(spec.head_dim), T}, gpu);
+    t.attention_forward = heads * (gemms + T * T * 12 / hbm);
+    t.attention_backward = heads * (2 * gemms + T * T * 24 / hbm);
+  }
+  // Bytes read and written per row in forward, fused kernels: two norms (read, write d
+  // each), two residual adds (read 2 d, write d), the rotary embedding of q and k (read,
+  // write), the MLP's activation (read its input, write its output); bf16. Eager PyTorch's
+  // per element: RMSNorm 36 bytes (to fp32, square, mean, scale, back to bf16, times the
+  // weight), rotary 28 (to fp32 complex, multiply, back), SwiGLU 10 per output (SiLU, then
+  // the product). Backward moves about twice the forward's. The norms and residuals run on
+  // 1/tp of the rows under sequence parallelism.
+  const double rows_split = sequence_parallel ? tp : 1;
+  const double rope_width = spec.positions == PositionKind::rotary ? q + kv : 0;
+  const double bytes = options.eager_elementwise
+                           ? (2 * 36 * d + 2 * 6 * d) / rows_split + 28 * rope_width + 10 * hidden
+                           : (2 * 4 * d + 2 * 6 * d) / rows_split + 4 * rope_width + kBf16 * (mlp_in + hidden);
+  t.elementwise_forward = rows * bytes / hbm;
+  t.elementwise_backward = 2 * t.elementwise_forward;
+  if (options.fp32_weight_casts) {
+    // Read fp32, write bf16 per weight in forward (6 bytes); bf16 to fp32 per gradient in backward.
+    const double weights = d * (q + 2 * kv) + q * d + d * mlp_in + hidden * d;
+    t.elementwise_forward += weights * 6 / hbm;
+    t.elementwise_backward += weights * 6 / hbm;
+  }
+  return t;
+}
+
+HeadTimes head_times(const TransformerSpec& spec, int micro_batch, int tp, const GpuModel& gpu) {
+  const double rows = static_cast<double>(micro_batch) * spec.seq_len;
+  const double vocab = static_cast<double>(spec.padded_vocab(tp)) / tp;
+  const GemmTriple g = gemm_triple(rows, spec.d_model, vocab, gpu);
+  // The cross-entropy reads the logits and writes their gradient in fp32 (4 bytes each),
+  // after the forward wrote them: about three fp32 passes over the logits.
+  const double loss = rows * vocab * 3 * 4 / hbm_bytes_per_s(gpu);
+  return {g.forward + loss / 2, g.input_grad + loss / 2, g.weight_grad};
+}
+
+}  // namespace trident
