@@ -59,7 +59,7 @@ Run run(const Config& config, ParallelState& parallel, kernels::Kernels& k, Sche
   // A stage's bubble: the part of the step it does not compute (waiting for its
   // neighbours at the start, between passes, and for the others to drain at the end).
   double idle = 0, total = 0;
-  PassTimes passes{0, 0, 0};
+  PassTimes passes;
   for (int s = 0; s < steps; s++) {
     parallel.world().barrier();
     Timer timer;

@@ -153,7 +153,7 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
   const progress_board::Waiting waiting;
   Timer timer;
   for (long spins = 0; !done(); spins++) {
-    if (spins % 64 == 0) progress_board::beat();
+    if (spins % 64 == 0) progress_board::beat();  // alive: this rank's loop still polls
     if (spins % 64 == 0 && timer.seconds() > watchdog.timeout_s) {
       std::fflush(stdout);  // the report comes after what was printed before it, in a combined log
       char host[256] = "?";

@@ -18,10 +18,10 @@ PipelineRunner::PipelineRunner(Transformer& model, PipelineLinks links) : model_
 
 void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets, int micro_batches,
                                   const Backward& backward_pass) {
-  check(model_.slots() >= max_in_flight(links_.schedule, stage(), stages(), micro_batches, chunks()),
-        "the model has fewer activation slots than the schedule keeps in flight");
-  pass_s_ = {0, 0, 0};
-  for (const PipelineAction& action : stage_actions(links_.schedule, stage(), stages(), micro_batches, chunks())) {
+  const std::vector<PipelineAction> actions = stage_actions(links_.schedule, stage(), stages(), micro_batches, chunks());
+  check(model_.slots() >= max_in_flight(actions), "the model has fewer activation slots than the schedule keeps in flight");
+  pass_s_ = {};
+  for (const PipelineAction& action : actions) {
     const int c = action.chunk, mb = action.micro_batch;
     check(c < chunks(), "the schedule names a model chunk this rank does not hold");
     // Micro-batches leave in the order they came, never more than slots() at once: mb % slots is free.

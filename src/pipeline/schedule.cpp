@@ -108,17 +108,18 @@ std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stag
 }
 
 int max_in_flight(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
-  const Actions actions = stage_actions(schedule, stage, stages, micro_batches, chunks);
-  std::map<int, int> last;  // micro-batch -> index of its last action
-  for (int i = 0; i < static_cast<int>(actions.size()); i++) last[actions[i].micro_batch] = i;
+  return max_in_flight(stage_actions(schedule, stage, stages, micro_batches, chunks));
+}
+
+int max_in_flight(const std::vector<PipelineAction>& actions) {
+  const int n = static_cast<int>(actions.size());
+  std::map<int, int> first, last;  // micro-batch -> index of its first and last action
+  for (int i = n - 1; i >= 0; i--) first[actions[i].micro_batch] = i;
+  for (int i = 0; i < n; i++) last[actions[i].micro_batch] = i;
   int alive = 0, most = 0;
-  std::vector<bool> started(micro_batches, false);
-  for (int i = 0; i < static_cast<int>(actions.size()); i++) {
+  for (int i = 0; i < n; i++) {
     const int mb = actions[i].micro_batch;
-    if (!started[mb]) {
-      started[mb] = true;
-      most = std::max(most, ++alive);
-    }
+    if (first[mb] == i) most = std::max(most, ++alive);
     if (last[mb] == i) alive--;
   }
   return most;

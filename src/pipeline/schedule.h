@@ -49,6 +49,8 @@ std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stag
 // its first forward to its last action on the rank (all of a micro-batch's chunks share
 // one activation slot; they leave in the order they came).
 int max_in_flight(Schedule schedule, int stage, int stages, int micro_batches, int chunks = 1);
+// The same of a stage's actions.
+int max_in_flight(const std::vector<PipelineAction>& actions);
 
 // Layers of each stage: `explicit_counts` ("3,3,2") if given, else balanced (the first
 // n_layer % stages stages get one more). Each a multiple of `chunks` (the stage's chunks

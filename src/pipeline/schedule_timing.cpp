@@ -28,7 +28,7 @@ ScheduleTiming play_schedule(Schedule schedule, int stages, int micro_batches, i
   std::vector<int> slots(p);
   for (int s = 0; s < p; s++) {
     actions[s] = stage_actions(schedule, s, p, micro_batches, V);
-    slots[s] = max_in_flight(schedule, s, p, micro_batches, V);
+    slots[s] = max_in_flight(actions[s]);
   }
   std::map<Key, Sent> sent;
   // Per stage: the activation sends of each slot and the last gradient send, not yet seen gone.

@@ -18,7 +18,8 @@ namespace trident {
 // One micro-batch's pass times on one stage (all of its chunks together). `backward` is
 // input + weight: a whole backward takes both, zb1's halves one each.
 struct PassTimes {
-  double forward = 1, input_gradient = 1, weight_gradient = 1;
+  double forward = 0, input_gradient = 0, weight_gradient = 0;
+  double total() const { return forward + input_gradient + weight_gradient; }
 };
 
 struct ScheduleTiming {

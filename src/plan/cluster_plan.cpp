@@ -106,16 +106,16 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
 
   // The busiest stage: the most layers (the first ones of a balanced split) or the head (the last).
   const std::vector<int> layers = stage_layer_counts(spec.n_layer, pp, p.pp_layers);
-  const HeadTimes head = head_times(spec, micro_batch, tp, gpu);
-  StageTimes compute, busiest;
+  const PassTimes head = head_times(spec, micro_batch, tp, gpu);
+  PassTimes compute, busiest;
   double tp_per_micro_batch = 0;
   for (int stage : {0, pp - 1}) {
     const double n = layers[stage], with_head = stage == pp - 1 ? 1.0 : 0.0;
-    StageTimes c{n * layer.forward() + with_head * head.forward,
-                n * (layer.input_grad() + rerun) + with_head * head.input_grad,
-                n * layer.gemm_weight_grad + with_head * head.weight_grad};
+    PassTimes c{n * layer.forward() + with_head * head.forward,
+                n * (layer.input_grad() + rerun) + with_head * head.input_gradient,
+                n * layer.gemm_weight_grad + with_head * head.weight_gradient};
     const double tp_forward = n * 2 * all_reduce, tp_backward = n * (2 + reruns) * all_reduce;
-    const StageTimes total{c.forward + tp_forward, c.input_grad + tp_backward, c.weight_grad};
+    const PassTimes total{c.forward + tp_forward, c.input_gradient + tp_backward, c.weight_gradient};
     if (total.total() <= busiest.total()) continue;
     busiest = total;
     compute = c;
@@ -123,8 +123,8 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   }
   StepPrediction s;
   s.forward_s = busiest.forward;
-  s.input_grad_s = busiest.input_grad;
-  s.weight_grad_s = busiest.weight_grad;
+  s.input_grad_s = busiest.input_gradient;
+  s.weight_grad_s = busiest.weight_gradient;
   s.compute_s = m * compute.total();
   s.tp_s = m * tp_per_micro_batch;
   s.bubble_s = pipeline_bubble(p.schedule, pp, p.vpp, busiest);
@@ -153,7 +153,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     const double bw = dp * tp * pp <= G ? nvlink : std::min(nvlink, members_per_node * network);
     const double share = (dp - 1.0) / dp, gradients = stage_floats * 4;
     const double block_floats = stage_floats - kept_floats;
-    const double backward = compute.input_grad + compute.weight_grad;  // of one micro-batch
+    const double backward = compute.input_gradient + compute.weight_gradient;  // of one micro-batch
     double overlapped = 0, window = 0, after = 0;
     if (zero == 0) overlapped = 2 * share * gradients / bw, window = backward;  // during the last backward
     if (zero == 1) overlapped = share * gradients / bw, window = backward, after = share * gradients / bw;

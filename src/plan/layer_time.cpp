@@ -12,10 +12,7 @@ constexpr double kBf16 = 2;  // bytes per activation and weight element
 double hbm_bytes_per_s(const GpuModel& gpu) { return gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency; }
 
 // Forward, input gradient and weight gradient of one GEMM of `rows` x `in` by `in` x `out`.
-struct GemmTriple {
-  double forward = 0, input_grad = 0, weight_grad = 0;
-};
-GemmTriple gemm_triple(double rows, double in, double out, const GpuModel& gpu) {
+PassTimes gemm_passes(double rows, double in, double out, const GpuModel& gpu) {
   return {gemm_seconds({rows, out, in}, gpu), gemm_seconds({rows, in, out}, gpu), gemm_seconds({in, out, rows}, gpu)};
 }
 
@@ -39,12 +36,12 @@ LayerTimes layer_times(const TransformerSpec& spec, int micro_batch, int tp, boo
   const double kv = static_cast<double>(spec.n_kv_head) * spec.head_dim / spec.kv_shards(tp);  // k or v, per rank
   const double hidden = spec.mlp_activation_width(tp), mlp_in = spec.mlp_in_width(tp);
   LayerTimes t;
-  const GemmTriple projections[] = {gemm_triple(rows, d, q + 2 * kv, gpu), gemm_triple(rows, q, d, gpu),
-                                     gemm_triple(rows, d, mlp_in, gpu), gemm_triple(rows, hidden, d, gpu)};
-  for (const GemmTriple& g : projections) {
+  const PassTimes projections[] = {gemm_passes(rows, d, q + 2 * kv, gpu), gemm_passes(rows, q, d, gpu),
+                                     gemm_passes(rows, d, mlp_in, gpu), gemm_passes(rows, hidden, d, gpu)};
+  for (const PassTimes& g : projections) {
     t.gemm_forward += g.forward;
-    t.gemm_input_grad += g.input_grad;
-    t.gemm_weight_grad += g.weight_grad;
+    t.gemm_input_grad += g.input_gradient;
+    t.gemm_weight_grad += g.weight_gradient;
   }
   t.mlp_out_forward = projections[3].forward;
   const double hbm = hbm_bytes_per_s(gpu), T = spec.seq_len;
@@ -88,14 +85,14 @@ LayerTimes layer_times(const TransformerSpec& spec, int micro_batch, int tp, boo
   return t;
 }
 
-HeadTimes head_times(const TransformerSpec& spec, int micro_batch, int tp, const GpuModel& gpu) {
+PassTimes head_times(const TransformerSpec& spec, int micro_batch, int tp, const GpuModel& gpu) {
   const double rows = static_cast<double>(micro_batch) * spec.seq_len;
   const double vocab = static_cast<double>(spec.padded_vocab(tp)) / tp;
-  const GemmTriple g = gemm_triple(rows, spec.d_model, vocab, gpu);
+  const PassTimes g = gemm_passes(rows, spec.d_model, vocab, gpu);
   // The cross-entropy reads the logits and writes their gradient in fp32 (4 bytes each),
   // after the forward wrote them: about three fp32 passes over the logits.
   const double loss = rows * vocab * 3 * 4 / hbm_bytes_per_s(gpu);
-  return {g.forward + loss / 2, g.input_grad + loss / 2, g.weight_grad};
+  return {g.forward + loss / 2, g.input_gradient + loss / 2, g.weight_gradient};
 }
 
 }  // namespace trident

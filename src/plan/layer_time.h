@@ -13,6 +13,7 @@
 
 #include "model/transformer_spec.h"
 #include "plan/hardware.h"
+#include "pipeline/schedule_timing.h"
 
 namespace trident {
 
@@ -57,10 +58,8 @@ struct LayerTimes {
 LayerTimes layer_times(const TransformerSpec& spec, int micro_batch, int tp, bool sequence_parallel, const GpuModel& gpu,
                        const StepModelOptions& options = {});
 
-// The head (last stage): its GEMM and the cross-entropy over the logits.
-struct HeadTimes {
-  double forward = 0, input_grad = 0, weight_grad = 0;
-};
-HeadTimes head_times(const TransformerSpec& spec, int micro_batch, int tp, const GpuModel& gpu);
+// The head (last stage): its GEMM and the cross-entropy over the logits (forward,
+// input-gradient and weight-gradient passes).
+PassTimes head_times(const TransformerSpec& spec, int micro_batch, int tp, const GpuModel& gpu);
 
 }  // namespace trident

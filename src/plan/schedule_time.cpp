@@ -4,7 +4,7 @@
 
 namespace trident {
 
-double pipeline_bubble(Schedule schedule, int stages, int chunks, const StageTimes& t) {
+double pipeline_bubble(Schedule schedule, int stages, int chunks, const PassTimes& t) {
   const int idle = stages - 1;
   switch (schedule) {
     case Schedule::one_f_one_b:
@@ -13,7 +13,7 @@ double pipeline_bubble(Schedule schedule, int stages, int chunks, const StageTim
     case Schedule::interleaved:
       return idle * t.total() / chunks;
     case Schedule::zb1:
-      return idle * std::max({t.forward, t.input_grad, t.forward + t.input_grad - t.weight_grad});
+      return idle * std::max({t.forward, t.input_gradient, t.forward + t.input_gradient - t.weight_gradient});
   }
   return idle * t.total();
 }

@@ -13,15 +13,12 @@
 #pragma once
 
 #include "config/choices.h"
+#include "pipeline/schedule_timing.h"
 
 namespace trident {
 
-struct StageTimes {
-  double forward = 0, input_grad = 0, weight_grad = 0;  // F, B, W of one micro-batch on the stage
-  double total() const { return forward + input_grad + weight_grad; }
-};
-
-double pipeline_bubble(Schedule schedule, int stages, int chunks, const StageTimes& stage);
+// stage: F, B and W of one micro-batch on the stage.
+double pipeline_bubble(Schedule schedule, int stages, int chunks, const PassTimes& stage);
 
 // Activation (forward) and gradient (backward) transfers between stages on the critical
 // path: 2 (p - 1) in fill and drain; interleaved passes each micro-batch V times round
