@@ -304,7 +304,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
   const int first = layout_.chunk_begin(chunk), end = layout_.chunk_begin(chunk + 1);
   const bool defer = part == BackwardPart::input && defers_weight_gradients();
   if (part == BackwardPart::weight) {
-    if (!defers_weight_gradients()) return;  // the input half did it all
+    if (!adds_weight_gradients(part)) return;  // the input half did it all
     if (has_head(chunk)) {
       head_weight_gradients(s);
       report(layout_[layout_.final_norm_weight()].offset);

@@ -120,6 +120,10 @@ class Transformer {
                       const std::function<void(size_t)>& grads_final_from = {},
                       const std::function<void(int)>& block_begins = {});
   bool defers_weight_gradients() const { return activations_.shape().deferred_weight_gradients; }
+  // Whether a pass of `part` adds weight gradients (a chunk's last such pass completes them).
+  bool adds_weight_gradients(BackwardPart part) const {
+    return part == BackwardPart::whole || (part == BackwardPart::weight) == defers_weight_gradients();
+  }
   // One stage, one slot: the mean loss of the micro-batch on the last stage (0 elsewhere).
   float forward(const int32_t* tokens, const int32_t* targets, int B);
   void backward(float loss_scale, const std::function<void(size_t)>& grads_final_from = {}) {

@@ -31,14 +31,12 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   // so the offsets reported final only go down.
   std::vector<int> weight_passes(model_.chunks(), 0);
   pipeline_.run_schedule(inputs, targets, micro_batches, [&](int chunk, int slot, BackwardPart part) {
-    const bool deferred = model_.defers_weight_gradients();  // else the input half does it all
-    const bool adds_weight_gradients = part == BackwardPart::whole || (part == BackwardPart::weight) == deferred;
     if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
       const ParameterLayout& layout = model_.layout();
       model_.chunk_backward(
           chunk, slot, loss_scale, part, [this](size_t offset) { data_parallel_.gradients_final_from(offset); },
           [this, &layout](int l) { data_parallel_.block_begins(layout.units()[layout.block_unit(l)].begin); });
-    } else if (!adds_weight_gradients || ++weight_passes[chunk] < micro_batches) {
+    } else if (!model_.adds_weight_gradients(part) || ++weight_passes[chunk] < micro_batches) {
       model_.chunk_backward(chunk, slot, loss_scale, part);
     } else {  // the chunk's last weight gradients: reduce while they are computed
       // Everything but offset 0 (which holds the tied wte): that waits for the
