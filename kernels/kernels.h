@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/attention_mask.h"
 #include "kernels/dtype.h"
 #include "kernels/footprint.h"
 

@@ -24,10 +24,6 @@ static void embedding_backward(float* dwte_shard, const float* dout, const int32
                                const int32_t* /*host_tokens*/, int vocab_start, int shard_rows, int B, int T, int C) {
   embedding_backward<float>(dwte_shard, dout, tokens, vocab_start, shard_rows, B, T, C);
 }
-static void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
-                               const float* stats, int B, int T, int NH, int NKV, int HD) {
-  attention_backward<float>(dqkv, dout, qkv, stats, B, T, NH, NKV, HD);
-}
 static void add(float* out, const float* a, const float* b, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -93,7 +89,7 @@ class CpuKernels final : public Kernels {
 #include "kernels/ops.def"
 
   size_t attention_stats_floats(int B, int T, int NH) const override {
-    return static_cast<size_t>(B) * NH * T * T;  // the probabilities
+    return static_cast<size_t>(B) * NH * T;  // each row's log-sum-exp
   }
   double do_sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   bool host_memory() const override { return true; }
@@ -103,13 +99,13 @@ class CpuKernels final : public Kernels {
     return {"RAM", available_memory_bytes(), total_memory_bytes(), host};
   }
   size_t workspace_bytes(int /*N*/, int C, int /*max_width*/, int /*B*/, int T, int /*NH*/) const override {
-    // The norms' per-thread partial sums; attention's backward keeps one row chunk of dP
-    // per thread. oneDNN's sgemm adds its JIT code and per-thread packing buffers, which
+    // The norms' per-thread partial sums; attention keeps one row chunk of its scores and
+    // their gradients per thread. oneDNN's sgemm adds its JIT code and per-thread packing buffers, which
     // it does not report: 6 MiB + 4 MiB per thread covers what was measured on 1 and 2
     // threads for GEMMs from 2048 x 384 x 1152 to 16384 x 768 x 3072 (5-8 MiB on one
     // thread, 6-20 on two: benchmarks/RESULTS.md "Memory plan").
     const size_t threads = static_cast<size_t>(omp_get_max_threads());
-    const size_t ours = threads * (2 * C + cpu::attention_backward_scratch_floats(T)) * sizeof(float);
+    const size_t ours = threads * (2 * C + cpu::attention_scratch_floats(T)) * sizeof(float);
     return ours + (size_t{6} << 20) + threads * (size_t{4} << 20);
   }
 

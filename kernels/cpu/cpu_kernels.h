@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention_mask.h"
+
 namespace trident::kernels::cpu {
 
 // Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C. float goes to oneDNN's
@@ -49,13 +51,22 @@ void rope_forward(T* qkv, const T* table, int B, int T_, int NH, int NKV, int HD
 template <typename T>
 void rope_backward(T* dqkv, const T* table, int B, int T_, int NH, int NKV, int HD);
 
+// Flash-attention style (kernels/ops.def): stats = each row's log-sum-exp [B, NH, Tq];
+// backward recomputes the probabilities from it.
 template <typename T>
-void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int NH, int NKV, int HD);
+void attention_forward(T* out, T* lse, const T* qkv, const T* kv, int kv_ld, const AttentionMask& mask, int B,
+                       int Tq, int Tk, int NH, int NKV, int HD);
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int NH, int NKV,
-                        int HD);
-// What attention_backward keeps per thread (one chunk of rows of dP).
-size_t attention_backward_scratch_floats(int T_);
+void attention_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* kv, int kv_ld, const T* out,
+                        const T* lse, const AttentionMask& mask, int B, int Tq, int Tk, int NH, int NKV, int HD);
+// Plain causal attention of a whole sequence (positions 0..T-1, keys in qkv): for tests.
+template <typename T>
+void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int NH, int NKV, int HD);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_, int NH,
+                        int NKV, int HD);
+// What attention keeps per thread (a chunk of rows of scores and of their gradients).
+size_t attention_scratch_floats(int Tk);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);

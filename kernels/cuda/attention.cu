@@ -60,10 +60,23 @@ bool use_tensor_core_attention(int HD) {
   return tensor_core_attention_supports(HD) && (choice == nullptr || std::strcmp(choice, "scalar") != 0);
 }
 
+// The kernels take a sequence's own keys at positions 0..T-1 (mask.q_pos = mask.kv_pos =
+// 0..T-1 is the caller's promise); separate key blocks and document masks are not here yet.
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int HD) {
+void check_plain_causal(const T* qkv, const T* kv, int kv_ld, const AttentionMask& mask, int Tq, int Tk, int NH,
+                        int NKV, int HD) {
+  check(kv == qkv + static_cast<size_t>(NH) * HD && kv_ld == (NH + 2 * NKV) * HD && Tq == Tk &&
+            mask.doc_start == nullptr,
+        "CUDA attention: document masking and key blocks of other ranks are not supported on CUDA yet");
+}
+
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, const T* kv, int kv_ld, AttentionMask mask, int B, int Tq,
+                       int Tk, int NH, int NKV, int HD) {
   check_attention_grid(B, NH);
   check_heads(NH, NKV, HD);
+  check_plain_causal(qkv, kv, kv_ld, mask, Tq, Tk, NH, NKV, HD);
+  const int T_ = Tq;
   if (B <= 0 || T_ <= 0) return;
   if constexpr (std::is_same_v<T, bf16>)
     if (use_tensor_core_attention(HD)) return tensor_core_attention_forward(out, lse, qkv, B, T_, NH, NKV, HD);
@@ -73,10 +86,14 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, 
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_, int NH,
-                        int NKV, int HD, float* scratch) {
+void attention_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* kv, int kv_ld, const T* out,
+                        const float* lse, AttentionMask mask, int B, int Tq, int Tk, int NH, int NKV, int HD,
+                        float* scratch) {
   check_attention_grid(B, NH);
   check_heads(NH, NKV, HD);
+  check_plain_causal(qkv, kv, kv_ld, mask, Tq, Tk, NH, NKV, HD);
+  check(dkv == dqkv + static_cast<size_t>(NH) * HD, "CUDA attention: dkv must be dqkv's key/value columns");
+  const int T_ = Tq;
   if (B <= 0 || T_ <= 0) return;
   const size_t rows = static_cast<size_t>(B) * NH * T_;
   row_dot_kernel<T><<<blocks_for(rows, 256), 256, 0, compute_stream()>>>(scratch, dout, out, B, T_, NH, HD);
@@ -89,11 +106,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   else backward_with<128>(dqkv, dout, qkv, lse, scratch, B, T_, NH, NKV, HD);
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int);
-template void attention_forward<bf16>(bf16*, float*, const bf16*, int, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, const float*, int, int, int,
-                                        int, int, float*);
-template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int, int, int, int,
-                                       int, float*);
+template void attention_forward<float>(float*, float*, const float*, const float*, int, AttentionMask, int, int, int,
+                                       int, int, int);
+template void attention_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int, AttentionMask, int, int, int, int,
+                                      int, int);
+template void attention_backward<float>(float*, float*, const float*, const float*, const float*, int, const float*,
+                                        const float*, AttentionMask, int, int, int, int, int, int, float*);
+template void attention_backward<bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, int, const bf16*,
+                                       const float*, AttentionMask, int, int, int, int, int, int, float*);
 
 }  // namespace trident::kernels::cuda

@@ -311,10 +311,12 @@ class CudaKernels final : public Kernels {
   size_t attention_stats_floats(int B, int T_, int NH) const override {
     return cuda_sizes::attention_stats_floats(B, T_, NH);  // each row's log-sum-exp
   }
-  void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out, const float* stats, int B,
-                          int T_, int NH, int NKV, int HD) override {
-    float* delta = scratch_.get<float>(static_cast<size_t>(B) * NH * T_);
-    cuda::attention_backward(t(dqkv), t(dout), t(qkv), t(out), stats, B, T_, NH, NKV, HD, delta);
+  void attention_backward(Act* dqkv, Act* dkv, const Act* dout, const Act* qkv, const Act* kv, int kv_ld,
+                          const Act* out, const float* stats, AttentionMask mask, int B, int Tq, int Tk, int NH,
+                          int NKV, int HD) override {
+    float* delta = scratch_.get<float>(static_cast<size_t>(B) * NH * Tq);
+    cuda::attention_backward(t(dqkv), t(dkv), t(dout), t(qkv), t(kv), kv_ld, t(out), stats, mask, B, Tq, Tk, NH, NKV,
+                             HD, delta);
   }
   void accumulate_sum(double* total, const float* x, size_t n) override {
     cuda::accumulate_sum(total, norm_scratch_.get<double>(cuda::sum_partials()), x, n, /*squares=*/false);

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda_common.cuh"
+#include "kernels/attention_mask.h"
 #include "kernels/cuda/cuda_sizes.h"
 
 namespace trident::kernels::cuda {
@@ -78,12 +79,15 @@ void rope_backward(T* dqkv, const float* rope_table, int B, int T_, int NH, int 
 // bf16 with head dimension 32, 64 or 128 runs on tensor cores (attention_tensor_core.cu)
 // unless TRIDENT_CUDA_ATTENTION=scalar; everything else on the scalar kernels
 // (attention.cu).
+// Signatures as kernels/ops.def (the mask: kernels/attention_mask.h).
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int HD);
-// scratch: B*NH*T floats (the rows' dO . O).
+void attention_forward(T* out, float* lse, const T* qkv, const T* kv, int kv_ld, AttentionMask mask, int B, int Tq,
+                       int Tk, int NH, int NKV, int HD);
+// scratch: B*NH*Tq floats (the rows' dO . O).
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_, int NH,
-                        int NKV, int HD, float* scratch);
+void attention_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* kv, int kv_ld, const T* out,
+                        const float* lse, AttentionMask mask, int B, int Tq, int Tk, int NH, int NKV, int HD,
+                        float* scratch);
 
 bool use_tensor_core_attention(int HD);
 void check_attention_grid(int B, int NH);
