@@ -25,9 +25,9 @@ class Footprint {
   size_t activation_bytes(size_t elements) const { return elements * dtype_bytes(activation_type()); }
   // True where this memory is the host's (the CPU backend): readers may then fill it in place.
   virtual bool host_memory() const { return false; }
-  // What attention keeps for backward besides qkv and its output, in floats: the CPU
-  // keeps the probabilities (lower triangle of [B,NH,T,T]); CUDA, flash-attention style,
-  // only each row's log-sum-exp [B,NH,T], and recomputes the rest.
+  // What attention keeps for backward besides qkv and its output, in floats: both
+  // backends, flash-attention style, keep each row's log-sum-exp [B,NH,T] and recompute
+  // the probabilities from it.
   virtual size_t attention_stats_floats(int B, int T, int NH) const = 0;
   // The most memory the kernels take for themselves besides the buffers they are given
   // (GEMM workspace, backward scratch), for rows N of width C, outputs up to max_width

@@ -6,9 +6,8 @@
 // Recomputation trades compute for memory (Megatron's --recompute-granularity):
 //   none       every layer keeps all it produced.
 //   selective  attention's core is recomputed in backward (Megatron's selective
-//              recompute): its statistics (the CPU backend keeps the probabilities,
-//              B*NH*T*T per layer; flash attention the row log-sum-exps) and its
-//              output are not kept per layer; one attention forward per layer in backward.
+//              recompute): its statistics (each row's log-sum-exp) and its output
+//              are not kept per layer; one attention forward per layer in backward.
 //   full       each layer keeps only its output (the next layer's input); backward
 //              reruns the layer's forward up to the MLP's output projection first.
 // Under sequence parallelism (Megatron's) the residual stream, the norms' outputs and

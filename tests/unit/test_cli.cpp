@@ -136,6 +136,12 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --parallel.zero=1 --parallel.shard_size=2 --train.global_batch=15", "parallel.shard_size (2) must divide dp (3)"},
       {"train --parallel.shard_size=3", "parallel.shard_size needs parallel.zero = 1, 2 or 3"},
       {"train --parallel.zero=1 --parallel.shard_size=1", "parallel.shard_size must be 0"},
+      // Issue 30: document masking needs a token that ends a document (the byte tokenizer has none).
+      {"train --train.global_batch=6 --data.document_mask=true",
+       "data.document_mask needs an end-of-document token: the tokenizer (data.tokenizer) has none; name it with "
+       "data.eod_token"},
+      {"train --train.global_batch=6 --data.document_mask=true --data.eod_token=300",
+       "data.eod_token (300) must be a token id below model.vocab_size (256)"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun r = run(args, mpirun3, 60);
@@ -155,6 +161,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // --layers 8 --dim 32 --heads 4, make_reference_llama.py --layers 8 --dim 32 --heads 4
   // --kv-heads 2 --ffn 88.
   const std::string a8 = "tests/data/gpt2_ref_l8.h5", la8 = "tests/data/llama_ref_l8.h5";
+  // Packed documents, attention masked by document (root attribute eod_token), 24 tokens:
+  // tests/reference/README.md.
+  const std::string docs = "tests/data/gpt2_ref_docs.h5", ldocs = "tests/data/llama_ref_docs.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -267,6 +276,16 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
               "--parallel.sequence_parallel=true", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
       {4, la8, "--parallel.pp=2 --parallel.zero=3 --parallel.schedule=zb1 --train.micro_batch=1",
        "pp groups: {0,2} {1,3}"},
+      // Document masking: alone, with tp and sequence parallelism, pipelines (zb1, bf16),
+      // ZeRO-3 over dp, recompute, both families.
+      {1, docs, "", "dp groups: {0}"},
+      {1, ldocs, "", "dp groups: {0}"},
+      {2, docs, "--parallel.tp=2 --parallel.sequence_parallel=true", "tp groups: {0,1}"},
+      {4, ldocs, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.recompute=selective",
+       "pp groups: {0,2} {1,3}"},
+      {4, docs, "--parallel.zero=3 --train.micro_batch=1 --train.recompute=full", "dp groups: {0,1,2,3}"},
+      {2, ldocs, "--parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1 --train.precision=bf16",
+       "pp groups: {0,1}"},
       // Activation recomputation, alone and in the grid, both families.
       {1, a, "--train.recompute=full --train.micro_batch=2", "dp groups: {0}"},
       {2, a, "--parallel.tp=2 --train.recompute=selective --train.precision=bf16", "tp groups: {0,1}"},
@@ -288,6 +307,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     const std::string what = "-np " + std::to_string(l.np) + " " + l.flags + " " + l.reference;
     EXPECT_EQ(r.exit_code, 0) << what << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find(l.grid), std::string::npos) << what << "\n" << r.out;
+    if (l.reference == docs || l.reference == ldocs)
+      EXPECT_NE(r.out.find("documents masked (end token 96)"), std::string::npos) << what << "\n" << r.out;
     EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << what << "\n" << r.out;
   }
 }
@@ -511,10 +532,10 @@ TEST(Cli, ARunThatCannotFitEndsAtOnceOnEveryRank) {
   EXPECT_NE(huge.err.find("more nodes (or GPUs) are needed"), std::string::npos) << huge.err;
   EXPECT_EQ(huge.err.find("bad_alloc"), std::string::npos) << huge.err;
   EXPECT_EQ(huge.out.find("step "), std::string::npos) << huge.out;
-  // Activations the CPU keeps per layer (the attention probabilities, 1 GiB a layer here):
-  // recomputation would fit, and the message says so.
+  // Activations kept per layer (about 17 x 64 floats a token, 0.3 GiB a layer here, 57 GiB
+  // in all): full recomputation (a layer's output, 16 MiB) would fit, and the message says so.
   const CliRun deep = run("train --config configs/tiny.ini --model.seq_len=1024 --model.n_head=16 --model.d_model=64 "
-                          "--model.n_layer=100 --log.run_dir=" + testing::TempDir() + "deep");
+                          "--model.n_layer=200 --train.global_batch=64 --log.run_dir=" + testing::TempDir() + "deep");
   EXPECT_EQ(deep.exit_code, 2) << deep.err;
   EXPECT_NE(deep.err.find("activations"), std::string::npos) << deep.err;
   EXPECT_NE(deep.err.find("--train.recompute=full: "), std::string::npos) << deep.err;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "model/document_mask.h"
 
 namespace {
 
@@ -239,7 +240,7 @@ void check_attention(int B, int T, int NH, int hd, size_t samples, int NKV = 0) 
   };
   loss();  // probs of the unperturbed input, for the backward
   Vec dqkv(qkv.size(), 0.0);
-  attention_backward(dqkv.data(), R.data(), qkv.data(), probs.data(), B, T, NH, NKV, hd);
+  attention_backward(dqkv.data(), R.data(), qkv.data(), out.data(), probs.data(), B, T, NH, NKV, hd);
 
   std::vector<size_t> idx;
   if (samples > 0 && samples < qkv.size()) {
@@ -271,6 +272,160 @@ TEST(KernelFiniteDifference, GroupedQueryAttention) {
   check_attention(1, 130, 4, 2, 300, 2);  // two chunks, dk/dv summed over heads and chunks
 }
 
+// ---- masked attention (kernels/attention_mask.h): document masks, key blocks of other ranks ----
+
+// Attention straight from the definition, dense, in float64: query i of sequence b sees
+// key j iff kv_pos[j] <= q_pos[i] and kv_pos[j] >= doc_start[b, i] (no document test when
+// doc_start is empty). Rows that see no key: out 0, lse -inf.
+struct DenseAttention {
+  Vec out, lse;
+};
+DenseAttention dense_masked_attention(const Vec& qkv, const Vec& kv, int kv_ld, const std::vector<int32_t>& q_pos,
+                                      const std::vector<int32_t>& kv_pos, const std::vector<int32_t>& doc_start,
+                                      int B, int Tq, int Tk, int NH, int NKV, int hd) {
+  const int width = (NH + 2 * NKV) * hd, group = NH / NKV;
+  DenseAttention r{Vec(static_cast<size_t>(B) * Tq * NH * hd, 0.0),
+                   Vec(static_cast<size_t>(B) * NH * Tq, -std::numeric_limits<double>::infinity())};
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < Tq; i++) {
+        const int g = h / group;
+        const double* q = &qkv[(static_cast<size_t>(b) * Tq + i) * width + h * hd];
+        std::vector<double> score(Tk, 0.0);
+        std::vector<bool> seen(Tk, false);
+        double max = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < Tk; j++) {
+          seen[j] = kv_pos[j] <= q_pos[i] && (doc_start.empty() || kv_pos[j] >= doc_start[b * Tq + i]);
+          if (!seen[j]) continue;
+          const double* k = &kv[(static_cast<size_t>(b) * Tk + j) * kv_ld + g * hd];
+          for (int d = 0; d < hd; d++) score[j] += q[d] * k[d] / std::sqrt(static_cast<double>(hd));
+          max = std::max(max, score[j]);
+        }
+        if (max == -std::numeric_limits<double>::infinity()) continue;
+        double sum = 0;
+        for (int j = 0; j < Tk; j++) sum += seen[j] ? std::exp(score[j] - max) : 0.0;
+        r.lse[(static_cast<size_t>(b) * NH + h) * Tq + i] = max + std::log(sum);
+        for (int j = 0; j < Tk; j++) {
+          if (!seen[j]) continue;
+          const double* v = &kv[(static_cast<size_t>(b) * Tk + j) * kv_ld + (NKV + g) * hd];
+          for (int d = 0; d < hd; d++)
+            r.out[(static_cast<size_t>(b) * Tq + i) * NH * hd + h * hd + d] += std::exp(score[j] - max) / sum * v[d];
+        }
+      }
+  return r;
+}
+
+// Random elements of x plus every element of the given rows (of `width` each).
+std::vector<size_t> sample_elements(size_t n, size_t samples, int width, std::initializer_list<int> rows) {
+  std::vector<size_t> idx;
+  std::uniform_int_distribution<size_t> pick(0, n - 1);
+  for (size_t s = 0; s < samples; s++) idx.push_back(pick(rng()));
+  for (int row : rows)
+    for (int c = 0; c < width; c++)
+      if (static_cast<size_t>(row) * width + c < n) idx.push_back(static_cast<size_t>(row) * width + c);
+  return idx;
+}
+
+// The masked flash kernel against the dense definition (out, lse), and its backward
+// against finite differences of its forward, for q rows of qkv over a block of keys.
+void check_masked_attention(const std::string& what, Vec& qkv, Vec& kv, int kv_ld, bool kv_in_qkv,
+                            const std::vector<int32_t>& q_pos, const std::vector<int32_t>& kv_pos,
+                            const std::vector<int32_t>& doc_start, int B, int Tq, int Tk, int NH, int NKV, int hd,
+                            size_t samples, std::initializer_list<int> rows) {
+  SCOPED_TRACE(what);
+  const trident::kernels::AttentionMask mask{q_pos.data(), kv_pos.data(),
+                                              doc_start.empty() ? nullptr : doc_start.data()};
+  const size_t kv_column = static_cast<size_t>(NH) * hd;
+  const auto kv_of = [&] { return kv_in_qkv ? qkv.data() + kv_column : kv.data(); };
+  const Vec R = uniform(static_cast<size_t>(B) * Tq * NH * hd);
+  Vec out(R.size()), lse(static_cast<size_t>(B) * NH * Tq);
+  auto loss = [&] {
+    attention_forward(out.data(), lse.data(), qkv.data(), kv_of(), kv_ld, mask, B, Tq, Tk, NH, NKV, hd);
+    return dot(out, R);
+  };
+  loss();
+  const DenseAttention want =
+      dense_masked_attention(qkv, kv_in_qkv ? Vec(qkv.begin() + kv_column, qkv.end()) : kv, kv_ld, q_pos, kv_pos,
+                             doc_start, B, Tq, Tk, NH, NKV, hd);
+  EXPECT_LT(rel_error(out, want.out), 1e-13);
+  for (size_t i = 0; i < lse.size(); i++) {
+    if (std::isinf(want.lse[i])) EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "row " << i;
+    else EXPECT_NEAR(lse[i], want.lse[i], 1e-12) << "row " << i;
+  }
+  Vec dqkv(qkv.size(), 0.0), dkv(kv.size(), 0.0);
+  attention_backward(dqkv.data(), kv_in_qkv ? dqkv.data() + kv_column : dkv.data(), R.data(), qkv.data(), kv_of(),
+                     kv_ld, out.data(), lse.data(), mask, B, Tq, Tk, NH, NKV, hd);
+  for (double g : dqkv) ASSERT_TRUE(std::isfinite(g));
+  for (double g : dkv) ASSERT_TRUE(std::isfinite(g));
+  const int width = (NH + 2 * NKV) * hd;
+  expect_grad(what + " dqkv", qkv, dqkv, loss, sample_elements(qkv.size(), samples, width, rows));
+  if (!kv_in_qkv) expect_grad(what + " dkv", kv, dkv, loss, sample_elements(kv.size(), samples, kv_ld, rows));
+}
+
+// Tokens of B rows of T: documents of random lengths in [1, max_length] (each ending with
+// `eod`), and in row 0 one document over [long_from, long_to] (every chunk of the row).
+std::vector<int32_t> packed_documents(int B, int T, int max_length, int32_t eod, int long_from, int long_to) {
+  std::vector<int32_t> tokens(static_cast<size_t>(B) * T, 1);
+  std::uniform_int_distribution<int> length(1, max_length);
+  for (int b = 0; b < B; b++)
+    for (int i = length(rng()) - 1; i < T; i += length(rng())) tokens[static_cast<size_t>(b) * T + i] = eod;
+  std::fill(tokens.begin() + long_from, tokens.begin() + long_to, 1);
+  tokens[long_from] = tokens[long_to] = eod;
+  return tokens;
+}
+
+TEST(MaskedAttention, DocumentsMatchTheDenseDefinitionAndFiniteDifferences) {
+  // 300 positions: three row chunks of the kernel (128); documents of 1-6 tokens (far
+  // shorter than a chunk) and, in row 0, one from 20 to 280 across all three chunks.
+  const int B = 2, T = 300, NH = 4, NKV = 2, hd = 4, width = (NH + 2 * NKV) * hd;
+  const std::vector<int32_t> tokens = packed_documents(B, T, 6, 7, 20, 280);
+  std::vector<int32_t> starts(tokens.size()), positions(T);
+  trident::document_starts(tokens.data(), B, T, 7, starts.data());
+  std::iota(positions.begin(), positions.end(), 0);
+  ASSERT_EQ(starts[200], 21);  // the long document (its start: one past the end token at 20)
+  Vec qkv = uniform(static_cast<size_t>(B) * T * width, -1.5, 1.5), unused;
+  check_masked_attention("documents", qkv, unused, width, true, positions, positions, starts, B, T, T, NH, NKV, hd,
+                         120, {127, 128, 200, T + 5});
+  // Without document starts: plain causal attention, the same kernel.
+  check_masked_attention("causal", qkv, unused, width, true, positions, positions, {}, B, T, T, NH, NKV, hd, 100,
+                         {127, 128});
+}
+
+TEST(MaskedAttention, KeyBlockOfAnotherRankMatchesTheDenseDefinitionAndFiniteDifferences) {
+  // Context parallelism's shapes: a sequence of 4 chunks of 40 over 2 ranks; rank 0's
+  // queries (chunks 0 and 3) against rank 1's keys (chunks 1 and 2), in a buffer of their
+  // own ([k | v] rows). Chunk 0's rows see none of them (out 0, lse -inf, no NaN);
+  // chunk 3's see all, but for documents.
+  const int B = 2, C = 40, NH = 4, NKV = 2, hd = 4, width = (NH + 2 * NKV) * hd, kv_ld = 2 * NKV * hd;
+  std::vector<int32_t> q_pos, kv_pos;
+  for (int i = 0; i < C; i++) q_pos.push_back(i);
+  for (int i = 0; i < 2 * C; i++) kv_pos.push_back(C + i);
+  for (int i = 0; i < C; i++) q_pos.push_back(3 * C + i);
+  const int Tq = 2 * C, Tk = 2 * C, T = 4 * C;
+  const std::vector<int32_t> tokens = packed_documents(B, T, 30, 7, 50, 150);
+  std::vector<int32_t> global_starts(tokens.size()), starts;
+  trident::document_starts(tokens.data(), B, T, 7, global_starts.data());
+  for (int b = 0; b < B; b++)
+    for (int32_t p : q_pos) starts.push_back(global_starts[static_cast<size_t>(b) * T + p]);
+  Vec qkv = uniform(static_cast<size_t>(B) * Tq * width, -1.5, 1.5), kv = uniform(static_cast<size_t>(B) * Tk * kv_ld);
+  check_masked_attention("documents", qkv, kv, kv_ld, false, q_pos, kv_pos, starts, B, Tq, Tk, NH, NKV, hd, 300,
+                         {0, 39, 40, Tq + 45});
+  check_masked_attention("causal", qkv, kv, kv_ld, false, q_pos, kv_pos, {}, B, Tq, Tk, NH, NKV, hd, 100, {40});
+  // A block wholly in the causal future of every query: nothing seen, nothing flows back.
+  const std::vector<int32_t> first_chunk(q_pos.begin(), q_pos.begin() + C);
+  Vec out(static_cast<size_t>(B) * C * NH * hd, 1.0), lse(static_cast<size_t>(B) * NH * C, 1.0);
+  Vec dq(qkv.size(), 1.0), dkv(kv.size(), 1.0);
+  const trident::kernels::AttentionMask future{first_chunk.data(), kv_pos.data(), nullptr};
+  attention_forward(out.data(), lse.data(), qkv.data(), kv.data(), kv_ld, future, B, C, Tk, NH, NKV, hd);
+  attention_backward(dq.data(), dkv.data(), out.data(), qkv.data(), kv.data(), kv_ld, out.data(), lse.data(), future,
+                     B, C, Tk, NH, NKV, hd);
+  for (double x : out) ASSERT_EQ(x, 0.0);
+  for (double x : lse) ASSERT_TRUE(std::isinf(x) && x < 0);
+  for (double x : dkv) ASSERT_EQ(x, 0.0);
+  for (int row = 0; row < B * C; row++)
+    for (int c = 0; c < NH * hd; c++) ASSERT_EQ(dq[static_cast<size_t>(row) * width + c], 0.0);
+}
+
 TEST(KernelConventions, GroupedQueryAttentionEqualsRepeatedHeads) {
   // GQA reads each shared key/value head in place; the same attention with the shared
   // heads copied out to every query head (what PyTorch's repeat_interleave does) gives
@@ -294,8 +449,8 @@ TEST(KernelConventions, GroupedQueryAttentionEqualsRepeatedHeads) {
   attention_forward(out_rep.data(), probs_rep.data(), repeated.data(), B, T, NH, NH, hd);
   EXPECT_LT(rel_error(out, out_rep), 1e-14);
   Vec dqkv(qkv.size()), drep(repeated.size());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NKV, hd);
-  attention_backward(drep.data(), dout.data(), repeated.data(), probs_rep.data(), B, T, NH, NH, hd);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, NH, NKV, hd);
+  attention_backward(drep.data(), dout.data(), repeated.data(), out_rep.data(), probs_rep.data(), B, T, NH, NH, hd);
   Vec summed(qkv.size(), 0.0);
   for (int bt = 0; bt < B * T; bt++)
     for (int h = 0; h < NH; h++)
@@ -661,8 +816,8 @@ TEST(KernelConventions, OverwrittenOutputsIgnoreOldContents) {
   Vec out(dout.size()), probs(static_cast<size_t>(B) * NH * T * T, 0.0);
   attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NH, C / NH);
   Vec dqkv_zero(qkv.size(), 0.0), dqkv_nan(qkv.size(), nan);
-  attention_backward(dqkv_zero.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NH, C / NH);
-  attention_backward(dqkv_nan.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NH, C / NH);
+  attention_backward(dqkv_zero.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, NH, NH, C / NH);
+  attention_backward(dqkv_nan.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, NH, NH, C / NH);
   EXPECT_EQ(dqkv_nan, dqkv_zero);
 
   const Vec x = uniform(100, -4.0, 4.0), dy = uniform(100);
@@ -740,44 +895,36 @@ TEST(KernelFloatVsDouble, Attention) {
   const size_t np = static_cast<size_t>(B) * NH * T * T;
   Vec out(dout.size()), probs(np, 0.0), dqkv(qkv.size());
   attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NH, C / NH);
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, NH, NH, hd);
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), probs.data(), B, T, NH, NH, hd);
 
   const std::vector<float> qkv_f = to_float(qkv), dout_f = to_float(dout);
   std::vector<float> out_f(out.size()), probs_f(np, 0.0f), dqkv_f(qkv.size());
   attention_forward(out_f.data(), probs_f.data(), qkv_f.data(), B, T, NH, NH, hd);
   EXPECT_LT(rel_error(out_f, out), kFloatTol);
   EXPECT_LT(rel_error(probs_f, probs), kFloatTol);
-  attention_backward(dqkv_f.data(), dout_f.data(), qkv_f.data(), probs_f.data(), B, T, NH, NH, hd);
+  attention_backward(dqkv_f.data(), dout_f.data(), qkv_f.data(), out_f.data(), probs_f.data(), B, T, NH, NH, hd);
   EXPECT_LT(rel_error(dqkv_f, dqkv), kFloatTol);
 }
 
-// Every row of probs sums to 1, and nothing non-zero lands above the diagonal. probs
-// starts zeroed, as Kernels::alloc returns it: the kernel need not write every entry
-// above the diagonal, but must not leave anything non-zero there.
 template <typename F>
-void check_probs(int B, int T, int NH, int hd, double tol) {
+void check_row_statistics(int B, int T, int NH, int hd, double tol) {
+  // Each row's log-sum-exp (what backward recomputes the probabilities from) against the
+  // dense causal definition.
   const int C = NH * hd;
   const Vec qkv64 = uniform(static_cast<size_t>(B) * T * 3 * C, -3.0, 3.0);
   const std::vector<F> qkv(qkv64.begin(), qkv64.end());
-  std::vector<F> out(static_cast<size_t>(B) * T * C), probs(static_cast<size_t>(B) * NH * T * T, F(0));
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, NH, NH, C / NH);
-  for (int bh = 0; bh < B * NH; bh++) {
-    for (int i = 0; i < T; i++) {
-      const F* row = probs.data() + (static_cast<size_t>(bh) * T + i) * T;
-      double sum = 0;
-      for (int j = 0; j <= i; j++) {
-        ASSERT_GE(row[j], F(0)) << "bh " << bh << " row " << i << " col " << j;
-        sum += row[j];
-      }
-      ASSERT_NEAR(sum, 1.0, tol) << "bh " << bh << " row " << i;
-      for (int j = i + 1; j < T; j++) ASSERT_EQ(row[j], F(0)) << "bh " << bh << " row " << i << " col " << j;
-    }
-  }
+  std::vector<F> out(static_cast<size_t>(B) * T * C), lse(static_cast<size_t>(B) * NH * T);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, NH, hd);
+  std::vector<int32_t> positions(T);
+  std::iota(positions.begin(), positions.end(), 0);
+  const DenseAttention want = dense_masked_attention(qkv64, Vec(qkv64.begin() + C, qkv64.end()), 3 * C, positions,
+                                                     positions, {}, B, T, T, NH, NH, hd);
+  for (size_t i = 0; i < lse.size(); i++) ASSERT_NEAR(lse[i], want.lse[i], tol) << "row " << i;
 }
 
-TEST(KernelFloatVsDouble, AttentionProbsAreCausalAndNormalized) {
-  check_probs<float>(2, 260, 2, 4, 1e-5);  // ~T float roundings of terms <= 1
-  check_probs<double>(2, 260, 2, 4, 1e-13);
+TEST(KernelFloatVsDouble, AttentionRowStatisticsAreTheLogSumExps) {
+  check_row_statistics<float>(2, 260, 2, 4, 1e-5);  // ~T float roundings of terms <= 1
+  check_row_statistics<double>(2, 260, 2, 4, 1e-12);
 }
 
 TEST(KernelFloatVsDouble, Gelu) {
@@ -842,11 +989,11 @@ TEST(KernelFloatVsDouble, LlamaKernels) {
     Vec out(static_cast<size_t>(N) * NH * hd), probs(np, 0.0), dqkv(x.size());
     const Vec dout = float_exact(uniform(out.size()));
     attention_forward(out.data(), probs.data(), x.data(), B, T, NH, NKV, hd);
-    attention_backward(dqkv.data(), dout.data(), x.data(), probs.data(), B, T, NH, NKV, hd);
+    attention_backward(dqkv.data(), dout.data(), x.data(), out.data(), probs.data(), B, T, NH, NKV, hd);
     const std::vector<float> doutf = to_float(dout);
     std::vector<float> outf(out.size()), probsf(np, 0.0f), dqkvf(x.size());
     attention_forward(outf.data(), probsf.data(), xf.data(), B, T, NH, NKV, hd);
-    attention_backward(dqkvf.data(), doutf.data(), xf.data(), probsf.data(), B, T, NH, NKV, hd);
+    attention_backward(dqkvf.data(), doutf.data(), xf.data(), outf.data(), probsf.data(), B, T, NH, NKV, hd);
     EXPECT_LT(rel_error(outf, out), kFloatTol);
     EXPECT_LT(rel_error(dqkvf, dqkv), kFloatTol);
   }

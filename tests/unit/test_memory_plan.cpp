@@ -34,12 +34,12 @@ TEST(Recompute, KeepsWhatEachModeSays) {
   s.mlp_in = 64;
   s.vocab_shard = 64;
   s.layers = 3;
-  s.attention_stats_floats = 2 * 4 * 8 * 8;  // the CPU's probabilities, 4 heads
+  s.attention_stats_floats = 2 * 4 * 8;  // each row's log-sum-exp, 4 heads
   const size_t BT = 16, C = 16, f = 4;
   const size_t io = 2 * aligned(BT * 4) + aligned(BT * C * f);  // tokens, targets, encoded
   const size_t head = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 64 * f) + 3 * aligned(BT * f) +
                       aligned(2 * BT * f);
-  const size_t core = aligned(BT * 16 * f) + aligned(s.attention_stats_floats * f);  // atty, probabilities
+  const size_t core = aligned(BT * 16 * f) + aligned(s.attention_stats_floats * f);  // atty, its row statistics
   const size_t rest = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 48 * f) +  // norm_1, stats, qkv
                       aligned(BT * C * f) + aligned(BT * C * f) + 2 * aligned(BT * f) +   // residual_2, norm_2
                       aligned(BT * 64 * f) + aligned(BT * 64 * f);                         // fc, fc_act
