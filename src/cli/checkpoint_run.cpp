@@ -56,12 +56,13 @@ void load_checkpoint_run(CheckpointRun& run) {
   run.parallel = std::make_unique<ParallelState>(c.dims(), c.parallel.ranks_per_node, c.parallel.timeout_s,
                                                  c.train.device);
   run.k = kernels::make_kernels(c.train.device, c.train.resolved_precision());
+  run_collectively([&] {
+    run.tokenizer = make_tokenizer(c.data.tokenizer, c.data.tokenizer_path);
+    resolve_eod_token(c.data, *run.tokenizer);  // the training's document masking, if it had one
+  });
   run.setup = std::make_unique<TrainingSetup>(c, *run.parallel, *run.k);
   Checkpointer checkpointer(c, *run.parallel, run.setup->sharded_state());
-  run_collectively([&] {
-    run.step = checkpointer.load(read_manifest(run.checkpoint, /*verify_files=*/true));
-    run.tokenizer = make_tokenizer(c.data.tokenizer, c.data.tokenizer_path);
-  });
+  run_collectively([&] { run.step = checkpointer.load(read_manifest(run.checkpoint, /*verify_files=*/true)); });
 }
 
 }  // namespace trident

@@ -134,6 +134,11 @@ po::options_description config_options(Config& c) {
       ("data.val_fraction", with_default(&d.val_fraction), "fraction of documents held out")
       ("data.val_path", with_default(&d.val_path),
        "a validation dataset of its own, any data.path form (empty: val_fraction of data.path)")
+      ("data.document_mask", with_default(&d.document_mask),
+       "attention within each document only: a token sees the earlier tokens of its own document (documents "
+       "end with data.eod_token); positions stay those of the sequence")
+      ("data.eod_token", with_default(&d.eod_token),
+       "the end-of-document token id of data.document_mask (-1: the tokenizer's end-of-sequence token)")
       ("checkpoint.dir", with_default(&ck.dir), "checkpoint directory (empty: none)")
       ("checkpoint.every_steps", with_default(&ck.every_steps), "save every N steps (0: on signals only)")
       ("checkpoint.keep_last", with_default(&ck.keep_last), "complete checkpoints kept (0: all)")
@@ -349,6 +354,9 @@ void Config::validate() const {
           "data.tokenizer=" + std::string(name_of(data.tokenizer)) +
               " needs data.tokenizer_path (its tokenizer file or folder)");
   require(data.val_fraction >= 0 && data.val_fraction < 1, "data.val_fraction must lie in [0, 1)");
+  require(data.eod_token >= -1 && data.eod_token < model.vocab_size,
+          "data.eod_token (" + std::to_string(data.eod_token) + ") must be a token id below model.vocab_size (" +
+              std::to_string(model.vocab_size) + "), or -1 (the tokenizer's)");
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
   require(checkpoint.every_steps == 0 || !checkpoint.dir.empty(), "checkpoint.every_steps needs checkpoint.dir");

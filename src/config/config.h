@@ -107,6 +107,10 @@ struct DataConfig {
   std::string json_key = "text";                    // the document's key in JSONL input (Megatron's --json-keys)
   double val_fraction = 0.05;                       // held-out tail of the documents
   std::string val_path;                             // a validation dataset of its own (instead of val_fraction)
+  // Attention stays within each document (Llama 3's packing): a token sees the earlier
+  // tokens of its own document only; a document ends with eod_token, which belongs to it.
+  bool document_mask = false;
+  int eod_token = -1;  // the end-of-document id; -1: the tokenizer's (its eos)
 };
 
 struct CheckpointConfig {

@@ -83,4 +83,8 @@ size_t first_invalid_utf8(std::string_view s) {
   return std::string_view::npos;
 }
 
+void resolve_eod_token(DataConfig& data, const Tokenizer& tokenizer) {
+  if (data.eod_token < 0) data.eod_token = tokenizer.special_tokens().eos;
+}
+
 }  // namespace trident

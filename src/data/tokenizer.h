@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "config/choices.h"
+#include "config/config.h"
 
 namespace trident {
 
@@ -63,6 +64,10 @@ class Tokenizer {
 // it); for sentencepiece a .model file. Throws UsageError on an unknown kind or a file
 // that is missing or does not parse (naming the file and line).
 std::unique_ptr<Tokenizer> make_tokenizer(TokenizerKind kind, const std::string& path);
+
+// data.eod_token where the config leaves it to the tokenizer (-1): its end-of-sequence
+// id (-1 again if it has none; document masking then refuses to start).
+void resolve_eod_token(DataConfig& data, const Tokenizer& tokenizer);
 
 // Trains a SentencePiece BPE model with Llama 2's settings (model_type bpe, byte_fallback,
 // split_digits, identity normalization, add_dummy_prefix, remove_extra_whitespaces false,

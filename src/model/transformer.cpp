@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
+#include "model/document_mask.h"
 #include "monitor/step_trace.h"
 #include "kernels/base/error.h"
 #include "runtime/random.h"
@@ -62,6 +64,15 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
     k.copy_to_device(rope_table_.data(), table.data(), table.size() * sizeof(float));
   }
   loss_sum_ = kernels::DeviceBuffer(k, 2);  // one double
+  std::vector<int32_t> positions(s.seq_len);
+  std::iota(positions.begin(), positions.end(), 0);
+  positions_ = kernels::DeviceBuffer(k, positions.size());
+  k.copy_to_device(positions_.data(), positions.data(), positions.size() * sizeof(int32_t));
+  document_end_ = options.document_end;
+  if (document_end_ >= 0) {
+    host_document_starts_.resize(static_cast<size_t>(B_) * s.seq_len);
+    document_starts_ = kernels::DeviceBuffer(k, host_document_starts_.size() * options.slots);
+  }
   host_tokens_.resize(options.slots);
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * s.seq_len, s.d_model, activations_.shape().widest_output(), B_,
@@ -136,6 +147,14 @@ ActivationSpan Transformer::gradient_to_send(int B) {
   return rows_of(d.sent_gradient, B);
 }
 
+kernels::AttentionMask Transformer::attention_mask(int slot) const {
+  const int32_t* positions = reinterpret_cast<const int32_t*>(positions_.data());
+  const int32_t* starts = document_end_ < 0 ? nullptr
+                                            : reinterpret_cast<const int32_t*>(document_starts_.data()) +
+                                                  static_cast<size_t>(slot) * B_ * spec().seq_len;
+  return {positions, positions, starts};
+}
+
 kernels::Act* Transformer::layer_input(int slot, int l) const {
   return l == 0 ? activations_.slots[slot].encoded : activations_.slots[slot].layers[l - 1].residual_3;
 }
@@ -179,6 +198,11 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
     host_tokens_.at(slot).assign(tokens, tokens + BT);
   }
   if (has_head(chunk)) k_.upload(s.targets, targets, BT * sizeof(int32_t));
+  if (document_end_ >= 0) {  // every stage has the tokens: each finds the documents itself
+    document_starts(tokens, B, T, document_end_, host_document_starts_.data());
+    k_.upload(document_starts_.data() + static_cast<size_t>(slot) * B_ * T, host_document_starts_.data(),
+              BT * sizeof(int32_t));
+  }
   s.B = B;
   store_.refresh_weights();
 
@@ -264,7 +288,7 @@ void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) 
                     qkv_width_);  // column-parallel
   if (sp.positions == PositionKind::rotary)
     k_.rope_forward(a.qkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
-  k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, hd);
+  attention_forward(a, slot, B);
   store_.progress_gathers();
   Act* out = row_parallel_output(a.residual_2);
   k_.matmul_forward(out, a.atty, weight(p.attn_out_weight),  // row-parallel
@@ -343,7 +367,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
       block_forward(s, slot, l, /*up_to_mlp=*/true);
     } else if (recompute() == Recompute::selective) {
       const LayerActivations& a = s.layers[l];
-      k_.attention_forward(a.atty, a.attention_stats, a.qkv, B, T, heads_local_, kv_heads_local_, spec().head_dim);
+      attention_forward(a, slot, B);
     }
     const trace::Span span("layer", [&] {
       return "layer " + std::to_string(layout_.global_layer(l)) + (defer ? " input gradients" : " backward");
@@ -359,6 +383,13 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     if (layout_.position_embedding() >= 0) k_.positions_backward(grad(layout_.position_embedding()), dall, B, T, C);
   }
   if (!defer && chunk == 0) report(0);  // a later chunk's gradients end above chunk 0's
+}
+
+void Transformer::attention_forward(const LayerActivations& a, int slot, int B) {
+  const int T = spec().seq_len, hd = spec().head_dim;
+  const Act* kv = kernels::offset(a.qkv, static_cast<size_t>(heads_local_) * hd, act_type_);  // a qkv row: q | k v
+  k_.attention_forward(a.atty, a.attention_stats, a.qkv, kv, qkv_width_, attention_mask(slot), B, T, T, heads_local_,
+                       kv_heads_local_, hd);
 }
 
 // dresidual holds d loss / d residual_3 of layer l on entry, and d loss / d (input of
@@ -400,7 +431,10 @@ void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual,
   keep(a.residual_2, dresidual, NC);
   k_.matmul_backward(d.datty, weight_grad(p.attn_out_weight), weight_grad(p.attn_out_bias), gathered_rows(dresidual, B),
                      defer ? nullptr : a.atty, weight(p.attn_out_weight), BT, attention_width_, C);
-  k_.attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.attention_stats, B, T, heads_local_, kv_heads_local_, hd);
+  const size_t kv_column = static_cast<size_t>(heads_local_) * hd;  // a qkv row: q | k v
+  k_.attention_backward(d.dqkv, kernels::offset(d.dqkv, kv_column, act_type_), d.datty, a.qkv,
+                        kernels::offset(a.qkv, kv_column, act_type_), qkv_width_, a.atty, a.attention_stats,
+                        attention_mask(slot), B, T, T, heads_local_, kv_heads_local_, hd);
   if (sp.positions == PositionKind::rotary)
     k_.rope_backward(d.dqkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
   keep(a.qkv, d.dqkv, static_cast<size_t>(BT) * qkv_width_);

@@ -50,6 +50,9 @@ struct TransformerOptions {
   // over which ranks (ZeRO-3's; the stages below shard in DataParallel).
   ZeroStage zero = ZeroStage::none;
   Communicator* shard_group = nullptr;
+  // Document masking (model/document_mask.h): the end-of-document token id; -1: attention
+  // over the whole sequence.
+  int32_t document_end = -1;
 };
 
 // Which part of a micro-batch's backward pass to run (pipeline/schedule.h): all of it, or
@@ -195,6 +198,8 @@ class Transformer {
   // up_to_mlp: stops before the MLP's output projection (what backward's full
   // recomputation needs: the layer's output is kept).
   void block_forward(const Slot& s, int slot, int l, bool up_to_mlp = false);
+  // Attention's core over the layer's qkv (the sequence's own keys), into atty and its stats.
+  void attention_forward(const LayerActivations& a, int slot, int B);
   // defer: the input-gradient half (the weight gradients' inputs left in the slot).
   void block_backward(const Slot& s, int slot, int l, Act* dresidual, bool defer);
   // The weight-gradient half of block l and of the head, from what the input half left.
@@ -214,6 +219,12 @@ class Transformer {
   ParamGradStore store_;
   kernels::DType act_type_;
   kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
+  // What attention's mask reads (kernels/attention_mask.h): the tokens' positions, and
+  // under document masking each slot's document starts [micro_batch, T].
+  kernels::AttentionMask attention_mask(int slot) const;
+  int32_t document_end_ = -1;
+  kernels::DeviceBuffer positions_, document_starts_;
+  std::vector<int32_t> host_document_starts_;
 
   ActivationArena activations_;  // every slot's, the recompute set, backward's scratch
   kernels::DeviceBuffer loss_sum_;  // a double: the token losses summed since the last take

@@ -57,6 +57,13 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
 
 }  // namespace
 
+int32_t document_end(const DataConfig& data) {
+  if (!data.document_mask) return -1;
+  require(data.eod_token >= 0, "data.document_mask needs an end-of-document token: the tokenizer (data.tokenizer) "
+                               "has none; name it with data.eod_token");
+  return data.eod_token;
+}
+
 TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kernels::Kernels& k)
     : local_batch(config.train.global_batch / parallel.size(Axis::dp)),
       plan(plan_pipeline(config, parallel, local_batch, config.train.micro_batch)),
@@ -70,7 +77,8 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .recompute = config.train.recompute,
              .split_backward = config.parallel.schedule == Schedule::zb1,
              .zero = static_cast<ZeroStage>(zero_stage(config, parallel.dims())),
-             .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.dp()}),
+             .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.dp(),
+             .document_end = document_end(config.data)}),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(model.layout(),
                 {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,

@@ -41,6 +41,11 @@ struct HybridGroups {
 };
 HybridGroups hybrid_groups(const Config& config, ParallelState& parallel);
 
+// The end-of-document id of document masking (model/document_mask.h), -1 without it;
+// UsageError when data.document_mask has no token (data.eod_token, resolved from the
+// tokenizer by resolve_eod_token, data/tokenizer.h).
+int32_t document_end(const DataConfig& data);
+
 // One rank's share of the training: built from the config and the grid, every buffer
 // allocated here, once. The parameters are not initialized.
 class TrainingSetup {

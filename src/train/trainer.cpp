@@ -723,7 +723,8 @@ void with_earlier_runs(nlohmann::json& summary, const std::string& earlier_text)
 
 }  // namespace
 
-TrainResult train(const Config& config, ParallelState& parallel) {
+TrainResult train(const Config& given, ParallelState& parallel) {
+  Config config = given;  // completed below by what the data says (data.eod_token)
   const TrainConfig& tc = config.train;
   std::unique_ptr<kernels::Kernels> k =
       kernels::make_kernels(tc.device, tc.resolved_precision());
@@ -738,6 +739,10 @@ TrainResult train(const Config& config, ParallelState& parallel) {
   const RankMemoryPlan memory_plan = check_memory_fits(config, parallel, *k);
   std::unique_ptr<Tokenizer> tokenizer;
   const TrainingData data = load_data(config, parallel, tokenizer);
+  run_collectively([&] {
+    resolve_eod_token(config.data, *tokenizer);
+    document_end(config.data);  // document masking with no token to end a document ends here
+  });
   const BatchSampler train_sampler(data.train, config.model.seq_len, tc.seed, kTrainStream);
   TrainResult result;
   result.unigram_entropy = data.unigram_entropy;

@@ -54,6 +54,8 @@ Reference load_reference(const std::string& path) {
   if (file.has_attr("n_kv_head")) ref.model.n_kv_head = static_cast<int>(file.attr_int("n_kv_head"));
   if (file.has_attr("ffn_dim")) ref.model.ffn_dim = static_cast<int>(file.attr_int("ffn_dim"));
   if (file.has_attr("rope_theta")) ref.model.rope_theta = file.attr_double("rope_theta");
+  // Packed documents, each attending within itself (tests/reference/README.md).
+  if (file.has_attr("eod_token")) ref.eod_token = static_cast<int32_t>(file.attr_int("eod_token"));
   try {
     transformer_spec(ref.model);  // shapes the family can have
   } catch (const UsageError& e) {
@@ -120,6 +122,8 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   config.train.beta2 = ref.beta2;
   config.train.adam_eps = ref.adam_eps;
   config.train.weight_decay = ref.weight_decay;
+  config.data.document_mask = ref.eod_token >= 0;
+  config.data.eod_token = ref.eod_token;
   TrainingSetup setup(config, parallel, k);
   Transformer& model = setup.model;
   for (const ParameterTensor& t : model.layout().tensors()) {

@@ -1,0 +1,19 @@
+#include "model/document_mask.h"
+
+#include <cstddef>
+
+namespace trident {
+
+void document_starts(const int32_t* tokens, int B, int T, int32_t eod, int32_t* starts) {
+  for (int b = 0; b < B; b++) {
+    const int32_t* row = tokens + static_cast<size_t>(b) * T;
+    int32_t* out = starts + static_cast<size_t>(b) * T;
+    int32_t start = 0;
+    for (int i = 0; i < T; i++) {
+      out[i] = start;
+      if (row[i] == eod) start = i + 1;  // the next token opens the next document
+    }
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""Write a Llama training reference (HDF5) computed by PyTorch autograd in float64.
+
+Same file layout as make_reference.py (see shared/reference/FORMAT.md), model = "llama":
+RMSNorm, rotary position embeddings (rotate-half convention, theta attribute), SwiGLU MLP,
+grouped-query attention, untied lm_head, no biases. Parameter names are Hugging Face's.
+--eod ID: packed documents with document masking, see tests/reference/README.md.
+"""
+import argparse, math
+import h5py, numpy as np, torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--out", required=True)
+p.add_argument("--layers", type=int, default=4)
+p.add_argument("--heads", type=int, default=4)
+p.add_argument("--kv-heads", type=int, default=2)
+p.add_argument("--dim", type=int, default=64)
+p.add_argument("--ffn", type=int, default=176)
+p.add_argument("--seq", type=int, default=16)
+p.add_argument("--vocab", type=int, default=97)
+p.add_argument("--batch", type=int, default=4)
+p.add_argument("--steps", type=int, default=3)
+p.add_argument("--lr", type=float, default=3e-3)
+p.add_argument("--wd", type=float, default=0.1)
+p.add_argument("--clip", type=float, default=1.0)
+p.add_argument("--theta", type=float, default=10000.0)
+p.add_argument("--seed", type=int, default=4321)
+p.add_argument("--eod", type=int, default=None, help="end-of-document token: packed documents, document mask")
+a = p.parse_args()
+torch.manual_seed(a.seed)
+L, H, KV, d, F, T, V, B = a.layers, a.heads, a.kv_heads, a.dim, a.ffn, a.seq, a.vocab, a.batch
+hd = d // H
+B1, B2, EPS, NORM_EPS = 0.9, 0.95, 1e-8, 1e-5
+
+def w(*shape): return (0.02 * torch.randn(*shape)).float()
+def norm_w(n): return (1.0 + 0.1 * torch.randn(n)).float()
+
+params = {"model.embed_tokens.weight": w(V, d)}
+for i in range(L):
+    q = f"model.layers.{i}."
+    params.update({
+        q + "input_layernorm.weight": norm_w(d),
+        q + "self_attn.q_proj.weight": w(H * hd, d), q + "self_attn.k_proj.weight": w(KV * hd, d),
+        q + "self_attn.v_proj.weight": w(KV * hd, d), q + "self_attn.o_proj.weight": w(d, H * hd),
+        q + "post_attention_layernorm.weight": norm_w(d),
+        q + "mlp.gate_proj.weight": w(F, d), q + "mlp.up_proj.weight": w(F, d),
+        q + "mlp.down_proj.weight": w(d, F),
+    })
+params["model.norm.weight"] = norm_w(d)
+params["lm_head.weight"] = w(V, d)
+def packed_rows(steps, B, T, V, eod):
+    """Rows of packed documents: random tokens from [0, V) except eod, each document ended by
+    eod; lengths 1 .. T/3, the last document of a row cut off. Step 0: row 0 starts with a
+    one-token document, row 1 has two eod in a row, row 2 is one document over its T inputs."""
+    if B < 3 or not 0 <= eod < V: raise SystemExit("--eod needs --batch >= 3 and 0 <= ID < vocab")
+    out = torch.empty(steps, B, T + 1, dtype=torch.int32)
+    for t in range(steps):
+        for b in range(B):
+            row = torch.randint(0, V - 1, (T + 1,), dtype=torch.int32)
+            row += (row >= eod).int()
+            if t == 0 and b == 2: lens = [T + 1]
+            else:
+                lens = [1] if (t == 0 and b == 0) else []
+                if t == 0 and b == 1: lens = [int(torch.randint(2, max(2, T // 3) + 1, ())), 1]
+                while sum(lens) < T + 1: lens.append(int(torch.randint(1, max(2, T // 3) + 1, ())))
+            ends = torch.tensor(lens).cumsum(0) - 1
+            row[ends[ends <= T]] = eod
+            out[t, b] = row
+    return out
+if a.eod is None: tokens = torch.randint(0, V, (a.steps, B, T + 1), dtype=torch.int32)
+else: tokens = packed_rows(a.steps, B, T, V, a.eod)
+P = {k: v.double().clone().requires_grad_(True) for k, v in params.items()}
+
+inv_freq = 1.0 / (a.theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+cos, sin = torch.cat([freqs, freqs], -1).cos(), torch.cat([freqs, freqs], -1).sin()
+def rot_half(x): x1, x2 = x.chunk(2, -1); return torch.cat([-x2, x1], -1)
+def rope(x): return x * cos + rot_half(x) * sin
+def rms(x, g): return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + NORM_EPS) * g
+
+def loss_fn(batch):
+    idx, tgt = batch[:, :T].long(), batch[:, 1:].long()
+    x = P["model.embed_tokens.weight"][idx]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    if a.eod is not None:  # same document: as many eod tokens strictly before i as before j
+        end = idx == a.eod; doc = end.long().cumsum(1) - end.long()
+        mask = (mask & (doc[:, :, None] == doc[:, None, :]))[:, None]  # [B, 1, T, T]
+    for i in range(L):
+        q = f"model.layers.{i}."
+        h = rms(x, P[q + "input_layernorm.weight"])
+        qq = (h @ P[q + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
+        kk = (h @ P[q + "self_attn.k_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        vv = (h @ P[q + "self_attn.v_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
+        qq, kk = rope(qq), rope(kk)
+        kk, vv = kk.repeat_interleave(H // KV, dim=1), vv.repeat_interleave(H // KV, dim=1)
+        att = (qq @ kk.transpose(-2, -1)) / math.sqrt(hd)
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ vv).transpose(1, 2).reshape(B, T, H * hd)
+        x = x + y @ P[q + "self_attn.o_proj.weight"].T
+        h = rms(x, P[q + "post_attention_layernorm.weight"])
+        g = h @ P[q + "mlp.gate_proj.weight"].T
+        x = x + (torch.nn.functional.silu(g) * (h @ P[q + "mlp.up_proj.weight"].T)) @ P[q + "mlp.down_proj.weight"].T
+    x = rms(x, P["model.norm.weight"])
+    logits = x @ P["lm_head.weight"].T
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+
+m = {k: torch.zeros_like(v) for k, v in P.items()}
+s = {k: torch.zeros_like(v) for k, v in P.items()}
+losses, norms = [], []
+with h5py.File(a.out, "w") as f:
+    f.attrs.update(dict(format="trident-reference-v1", model="llama", n_layer=L, n_head=H, n_kv_head=KV,
+                        d_model=d, ffn_dim=F, seq_len=T, vocab_size=V, batch_size=B, steps=a.steps,
+                        norm_eps=NORM_EPS, rope_theta=a.theta, lr=a.lr, beta1=B1, beta2=B2, adam_eps=EPS,
+                        weight_decay=a.wd, grad_clip=a.clip, seed=a.seed))
+    if a.eod is not None: f.attrs["eod_token"] = np.int64(a.eod)
+    for k, v in params.items(): f[f"params/{k}"] = v.numpy()
+    f["batches/tokens"] = tokens.numpy()
+    for t in range(a.steps):
+        for v in P.values(): v.grad = None
+        loss = loss_fn(tokens[t]); loss.backward()
+        norm = math.sqrt(sum(float((v.grad ** 2).sum()) for v in P.values()))
+        losses.append(float(loss)); norms.append(norm)
+        if t == 0:
+            f["step0/loss"] = float(loss)
+            for k, v in P.items(): f[f"step0/grads/{k}"] = v.grad.numpy()
+        coef = min(1.0, a.clip / (norm + 1e-6))
+        with torch.no_grad():
+            for k, v in P.items():
+                g = v.grad * coef
+                if v.dim() >= 2: v.mul_(1 - a.lr * a.wd)
+                m[k].mul_(B1).add_(g, alpha=1 - B1); s[k].mul_(B2).addcmul_(g, g, value=1 - B2)
+                mh = m[k] / (1 - B1 ** (t + 1)); vh = s[k] / (1 - B2 ** (t + 1))
+                v.sub_(a.lr * mh / (vh.sqrt() + EPS))
+    f["steps/loss"] = np.array(losses); f["steps/grad_norm"] = np.array(norms)
+    for k, v in P.items(): f[f"final/params/{k}"] = v.detach().numpy()
+print("losses", losses, "grad norms", norms)
