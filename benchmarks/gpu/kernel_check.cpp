@@ -54,6 +54,33 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
   return std::isnan(e) ? INFINITY : e;
 }
 
+// Positions first, first + step, ... (n of them).
+std::vector<int32_t> iota_positions(int n, int first, int step) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; i++) p[i] = first + i * step;
+  return p;
+}
+
+// doc_start [B, T] of positions 0..T-1 packed with documents whose lengths are 1 +
+// lengths[...] (random, one after the other), for the document mask.
+std::vector<int32_t> random_documents(const std::vector<int32_t>& lengths, int B, int T) {
+  std::vector<int32_t> starts(static_cast<size_t>(B) * T);
+  size_t next_length = 0;
+  for (int b = 0; b < B; b++)
+    for (int i = 0, start = 0, end = 0; i < T; i++) {
+      if (i >= end) start = i, end = i + 1 + lengths[next_length++ % lengths.size()];
+      starts[static_cast<size_t>(b) * T + i] = start;
+    }
+  return starts;
+}
+
+// The first `width` columns of rows of `ld` elements.
+std::vector<float> q_columns(const std::vector<float>& rows, int ld, size_t width) {
+  std::vector<float> q;
+  for (size_t r = 0; r + ld <= rows.size(); r += ld) q.insert(q.end(), rows.begin() + r, rows.begin() + r + width);
+  return q;
+}
+
 // One precision's comparison: inputs are made on the host and copied to the GPU; the
 // same host vectors are the CPU backend's buffers (its memory is the host's).
 class Comparison {
@@ -314,7 +341,8 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
   });
   // Head dims 32, 64, 128: each kernel instance; multi-head (NKV = NH) and grouped-query
   // (NKV < NH: groups of 4, and multi-query); in bf16 both the tensor-core and the scalar
-  // kernels.
+  // kernels. Plain causal attention over a sequence's own keys (positions 0..T-1 on the
+  // device), then masked cases (below).
   std::vector<const char*> attention_kernels = {"scalar"};
   if (c.bf16()) attention_kernels.insert(attention_kernels.begin(), "tensor_core");
   struct Heads {
@@ -322,24 +350,81 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
   };
   const std::vector<Heads> attention_heads = {{8, 8, 32}, {4, 4, 64}, {2, 2, 128},   // NKV = NH
                                               {8, 2, 32}, {8, 1, 64}, {8, 2, 128}};  // groups of 4, of 8, of 4
+  const std::vector<int32_t> plain_positions = iota_positions(T, 0, 1);
   for (const char* kernel : attention_kernels)
   for (const Heads& heads : attention_heads) c.run("attention", [&] {
     setenv("TRIDENT_CUDA_ATTENTION", kernel, 1);
     const auto [NH, NKV, HD] = heads;
     const size_t n_qkv = static_cast<size_t>(N) * (NH + 2 * NKV) * HD, n_out = static_cast<size_t>(N) * NH * HD;
+    const int ld = (NH + 2 * NKV) * HD;
     const auto qkv = c.input(n_qkv), dout = c.input(n_out);
-    std::vector<float> out(n_out), probs(cpu.attention_stats_floats(B, T, NH)), dqkv(n_qkv);
+    std::vector<float> out(n_out), lse(cpu.attention_stats_floats(B, T, NH)), dqkv(n_qkv);
     Act *g_out = c.act(n_out), *g_qkv = c.act(qkv), *g_dqkv = c.act(n_qkv);
     float* g_stats = c.f32(gpu.attention_stats_floats(B, T, NH));
+    const int32_t* g_pos = c.i32(plain_positions);
+    const AttentionMask g_mask{g_pos, g_pos, nullptr}, mask{plain_positions.data(), plain_positions.data(), nullptr};
+    const size_t k_col = static_cast<size_t>(NH) * HD;  // the k, v columns: a sequence's own keys
+    const DType type = gpu.activation_type();
     std::string at = std::string(" ") + kernel + " hd=" + std::to_string(HD) + " T=" + std::to_string(T);
     if (NKV != NH) at += " NH=" + std::to_string(NH) + " NKV=" + std::to_string(NKV);
-    gpu.attention_forward(g_out, g_stats, g_qkv, B, T, NH, NKV, HD);
-    cpu.attention_forward(as_act(out.data()), probs.data(), as_act(qkv.data()), B, T, NH, NKV, HD);
+    gpu.attention_forward(g_out, g_stats, g_qkv, offset(g_qkv, k_col, type), ld, g_mask, B, T, T, NH, NKV, HD);
+    cpu.attention_forward(as_act(out.data()), lse.data(), as_act(qkv.data()), as_act(qkv.data() + k_col), ld, mask, B,
+                          T, T, NH, NKV, HD);
     c.compare("attention_forward" + at, c.host(g_out, n_out), out);
-    gpu.attention_backward(g_dqkv, c.act(dout), g_qkv, g_out, g_stats, B, T, NH, NKV, HD);
-    cpu.attention_backward(as_act(dqkv.data()), as_act(dout.data()), as_act(qkv.data()), as_act(out.data()),
-                           probs.data(), B, T, NH, NKV, HD);
+    gpu.attention_backward(g_dqkv, offset(g_dqkv, k_col, type), c.act(dout), g_qkv, offset(g_qkv, k_col, type), ld,
+                           g_out, g_stats, g_mask, B, T, T, NH, NKV, HD);
+    cpu.attention_backward(as_act(dqkv.data()), as_act(dqkv.data() + k_col), as_act(dout.data()), as_act(qkv.data()),
+                           as_act(qkv.data() + k_col), ld, as_act(out.data()), lse.data(), mask, B, T, T, NH, NKV, HD);
     c.compare("attention_backward dqkv" + at, c.host(g_dqkv, n_qkv), dqkv);
+  });
+  // Masked attention against the CPU backend: documents packed into the sequences
+  // (random boundaries: documents of 1..80 tokens, many shorter than a tile), and a
+  // block of another rank's keys in a buffer of its own (context parallelism: queries
+  // at positions T..2T-1, Tk = 3T/4 keys at positions 0, 3, 6, ..., some in the queries'
+  // future; kv_ld = 2 NKV HD), its dK, dV into a buffer of the same layout.
+  const std::vector<Heads> masked_heads = {{8, 2, 64}, {4, 4, 128}, {4, 1, 32}};
+  for (const char* kernel : attention_kernels)
+  for (const Heads& heads : masked_heads)
+  for (const bool documents : {true, false}) c.run(documents ? "attention, documents" : "attention, other rank's keys", [&] {
+    setenv("TRIDENT_CUDA_ATTENTION", kernel, 1);
+    const auto [NH, NKV, HD] = heads;
+    const int Tq = T, Tk = documents ? T : 3 * T / 4, ld = (NH + 2 * NKV) * HD;
+    const int kv_ld = documents ? ld : 2 * NKV * HD;
+    const size_t n_qkv = static_cast<size_t>(B) * Tq * ld, n_out = static_cast<size_t>(B) * Tq * NH * HD;
+    const size_t n_kv = static_cast<size_t>(B) * Tk * kv_ld, k_col = static_cast<size_t>(NH) * HD;
+    const DType type = gpu.activation_type();
+    const std::vector<int32_t> q_pos = documents ? plain_positions : iota_positions(Tq, T, 1);
+    const std::vector<int32_t> kv_pos = documents ? plain_positions : iota_positions(Tk, 0, 3);
+    std::vector<int32_t> doc_start;
+    if (documents) doc_start = random_documents(c.ids(static_cast<size_t>(B) * T, 80), B, T);
+    const auto qkv = c.input(n_qkv), dout = c.input(n_out);
+    const auto kv_block = documents ? std::vector<float>() : c.input(n_kv);
+    std::vector<float> out(n_out), lse(cpu.attention_stats_floats(B, Tq, NH)), dqkv(n_qkv), dkv_block(n_kv);
+    Act *g_out = c.act(n_out), *g_qkv = c.act(qkv), *g_dqkv = c.act(n_qkv);
+    Act* g_kv = documents ? offset(g_qkv, k_col, type) : c.act(kv_block);
+    Act* g_dkv = documents ? offset(g_dqkv, k_col, type) : c.act(n_kv);
+    const float* kv = documents ? qkv.data() + k_col : kv_block.data();
+    float* dkv = documents ? dqkv.data() + k_col : dkv_block.data();
+    float* g_stats = c.f32(gpu.attention_stats_floats(B, Tq, NH));
+    const AttentionMask g_mask{c.i32(q_pos), c.i32(kv_pos), documents ? c.i32(doc_start) : nullptr};
+    const AttentionMask mask{q_pos.data(), kv_pos.data(), documents ? doc_start.data() : nullptr};
+    std::string at = std::string(" ") + kernel + " hd=" + std::to_string(HD) + " NH=" + std::to_string(NH) +
+                     " NKV=" + std::to_string(NKV) + (documents ? " docs" : " Tk=" + std::to_string(Tk));
+    gpu.attention_forward(g_out, g_stats, g_qkv, g_kv, kv_ld, g_mask, B, Tq, Tk, NH, NKV, HD);
+    cpu.attention_forward(as_act(out.data()), lse.data(), as_act(qkv.data()), as_act(kv), kv_ld, mask, B, Tq, Tk, NH,
+                          NKV, HD);
+    c.compare("attention_forward" + at, c.host(g_out, n_out), out);
+    c.compare("attention_forward lse" + at, c.host(g_stats, lse.size()), lse);
+    gpu.attention_backward(g_dqkv, g_dkv, c.act(dout), g_qkv, g_kv, kv_ld, g_out, g_stats, g_mask, B, Tq, Tk, NH, NKV,
+                           HD);
+    cpu.attention_backward(as_act(dqkv.data()), as_act(dkv), as_act(dout.data()), as_act(qkv.data()), as_act(kv),
+                           kv_ld, as_act(out.data()), lse.data(), mask, B, Tq, Tk, NH, NKV, HD);
+    if (documents) {
+      c.compare("attention_backward dqkv" + at, c.host(g_dqkv, n_qkv), dqkv);
+    } else {  // dq in the q columns of dqkv (its k, v columns are not the call's), dk and dv in dkv
+      c.compare("attention_backward dq" + at, q_columns(c.host(g_dqkv, n_qkv), ld, k_col), q_columns(dqkv, ld, k_col));
+      c.compare("attention_backward dkv" + at, c.host(g_dkv, n_kv), dkv_block);
+    }
   });
   unsetenv("TRIDENT_CUDA_ATTENTION");
   c.run("gelu, add", [&] {
@@ -480,6 +565,11 @@ class Buffers {
   }
   Act* act(size_t n) { return static_cast<Act*>(keep_.emplace_back(gpu_.alloc(gpu_.activation_bytes(n)))); }
   float* f32(size_t n) { return static_cast<float*>(keep_.emplace_back(gpu_.alloc(n * sizeof(float)))); }
+  int32_t* i32(const std::vector<int32_t>& host) {
+    auto* p = static_cast<int32_t*>(keep_.emplace_back(gpu_.alloc(host.size() * sizeof(int32_t))));
+    gpu_.copy_to_device(p, host.data(), host.size() * sizeof(int32_t));
+    return p;
+  }
 
  private:
   Kernels& gpu_;
@@ -488,7 +578,9 @@ class Buffers {
 
 // The attention rows of a timing table (`prefix`: "" or "GQA "): the flash kernels the
 // training path takes (tensor cores in bf16), the scalar flash kernels beside them, the
-// naive three-kernel version, and how much faster flash is than naive.
+// naive three-kernel version, and how much faster flash is than naive; then the flash
+// kernels with the sequences packed with documents of 256 tokens (document mask: the
+// tiles of other documents skipped, so far less than causal attention's time).
 struct AttentionOperands {
   Act *out, *qkv, *dqkv, *dout;
   float* stats;
@@ -501,9 +593,33 @@ void attention_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers, const std:
   const bool tensor_cores = gpu.precision() == Precision::bf16;
   const std::string fwd_row = prefix + "attention_forward, flash" + (tensor_cores ? " (tensor cores)" : "");
   const std::string bwd_row = prefix + "attention_backward, flash" + (tensor_cores ? " (tensor cores)" : "");
-  const auto forward = [&] { gpu.attention_forward(a.out, a.stats, a.qkv, B, T, NH, NKV, HD); };
-  const auto backward = [&] { gpu.attention_backward(a.dqkv, a.dout, a.qkv, a.out, a.stats, B, T, NH, NKV, HD); };
+  const int ld = (NH + 2 * NKV) * HD, doc = 256;
+  const size_t k_col = static_cast<size_t>(NH) * HD;
+  AttentionMask mask, docs;
+  if (!rows.attempt(prefix + "attention positions", [&] {
+        std::vector<int32_t> pos(T), starts(static_cast<size_t>(B) * T);
+        for (int i = 0; i < T; i++) pos[i] = i;
+        for (size_t i = 0; i < starts.size(); i++) starts[i] = static_cast<int32_t>(i % T) / doc * doc;
+        const int32_t* g_pos = buffers.i32(pos);
+        mask = {g_pos, g_pos, nullptr};
+        docs = {g_pos, g_pos, buffers.i32(starts)};
+      }))
+    return;
+  const auto forward_with = [&](const AttentionMask& m) {
+    gpu.attention_forward(a.out, a.stats, a.qkv, offset(a.qkv, k_col, type), ld, m, B, T, T, NH, NKV, HD);
+  };
+  const auto backward_with = [&](const AttentionMask& m) {
+    gpu.attention_backward(a.dqkv, offset(a.dqkv, k_col, type), a.dout, a.qkv, offset(a.qkv, k_col, type), ld, a.out,
+                           a.stats, m, B, T, T, NH, NKV, HD);
+  };
+  const auto forward = [&] { forward_with(mask); };
+  const auto backward = [&] { backward_with(mask); };
   const double flash_fwd = rows.time(fwd_row, forward), flash_bwd = rows.time(bwd_row, backward);
+  const std::string docs_row = ", flash, documents of " + std::to_string(doc);
+  const double docs_fwd = rows.time(prefix + "attention_forward" + docs_row, [&] { forward_with(docs); });
+  const double docs_bwd = rows.time(prefix + "attention_backward" + docs_row, [&] { backward_with(docs); });
+  // Documents of `doc` tokens: each row sees about doc / 2 keys, not T / 2.
+  const double docs_flops = 2.0 * B * NH * static_cast<double>(T) * doc * HD;
   double scalar_fwd = NAN, scalar_bwd = NAN;
   if (tensor_cores) {
     setenv("TRIDENT_CUDA_ATTENTION", "scalar", 1);
@@ -529,6 +645,11 @@ void attention_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers, const std:
   rows.print(bwd_row, flash_bwd, 2.5 * flops, "TFLOP/s");
   rows.print(prefix + "attention_backward, flash (scalar)", scalar_bwd, 2.5 * flops, "TFLOP/s");
   rows.print(prefix + "attention_backward, naive three kernels", naive_bwd, 2.5 * flops, "TFLOP/s");
+  rows.print(prefix + "attention_forward" + docs_row, docs_fwd, docs_flops, "TFLOP/s");
+  rows.print(prefix + "attention_backward" + docs_row, docs_bwd, 2.5 * docs_flops, "TFLOP/s");
+  if (!std::isnan(flash_fwd + flash_bwd + docs_fwd + docs_bwd))
+    std::printf("| %sdocuments of %d vs causal: forward %.1fx, backward %.1fx faster | | |\n", prefix.c_str(), doc,
+                flash_fwd / docs_fwd, flash_bwd / docs_bwd);
   if (!std::isnan(flash_fwd + flash_bwd + naive_fwd + naive_bwd))
     std::printf("| %sflash vs naive: forward %.1fx, backward %.1fx faster%s | | |\n", prefix.c_str(),
                 naive_fwd / flash_fwd, naive_bwd / flash_bwd, target);

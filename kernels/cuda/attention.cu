@@ -1,5 +1,7 @@
-// Causal self-attention, flash-attention style, with grouped-query attention: the
-// T x T score matrix never exists in memory. Forward: each query row belongs to HD / 32
+// Masked self-attention (kernels/attention_mask.h: causal by position, within a
+// document; keys from a buffer of their own), flash-attention style, with grouped-query
+// attention: the Tq x Tk score matrix never exists in memory, and tiles no row of a block
+// sees are skipped. Forward: each query row belongs to HD / 32
 // threads (its lanes, 32 dimensions each in registers), which stream key/value tiles
 // through shared memory with an online softmax; it keeps the row's log-sum-exp. Backward
 // recomputes the probabilities from it, in two kernels that each own their outputs (key
@@ -8,6 +10,8 @@
 // attention_scalar_kernels.cuh.
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <type_traits>
 
 #include "cuda_kernels.cuh"
 
@@ -22,21 +26,23 @@ namespace {
 
 // Every kernel's shared memory is static (scalar_*_shared<HD>(), under 48 KB).
 template <int HD, typename T>
-void forward_with(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hd) {
-  const dim3 grid(blocks_for(T_, kRows), B * NH);
-  flash_forward_kernel<HD, T><<<grid, kThreads<HD>, 0, compute_stream()>>>(out, lse, qkv, T_, NH, NKV, hd);
+void forward_with(T* out, float* lse, const T* qkv, const T* kv, AttentionMask mask, int B, AttentionDims dims) {
+  const dim3 grid(blocks_for(dims.Tq, kRows), B * dims.NH);
+  flash_forward_kernel<HD, T><<<grid, kThreads<HD>, 0, compute_stream()>>>(out, lse, qkv, kv, mask, dims);
   CUDA_CHECK_LAUNCH();
 }
 
 template <int HD, typename T>
-void backward_with(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta, int B, int T_, int NH,
-                   int NKV, int hd) {
+void backward_with(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* kv, const float* lse, const float* delta,
+                   AttentionMask mask, int B, AttentionDims dims) {
   // dK/dV: one block row per (batch, key/value head); dQ: per (batch, query head).
-  flash_backward_kv_kernel<HD, T><<<dim3(blocks_for(T_, kRows), B * NKV), kThreads<HD>, 0, compute_stream()>>>(
-      dqkv, dout, qkv, lse, delta, T_, NH, NKV, hd);
-  CUDA_CHECK_LAUNCH();
-  flash_backward_q_kernel<HD, T><<<dim3(blocks_for(T_, kRows), B * NH), kThreads<HD>, 0, compute_stream()>>>(
-      dqkv, dout, qkv, lse, delta, T_, NH, NKV, hd);
+  if (dims.Tk > 0) {
+    flash_backward_kv_kernel<HD, T><<<dim3(blocks_for(dims.Tk, kRows), B * dims.NKV), kThreads<HD>, 0,
+                                      compute_stream()>>>(dkv, dout, qkv, kv, lse, delta, mask, dims);
+    CUDA_CHECK_LAUNCH();
+  }
+  flash_backward_q_kernel<HD, T><<<dim3(blocks_for(dims.Tq, kRows), B * dims.NH), kThreads<HD>, 0,
+                                   compute_stream()>>>(dqkv, dout, qkv, kv, lse, delta, mask, dims);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -60,14 +66,19 @@ bool use_tensor_core_attention(int HD) {
   return tensor_core_attention_supports(HD) && (choice == nullptr || std::strcmp(choice, "scalar") != 0);
 }
 
-// The kernels take a sequence's own keys at positions 0..T-1 (mask.q_pos = mask.kv_pos =
-// 0..T-1 is the caller's promise); separate key blocks and document masks are not here yet.
+// The operands of one call, checked: q_pos and kv_pos are needed (device arrays of Tq
+// and Tk positions), and kv's rows must hold the 2 NKV heads.
+void check_operands(const void* kv, int kv_ld, const AttentionMask& mask, int Tq, int Tk, int NKV, int HD) {
+  check(Tq >= 0 && Tk >= 0, "CUDA attention: negative sequence lengths");
+  check(Tq == 0 || mask.q_pos != nullptr, "CUDA attention: the mask needs q_pos");
+  check(Tk == 0 || (mask.kv_pos != nullptr && kv != nullptr), "CUDA attention: the mask needs kv_pos, and kv");
+  check(kv_ld >= 2 * NKV * HD, "CUDA attention: kv rows (kv_ld " + std::to_string(kv_ld) + ") narrower than 2 NKV HD");
+}
+
 template <typename T>
-void check_plain_causal(const T* qkv, const T* kv, int kv_ld, const AttentionMask& mask, int Tq, int Tk, int NH,
-                        int NKV, int HD) {
-  check(kv == qkv + static_cast<size_t>(NH) * HD && kv_ld == (NH + 2 * NKV) * HD && Tq == Tk &&
-            mask.doc_start == nullptr,
-        "CUDA attention: document masking and key blocks of other ranks are not supported on CUDA yet");
+bool tensor_cores_for(int HD, std::initializer_list<const void*> buffers, int kv_ld) {
+  if constexpr (std::is_same_v<T, bf16>) return use_tensor_core_attention(HD) && tensor_core_attention_aligned(buffers, kv_ld);
+  else return false;
 }
 
 template <typename T>
@@ -75,14 +86,15 @@ void attention_forward(T* out, float* lse, const T* qkv, const T* kv, int kv_ld,
                        int Tk, int NH, int NKV, int HD) {
   check_attention_grid(B, NH);
   check_heads(NH, NKV, HD);
-  check_plain_causal(qkv, kv, kv_ld, mask, Tq, Tk, NH, NKV, HD);
-  const int T_ = Tq;
-  if (B <= 0 || T_ <= 0) return;
+  check_operands(kv, kv_ld, mask, Tq, Tk, NKV, HD);
+  if (B <= 0 || Tq <= 0) return;
   if constexpr (std::is_same_v<T, bf16>)
-    if (use_tensor_core_attention(HD)) return tensor_core_attention_forward(out, lse, qkv, B, T_, NH, NKV, HD);
-  if (HD <= 32) forward_with<32>(out, lse, qkv, B, T_, NH, NKV, HD);
-  else if (HD <= 64) forward_with<64>(out, lse, qkv, B, T_, NH, NKV, HD);
-  else forward_with<128>(out, lse, qkv, B, T_, NH, NKV, HD);
+    if (tensor_cores_for<T>(HD, {out, qkv, kv}, kv_ld))
+      return tensor_core_attention_forward(out, lse, qkv, kv, kv_ld, mask, B, Tq, Tk, NH, NKV, HD);
+  const AttentionDims dims{Tq, Tk, NH, NKV, HD, kv_ld};
+  if (HD <= 32) forward_with<32>(out, lse, qkv, kv, mask, B, dims);
+  else if (HD <= 64) forward_with<64>(out, lse, qkv, kv, mask, B, dims);
+  else forward_with<128>(out, lse, qkv, kv, mask, B, dims);
 }
 
 template <typename T>
@@ -91,19 +103,26 @@ void attention_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* k
                         float* scratch) {
   check_attention_grid(B, NH);
   check_heads(NH, NKV, HD);
-  check_plain_causal(qkv, kv, kv_ld, mask, Tq, Tk, NH, NKV, HD);
-  check(dkv == dqkv + static_cast<size_t>(NH) * HD, "CUDA attention: dkv must be dqkv's key/value columns");
-  const int T_ = Tq;
-  if (B <= 0 || T_ <= 0) return;
-  const size_t rows = static_cast<size_t>(B) * NH * T_;
-  row_dot_kernel<T><<<blocks_for(rows, 256), 256, 0, compute_stream()>>>(scratch, dout, out, B, T_, NH, HD);
+  check_operands(kv, kv_ld, mask, Tq, Tk, NKV, HD);
+  check(Tk == 0 || dkv != nullptr, "CUDA attention: backward needs dkv");
+  if (B <= 0 || (Tq <= 0 && Tk <= 0)) return;
+  if (Tq <= 0) {  // no query sees these keys: dK = dV = 0 (the kernels write no zeros without a query)
+    for (int b = 0; b < B; b++)
+      CUDA_CHECK(cudaMemset2DAsync(dkv + static_cast<size_t>(b) * Tk * kv_ld, static_cast<size_t>(kv_ld) * sizeof(T), 0,
+                                   static_cast<size_t>(2 * NKV * HD) * sizeof(T), Tk, compute_stream()));
+    return;
+  }
+  const size_t rows = static_cast<size_t>(B) * NH * Tq;
+  row_dot_kernel<T><<<blocks_for(rows, 256), 256, 0, compute_stream()>>>(scratch, dout, out, B, Tq, NH, HD);
   CUDA_CHECK_LAUNCH();
   if constexpr (std::is_same_v<T, bf16>)
-    if (use_tensor_core_attention(HD))
-      return tensor_core_attention_backward(dqkv, dout, qkv, lse, scratch, B, T_, NH, NKV, HD);
-  if (HD <= 32) backward_with<32>(dqkv, dout, qkv, lse, scratch, B, T_, NH, NKV, HD);
-  else if (HD <= 64) backward_with<64>(dqkv, dout, qkv, lse, scratch, B, T_, NH, NKV, HD);
-  else backward_with<128>(dqkv, dout, qkv, lse, scratch, B, T_, NH, NKV, HD);
+    if (tensor_cores_for<T>(HD, {dqkv, dkv, dout, qkv, kv}, kv_ld))
+      return tensor_core_attention_backward(dqkv, dkv, dout, qkv, kv, kv_ld, lse, scratch, mask, B, Tq, Tk, NH, NKV,
+                                            HD);
+  const AttentionDims dims{Tq, Tk, NH, NKV, HD, kv_ld};
+  if (HD <= 32) backward_with<32>(dqkv, dkv, dout, qkv, kv, lse, scratch, mask, B, dims);
+  else if (HD <= 64) backward_with<64>(dqkv, dkv, dout, qkv, kv, lse, scratch, mask, B, dims);
+  else backward_with<128>(dqkv, dkv, dout, qkv, kv, lse, scratch, mask, B, dims);
 }
 
 template void attention_forward<float>(float*, float*, const float*, const float*, int, AttentionMask, int, int, int,

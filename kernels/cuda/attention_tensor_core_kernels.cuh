@@ -1,17 +1,26 @@
 // The tensor-core flash-attention kernels (see attention_tensor_core.cu), as a header so
 // that tests/unit/test_tensor_core_attention.cpp can run the very same code on CPU
 // threads with stand-ins for WMMA, warps and barriers. The includer provides bf16,
-// nvcuda::wmma and TRIDENT_DYNAMIC_SHARED(name) (a dynamic shared-memory array), and
-// includes this inside its namespace.
+// nvcuda::wmma, AttentionMask (kernels/attention_mask.h) and TRIDENT_DYNAMIC_SHARED(name)
+// (a dynamic shared-memory array), and includes this inside its namespace.
 //
 // A block is 4 warps over 64 rows, each warp owning 16; tiles of 64 keys (or queries)
 // stream through shared memory. Rows of bf16 tiles are padded by 8 elements and rows of
 // fp32 tiles by 4, which keeps every 16 x 16 fragment 32-byte aligned (WMMA's rule) and
 // spreads rows over the shared-memory banks.
 //
-// qkv[B, T, (NH + 2 NKV) HD]: per row q (NH heads) | k (NKV) | v (NKV); query head h
-// reads key/value head h / (NH / NKV) (grouped-query attention); out and dout rows are
-// NH * HD wide.
+// The operands as kernels/ops.def has them: q in qkv[B, Tq, (NH + 2 NKV) HD] (per row q
+// (NH heads) | k (NKV) | v (NKV)), k and v in kv[B, Tk, kv_ld] (key/value head g's k at
+// column g HD, v at (NKV + g) HD); query head h reads key/value head h / (NH / NKV)
+// (grouped-query attention); out and dout rows are NH * HD wide. Every row stride and
+// column offset is a multiple of 8 elements and every base pointer 16-byte aligned (the
+// 16-byte loads; the host checks). Masked by positions and documents
+// (kernels/attention_mask.h, attention_visible.cuh): a block loads only the tiles its
+// rows may see, a warp computes only those its 16 rows may see, and single elements are
+// masked by their row's (key's) own range; a row that sees no key gets out 0 and
+// log-sum-exp -inf.
+
+#include "attention_visible.cuh"
 
 constexpr int kRows = 64;      // rows per block and per tile
 constexpr int kWarps = 4;      // 16 rows each
@@ -38,22 +47,9 @@ struct Tiles {
   static_assert(out_bytes <= 2 * scores_bytes, "the output stage does not fit");
 };
 
-// Where one query head and its key/value head sit in a qkv row.
-template <int HD>
-struct HeadColumns {
-  size_t stride;      // (NH + 2 NKV) HD: one qkv row
-  size_t out_stride;  // NH HD: one row of out / dout
-  size_t q, k, v;     // column offsets of head h's q and of its key/value head's k, v
-};
-template <int HD>
-__device__ HeadColumns<HD> head_columns(int h, int NH, int NKV) {
-  const int kv = h / (NH / NKV);
-  return {static_cast<size_t>(NH + 2 * NKV) * HD, static_cast<size_t>(NH) * HD, static_cast<size_t>(h) * HD,
-          static_cast<size_t>(NH + kv) * HD, static_cast<size_t>(NH + NKV + kv) * HD};
-}
-
 // Rows [first, first + 64) of one head's column block (q, k or v; or dO) into a bf16
-// tile, zeros past the sequence. 16-byte loads: hd and the row stride are multiples of 8.
+// tile, zeros from row T_ on. 16-byte loads: HD, the row stride and the column are
+// multiples of 8.
 template <int HD>
 __device__ void load_rows(bf16* tile, const bf16* base, size_t row_stride, size_t column, size_t batch_row, int first,
                           int T_) {
@@ -114,8 +110,8 @@ __device__ void store_rows(bf16* dst, size_t row_stride, size_t column, size_t b
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int NH,
-                                                              int NKV) {
+__global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* lse, const bf16* qkv, const bf16* kv,
+                                                              AttentionMask mask, AttentionDims dims) {
   using L = Tiles<HD>;
   TRIDENT_DYNAMIC_SHARED(smem);
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -127,36 +123,46 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
   bf16* ps = reinterpret_cast<bf16*>(mine + L::scores_bytes);
   float* os = reinterpret_cast<float*>(mine + L::scores_bytes + L::probs_bytes);
 
-  // The last query rows have the most keys: their blocks start first.
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
-  const HeadColumns<HD> col = head_columns<HD>(h, NH, NKV);
-  const size_t stride = col.stride, batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = col.q, k_col = col.k, v_col = col.v;
+  // The last query rows have the most keys (causally): their blocks start first.
+  const int Tq = dims.Tq, Tk = dims.Tk;
+  const int bh = blockIdx.y, b = bh / dims.NH, h = bh % dims.NH, g = h / dims.group();
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  const size_t q_row = static_cast<size_t>(b) * Tq, kv_row = static_cast<size_t>(b) * Tk;
+  const size_t k_col = static_cast<size_t>(g) * HD, v_col = static_cast<size_t>(dims.NKV + g) * HD;
   const float scale = rsqrtf(static_cast<float>(HD));
-  load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
+  load_rows<HD>(qs, qkv, dims.q_ld(), static_cast<size_t>(h) * HD, q_row, q0, Tq);
   for (int i = lane; i < 16 * L::kLdO; i += 32) os[i] = 0.0f;
+  __syncwarp();  // the zeros are the output of a row that sees no tile
   // Lanes 2r and 2r+1 share the warp's row r, alternate columns each (fewer bank conflicts).
-  const int r = lane / 2, side = lane % 2, qi = q0 + warp * 16 + r;
+  const int r = lane / 2, side = lane % 2, w0 = q0 + warp * 16, qi = w0 + r;
+  const IndexRange block_keys = visible_keys(mask, b, Tq, Tk, q0, min(q0 + kRows, Tq) - 1);
+  const IndexRange warp_keys = visible_keys(mask, b, Tq, Tk, w0, min(w0 + 16, Tq) - 1);
+  const IndexRange row_keys = visible_keys(mask, b, Tq, Tk, qi, qi < Tq ? qi : -1);
   float m = -INFINITY, l = 0.0f;
-  for (int kt = 0; kt <= q0; kt += kRows) {  // every tile holds a key <= each of the block's rows
+  for (int kt = block_keys.begin; kt < block_keys.end; kt += kRows) {
     __syncthreads();
-    load_rows<HD>(ks, qkv, stride, k_col, batch_row, kt, T_);
-    load_rows<HD>(vs, qkv, stride, v_col, batch_row, kt, T_);
+    load_rows<HD>(ks, kv, dims.kv_ld, k_col, kv_row, kt, block_keys.end);
+    load_rows<HD>(vs, kv, dims.kv_ld, v_col, kv_row, kt, block_keys.end);
+    if (threadIdx.x == 0) TRIDENT_ATTENTION_COUNT_TILE();
     __syncthreads();
+    if (warp_keys.begin >= kt + kRows || warp_keys.end <= kt) continue;  // none for the warp's rows
+    if (lane == 0) TRIDENT_ATTENTION_COUNT_WARP_TILE();
     scores<HD>(ss, qs + warp * 16 * L::kLd, ks);
     __syncwarp();
     float* srow = ss + r * kLdS;
     float tile_max = -INFINITY;
     for (int c = side; c < kRows; c += 2) {
-      const float s = kt + c <= qi ? srow[c] * scale : -INFINITY;
+      const float s = kt + c >= row_keys.begin && kt + c < row_keys.end ? srow[c] * scale : -INFINITY;
       srow[c] = s;
       tile_max = fmaxf(tile_max, s);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max), correction = __expf(m - m_new);
+    // m_new stays -inf while the row has seen no key: exponents from 0 then (all 0).
+    const float m_new = fmaxf(m, tile_max), m_base = m_new == -INFINITY ? 0.0f : m_new;
+    const float correction = __expf(m - m_base);
     float sum = 0.0f;
     for (int c = side; c < kRows; c += 2) {
-      const float p = __expf(srow[c] - m_new);
+      const float p = __expf(srow[c] - m_base);
       ps[r * kLdP + c] = __float2bfloat16_rn(p);
       sum += p;
     }
@@ -171,21 +177,24 @@ __global__ void __launch_bounds__(kThreads) tc_forward_kernel(bf16* out, float* 
     for (int n = 0; n < HD / 16; n++) wmma::store_matrix_sync(os + n * 16, acc[n], L::kLdO, wmma::mem_row_major);
     __syncwarp();
   }
-  if (qi >= T_) return;
-  const float inv_l = 1.0f / l;
-  bf16* o_row = out + (batch_row + qi) * col.out_stride + q_col;
+  if (qi >= Tq) return;
+  // A row that sees no key: out 0, log-sum-exp -inf.
+  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+  bf16* o_row = out + (q_row + qi) * dims.out_ld() + static_cast<size_t>(h) * HD;
   for (int d = side; d < HD; d += 2) o_row[d] = __float2bfloat16_rn(os[r * L::kLdO + d] * inv_l);
-  if (side == 0) lse[static_cast<size_t>(bh) * T_ + qi] = m + logf(l);
+  if (side == 0) lse[static_cast<size_t>(bh) * Tq + qi] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
-// dK, dV of 64 key rows of one key/value head (grid y: B * NKV): for each query head of
-// its group in turn, over the query tiles at and after them,
+// dK, dV of 64 key rows of one key/value head (grid y: B * NKV) into dkv: for each query
+// head of its group in turn, over the query tiles that may see them,
 // P^T = exp(scale K Q^T - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta) scale,
-// dK += dS^T Q, into the same accumulators: the head's dK, dV are written once.
+// dK += dS^T Q, into the same accumulators: the head's dK, dV are written once. lse is
+// the rows' final log-sum-exp (never renormalized here: a block of keys is a part of the
+// whole).
 template <int HD>
-__global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                  const float* lse, const float* delta, int T_, int NH,
-                                                                  int NKV) {
+__global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dkv, const bf16* dout, const bf16* qkv,
+                                                                  const bf16* kv, const float* lse, const float* delta,
+                                                                  AttentionMask mask, AttentionDims dims) {
   using L = Tiles<HD>;
   TRIDENT_DYNAMIC_SHARED(smem);
   bf16* ks = reinterpret_cast<bf16*>(smem);
@@ -202,38 +211,45 @@ __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, co
   bf16* pt16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes);
   bf16* dst16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes + L::probs_bytes);
 
-  const int b = blockIdx.y / NKV, kv = blockIdx.y % NKV, group = NH / NKV, k0 = blockIdx.x * kRows;
-  const HeadColumns<HD> first_col = head_columns<HD>(kv * group, NH, NKV);  // k, v: the group's shared head
-  const size_t stride = first_col.stride, batch_row = static_cast<size_t>(b) * T_;
-  const size_t k_col = first_col.k, v_col = first_col.v;
+  const int Tq = dims.Tq, Tk = dims.Tk, NH = dims.NH;
+  const int b = blockIdx.y / dims.NKV, g = blockIdx.y % dims.NKV, group = dims.group(), k0 = blockIdx.x * kRows;
+  const size_t q_row = static_cast<size_t>(b) * Tq, kv_row = static_cast<size_t>(b) * Tk;
+  const size_t k_col = static_cast<size_t>(g) * HD, v_col = static_cast<size_t>(dims.NKV + g) * HD;
   const float scale = rsqrtf(static_cast<float>(HD));
-  load_rows<HD>(ks, qkv, stride, k_col, batch_row, k0, T_);
-  load_rows<HD>(vs, qkv, stride, v_col, batch_row, k0, T_);
+  load_rows<HD>(ks, kv, dims.kv_ld, k_col, kv_row, k0, Tk);
+  load_rows<HD>(vs, kv, dims.kv_ld, v_col, kv_row, k0, Tk);
   FragC dk[HD / 16], dv[HD / 16];
   for (int n = 0; n < HD / 16; n++) {
     wmma::fill_fragment(dk[n], 0.0f);
     wmma::fill_fragment(dv[n], 0.0f);
   }
-  const int r = lane / 2, side = lane % 2, kj = k0 + warp * 16 + r;
-  for (int g = 0; g < group; g++) {
-    const int h = kv * group + g;
+  const int r = lane / 2, side = lane % 2, w0 = k0 + warp * 16, kj = w0 + r;
+  const IndexRange block_queries = seeing_queries(mask, b, Tq, k0, min(k0 + kRows, Tk) - 1);
+  const IndexRange warp_queries = seeing_queries(mask, b, Tq, w0, min(w0 + 16, Tk) - 1);
+  const IndexRange key_queries = seeing_queries(mask, b, Tq, kj, kj < Tk ? kj : -1);
+  for (int hg = 0; hg < group; hg++) {
+    const int h = g * group + hg;
     const size_t q_col = static_cast<size_t>(h) * HD, bh = static_cast<size_t>(b) * NH + h;
-    for (int qt = k0; qt < T_; qt += kRows) {  // earlier queries see none of these keys
+    for (int qt = block_queries.begin; qt < block_queries.end; qt += kRows) {
       __syncthreads();
-      load_rows<HD>(qs, qkv, stride, q_col, batch_row, qt, T_);
-      load_rows<HD>(dos, dout, first_col.out_stride, q_col, batch_row, qt, T_);
+      load_rows<HD>(qs, qkv, dims.q_ld(), q_col, q_row, qt, block_queries.end);
+      load_rows<HD>(dos, dout, dims.out_ld(), q_col, q_row, qt, block_queries.end);
       for (int i = threadIdx.x; i < kRows; i += kThreads) {
-        const bool valid = qt + i < T_;
-        lse_s[i] = valid ? lse[bh * T_ + qt + i] : 0.0f;
-        delta_s[i] = valid ? delta[bh * T_ + qt + i] : 0.0f;
+        const bool valid = qt + i < block_queries.end;
+        lse_s[i] = valid ? lse[bh * Tq + qt + i] : 0.0f;
+        delta_s[i] = valid ? delta[bh * Tq + qt + i] : 0.0f;
       }
+      if (threadIdx.x == 0) TRIDENT_ATTENTION_COUNT_TILE();
       __syncthreads();
+      if (warp_queries.begin >= qt + kRows || warp_queries.end <= qt) continue;  // none see the warp's keys
+      if (lane == 0) TRIDENT_ATTENTION_COUNT_WARP_TILE();
       scores<HD>(pt, ks + warp * 16 * L::kLd, qs);   // S^T = K Q^T
       scores<HD>(dpt, vs + warp * 16 * L::kLd, dos);  // dP^T = V dO^T
       __syncwarp();
       for (int c = side; c < kRows; c += 2) {
         const int qi = qt + c;
-        const float p = qi >= kj && qi < T_ ? __expf(pt[r * kLdS + c] * scale - lse_s[c]) : 0.0f;
+        const bool visible = qi >= key_queries.begin && qi < key_queries.end;
+        const float p = visible ? __expf(pt[r * kLdS + c] * scale - lse_s[c]) : 0.0f;
         pt16[r * kLdP + c] = __float2bfloat16_rn(p);
         dst16[r * kLdP + c] = __float2bfloat16_rn(p * (dpt[r * kLdS + c] - delta_s[c]) * scale);
       }
@@ -243,18 +259,17 @@ __global__ void __launch_bounds__(kThreads) tc_backward_kv_kernel(bf16* dqkv, co
     }
   }
   __syncwarp();
-  const int first = k0 + warp * 16;
-  store_rows<HD>(dqkv, stride, k_col, batch_row, first, T_, dk, pt);  // pt + dpt hold 16 x (HD + 4) floats
+  store_rows<HD>(dkv, dims.kv_ld, k_col, kv_row, w0, Tk, dk, pt);  // pt + dpt hold 16 x (HD + 4) floats
   __syncwarp();
-  store_rows<HD>(dqkv, stride, v_col, batch_row, first, T_, dv, pt);
+  store_rows<HD>(dkv, dims.kv_ld, v_col, kv_row, w0, Tk, dv, pt);
 }
 
-// dQ of 64 query rows: over the key tiles up to them, P = exp(scale Q K^T - lse),
+// dQ of 64 query rows: over the key tiles they may see, P = exp(scale Q K^T - lse),
 // dP = dO V^T, dS = P (dP - delta) scale, dQ += dS K.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) tc_backward_q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                                 const float* lse, const float* delta, int T_, int NH,
-                                                                 int NKV) {
+                                                                 const bf16* kv, const float* lse, const float* delta,
+                                                                 AttentionMask mask, AttentionDims dims) {
   using L = Tiles<HD>;
   TRIDENT_DYNAMIC_SHARED(smem);
   bf16* qs = reinterpret_cast<bf16*>(smem);
@@ -267,36 +282,45 @@ __global__ void __launch_bounds__(kThreads) tc_backward_q_kernel(bf16* dqkv, con
   float* dpt = reinterpret_cast<float*>(mine + L::scores_bytes);
   bf16* ds16 = reinterpret_cast<bf16*>(mine + 2 * L::scores_bytes);
 
-  // The last query rows have the most keys: their blocks start first.
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
-  const HeadColumns<HD> col = head_columns<HD>(h, NH, NKV);
-  const size_t stride = col.stride, batch_row = static_cast<size_t>(b) * T_;
-  const size_t q_col = col.q, k_col = col.k, v_col = col.v;
+  // The last query rows have the most keys (causally): their blocks start first.
+  const int Tq = dims.Tq, Tk = dims.Tk;
+  const int bh = blockIdx.y, b = bh / dims.NH, h = bh % dims.NH, g = h / dims.group();
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  const size_t q_row = static_cast<size_t>(b) * Tq, kv_row = static_cast<size_t>(b) * Tk;
+  const size_t q_col = static_cast<size_t>(h) * HD, k_col = static_cast<size_t>(g) * HD,
+               v_col = static_cast<size_t>(dims.NKV + g) * HD;
   const float scale = rsqrtf(static_cast<float>(HD));
-  load_rows<HD>(qs, qkv, stride, q_col, batch_row, q0, T_);
-  load_rows<HD>(dos, dout, col.out_stride, q_col, batch_row, q0, T_);
-  const int r = lane / 2, side = lane % 2, qi = q0 + warp * 16 + r;
-  const float row_lse = qi < T_ ? lse[static_cast<size_t>(bh) * T_ + qi] : 0.0f;
-  const float row_delta = qi < T_ ? delta[static_cast<size_t>(bh) * T_ + qi] : 0.0f;
+  load_rows<HD>(qs, qkv, dims.q_ld(), q_col, q_row, q0, Tq);
+  load_rows<HD>(dos, dout, dims.out_ld(), q_col, q_row, q0, Tq);
+  const int r = lane / 2, side = lane % 2, w0 = q0 + warp * 16, qi = w0 + r;
+  const float row_lse = qi < Tq ? lse[static_cast<size_t>(bh) * Tq + qi] : 0.0f;
+  const float row_delta = qi < Tq ? delta[static_cast<size_t>(bh) * Tq + qi] : 0.0f;
+  const IndexRange block_keys = visible_keys(mask, b, Tq, Tk, q0, min(q0 + kRows, Tq) - 1);
+  const IndexRange warp_keys = visible_keys(mask, b, Tq, Tk, w0, min(w0 + 16, Tq) - 1);
+  const IndexRange row_keys = visible_keys(mask, b, Tq, Tk, qi, qi < Tq ? qi : -1);
   FragC dq[HD / 16];
   for (int n = 0; n < HD / 16; n++) wmma::fill_fragment(dq[n], 0.0f);
-  for (int kt = 0; kt <= q0; kt += kRows) {
+  for (int kt = block_keys.begin; kt < block_keys.end; kt += kRows) {
     __syncthreads();
-    load_rows<HD>(ks, qkv, stride, k_col, batch_row, kt, T_);
-    load_rows<HD>(vs, qkv, stride, v_col, batch_row, kt, T_);
+    load_rows<HD>(ks, kv, dims.kv_ld, k_col, kv_row, kt, block_keys.end);
+    load_rows<HD>(vs, kv, dims.kv_ld, v_col, kv_row, kt, block_keys.end);
+    if (threadIdx.x == 0) TRIDENT_ATTENTION_COUNT_TILE();
     __syncthreads();
+    if (warp_keys.begin >= kt + kRows || warp_keys.end <= kt) continue;  // none for the warp's rows
+    if (lane == 0) TRIDENT_ATTENTION_COUNT_WARP_TILE();
     scores<HD>(st, qs + warp * 16 * L::kLd, ks);    // S = Q K^T
     scores<HD>(dpt, dos + warp * 16 * L::kLd, vs);  // dP = dO V^T
     __syncwarp();
     for (int c = side; c < kRows; c += 2) {
-      const float p = kt + c <= qi && qi < T_ ? __expf(st[r * kLdS + c] * scale - row_lse) : 0.0f;
+      const bool visible = kt + c >= row_keys.begin && kt + c < row_keys.end;
+      const float p = visible ? __expf(st[r * kLdS + c] * scale - row_lse) : 0.0f;
       ds16[r * kLdP + c] = __float2bfloat16_rn(p * (dpt[r * kLdS + c] - row_delta) * scale);
     }
     __syncwarp();
     accumulate<HD>(dq, ds16, ks);
   }
   __syncwarp();
-  store_rows<HD>(dqkv, stride, q_col, batch_row, q0 + warp * 16, T_, dq, st);
+  store_rows<HD>(dqkv, dims.q_ld(), q_col, q_row, w0, Tq, dq, st);
 }
 
 template <int HD>

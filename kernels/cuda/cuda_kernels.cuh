@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "cuda_common.cuh"
 #include "kernels/attention_mask.h"
@@ -92,10 +93,15 @@ void attention_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* k
 bool use_tensor_core_attention(int HD);
 void check_attention_grid(int B, int NH);
 bool tensor_core_attention_supports(int HD);
-void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int NH, int NKV, int HD);
+// Whether a call's buffers and kv_ld allow the tensor-core kernels' 16-byte loads (else
+// the scalar kernels run).
+bool tensor_core_attention_aligned(std::initializer_list<const void*> buffers, int kv_ld);
+void tensor_core_attention_forward(bf16* out, float* lse, const bf16* qkv, const bf16* kv, int kv_ld,
+                                   AttentionMask mask, int B, int Tq, int Tk, int NH, int NKV, int HD);
 // delta: each query row's dO . O (from attention_backward).
-void tensor_core_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
-                                    const float* delta, int B, int T_, int NH, int NKV, int HD);
+void tensor_core_attention_backward(bf16* dqkv, bf16* dkv, const bf16* dout, const bf16* qkv, const bf16* kv,
+                                    int kv_ld, const float* lse, const float* delta, AttentionMask mask, int B,
+                                    int Tq, int Tk, int NH, int NKV, int HD);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n);

@@ -3,10 +3,12 @@
 // with real block and warp barriers, one block after the other; shared memory starts as
 // NaN bytes, so a value read before it was written shows. Provides the CUDA names those
 // kernels use (threadIdx, __syncthreads, __shfl_xor_sync, bf16, float4, __expf, ...). The
-// includer includes a kernel header inside a namespace nested in this one.
+// includer includes a kernel header inside a namespace nested in this one. Counts the
+// attention kernels' tiles (attention_tiles, attention_warp_tiles).
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -58,6 +60,7 @@ inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float fmaxf(float a, float b) { return std::fmax(a, b); }
 inline float logf(float x) { return std::log(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 
 constexpr int kMaxWarps = 32;
 
@@ -85,6 +88,12 @@ inline float __shfl_xor_sync(unsigned lanes, float v, int mask) {
   __syncwarp();
   return buffer[w][lane ^ mask];
 }
+
+// The attention kernels' work counters (kernels/cuda/attention_visible.cuh): tiles a
+// block loaded, and tiles a warp computed on.
+inline std::atomic<long> attention_tiles{0}, attention_warp_tiles{0};
+#define TRIDENT_ATTENTION_COUNT_TILE() ::trident::kernels::cuda_sim::attention_tiles++
+#define TRIDENT_ATTENTION_COUNT_WARP_TILE() ::trident::kernels::cuda_sim::attention_warp_tiles++
 
 // Dynamic shared memory is the block's bytes; a kernel's one static array too (launch
 // it with that many bytes).
