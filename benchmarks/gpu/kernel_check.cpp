@@ -223,8 +223,11 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     gpu.embedding_forward(g_out, g_tokens, c.act(wte), start, rows, B, T, C);
     cpu.embedding_forward(as_act(out.data()), tokens.data(), as_act(wte.data()), start, rows, B, T, C);
     c.compare("embedding_forward", c.host(g_out, out.size()), out);
-    gpu.add_positions(g_out, c.act(wpe), B, T, C);
-    cpu.add_positions(as_act(out.data()), as_act(wpe.data()), B, T, C);
+    std::vector<int32_t> positions(T);  // reversed: a context-parallel rank's rows are not 0..T-1 either
+    for (int t = 0; t < T; t++) positions[t] = T - 1 - t;
+    const int32_t* g_positions = c.i32(positions);
+    gpu.add_positions(g_out, c.act(wpe), g_positions, B, T, C);
+    cpu.add_positions(as_act(out.data()), as_act(wpe.data()), positions.data(), B, T, C);
     c.compare("add_positions", c.host(g_out, out.size()), out);
     const auto dout = c.input(out.size());
     auto dwte = c.input(wte.size()), dwpe = c.input(wpe.size());
@@ -233,8 +236,8 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     gpu.embedding_backward(g_dwte, g_dout, g_tokens, tokens.data(), start, rows, B, T, C);
     cpu.embedding_backward(dwte.data(), as_act(dout.data()), tokens.data(), tokens.data(), start, rows, B, T, C);
     c.compare("embedding_backward (dwte +=)", c.host(g_dwte, dwte.size()), dwte);
-    gpu.positions_backward(g_dwpe, g_dout, B, T, C);
-    cpu.positions_backward(dwpe.data(), as_act(dout.data()), B, T, C);
+    gpu.positions_backward(g_dwpe, g_dout, g_positions, B, T, C);
+    cpu.positions_backward(dwpe.data(), as_act(dout.data()), positions.data(), B, T, C);
     c.compare("positions_backward (dwpe +=)", c.host(g_dwpe, dwpe.size()), dwpe);
   });
   for (int width : {256, 1600}) c.run("layernorm", [&] {  // LayerNorm; 1600 (GPT-2 XL): 50 columns per lane, not a multiple of 32

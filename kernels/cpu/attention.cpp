@@ -236,13 +236,41 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                         T_, T_, NH, NKV, HD);
 }
 
+template <typename T>
+void attention_combine(T* out, T* lse, const T* part, const T* part_lse, int B, int T_, int NH, int HD) {
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; bh++) {
+    const int b = bh / NH, h = bh % NH;
+    for (int t = 0; t < T_; t++) {
+      T& l = lse[static_cast<size_t>(bh) * T_ + t];
+      const T p = part_lse[static_cast<size_t>(bh) * T_ + t];
+      const T m = std::max(l, p);
+      if (m == -std::numeric_limits<T>::infinity()) continue;  // no key in either
+      const T w_old = std::exp(l - m), w_new = std::exp(p - m), inv = T(1) / (w_old + w_new);
+      const size_t row = (static_cast<size_t>(b) * T_ + t) * NH * HD + static_cast<size_t>(h) * HD;
+#pragma omp simd
+      for (int d = 0; d < HD; d++) out[row + d] = (out[row + d] * w_old + part[row + d] * w_new) * inv;
+      l = m + std::log(w_old + w_new);
+    }
+  }
+}
+
+template <typename T>
+void copy_columns(T* dst, int dst_ld, const T* src, int src_ld, int rows, int width) {
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++)
+    std::copy_n(src + static_cast<size_t>(r) * src_ld, width, dst + static_cast<size_t>(r) * dst_ld);
+}
+
 #define TRIDENT_ATTENTION(T)                                                                                        \
   template void attention_forward<T>(T*, T*, const T*, const T*, int, const AttentionMask&, int, int, int, int, int, \
                                      int);                                                                           \
   template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, const T*, const T*,                 \
                                       const AttentionMask&, int, int, int, int, int, int);                           \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int, int);                                     \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int, int);
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const T*, int, int, int, int, int);       \
+  template void attention_combine<T>(T*, T*, const T*, const T*, int, int, int, int);                              \
+  template void copy_columns<T>(T*, int, const T*, int, int, int);
 TRIDENT_ATTENTION(float)
 TRIDENT_ATTENTION(double)
 #undef TRIDENT_ATTENTION

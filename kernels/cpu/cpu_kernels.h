@@ -23,9 +23,9 @@ template <typename T>
 void embedding_backward(T* dwte_shard, const T* dout, const int32_t* tokens, int vocab_start, int shard_rows, int B,
                         int T_, int C);
 template <typename T>
-void add_positions(T* out, const T* wpe, int B, int T_, int C);
+void add_positions(T* out, const T* wpe, const int32_t* positions, int B, int T_, int C);
 template <typename T>
-void positions_backward(T* dwpe, const T* dout, int B, int T_, int C);
+void positions_backward(T* dwpe, const T* dout, const int32_t* positions, int B, int T_, int C);
 
 template <typename T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N,
@@ -65,6 +65,10 @@ void attention_forward(T* out, T* lse, const T* qkv, int B, int T_, int NH, int 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int B, int T_, int NH,
                         int NKV, int HD);
+template <typename T>
+void attention_combine(T* out, T* lse, const T* part, const T* part_lse, int B, int T_, int NH, int HD);
+template <typename T>
+void copy_columns(T* dst, int dst_ld, const T* src, int src_ld, int rows, int width);
 // What attention keeps per thread (a chunk of rows of scores and of their gradients).
 size_t attention_scratch_floats(int Tk);
 

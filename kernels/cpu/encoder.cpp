@@ -38,22 +38,22 @@ void embedding_backward(T* dwte_shard, const T* dout, const int32_t* tokens, int
 }
 
 template <typename T>
-void add_positions(T* out, const T* wpe, int B, int T_, int C) {
+void add_positions(T* out, const T* wpe, const int32_t* positions, int B, int T_, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T_; t++) {
       T* o = out + (static_cast<size_t>(b) * T_ + t) * C;
-      const T* p = wpe + static_cast<size_t>(t) * C;
+      const T* p = wpe + static_cast<size_t>(positions[t]) * C;
 #pragma omp simd
       for (int c = 0; c < C; c++) o[c] += p[c];
     }
 }
 
 template <typename T>
-void positions_backward(T* dwpe, const T* dout, int B, int T_, int C) {
+void positions_backward(T* dwpe, const T* dout, const int32_t* positions, int B, int T_, int C) {
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T_; t++) {
-    T* p = dwpe + static_cast<size_t>(t) * C;
+    T* p = dwpe + static_cast<size_t>(positions[t]) * C;  // distinct positions: one thread per row
     for (int b = 0; b < B; b++) {
       const T* d = dout + (static_cast<size_t>(b) * T_ + t) * C;
 #pragma omp simd
@@ -66,9 +66,9 @@ template void embedding_forward<float>(float*, const int32_t*, const float*, int
 template void embedding_forward<double>(double*, const int32_t*, const double*, int, int, int, int, int);
 template void embedding_backward<float>(float*, const float*, const int32_t*, int, int, int, int, int);
 template void embedding_backward<double>(double*, const double*, const int32_t*, int, int, int, int, int);
-template void add_positions<float>(float*, const float*, int, int, int);
-template void add_positions<double>(double*, const double*, int, int, int);
-template void positions_backward<float>(float*, const float*, int, int, int);
-template void positions_backward<double>(double*, const double*, int, int, int);
+template void add_positions<float>(float*, const float*, const int32_t*, int, int, int);
+template void add_positions<double>(double*, const double*, const int32_t*, int, int, int);
+template void positions_backward<float>(float*, const float*, const int32_t*, int, int, int);
+template void positions_backward<double>(double*, const double*, const int32_t*, int, int, int);
 
 }  // namespace trident::kernels::cpu

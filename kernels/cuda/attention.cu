@@ -125,6 +125,33 @@ void attention_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* k
   else backward_with<128>(dqkv, dkv, dout, qkv, kv, lse, scratch, mask, B, dims);
 }
 
+// One thread per (b, h, t) row: out and lse merged with a block's part (kernels/ops.def).
+template <typename T>
+__global__ void attention_combine_kernel(T* out, float* lse, const T* part, const float* part_lse, int B, int T_,
+                                         int NH, int HD) {
+  const size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;  // (b*NH + h)*T + t
+  if (idx >= static_cast<size_t>(B) * NH * T_) return;
+  const int t = static_cast<int>(idx % T_), bh = static_cast<int>(idx / T_), b = bh / NH, h = bh % NH;
+  const float l = lse[idx], p = part_lse[idx], m = fmaxf(l, p);
+  if (m == -INFINITY) return;  // no key in either
+  const float w_old = expf(l - m), w_new = expf(p - m), inv = 1.0f / (w_old + w_new);
+  const size_t row = (static_cast<size_t>(b) * T_ + t) * NH * HD + static_cast<size_t>(h) * HD;
+  for (int d = 0; d < HD; d++)
+    out[row + d] = from_float<T>((to_float(out[row + d]) * w_old + to_float(part[row + d]) * w_new) * inv);
+  lse[idx] = m + logf(w_old + w_new);
+}
+
+template <typename T>
+void attention_combine(T* out, float* lse, const T* part, const float* part_lse, int B, int T_, int NH, int HD) {
+  const size_t rows = static_cast<size_t>(B) * NH * T_;
+  if (rows == 0) return;
+  attention_combine_kernel<T><<<blocks_for(rows, 256), 256, 0, compute_stream()>>>(out, lse, part, part_lse, B, T_,
+                                                                                   NH, HD);
+  CUDA_CHECK_LAUNCH();
+}
+template void attention_combine<float>(float*, float*, const float*, const float*, int, int, int, int);
+template void attention_combine<bf16>(bf16*, float*, const bf16*, const float*, int, int, int, int);
+
 template void attention_forward<float>(float*, float*, const float*, const float*, int, AttentionMask, int, int, int,
                                        int, int, int);
 template void attention_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int, AttentionMask, int, int, int, int,

@@ -48,9 +48,9 @@ template <typename T>
 void embedding_backward(float* dwte_shard, const T* dout, const int32_t* rows, const int32_t* row_starts,
                         const int32_t* positions, int distinct_rows, int C);
 template <typename T>
-void add_positions(T* out, const T* wpe, int B, int T_, int C);
+void add_positions(T* out, const T* wpe, const int32_t* positions, int B, int T_, int C);
 template <typename T>
-void positions_backward(float* dwpe, const T* dout, int B, int T_, int C);
+void positions_backward(float* dwpe, const T* dout, const int32_t* positions, int B, int T_, int C);
 
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
@@ -113,6 +113,10 @@ template <typename T>
 void swiglu_backward(T* dgate_up, const T* gate_up, const T* dout, int N, int F);
 template <typename T>
 void add(T* out, const T* a, const T* b, size_t n);
+template <typename T>
+void copy_columns(T* dst, int dst_ld, const T* src, int src_ld, int rows, int width);
+template <typename T>
+void attention_combine(T* out, float* lse, const T* part, const float* part_lse, int B, int T_, int NH, int HD);
 inline void add_f32(float* out, const float* in, size_t n) { add<float>(out, out, in, n); }
 
 template <typename T>

@@ -38,20 +38,28 @@ __global__ void embedding_backward_kernel(float* dwte_shard, const T* dout, cons
 }
 
 template <typename T>
-__global__ void add_positions_kernel(T* out, const T* wpe, size_t BT, int T_, int C) {
+__global__ void add_positions_kernel(T* out, const T* wpe, const int32_t* positions, size_t BT, int T_, int C) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (i >= BT * C) return;
-  const size_t t = (i / C) % T_;
+  const size_t t = positions[(i / C) % T_];
   out[i] = from_float<T>(to_float(out[i]) + to_float(wpe[t * C + i % C]));
 }
 
 template <typename T>
-__global__ void positions_backward_kernel(float* dwpe, const T* dout, int B, int T_, int C) {
+__global__ void positions_backward_kernel(float* dwpe, const T* dout, const int32_t* positions, int B, int T_, int C) {
   const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;  // over T*C
   if (i >= static_cast<size_t>(T_) * C) return;
   float sum = 0.0f;
   for (int b = 0; b < B; b++) sum += to_float(dout[static_cast<size_t>(b) * T_ * C + i]);
-  dwpe[i] += sum;
+  dwpe[static_cast<size_t>(positions[i / C]) * C + i % C] += sum;  // distinct positions: one thread per element
+}
+
+template <typename T>
+__global__ void copy_columns_kernel(T* dst, int dst_ld, const T* src, int src_ld, int rows, int width) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;  // over rows*width
+  if (i >= static_cast<size_t>(rows) * width) return;
+  const size_t r = i / width, c = i % width;
+  dst[r * dst_ld + c] = src[r * src_ld + c];
 }
 
 template <typename T>
@@ -106,13 +114,17 @@ void embedding_backward(float* dwte_shard, const T* dout, const int32_t* rows, c
   CUDA_CHECK_LAUNCH();
 }
 template <typename T>
-void add_positions(T* out, const T* wpe, int B, int T_, int C) {
+void add_positions(T* out, const T* wpe, const int32_t* positions, int B, int T_, int C) {
   const size_t BT = static_cast<size_t>(B) * T_;
-  TRIDENT_LAUNCH(add_positions_kernel<T>, BT * C, out, wpe, BT, T_, C);
+  TRIDENT_LAUNCH(add_positions_kernel<T>, BT * C, out, wpe, positions, BT, T_, C);
 }
 template <typename T>
-void positions_backward(float* dwpe, const T* dout, int B, int T_, int C) {
-  TRIDENT_LAUNCH(positions_backward_kernel<T>, static_cast<size_t>(T_) * C, dwpe, dout, B, T_, C);
+void positions_backward(float* dwpe, const T* dout, const int32_t* positions, int B, int T_, int C) {
+  TRIDENT_LAUNCH(positions_backward_kernel<T>, static_cast<size_t>(T_) * C, dwpe, dout, positions, B, T_, C);
+}
+template <typename T>
+void copy_columns(T* dst, int dst_ld, const T* src, int src_ld, int rows, int width) {
+  TRIDENT_LAUNCH(copy_columns_kernel<T>, static_cast<size_t>(rows) * width, dst, dst_ld, src, src_ld, rows, width);
 }
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n) {
@@ -131,8 +143,9 @@ void add(T* out, const T* a, const T* b, size_t n) {
   template void cast<T>(T*, const float*, size_t);                                                         \
   template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, int, int, int);               \
   template void embedding_backward<T>(float*, const T*, const int32_t*, const int32_t*, const int32_t*, int, int); \
-  template void add_positions<T>(T*, const T*, int, int, int);                                             \
-  template void positions_backward<T>(float*, const T*, int, int, int);                                    \
+  template void add_positions<T>(T*, const T*, const int32_t*, int, int, int);                             \
+  template void positions_backward<T>(float*, const T*, const int32_t*, int, int, int);                    \
+  template void copy_columns<T>(T*, int, const T*, int, int, int);                                          \
   template void gelu_forward<T>(T*, const T*, size_t);                                                     \
   template void gelu_backward<T>(T*, const T*, const T*, size_t);                                          \
   template void add<T>(T*, const T*, const T*, size_t);

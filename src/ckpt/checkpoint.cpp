@@ -275,8 +275,8 @@ Manifest parse_manifest(const std::string& text, const std::string& step_dir, co
     m.step = j.at("step");
     m.model = model_from_json(j.at("model"));
     const auto& layout = j.at("layout");
-    const int dp = layout.at("dp"), pp = layout.at("pp"), tp = layout.at("tp");
-    m.dims = ParallelDims::resolve(dp * pp * tp, {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::tp, tp}});
+    const int dp = layout.at("dp"), pp = layout.at("pp"), tp = layout.at("tp"), cp = layout.value("cp", 1);
+    m.dims = ParallelDims::resolve(dp * pp * tp * cp, {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::cp, cp}, {Axis::tp, tp}});
     m.zero = layout.at("zero");
     m.nodes = layout.at("nodes");
     m.config_ini = j.value("config", "");
@@ -502,7 +502,8 @@ void Checkpointer::collect_at_node_leader(int step) {
   const std::vector<std::string> kinds = kinds_of(state_);
   std::vector<KindSource> sources;
   for (size_t i = 0; i < kinds.size(); i++) sources.push_back({kinds[i], host_state_[i].data()});
-  const std::vector<Piece> pieces = rank_pieces(layout, parallel_.coord(Axis::dp) == 0, sources);
+  // One replica writes (dp x cp hold the same parameters).
+  const std::vector<Piece> pieces = rank_pieces(layout, parallel_.data_parallel_rank() == 0, sources);
   // 2. Hand them to the node leader, in messages below 1 GiB. The buffers keep their
   //    memory between saves.
   Communicator& node = parallel_.node();
@@ -636,6 +637,7 @@ void Checkpointer::complete(Pending& p) {
             {"step", p.step},
             {"model", model_json(config_.model)},
             {"layout", {{"dp", parallel_.size(Axis::dp)}, {"tp", parallel_.size(Axis::tp)}, {"pp", parallel_.size(Axis::pp)},
+                        {"cp", parallel_.size(Axis::cp)},
                         {"zero", par.zero}, {"nodes", parallel_.nodes()}}},
             {"state", {{"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},
                        {"seed", config_.train.seed}, {"loss_scale", 1.0}}},

@@ -48,6 +48,8 @@ CheckpointRun open_checkpoint_run(const std::string& command, const std::vector<
   c.train.global_batch = std::max(1, dp);
   c.train.micro_batch = 1;
   resolve_for_world(c, world.size());
+  require(c.parallel.cp == 1, command + " runs each sequence on one rank: parallel.cp must be 1 (the checkpoint "
+                                        "loads at any cp)");
   return run;
 }
 

@@ -72,8 +72,11 @@ po::options_description config_options(Config& c) {
        "llama3 scaling: high_freq_factor")
       ("model.rope_original_max_position", with_default(&m.rope_scaling.original_max_position),
        "llama3 scaling: original_max_position_embeddings")
-      ("parallel.dp", with_default(&p.dp), "data-parallel size (0: world / (tp*pp))")
+      ("parallel.dp", with_default(&p.dp), "data-parallel size (0: world / (tp*cp*pp))")
       ("parallel.tp", with_default(&p.tp), "tensor-parallel size")
+      ("parallel.cp", with_default(&p.cp),
+       "context-parallel size: each sequence cut into 2 cp chunks, rank i of the group holding chunks i and "
+       "2cp-1-i; attention passes keys and values around the ring")
       ("parallel.pp", with_default(&p.pp), "pipeline-parallel stages")
       ("parallel.pp_layers", with_default(&p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
       ("parallel.schedule", with_default(&p.schedule),
@@ -307,6 +310,7 @@ void Config::validate() const {
               std::to_string(model.n_head) + ")");
   require(parallel.dp >= 0, "parallel.dp must be >= 0 (0: derived from the world size)");
   positive(parallel.tp, "parallel.tp");
+  positive(parallel.cp, "parallel.cp");
   positive(parallel.pp, "parallel.pp");
   positive(parallel.vpp, "parallel.vpp");
   require(parallel.schedule != Schedule::interleaved || parallel.pp > 1,
@@ -417,13 +421,13 @@ void Config::resolve_layout(int world_size) {
   if (train.global_batch % parallel.dp != 0) {
     // What would do: the dp sizes that divide the batch, as rank counts of this tp x pp
     // (a job requeued on fewer or more nodes keeps its global batch).
-    const int per_replica = d.size(Axis::tp) * d.size(Axis::pp);
+    const int per_replica = d.size(Axis::tp) * d.size(Axis::cp) * d.size(Axis::pp);
     std::string would;
     for (int dp = 1; dp <= train.global_batch && would.size() < 80; dp++)
       if (train.global_batch % dp == 0) would += (would.empty() ? "" : ", ") + std::to_string(dp * per_replica);
     throw UsageError("train.global_batch (" + std::to_string(train.global_batch) + ") must be a multiple of dp (" +
                      std::to_string(parallel.dp) + ", from " + std::to_string(world_size) + " ranks / tp " +
-                     std::to_string(d.size(Axis::tp)) + " / pp " + std::to_string(d.size(Axis::pp)) + "): ranks that would keep this batch: " +
+                     std::to_string(d.size(Axis::tp)) + (d.size(Axis::cp) > 1 ? " / cp " + std::to_string(d.size(Axis::cp)) : "") + " / pp " + std::to_string(d.size(Axis::pp)) + "): ranks that would keep this batch: " +
                      would + " (or another --train.global_batch)");
   }
   const int per_rank = train.global_batch / parallel.dp;

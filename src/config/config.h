@@ -45,8 +45,9 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  int dp = 0;               // data-parallel size; 0: world / (tp * pp)
+  int dp = 0;               // data-parallel size; 0: world / (tp * cp * pp)
   int tp = 1;               // tensor-parallel size
+  int cp = 1;               // context-parallel size: each sequence split over cp ranks (ring attention)
   int pp = 1;               // pipeline stages
   std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
   Schedule schedule = Schedule::one_f_one_b;  // pipeline schedule: 1f1b, gpipe, interleaved or zb1
@@ -60,7 +61,7 @@ struct ParallelConfig {
   double timeout_s = 600;   // bound on every blocking wait
 
   // The size of every axis of the rank grid (parallel/parallel_dims.h), as set.
-  std::vector<AxisSize> axis_sizes() const { return {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::tp, tp}}; }
+  std::vector<AxisSize> axis_sizes() const { return {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::cp, cp}, {Axis::tp, tp}}; }
 };
 
 struct TrainConfig {

@@ -26,6 +26,7 @@
 #include "config/choices.h"
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
+#include "model/context_parallel.h"
 
 namespace trident {
 
@@ -39,6 +40,9 @@ struct ActivationShape {
   // Sequence parallelism: the residual stream and the norms' outputs hold 1/tp of the
   // B*T rows (this rank's), the rest all of them; 1 without.
   int sequence_shards = 1;
+  // Context parallelism: seq_len is this rank's share of a sequence (model.seq_len / cp),
+  // and backward's scratch holds the ring's buffers (model/context_parallel.h).
+  int context_parallel = 1;
   Recompute recompute = Recompute::none;
   // zb1 (pipeline/schedule.h): the weight-gradient half of backward runs later, from what
   // the input-gradient half leaves in the slot (model/transformer.h); only without recompute.
@@ -85,6 +89,7 @@ struct BackwardScratch {
   kernels::Act *sent_gradient = nullptr;
   kernels::Act *dresidual = nullptr, *dnorm = nullptr, *datty = nullptr, *dqkv = nullptr, *dfc = nullptr,
                *dfc_act = nullptr, *gathered = nullptr, *dnorm_rows = nullptr;
+  RingBuffers ring;  // context parallelism's, forward's too
 };
 
 // The arena's bytes by part.

@@ -13,13 +13,15 @@
 namespace trident {
 
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Footprint& k, int sequence_shards, bool split_backward) {
+                                 const kernels::Footprint& k, int sequence_shards, bool split_backward,
+                                 int context_parallel) {
   const TransformerSpec& s = layout.spec();
   const int tp = layout.tp_size();
   const int heads = s.n_head / tp, kv_heads = s.n_kv_head / s.kv_shards(tp);
   ActivationShape a;
   a.micro_batch = micro_batch;
-  a.seq_len = s.seq_len;
+  a.seq_len = s.seq_len / context_parallel;  // this rank's tokens of a sequence
+  a.context_parallel = context_parallel;
   a.d_model = s.d_model;
   a.qkv_width = (heads + 2 * kv_heads) * s.head_dim;
   a.attention_width = heads * s.head_dim;
@@ -33,7 +35,7 @@ ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch,
   a.slots = slots;
   a.recompute = recompute;
   a.act_type = k.activation_type();
-  a.attention_stats_floats = k.attention_stats_floats(micro_batch, s.seq_len, heads);
+  a.attention_stats_floats = k.attention_stats_floats(micro_batch, a.seq_len, heads);
   a.sequence_shards = sequence_shards;
   a.deferred_weight_gradients = split_backward && recompute == Recompute::none;
   a.sends_gradients = layout.token_embedding() < 0 || layout.chunks() > 1;  // not the whole model from the embedding
@@ -46,7 +48,8 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
       B_(options.micro_batch), k_(k), store_(layout_, k, options.zero, options.shard_group),
       act_type_(k.activation_type()),
       activations_(activation_shape(layout_, B_, options.slots, options.recompute, k,
-                                    tp_.sequence_parallel() ? tp_.size() : 1, options.split_backward),
+                                    tp_.sequence_parallel() ? tp_.size() : 1, options.split_backward,
+                                    options.context_parallel != nullptr ? options.context_parallel->size() : 1),
                    k) {
   const TransformerSpec& s = spec();
   const TensorParallel& tp = tp_;
@@ -58,25 +61,43 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   vocab_shard_ = s.padded_vocab(tp.size()) / tp.size();
   vocab_start_ = tp.rank() * vocab_shard_;
   vocab_valid_ = std::clamp(s.vocab_size - vocab_start_, 0, vocab_shard_);
-  if (s.positions == PositionKind::rotary) {
+  // This rank's tokens of each sequence, and (the ring's key blocks) every cp rank's.
+  Communicator* cp = options.context_parallel;
+  cp_ = cp != nullptr ? cp->size() : 1;
+  T_ = s.seq_len / cp_;
+  std::vector<int32_t> every_rank;
+  for (int r = 0; r < cp_; r++) {
+    const std::vector<int32_t> p = context_positions(s.seq_len, cp_, r);
+    every_rank.insert(every_rank.end(), p.begin(), p.end());
+  }
+  cp_rank_ = cp != nullptr ? cp->rank() : 0;
+  host_positions_ = context_positions(s.seq_len, cp_, cp_rank_);
+  positions_ = kernels::DeviceBuffer(k, every_rank.size());
+  k.copy_to_device(positions_.data(), every_rank.data(), every_rank.size() * sizeof(int32_t));
+  if (cp_ > 1) {
+    ring_ = std::make_unique<RingAttention>(k, *cp, reinterpret_cast<const int32_t*>(positions_.data()), B_, T_,
+                                            heads_local_, kv_heads_local_, s.head_dim);
+    my_tokens_.resize(static_cast<size_t>(B_) * T_);
+    my_targets_.resize(my_tokens_.size());
+  }
+  if (s.positions == PositionKind::rotary) {  // the rows of this rank's positions
     const std::vector<float> table = rope_table(s);
-    rope_table_ = kernels::DeviceBuffer(k, table.size());
-    k.copy_to_device(rope_table_.data(), table.data(), table.size() * sizeof(float));
+    const size_t row = table.size() / s.seq_len;
+    std::vector<float> mine;
+    for (int32_t p : host_positions_) mine.insert(mine.end(), table.begin() + p * row, table.begin() + (p + 1) * row);
+    rope_table_ = kernels::DeviceBuffer(k, mine.size());
+    k.copy_to_device(rope_table_.data(), mine.data(), mine.size() * sizeof(float));
   }
   loss_sum_ = kernels::DeviceBuffer(k, 2);  // one double
-  std::vector<int32_t> positions(s.seq_len);
-  std::iota(positions.begin(), positions.end(), 0);
-  positions_ = kernels::DeviceBuffer(k, positions.size());
-  k.copy_to_device(positions_.data(), positions.data(), positions.size() * sizeof(int32_t));
   document_end_ = options.document_end;
   if (document_end_ >= 0) {
     host_document_starts_.resize(static_cast<size_t>(B_) * s.seq_len);
-    document_starts_ = kernels::DeviceBuffer(k, host_document_starts_.size() * options.slots);
+    my_document_starts_.resize(static_cast<size_t>(B_) * T_);
+    document_starts_ = kernels::DeviceBuffer(k, my_document_starts_.size() * options.slots);
   }
   host_tokens_.resize(options.slots);
   // The kernels' workspace for these shapes now, as the memory plan counts it.
-  k.reserve_workspace(B_ * s.seq_len, s.d_model, activations_.shape().widest_output(), B_,
-                      s.seq_len, heads_local_);
+  k.reserve_workspace(B_ * T_, s.d_model, activations_.shape().widest_output(), B_, T_, heads_local_);
 }
 
 void Transformer::init_parameters(uint64_t seed) {
@@ -148,11 +169,12 @@ ActivationSpan Transformer::gradient_to_send(int B) {
 }
 
 kernels::AttentionMask Transformer::attention_mask(int slot) const {
-  const int32_t* positions = reinterpret_cast<const int32_t*>(positions_.data());
+  const int32_t* every_rank = reinterpret_cast<const int32_t*>(positions_.data());
+  const int32_t* mine = every_rank + static_cast<size_t>(cp_rank_) * T_;
   const int32_t* starts = document_end_ < 0 ? nullptr
                                             : reinterpret_cast<const int32_t*>(document_starts_.data()) +
-                                                  static_cast<size_t>(slot) * B_ * spec().seq_len;
-  return {positions, positions, starts};
+                                                  static_cast<size_t>(slot) * B_ * T_;
+  return {mine, mine, starts};
 }
 
 kernels::Act* Transformer::layer_input(int slot, int l) const {
@@ -187,10 +209,24 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
   Slot& s = activations_.slots.at(slot);
-  const int T = spec().seq_len, C = spec().d_model, V = spec().vocab_size, BT = B * T;
-  for (int i = 0; i < BT; i++)  // the message is built only on failure (this runs for every token)
+  const int T = T_, C = spec().d_model, V = spec().vocab_size, BT = B * T, seq_len = spec().seq_len;
+  for (int i = 0; i < B * seq_len; i++)  // the message is built only on failure (this runs for every token)
     if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
       throw UsageError("token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
+  // Documents are found in whole sequences (every stage has the tokens), then each rank
+  // keeps its share of everything (context parallelism: its chunks of each sequence).
+  const int32_t* starts = host_document_starts_.data();
+  if (document_end_ >= 0) document_starts(tokens, B, seq_len, document_end_, host_document_starts_.data());
+  if (cp_ > 1) {
+    take_positions(tokens, B, seq_len, host_positions_, my_tokens_.data());
+    take_positions(targets, B, seq_len, host_positions_, my_targets_.data());
+    tokens = my_tokens_.data();
+    targets = my_targets_.data();
+    if (document_end_ >= 0) {
+      take_positions(host_document_starts_.data(), B, seq_len, host_positions_, my_document_starts_.data());
+      starts = my_document_starts_.data();
+    }
+  }
   // Without waiting for the device: the first stage embeds the tokens (and keeps the
   // host's copy for the embedding's backward), the last scores the targets.
   if (embeds(chunk)) {
@@ -198,11 +234,8 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
     host_tokens_.at(slot).assign(tokens, tokens + BT);
   }
   if (has_head(chunk)) k_.upload(s.targets, targets, BT * sizeof(int32_t));
-  if (document_end_ >= 0) {  // every stage has the tokens: each finds the documents itself
-    document_starts(tokens, B, T, document_end_, host_document_starts_.data());
-    k_.upload(document_starts_.data() + static_cast<size_t>(slot) * B_ * T, host_document_starts_.data(),
-              BT * sizeof(int32_t));
-  }
+  if (document_end_ >= 0)
+    k_.upload(document_starts_.data() + static_cast<size_t>(slot) * B_ * T, starts, BT * sizeof(int32_t));
   s.B = B;
   store_.refresh_weights();
 
@@ -213,13 +246,13 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
       // The partial sums of all rows, positions added once (rank 0), each rank's rows summed.
       Act* partial = activations_.scratch.gathered;
       k_.embedding_forward(partial, s.tokens, weight(layout_.token_embedding()), vocab_start_, vocab_shard_, B, T, C);
-      if (wpe >= 0 && tp_.rank() == 0) k_.add_positions(partial, weight(wpe), B, T, C);
+      if (wpe >= 0 && tp_.rank() == 0) k_.add_positions(partial, weight(wpe), attention_mask(slot).q_pos, B, T, C);
       tp_.scatter_sequence(hidden(partial, B), rows_of(s.encoded, B));
     } else {
       k_.embedding_forward(s.encoded, s.tokens, weight(layout_.token_embedding()), vocab_start_, vocab_shard_, B, T,
                            C);
       tp_.sum_embedding_shards(hidden(s.encoded, B));
-      if (wpe >= 0) k_.add_positions(s.encoded, weight(wpe), B, T, C);
+      if (wpe >= 0) k_.add_positions(s.encoded, weight(wpe), attention_mask(slot).q_pos, B, T, C);
     }
   }
   for (int l = layout_.chunk_begin(chunk); l < layout_.chunk_begin(chunk + 1); l++) {
@@ -258,12 +291,12 @@ void Transformer::discard_loss_sum() {
 float Transformer::forward(const int32_t* tokens, const int32_t* targets, int B) {
   discard_loss_sum();
   forward(0, tokens, targets, B);
-  return static_cast<float>(take_loss_sum() / (static_cast<double>(B) * spec().seq_len));
+  return static_cast<float>(take_loss_sum() / (static_cast<double>(B) * T_));
 }
 
 std::vector<float> Transformer::logits(int slot, int b, int t) {
   const Slot& s = activations_.slots.at(slot);
-  check(stage_.has_head && b < s.B && t < spec().seq_len, "logits: no such row on this stage");
+  check(stage_.has_head && b < s.B && t < spec().seq_len && cp_ == 1, "logits: no such row on this stage");
   const size_t row = static_cast<size_t>(b) * spec().seq_len + t;
   std::vector<float> all(static_cast<size_t>(vocab_shard_) * tp_.size());
   k_.activations_to_host(all.data() + static_cast<size_t>(tp_.rank()) * vocab_shard_,
@@ -275,7 +308,7 @@ std::vector<float> Transformer::logits(int slot, int b, int t) {
 
 void Transformer::block_forward(const Slot& s, int slot, int l, bool up_to_mlp) {
   const TransformerSpec& sp = spec();
-  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
+  const int B = s.B, T = T_, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
   const Act* residual = layer_input(slot, l);
@@ -343,7 +376,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     return;
   }
   const BackwardScratch& d = activations_.scratch;
-  const int B = s.B, T = spec().seq_len, C = spec().d_model, BT = B * T;
+  const int B = s.B, T = T_, C = spec().d_model, BT = B * T;
   if (has_head(chunk)) {
     // Head: logits become dlogits in place, then through the head and the final norm.
     const int gain = layout_.final_norm_weight(), bias = layout_.final_norm_bias();
@@ -380,13 +413,15 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     const Act* dall = gathered_rows(d.dresidual, B);
     k_.embedding_backward(grad(layout_.token_embedding()), dall, s.tokens, host_tokens_.at(slot).data(), vocab_start_,
                           vocab_shard_, B, T, C);
-    if (layout_.position_embedding() >= 0) k_.positions_backward(grad(layout_.position_embedding()), dall, B, T, C);
+    if (layout_.position_embedding() >= 0)
+      k_.positions_backward(grad(layout_.position_embedding()), dall, attention_mask(slot).q_pos, B, T, C);
   }
   if (!defer && chunk == 0) report(0);  // a later chunk's gradients end above chunk 0's
 }
 
 void Transformer::attention_forward(const LayerActivations& a, int slot, int B) {
-  const int T = spec().seq_len, hd = spec().head_dim;
+  const int T = T_, hd = spec().head_dim;
+  if (ring_) return ring_->forward(a.atty, a.attention_stats, a.qkv, attention_mask(slot), B, activations_.scratch.ring);
   const Act* kv = kernels::offset(a.qkv, static_cast<size_t>(heads_local_) * hd, act_type_);  // a qkv row: q | k v
   k_.attention_forward(a.atty, a.attention_stats, a.qkv, kv, qkv_width_, attention_mask(slot), B, T, T, heads_local_,
                        kv_heads_local_, hd);
@@ -397,7 +432,7 @@ void Transformer::attention_forward(const LayerActivations& a, int slot, int B) 
 // It is the same on every tp rank, so replicated parameters get the same gradients.
 void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual, bool defer) {
   const TransformerSpec& sp = spec();
-  const int B = s.B, T = sp.seq_len, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
+  const int B = s.B, T = T_, C = sp.d_model, hd = sp.head_dim, BT = B * T, N = rows(B);
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
   const int mlp_in = sp.mlp_in_width(tp_.size());
@@ -432,9 +467,12 @@ void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual,
   k_.matmul_backward(d.datty, weight_grad(p.attn_out_weight), weight_grad(p.attn_out_bias), gathered_rows(dresidual, B),
                      defer ? nullptr : a.atty, weight(p.attn_out_weight), BT, attention_width_, C);
   const size_t kv_column = static_cast<size_t>(heads_local_) * hd;  // a qkv row: q | k v
-  k_.attention_backward(d.dqkv, kernels::offset(d.dqkv, kv_column, act_type_), d.datty, a.qkv,
-                        kernels::offset(a.qkv, kv_column, act_type_), qkv_width_, a.atty, a.attention_stats,
-                        attention_mask(slot), B, T, T, heads_local_, kv_heads_local_, hd);
+  if (ring_)
+    ring_->backward(d.dqkv, d.datty, a.qkv, a.atty, a.attention_stats, attention_mask(slot), B, d.ring);
+  else
+    k_.attention_backward(d.dqkv, kernels::offset(d.dqkv, kv_column, act_type_), d.datty, a.qkv,
+                          kernels::offset(a.qkv, kv_column, act_type_), qkv_width_, a.atty, a.attention_stats,
+                          attention_mask(slot), B, T, T, heads_local_, kv_heads_local_, hd);
   if (sp.positions == PositionKind::rotary)
     k_.rope_backward(d.dqkv, rope_table_.data(), B, T, heads_local_, kv_heads_local_, hd);
   keep(a.qkv, d.dqkv, static_cast<size_t>(BT) * qkv_width_);
@@ -449,7 +487,7 @@ void Transformer::block_backward(const Slot& s, int slot, int l, Act* dresidual,
 // input half kept (re-gathered over tp under sequence parallelism), and the norms' stash.
 void Transformer::block_weight_gradients(const Slot& s, int l) {
   const TransformerSpec& sp = spec();
-  const int B = s.B, C = sp.d_model, BT = B * sp.seq_len;
+  const int B = s.B, C = sp.d_model, BT = B * T_;
   const BlockParameterIndex& p = layout_.block(l);
   const LayerActivations& a = s.layers[l];
   k_.add_f32(grad(p.norm_2_weight), stash(a.norm_gradients, 2), C);
@@ -467,7 +505,7 @@ void Transformer::block_weight_gradients(const Slot& s, int l) {
 }
 
 void Transformer::head_weight_gradients(const Slot& s) {
-  const int B = s.B, C = spec().d_model, BT = B * spec().seq_len;
+  const int B = s.B, C = spec().d_model, BT = B * T_;
   k_.matmul_backward(nullptr, grad(layout_.head()), nullptr, s.logits, gathered_rows(s.final_norm, B), nullptr, BT, C,
                      vocab_shard_);
   k_.add_f32(grad(layout_.final_norm_weight()), stash(s.final_norm_gradients, 0), C);

@@ -19,6 +19,7 @@
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/activations.h"
+#include "model/context_parallel.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel.h"
 #include "model/transformer_spec.h"
@@ -31,8 +32,10 @@ namespace trident {
 // The activations of one stage on one rank (layout's tp share and layers; sequence_shards:
 // tp under sequence parallelism, else 1).
 // split_backward: zb1's deferred weight gradients (kept only without recompute).
+// context_parallel: cp (each rank holds seq_len / cp tokens of a sequence).
 ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Footprint& k, int sequence_shards = 1, bool split_backward = false);
+                                 const kernels::Footprint& k, int sequence_shards = 1, bool split_backward = false,
+                                 int context_parallel = 1);
 
 // How one rank's model stage is built; the defaults: the whole model on one rank.
 struct TransformerOptions {
@@ -53,6 +56,8 @@ struct TransformerOptions {
   // Document masking (model/document_mask.h): the end-of-document token id; -1: attention
   // over the whole sequence.
   int32_t document_end = -1;
+  // Context parallelism's group (model/context_parallel.h); null: each sequence whole here.
+  Communicator* context_parallel = nullptr;
 };
 
 // Which part of a micro-batch's backward pass to run (pipeline/schedule.h): all of it, or
@@ -176,10 +181,10 @@ class Transformer {
   const Act* weight(int index) const { return store_.weight(index); }
   float* grad(int index) const { return store_.grad(index); }
   ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
-  ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * spec().seq_len * spec().d_model); }
+  ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * T_ * spec().d_model); }
   // The rows of the residual stream this rank holds: all B*T, or 1/tp of them under
   // sequence parallelism (this rank's block).
-  int rows(int B) const { return B * spec().seq_len / (tp_.sequence_parallel() ? tp_.size() : 1); }
+  int rows(int B) const { return B * T_ / (tp_.sequence_parallel() ? tp_.size() : 1); }
   ActivationSpan rows_of(Act* x, int B) const { return span(x, static_cast<size_t>(rows(B)) * spec().d_model); }
   // Sequence parallelism's four regions: all rows of `mine` (in the shared gathered
   // buffer); where a row-parallel GEMM writes its partial sums; their sum into this
@@ -225,6 +230,12 @@ class Transformer {
   int32_t document_end_ = -1;
   kernels::DeviceBuffer positions_, document_starts_;
   std::vector<int32_t> host_document_starts_;
+  // Context parallelism (model/context_parallel.h): cp_ ranks share each sequence, this one
+  // holds T_ = seq_len / cp_ of its tokens, at host_positions_; every rank's positions
+  // (the ring's key blocks) in positions_, [cp_, T_]; the batch's share taken on the host.
+  int cp_ = 1, cp_rank_ = 0, T_ = 0;
+  std::vector<int32_t> host_positions_, my_tokens_, my_targets_, my_document_starts_;
+  std::unique_ptr<RingAttention> ring_;
 
   ActivationArena activations_;  // every slot's, the recompute set, backward's scratch
   kernels::DeviceBuffer loss_sum_;  // a double: the token losses summed since the last take

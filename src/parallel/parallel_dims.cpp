@@ -8,7 +8,7 @@ namespace trident {
 
 namespace {
 
-constexpr std::array<const char*, kAxisCount> kAxisNames = {"tp", "dp", "pp"};
+constexpr std::array<const char*, kAxisCount> kAxisNames = {"tp", "cp", "dp", "pp"};
 static_assert(kAxisNames.back() != nullptr, "every axis of kAxes needs its name");
 
 // The axes as messages list them, as the config's keys read: dp, then from the slowest

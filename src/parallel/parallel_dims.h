@@ -1,8 +1,8 @@
 // The rank grid: the world as a product of named axes, ranks ordered by kAxes with the
-// first axis fastest. Today tp, dp, pp:
-//   rank = tp_rank + tp * (dp_rank + dp * pp_rank)
-// so a tensor-parallel group is consecutive ranks (one node) and pipeline stages cross
-// nodes (Megatron's RankGenerator with order "tp-dp-pp"). Pure arithmetic, no MPI:
+// first axis fastest. Today tp, cp, dp, pp:
+//   rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
+// so a tensor-parallel group is consecutive ranks (one node), context parallelism next to
+// it, and pipeline stages cross nodes (Megatron's RankGenerator with order "tp-cp-dp-pp"). Pure arithmetic, no MPI:
 // tested without processes.
 //
 // A new axis is one entry in Axis, kAxes and kAxisNames (its place in kAxes is its place
@@ -20,9 +20,9 @@
 
 namespace trident {
 
-enum class Axis { tp, dp, pp };
+enum class Axis { tp, cp, dp, pp };
 // Every axis, in rank order (the first varies fastest).
-inline constexpr std::array<Axis, 3> kAxes = {Axis::tp, Axis::dp, Axis::pp};
+inline constexpr std::array<Axis, 4> kAxes = {Axis::tp, Axis::cp, Axis::dp, Axis::pp};
 inline constexpr int kAxisCount = static_cast<int>(kAxes.size());
 const char* axis_name(Axis axis);
 

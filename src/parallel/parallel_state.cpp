@@ -51,6 +51,10 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
   for (Axis axis : kAxes)
     groups_[static_cast<int>(axis)] =
         make(split(dims.rank_of(coords_.with(axis, 0)), coords_[axis]), axis_name(axis));
+  if (dims.size(Axis::cp) > 1)
+    data_parallel_ = make(split(dims.rank_of(coords_.with(Axis::cp, 0).with(Axis::dp, 0)),
+                                coords_[Axis::cp] + dims.size(Axis::cp) * coords_[Axis::dp]),
+                          "dp x cp");
   // Every rank takes part in the split; those of neither end stage get no communicator.
   const int stages = dims.size(Axis::pp), stage = coords_[Axis::pp];
   const bool end_stage = stages > 1 && (stage == 0 || stage == stages - 1);
@@ -61,7 +65,7 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
 std::unique_ptr<Communicator> ParallelState::make_group(MPI_Comm comm, const std::string& name) {
   auto mpi = std::make_unique<MpiCommunicator>(comm, name, watchdog_);
   if (!cuda_ || mpi->size() == 1) return mpi;  // one rank: every collective is the identity, no NCCL needed
-  return make_nccl_communicator(std::move(mpi), watchdog_, /*point_to_point=*/name == "pp");
+  return make_nccl_communicator(std::move(mpi), watchdog_, /*point_to_point=*/name == "pp" || name == "cp");
 }
 
 std::unique_ptr<Communicator> ParallelState::split_tp(int size, const std::string& name) {

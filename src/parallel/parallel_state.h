@@ -37,6 +37,14 @@ class ParallelState {
   Communicator& tp() { return group(Axis::tp); }
   Communicator& dp() { return group(Axis::dp); }
   Communicator& pp() { return group(Axis::pp); }
+  Communicator& cp() { return group(Axis::cp); }
+  // The ranks that hold the same parameters and sum their gradients: dp x cp (context
+  // parallelism's ranks see different tokens of the same sequences, as dp ranks see
+  // different sequences; Megatron's data-parallel-with-cp group); the dp group itself
+  // when cp == 1. Ordered cp fastest. ZeRO shards over it.
+  Communicator& data_parallel() { return data_parallel_ ? *data_parallel_ : dp(); }
+  int data_parallel_size() const { return size(Axis::dp) * size(Axis::cp); }
+  int data_parallel_rank() const { return coord(Axis::cp) + size(Axis::cp) * coord(Axis::dp); }
   Communicator& node() { return *node_; }
   // The first and last pipeline stage of this rank's (dp, tp) column, which both hold
   // the tied embedding; null on other stages and when pp == 1.
@@ -68,7 +76,7 @@ class ParallelState {
   std::unique_ptr<Communicator> make_group(MPI_Comm comm, const std::string& name);
 
   std::array<std::unique_ptr<Communicator>, kAxisCount> groups_;
-  std::unique_ptr<Communicator> embedding_;
+  std::unique_ptr<Communicator> embedding_, data_parallel_;
   int nodes_ = 1, ranks_on_machine_ = 1, machine_rank_ = 0;
   bool cuda_ = false;
 };

@@ -50,9 +50,14 @@ std::string RankMemoryPlan::describe() const {
 
 namespace {
 
+// The ranks that hold the same parameters (model/parallel_state.h: data_parallel()), and
+// this rank's place among them.
+int data_parallel_size(const ParallelDims& d) { return d.size(Axis::dp) * d.size(Axis::cp); }
+int data_parallel_rank(const ParallelDims& d, const RankCoords& c) { return c[Axis::cp] + d.size(Axis::cp) * c[Axis::dp]; }
+
 ParameterLayout rank_layout(const Config& config, const RankCoords& c) {
   const ParallelDims d = config.dims();
-  return ParameterLayout(transformer_spec(config.model), c[Axis::tp], d.size(Axis::tp), d.size(Axis::dp),
+  return ParameterLayout(transformer_spec(config.model), c[Axis::tp], d.size(Axis::tp), data_parallel_size(d),
                          stage_spec(config.model.n_layer, c[Axis::pp], d.size(Axis::pp), config.parallel.pp_layers,
                                     config.parallel.vpp));
 }
@@ -64,7 +69,7 @@ size_t buffer_bytes(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(
 
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
   if (config.checkpoint.dir.empty()) return 0;
-  return Checkpointer::piece_bytes(rank_layout(config, coords), coords[Axis::dp] == 0);
+  return Checkpointer::piece_bytes(rank_layout(config, coords), data_parallel_rank(config.dims(), coords) == 0);
 }
 
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
@@ -80,7 +85,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   };
   char detail[160];
 
-  const int zero = d.size(Axis::dp) > 1 ? config.parallel.zero : 0;
+  const int zero = data_parallel_size(d) > 1 ? config.parallel.zero : 0;
+  const bool writer = data_parallel_rank(d, coords) == 0;  // of the checkpoint's pieces
   // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
   // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
   const ZeroStage stage = static_cast<ZeroStage>(zero);
@@ -95,12 +101,12 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
-  const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.size(Axis::dp);
+  const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : data_parallel_size(d);
   std::vector<FlatRange> owned;
   if (zero > 0)
     owned = DataParallel::sharded_ranges(
         zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
-        coords[Axis::dp] % shards);
+        data_parallel_rank(d, coords) % shards);
   add("optimizer state", zero > 0 ? "AdamW m, v; 1/" + std::to_string(shards) : std::string("AdamW m, v"),
       AdamW::state_floats_for(layout, owned) * f32);
   if (zero > 0) {
@@ -122,7 +128,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   const ActivationShape shape =
       activation_shape(layout, micro_batch, slots, config.train.recompute, k,
                        config.parallel.sequence_parallel && d.size(Axis::tp) > 1 ? d.size(Axis::tp) : 1,
-                       config.parallel.schedule == Schedule::zb1);
+                       config.parallel.schedule == Schedule::zb1, d.size(Axis::cp));
   const ActivationBytes a = ActivationArena::measure(shape);
   std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", slots,
                 static_cast<double>(a.per_slot) / (1 << 20), micro_batch, name_of(config.train.recompute));
@@ -131,7 +137,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   add("backward scratch", "shared by the layers", a.backward);
   if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
   add("workspace", "the kernels' own",
-      k.workspace_bytes(micro_batch * spec.seq_len, spec.d_model, shape.widest_output(), micro_batch, spec.seq_len,
+      k.workspace_bytes(micro_batch * shape.seq_len, spec.d_model, shape.widest_output(), micro_batch, shape.seq_len,
                         spec.n_head / d.size(Axis::tp)));
 
   // Communication: Open MPI's non-blocking reductions (libnbc, 4.1) take temporaries:
@@ -148,18 +154,18 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       return sum;
     };
     size_t in_flight = 0;
-    if (d.size(Axis::dp) > 1) {
+    if (data_parallel_size(d) > 1) {
       std::vector<size_t> windows, kept, buckets;
       for (size_t u = 0; u < layout.units().size(); u++)
         (layout.unit_is_block()[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
-      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.size(Axis::dp)))
+      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : data_parallel_size(d)))
         buckets.push_back(b.size() * f32);
       in_flight = zero >= 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
                             : largest_sum(buckets, kMpiReductionsInFlight);
       if (zero > 0 && shards > 2) in_flight *= 2;  // reduce-scatters
-      if (zero > 0 && shards < d.size(Axis::dp)) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
+      if (zero > 0 && shards < data_parallel_size(d)) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
     }
-    const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * spec.seq_len * spec.d_model);
+    const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * shape.seq_len * spec.d_model);
     const bool scatters = config.parallel.sequence_parallel && d.size(Axis::tp) > 2;
     if (d.size(Axis::tp) > 1) in_flight = std::max(in_flight, activations_all_rows * (scatters ? 2 : 1));
     add("communication", "estimate: MPI's temporaries for the reductions in flight", in_flight);
@@ -169,8 +175,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     // direction), the tied embedding's.
     const TransformerSpec& ts = spec;
     const bool shared_kv = d.size(Axis::tp) > ts.n_kv_head;
-    const bool hybrid = zero > 0 && shards < d.size(Axis::dp);
-    const int communicators = (d.size(Axis::tp) > 1) * (1 + shared_kv) + (d.size(Axis::dp) > 1) * (1 + 2 * hybrid) + (d.size(Axis::pp) > 1) * 3 +
+    const bool hybrid = zero > 0 && shards < data_parallel_size(d);
+    const int communicators = (d.size(Axis::tp) > 1) * (1 + shared_kv) + (data_parallel_size(d) > 1) * (1 + 2 * hybrid) + (d.size(Axis::cp) > 1) + (d.size(Axis::pp) > 1) * 3 +
                               (d.size(Axis::pp) > 1 && ts.tied_head);
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator",
         static_cast<size_t>(communicators) * (64u << 20));
@@ -191,8 +197,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   }
   if (!config.checkpoint.dir.empty()) {
     add("checkpoint staging", "host copy of parameters and moments", Checkpointer::staging_bytes(layout), true);
-    add("checkpoint pieces", coords[Axis::dp] == 0 ? "handed to the node leader" : "none: dp rank 0 writes",
-        Checkpointer::piece_bytes(layout, coords[Axis::dp] == 0), true);
+    add("checkpoint pieces", writer ? "handed to the node leader" : "none: dp rank 0 writes",
+        Checkpointer::piece_bytes(layout, writer), true);
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
     if (node_leader)
       add("checkpoint writer", "copy of one piece, CRC buffer", Checkpointer::leader_buffer_bytes(layout), true);
@@ -201,7 +207,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       S3Settings s3;  // the sizes alone (s3_settings would look for a region, maybe over the network)
       s3.part_bytes = static_cast<size_t>(config.checkpoint.s3_part_mb) << 20;
       s3.parallel = config.checkpoint.s3_parallel;
-      const uint64_t file = Checkpointer::piece_bytes(layout, coords[Axis::dp] == 0) + node_leader_receives;
+      const uint64_t file = Checkpointer::piece_bytes(layout, writer) + node_leader_receives;
       add("S3 upload", "estimate: " + std::to_string(s3.parallel) + " parts in flight of the node file",
           s3_upload_buffer_bytes(file, s3), true);
     }

@@ -15,9 +15,17 @@ void resolve_for_world(Config& config, int world_size) {
   require(p.shard_size == 0 || config.parallel.dp % p.shard_size == 0,
           "parallel.shard_size (" + std::to_string(p.shard_size) + ") must divide dp (" +
               std::to_string(config.parallel.dp) + ")");
-  require(!p.sequence_parallel || config.model.seq_len % p.tp == 0,
-          "parallel.sequence_parallel: model.seq_len (" + std::to_string(config.model.seq_len) +
-              ") must be a multiple of parallel.tp (" + std::to_string(p.tp) + "): each rank holds its share of the rows");
+  require(config.model.seq_len % (2 * p.cp) == 0,
+          "parallel.cp (" + std::to_string(p.cp) + ") needs model.seq_len (" + std::to_string(config.model.seq_len) +
+              ") to be a multiple of 2 cp = " + std::to_string(2 * p.cp) + " (each sequence is cut into 2 cp chunks)");
+  const int tokens = config.model.seq_len / p.cp;  // of a sequence, on each rank of its cp group
+  require(!p.sequence_parallel || tokens % p.tp == 0,
+          "parallel.sequence_parallel: model.seq_len (" + std::to_string(config.model.seq_len) + ")" +
+              (p.cp > 1 ? " / parallel.cp (" + std::to_string(p.cp) + ")" : std::string()) +
+              " must be a multiple of parallel.tp (" + std::to_string(p.tp) + "): each rank holds its share of the rows");
+  require(p.cp == 1 || p.shard_size == 0,
+          "parallel.shard_size (hybrid sharding) with parallel.cp > 1 is not supported: ZeRO shards over all of "
+          "dp x cp; set parallel.shard_size=0");
 }
 
 std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel) {
@@ -26,7 +34,9 @@ std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, Parall
   return holders > 1 ? parallel.split_tp(holders, "tp-kv") : nullptr;
 }
 
-int zero_stage(const Config& config, const ParallelDims& dims) { return dims.size(Axis::dp) > 1 ? config.parallel.zero : 0; }
+int zero_stage(const Config& config, const ParallelDims& dims) {
+  return dims.size(Axis::dp) * dims.size(Axis::cp) > 1 ? config.parallel.zero : 0;  // over dp x cp
+}
 
 HybridGroups hybrid_groups(const Config& config, ParallelState& parallel) {
   const int size = config.parallel.shard_size;
@@ -42,7 +52,7 @@ namespace {
 DataParallel make_data_parallel(const Config& config, ParallelState& parallel, kernels::Kernels& k,
                                 const Transformer& model, const HybridGroups& hybrid) {
   const ParameterLayout& layout = model.layout();
-  Communicator& shards = hybrid.shard != nullptr ? *hybrid.shard : parallel.dp();
+  Communicator& shards = hybrid.shard != nullptr ? *hybrid.shard : parallel.data_parallel();
   const int zero = zero_stage(config, parallel.dims());
   if (zero < 2)
     return DataParallel(shards, k, layout.total_floats(), config.parallel.bucket_mb, config.parallel.zero >= 1,
@@ -71,19 +81,20 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
       model(config.model, k,
             {.micro_batch = config.train.micro_batch,
              .tp = TensorParallel(parallel.tp(), shared_heads.get(), config.parallel.sequence_parallel),
-             .buffer_multiple = static_cast<size_t>(parallel.size(Axis::dp)),
+             .buffer_multiple = static_cast<size_t>(parallel.data_parallel_size()),
              .stage = plan.stage,
              .slots = plan.slots,
              .recompute = config.train.recompute,
              .split_backward = config.parallel.schedule == Schedule::zb1,
              .zero = static_cast<ZeroStage>(zero_stage(config, parallel.dims())),
-             .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.dp(),
-             .document_end = document_end(config.data)}),
+             .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.data_parallel(),
+             .document_end = document_end(config.data),
+             .context_parallel = parallel.size(Axis::cp) > 1 ? &parallel.cp() : nullptr}),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(model.layout(),
                 {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,
                 data_parallel.owned()),
-      runner(model, optimizer, data_parallel, parallel.dp(), k, plan.links) {
+      runner(model, optimizer, data_parallel, parallel.data_parallel(), k, plan.links) {
   if (k.host_memory()) data_parallel.set_max_in_flight(kMpiReductionsInFlight);
 }
 

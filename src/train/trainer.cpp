@@ -605,6 +605,7 @@ class StepEnd {
   void sample_if_due(int step) {
     const int every = config_.log.sample_every_steps;
     if (every <= 0 || ((step + 1) % every != 0 && step + 1 != config_.train.steps)) return;
+    if (config_.parallel.cp > 1) return;  // a sequence's positions are spread over the cp group: no single row to read
     const TokenRange& r = (data_.val.ranges.empty() ? data_.train : data_.val).ranges.front();
     std::vector<int32_t> prompt(static_cast<size_t>(std::min<uint64_t>(16, r.size())));
     r.dataset->read(r.begin, prompt.size(), prompt.data());

@@ -151,14 +151,17 @@ TEST(KernelFiniteDifference, EmbeddingShardAndPositions) {
                                                            << ") channel " << c;
     }
 
+  // Positions in reverse (a context-parallel rank's rows are not 0..T-1 either).
+  std::vector<int32_t> positions(T);
+  for (int t = 0; t < T; t++) positions[t] = T - 1 - t;
   auto loss = [&] {
     embedding_forward(out.data(), tokens.data(), wte_buf.data() + shard_offset, vocab_start, shard_rows, B, T, C);
-    add_positions(out.data(), wpe.data(), B, T, C);
+    add_positions(out.data(), wpe.data(), positions.data(), B, T, C);
     return dot(out, R);
   };
   Vec dwte_buf(wte_buf.size(), 0.0), dwpe(wpe.size(), 0.0);
   embedding_backward(dwte_buf.data() + shard_offset, R.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
-  positions_backward(dwpe.data(), R.data(), B, T, C);
+  positions_backward(dwpe.data(), R.data(), positions.data(), B, T, C);
   expect_grad("dwte shard (with guard rows)", wte_buf, dwte_buf, loss);
   expect_grad("dwpe", wpe, dwpe, loss);
 }
