@@ -70,12 +70,13 @@ const char* name_of(E value) {
 }
 
 // "a, b or c": the names, for messages.
+// "a, b or c"
+std::string join_choices(const char* const* names, size_t count);
+
 template <class E>
 std::string choice_list() {
   const auto& names = Choices<E>::names;
-  std::string s;
-  for (size_t i = 0; i < names.size(); i++) s += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return s;
+  return join_choices(names.data(), names.size());
 }
 
 [[noreturn]] void throw_bad_choice(const char* key, const std::string& choices, std::string_view text);

@@ -152,6 +152,32 @@ TEST(Checkpoint, SchedulesAndChunksLoadEachOthersCheckpoints) {
   }
 }
 
+TEST(Checkpoint, ContextParallelCheckpointsContinueAtOtherCp) {
+  // Saved at cp 2 with ZeRO-1 (the optimizer state sharded over the two cp ranks),
+  // continued at cp 1 and cp 4: each to the uninterrupted run's losses.
+  const std::string base = "train --config configs/tiny.ini --model.n_layer=2 --train.global_batch=4 --log.every_steps=1 "
+                           "--log.val_batches=0 --log.peak_gflops=100 ";
+  const std::string saved = fresh_dir("cp2_saved");
+  const CliRun a = run(base + "--parallel.cp=2 --parallel.zero=1 --train.steps=4 --checkpoint.every_steps=2 "
+                              "--checkpoint.dir=" + saved + run_dir_flag(saved),
+                       kMpirun + "2", 120);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("grid: dp=1 pp=1 cp=2 tp=1"), std::string::npos) << a.out;
+  const auto reference = losses(a.out);
+  for (const auto& [cp, ranks] : std::vector<std::pair<std::string, std::string>>{{"1", "1"}, {"4", "4"}}) {
+    const std::string copy = fresh_dir("cp_resumed");
+    fs::create_directories(copy);
+    fs::copy(saved + "/step_00000002", copy + "/step_00000002", fs::copy_options::recursive);
+    const CliRun r = run(base + "--parallel.cp=" + cp + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy),
+                         kMpirun + ranks, 120);
+    ASSERT_EQ(r.exit_code, 0) << "cp " << cp << "\n" << r.err;
+    EXPECT_NE(r.out.find("resumed from " + copy + "/step_00000002"), std::string::npos) << r.out;
+    const auto l = losses(r.out);
+    ASSERT_EQ(l.size(), 2u) << "cp " << cp << "\n" << r.out;
+    for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << "cp " << cp << " step " << step;
+  }
+}
+
 TEST(Checkpoint, AsyncWritesTheSameCheckpointsAndReportsTheStall) {
   const std::string sync_dir = fresh_dir("sync"), async_dir = fresh_dir("async");
   const CliRun s = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + sync_dir + run_dir_flag(sync_dir));

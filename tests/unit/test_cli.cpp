@@ -99,7 +99,7 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
   const std::string mpirun3 = "mpirun --oversubscribe --allow-run-as-root -np 3";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"train --parallel.dp=2", "3 ranks"},                            // world not dp*pp*tp
-      {"train --parallel.tp=2", "not a multiple of tp*pp"},
+      {"train --parallel.tp=2", "not a multiple of tp*cp*pp"},
       {"train --parallel.tp=3 --model.n_head=4", "parallel.tp (3) must divide model.n_head (4)"},
       {"train --parallel.pp=3 --model.n_layer=2", "parallel.pp (3) exceeds model.n_layer (2)"},
       {"train --parallel.pp=3 --parallel.pp_layers=2,1", "lists 2 stages but parallel.pp is 3"},
@@ -142,6 +142,12 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
        "data.eod_token"},
       {"train --train.global_batch=6 --data.document_mask=true --data.eod_token=300",
        "data.eod_token (300) must be a token id below model.vocab_size (256)"},
+      // Context parallelism: a size that does not divide the world, a sequence too short for
+      // 2 cp chunks, hybrid sharding beside it.
+      {"train --parallel.cp=2", "world size 3 is not a multiple of tp*cp*pp = 2 (tp=1, cp=2, pp=1)"},
+      {"train --parallel.cp=3 --model.seq_len=64 --train.global_batch=5",
+       "parallel.cp (3) needs model.seq_len (64) to be a multiple of 2 cp = 6 (each sequence is cut into 2 cp chunks)"},
+      {"verify --reference tests/data/gpt2_ref_a.h5 --parallel.cp=3", "needs model.seq_len (16) to be a multiple of 2 cp = 6"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun r = run(args, mpirun3, 60);
@@ -164,6 +170,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // Packed documents, attention masked by document (root attribute eod_token), 24 tokens:
   // tests/reference/README.md.
   const std::string docs = "tests/data/gpt2_ref_docs.h5", ldocs = "tests/data/llama_ref_docs.h5";
+  // The same shapes without documents (24 tokens: 2 cp chunks for cp 2, 3 and 4).
+  const std::string t24 = "tests/data/gpt2_ref_t24.h5", lt24 = "tests/data/llama_ref_t24.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -286,6 +294,24 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, docs, "--parallel.zero=3 --train.micro_batch=1 --train.recompute=full", "dp groups: {0,1,2,3}"},
       {2, ldocs, "--parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1 --train.precision=bf16",
        "pp groups: {0,1}"},
+      // Context parallelism (ring attention): cp 2, 3, 4, both families, with and without
+      // documents; with tp (and sequence parallelism), pp, dp with ZeRO 3, recompute, bf16.
+      {2, a, "--parallel.cp=2", "cp groups: {0,1}"},
+      {2, la, "--parallel.cp=2", "cp groups: {0,1}"},
+      {3, t24, "--parallel.cp=3", "cp groups: {0,1,2}"},
+      {3, ldocs, "--parallel.cp=3", "cp groups: {0,1,2}"},
+      {4, lt24, "--parallel.cp=4", "cp groups: {0,1,2,3}"},
+      {4, docs, "--parallel.cp=4", "cp groups: {0,1,2,3}"},
+      {4, la, "--parallel.cp=2 --parallel.tp=2", "cp groups: {0,2} {1,3}"},
+      {4, docs, "--parallel.cp=2 --parallel.tp=2 --parallel.sequence_parallel=true", "cp groups: {0,2} {1,3}"},
+      {4, ldocs, "--parallel.cp=2 --parallel.pp=2 --train.micro_batch=1", "cp groups: {0,1} {2,3}"},
+      {4, t24, "--parallel.cp=2 --parallel.dp=2 --parallel.zero=3 --train.micro_batch=1", "cp groups: {0,1} {2,3}"},
+      {4, lt24, "--parallel.cp=2 --parallel.dp=2 --parallel.zero=3 --train.micro_batch=1 --train.recompute=full",
+       "cp groups: {0,1} {2,3}"},
+      {2, ldocs, "--parallel.cp=2 --train.recompute=selective --train.precision=bf16", "cp groups: {0,1}"},
+      {2, a, "--parallel.cp=2 --train.precision=bf16", "cp groups: {0,1}"},
+      {8, ldocs, "--parallel.cp=2 --parallel.tp=2 --parallel.pp=2 --train.micro_batch=1 --parallel.zero=1",
+       "cp groups: {0,2} {1,3} {4,6} {5,7}"},
       // Activation recomputation, alone and in the grid, both families.
       {1, a, "--train.recompute=full --train.micro_batch=2", "dp groups: {0}"},
       {2, a, "--parallel.tp=2 --train.recompute=selective --train.precision=bf16", "tp groups: {0,1}"},

@@ -100,7 +100,7 @@ TEST(Config, BadInputIsOneClearError) {
       {{"--data.tokenizer=wordpiece"}, "data.tokenizer must be byte, gpt2, llama3 or sentencepiece, got 'wordpiece'"},
       {{"--device=tpu"}, "train.device must be cpu or cuda"},
       {{"--train.global_batch=6", "--train.micro_batch=4"}, "train.micro_batch (4) must divide"},
-      {{"--parallel.tp=2"}, "tp*pp"},                                  // 1 rank, tp 2
+      {{"--parallel.tp=2"}, "tp*cp*pp"},                                  // 1 rank, tp 2
       {{"--data.val_fraction=1"}, "data.val_fraction"},
   };
   for (const auto& [args, expected] : cases) {

@@ -429,6 +429,60 @@ TEST(MaskedAttention, KeyBlockOfAnotherRankMatchesTheDenseDefinitionAndFiniteDif
     for (int c = 0; c < NH * hd; c++) ASSERT_EQ(dq[static_cast<size_t>(row) * width + c], 0.0);
 }
 
+TEST(MaskedAttention, KeyBlocksCombinedByTheirLogSumExpsEqualTheWhole) {
+  // The ring's algebra on one rank: the keys of a sequence in two blocks ([k | v] buffers
+  // of their own), each block's attention merged by attention_combine, equal attention
+  // over all keys; each block's backward with the merged out and lse gives exact parts:
+  // dq sums over the blocks, dk and dv are the whole's rows of that block. Documents on.
+  const int B = 2, T = 150, NH = 4, NKV = 2, hd = 4, width = (NH + 2 * NKV) * hd, kv_ld = 2 * NKV * hd;
+  const std::vector<int32_t> tokens = packed_documents(B, T, 40, 7, 30, 120);
+  std::vector<int32_t> starts(tokens.size()), positions(T);
+  trident::document_starts(tokens.data(), B, T, 7, starts.data());
+  std::iota(positions.begin(), positions.end(), 0);
+  const Vec qkv = uniform(static_cast<size_t>(B) * T * width), dout = uniform(static_cast<size_t>(B) * T * NH * hd);
+  const int half = 70;  // block 0: keys 0..69, block 1: 70..149
+  std::vector<Vec> block(2);
+  std::vector<std::vector<int32_t>> block_pos(2);
+  for (int t = 0; t < T; t++) block_pos[t >= half].push_back(t);
+  for (int k = 0; k < 2; k++)
+    for (int b = 0; b < B; b++)
+      for (int32_t t : block_pos[k])
+        for (int c = 0; c < kv_ld; c++) block[k].push_back(qkv[(static_cast<size_t>(b) * T + t) * width + NH * hd + c]);
+  const auto mask_for = [&](const std::vector<int32_t>& kv_pos) {
+    return trident::kernels::AttentionMask{positions.data(), kv_pos.data(), starts.data()};
+  };
+  Vec whole(dout.size()), whole_lse(static_cast<size_t>(B) * NH * T), dwhole(qkv.size(), 0.0);
+  attention_forward(whole.data(), whole_lse.data(), qkv.data(), qkv.data() + NH * hd, width, mask_for(positions), B, T,
+                    T, NH, NKV, hd);
+  attention_backward(dwhole.data(), dwhole.data() + NH * hd, dout.data(), qkv.data(), qkv.data() + NH * hd, width,
+                     whole.data(), whole_lse.data(), mask_for(positions), B, T, T, NH, NKV, hd);
+  Vec out(dout.size()), lse(whole_lse.size()), part(dout.size()), part_lse(lse.size());
+  for (int k = 0; k < 2; k++) {
+    const int Tk = static_cast<int>(block_pos[k].size());
+    attention_forward(k == 0 ? out.data() : part.data(), k == 0 ? lse.data() : part_lse.data(), qkv.data(),
+                      block[k].data(), kv_ld, mask_for(block_pos[k]), B, T, Tk, NH, NKV, hd);
+  }
+  attention_combine(out.data(), lse.data(), part.data(), part_lse.data(), B, T, NH, hd);
+  EXPECT_LT(rel_error(out, whole), 1e-13);
+  for (size_t i = 0; i < lse.size(); i++) ASSERT_NEAR(lse[i], whole_lse[i], 1e-12) << "row " << i;
+  Vec dq(qkv.size(), 0.0);
+  for (int k = 0; k < 2; k++) {
+    const int Tk = static_cast<int>(block_pos[k].size());
+    Vec dq_part(qkv.size(), 0.0), dkv(block[k].size(), 0.0);
+    attention_backward(dq_part.data(), dkv.data(), dout.data(), qkv.data(), block[k].data(), kv_ld, out.data(),
+                       lse.data(), mask_for(block_pos[k]), B, T, Tk, NH, NKV, hd);
+    for (size_t i = 0; i < dq.size(); i++) dq[i] += dq_part[i];
+    for (int b = 0; b < B; b++)
+      for (int j = 0; j < Tk; j++)
+        for (int c = 0; c < kv_ld; c++)
+          ASSERT_NEAR(dkv[(static_cast<size_t>(b) * Tk + j) * kv_ld + c],
+                      dwhole[(static_cast<size_t>(b) * T + block_pos[k][j]) * width + NH * hd + c], 1e-12)
+              << "block " << k << " key " << j;
+  }
+  for (size_t row = 0; row < static_cast<size_t>(B) * T; row++)
+    for (int c = 0; c < NH * hd; c++) ASSERT_NEAR(dq[row * width + c], dwhole[row * width + c], 1e-12) << "row " << row;
+}
+
 TEST(KernelConventions, GroupedQueryAttentionEqualsRepeatedHeads) {
   // GQA reads each shared key/value head in place; the same attention with the shared
   // heads copied out to every query head (what PyTorch's repeat_interleave does) gives
@@ -746,14 +800,15 @@ TEST(KernelConventions, LayerNormBackwardAccumulatesEverything) {
 TEST(KernelConventions, EmbeddingAndPositionsBackwardAccumulate) {
   // C = 37 crosses the backward's 16-channel blocks; token 9 lies outside the shard [1, 5).
   const int B = 2, T = 3, C = 37, vocab_start = 1, shard_rows = 4;
+  const std::vector<int32_t> positions = {0, 1, 2};
   const std::vector<int32_t> tokens = {2, 0, 2, 4, 9, 1};
   const Vec dout = uniform(static_cast<size_t>(B) * T * C);
   Vec dwte(static_cast<size_t>(shard_rows) * C, 0.0), dwpe(static_cast<size_t>(T) * C, 0.0);
   embedding_backward(dwte.data(), dout.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
-  positions_backward(dwpe.data(), dout.data(), B, T, C);
+  positions_backward(dwpe.data(), dout.data(), positions.data(), B, T, C);
   const Vec dwte1 = dwte, dwpe1 = dwpe;
   embedding_backward(dwte.data(), dout.data(), tokens.data(), vocab_start, shard_rows, B, T, C);
-  positions_backward(dwpe.data(), dout.data(), B, T, C);
+  positions_backward(dwpe.data(), dout.data(), positions.data(), B, T, C);
   for (size_t i = 0; i < dwte.size(); i++) EXPECT_DOUBLE_EQ(dwte[i], 2 * dwte1[i]);
   for (size_t i = 0; i < dwpe.size(); i++) EXPECT_DOUBLE_EQ(dwpe[i], 2 * dwpe1[i]);
 
@@ -779,7 +834,7 @@ TEST(KernelConventions, EmbeddingAndPositionsBackwardAccumulate) {
   // add_positions adds wpe[t] to what is there.
   const Vec wpe = uniform(static_cast<size_t>(T) * C), base = uniform(dout.size());
   Vec out = base;
-  add_positions(out.data(), wpe.data(), B, T, C);
+  add_positions(out.data(), wpe.data(), positions.data(), B, T, C);
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int c = 0; c < C; c++) {

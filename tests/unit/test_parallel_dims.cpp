@@ -2,6 +2,9 @@
 // and layouts that cannot work.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "model/context_parallel.h"
 #include "parallel/parallel_dims.h"
 #include "kernels/base/error.h"
 
@@ -47,9 +50,45 @@ TEST(ParallelDims, DerivesDpAndCoversOddSizes) {
   EXPECT_EQ(ParallelDims::resolve(3, {{Axis::dp, 0}}).size(Axis::dp), 3);
   EXPECT_EQ(ParallelDims::resolve(3, {{Axis::dp, 0}}).size(Axis::tp), 1);  // axes not named: 1
   EXPECT_NE(d.describe().find("tp groups: {0,1,2} {3,4,5}"), std::string::npos) << d.describe();
-  EXPECT_NE(d.describe().find("grid: dp=2 pp=2 tp=3 (12 ranks; rank = tp_rank + tp*(dp_rank + dp*pp_rank))"),
+  EXPECT_NE(d.describe().find("grid: dp=2 pp=2 cp=1 tp=3 (12 ranks; rank = tp_rank + tp*(cp_rank + cp*(dp_rank + dp*pp_rank)))"),
             std::string::npos)
       << d.describe();
+}
+
+TEST(ParallelDims, ContextParallelSitsBetweenTpAndDp) {
+  // 8 ranks as tp 2, cp 2, dp 2 (Megatron's order tp-cp-dp-pp): a cp group is ranks tp
+  // apart, a dp group tp*cp apart; the dp x cp group (gradients, ZeRO) is both.
+  const ParallelDims d = ParallelDims::resolve(8, {{Axis::dp, 0}, {Axis::cp, 2}, {Axis::tp, 2}});
+  EXPECT_EQ(d.size(Axis::dp), 2);
+  EXPECT_EQ(d.groups(Axis::tp), (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(d.groups(Axis::cp), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(d.groups(Axis::dp), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  const RankCoords c = d.coords(6);
+  EXPECT_EQ(c[Axis::tp], 0);
+  EXPECT_EQ(c[Axis::cp], 1);
+  EXPECT_EQ(c[Axis::dp], 1);
+}
+
+TEST(ContextParallel, ChunksBalanceTheCausalWork) {
+  // 16 tokens over cp 2: rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+  EXPECT_EQ(context_positions(16, 2, 0), (std::vector<int32_t>{0, 1, 2, 3, 12, 13, 14, 15}));
+  EXPECT_EQ(context_positions(16, 2, 1), (std::vector<int32_t>{4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(context_positions(6, 1, 0), (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  // Every rank's causal work (keys at or before each of its positions) is the same.
+  for (int cp : {2, 3, 4}) {
+    std::vector<int> seen;
+    for (int r = 0; r < cp; r++) {
+      int work = 0;
+      for (int32_t p : context_positions(24, cp, r)) work += p + 1;
+      seen.push_back(work);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), seen[0]), cp) << "cp " << cp;
+  }
+  // A batch's share: rows of 8 tokens, rank 1 of cp 2 takes positions 2..5 of each.
+  const std::vector<int32_t> full = {0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17};
+  std::vector<int32_t> mine(8);
+  take_positions(full.data(), 2, 8, context_positions(8, 2, 1), mine.data());
+  EXPECT_EQ(mine, (std::vector<int32_t>{2, 3, 4, 5, 12, 13, 14, 15}));
 }
 
 TEST(ParallelDims, InvalidLayouts) {
@@ -62,8 +101,8 @@ TEST(ParallelDims, InvalidLayouts) {
     return std::string("(no error)");
   };
   // world 10 is no multiple of tp 4: the error names the world size and the fixed axes
-  EXPECT_EQ(error(10, {{Axis::dp, 0}, {Axis::tp, 4}}), "world size 10 is not a multiple of tp*pp = 4 (tp=4, pp=1)");
-  EXPECT_EQ(error(8, {{Axis::dp, 3}, {Axis::tp, 2}}), "dp*pp*tp = 3*1*2 = 6 but the world has 8 ranks");
+  EXPECT_EQ(error(10, {{Axis::dp, 0}, {Axis::tp, 4}}), "world size 10 is not a multiple of tp*cp*pp = 4 (tp=4, cp=1, pp=1)");
+  EXPECT_EQ(error(8, {{Axis::dp, 3}, {Axis::tp, 2}}), "dp*pp*cp*tp = 3*1*1*2 = 6 but the world has 8 ranks");
   EXPECT_THROW(ParallelDims::resolve(8, {{Axis::dp, 2}, {Axis::pp, 0}, {Axis::tp, 2}}), UsageError);  // pp 0
   EXPECT_THROW(ParallelDims::resolve(8, {{Axis::dp, -1}}), UsageError);
   EXPECT_THROW(ParallelDims::resolve(0, {}), UsageError);
