@@ -53,17 +53,25 @@ std::string first_line(const std::string& path) {
   return line;
 }
 
-// The start time of process `pid` in clock ticks since boot (field 22 of /proc/PID/stat);
-// 0 when there is no such process (or no /proc).
-unsigned long long start_ticks_of(long pid) {
+// Process `pid` as /proc/PID/stat has it: its state (R, S, ..., Z: a zombie) and its
+// start time in clock ticks since boot (field 22); state 0 when there is no such process.
+struct ProcessStat {
+  char state = 0;
+  unsigned long long start_ticks = 0;
+};
+
+ProcessStat process_stat(long pid) {
   const std::string stat = first_line("/proc/" + std::to_string(pid) + "/stat");
   const size_t end_of_name = stat.rfind(')');  // the command name may hold spaces
-  if (end_of_name == std::string::npos) return 0;
+  ProcessStat p;
+  if (end_of_name == std::string::npos || end_of_name + 2 >= stat.size()) return p;
   std::istringstream fields(stat.substr(end_of_name + 2));
   std::string field;
-  for (int i = 3; i <= 22 && fields >> field; i++)
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
-  return 0;
+  for (int i = 3; i <= 22 && fields >> field; i++) {
+    if (i == 3) p.state = field[0];
+    if (i == 22) p.start_ticks = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return p;
 }
 
 std::string format_seconds(double s) {
@@ -140,7 +148,7 @@ LeaseHolder this_process(double lease_s) {
   h.boot_id = first_line("/proc/sys/kernel/random/boot_id");
   std::error_code ec;
   h.pid_ns = fs::read_symlink("/proc/self/ns/pid", ec).string();
-  h.start_ticks = start_ticks_of(h.pid);
+  h.start_ticks = process_stat(h.pid).start_ticks;
   std::random_device random;
   char nonce[33];
   std::snprintf(nonce, sizeof nonce, "%08x%08x%08x%08x", random(), random(), random(), random());
@@ -199,9 +207,11 @@ bool holder_process_gone(const LeaseHolder& holder, const LeaseHolder& me) {
       holder.pid_ns.empty() || holder.pid_ns != me.pid_ns)
     return false;  // another machine (or container): only the lease's age can tell
   if (kill(static_cast<pid_t>(holder.pid), 0) != 0 && errno == ESRCH) return true;
+  const ProcessStat p = process_stat(holder.pid);
+  // Ended but not yet reaped (a rank whose launcher exited first, where PID 1 reaps late).
+  if (p.state == 'Z' || p.state == 'X') return true;
   // A process of that number, but started at another time: the number was reused.
-  const unsigned long long started = start_ticks_of(holder.pid);
-  return holder.start_ticks != 0 && started != 0 && started != holder.start_ticks;
+  return holder.start_ticks != 0 && p.start_ticks != 0 && p.start_ticks != holder.start_ticks;
 }
 
 LeaseVerdict judge_lease(const LeaseHolder& holder, const LeaseHolder& me, double now, double file_mtime,

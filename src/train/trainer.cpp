@@ -582,14 +582,15 @@ class StepEnd {
 
   // Saves a checkpoint when due or when a stop signal arrived on any rank; true: stop.
   // may_save false (a streak of non-finite steps): nothing is saved. Rank 0 renews the
-  // lease on checkpoint.dir first (checked before every periodic save): a lease another
-  // run took over ends this one, exit 2, before it writes again.
+  // lease on checkpoint.dir first (checked before every periodic save, and before a save
+  // on a signal that reached rank 0): a lease another run took over ends this one, exit 2,
+  // before it writes again.
   bool checkpoint_or_stop(int step, bool may_save) {
     const CheckpointConfig& cc = config_.checkpoint;
     const bool last = step + 1 == config_.train.steps;
     checkpointer_.poll();
     const bool periodic = cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last);
-    const bool lost = lease_ != nullptr && !lease_->renew(/*check_now=*/periodic);
+    const bool lost = lease_ != nullptr && !lease_->renew(/*check_now=*/periodic || stop_signal_received());
     const StepEndVerdict verdict = stop_requested(parallel_, lost);
     if (verdict.lease_lost) end_on_lost_lease(config_, lease_);
     const bool stop = verdict.stop;

@@ -113,6 +113,13 @@ TEST(LeaseLogic, TheLeaseFileRoundTripsAndNamesItsHolder) {
   EXPECT_THROW(parse_lease("garbage"), UsageError);
 }
 
+// The state of a process (/proc/PID/stat's third field).
+std::string first_field_after_name(const std::string& stat_path) {
+  const std::string stat = slurp(stat_path);
+  const size_t end = stat.rfind(')');
+  return end == std::string::npos ? "" : stat.substr(end + 2, 1);
+}
+
 // A process of this machine that has ended (its pid free, or reused by another start).
 TEST(LeaseLogic, AHolderProcessOfThisMachineIsGoneOnlyWhenItIs) {
   const LeaseHolder me = this_process(1);
@@ -120,8 +127,12 @@ TEST(LeaseLogic, AHolderProcessOfThisMachineIsGoneOnlyWhenItIs) {
   EXPECT_FALSE(holder_process_gone(holder, me));  // this very process
   const pid_t child = fork();
   if (child == 0) _exit(0);
-  waitpid(child, nullptr, 0);
+  // Ended, not yet reaped (a zombie: kill(pid, 0) still succeeds).
+  for (int i = 0; i < 1000 && first_field_after_name("/proc/" + std::to_string(child) + "/stat") != "Z"; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   holder.pid = child;
+  EXPECT_TRUE(holder_process_gone(holder, me));
+  waitpid(child, nullptr, 0);
   EXPECT_TRUE(holder_process_gone(holder, me));
   holder.host = "another-machine";  // elsewhere: only the lease's age can tell
   EXPECT_FALSE(holder_process_gone(holder, me));
