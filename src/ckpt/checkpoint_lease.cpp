@@ -302,6 +302,16 @@ bool CheckpointLease::confirmed() {
   return text && holder_of(*text).nonce == me_.nonce;
 }
 
+void CheckpointLease::remove_leftovers() {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(".LEASE.", 0) != 0) continue;
+    // A temporary or a claim a minute old: its writer was killed in its moment.
+    if (unix_now() - mtime_of(it->path().string()) > 60) fs::remove(it->path(), ec);
+  }
+}
+
 void CheckpointLease::acquire() {
   for (int attempt = 0; attempt < 20; attempt++) {
     // A free folder: link() makes LEASE for one taker only.
@@ -321,6 +331,7 @@ void CheckpointLease::acquire() {
       sync_folder(dir_);
       if (confirmed()) {
         held_ = true;
+        remove_leftovers();
         return;
       }
       continue;  // another run got it: judge its lease
@@ -379,6 +390,7 @@ void CheckpointLease::acquire() {
     if (replaced && confirmed()) {
       held_ = true;
       taken_over_ = holder.describe(now) + ": " + v.why;
+      remove_leftovers();
       return;
     }
   }

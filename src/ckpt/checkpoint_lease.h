@@ -111,6 +111,8 @@ class CheckpointLease {
   void acquire();
   // After a moment (settle_s), whether LEASE holds our nonce.
   bool confirmed();
+  // Temporaries and claims left a minute ago by writers killed in their moment.
+  void remove_leftovers();
   // Writes our lease (renewed now) to a fresh temporary name, synced; returns it.
   std::string write_temporary();
 

@@ -142,8 +142,20 @@ TEST(LeaseLogic, AHolderProcessOfThisMachineIsGoneOnlyWhenItIs) {
 
 TEST(LeaseLogic, AFreeFolderIsTakenRenewedAndReleased) {
   const std::string dir = fresh_dir("free") + "/made/on/the/way";
+  fs::create_directories(dir);
+  // What a writer killed in its moment left: a temporary and a claim, an hour old, and a
+  // temporary of now (another taker's, at work): only the old ones are removed.
+  for (const char* name : {"/.LEASE.0123.tmp", "/.LEASE.claim.4567"}) {
+    std::ofstream(dir + name) << "{}";
+    fs::last_write_time(dir + name, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  }
+  std::ofstream(dir + "/.LEASE.89ab.tmp") << "{}";
   {
     CheckpointLease lease(dir, options(2));
+    EXPECT_FALSE(fs::exists(dir + "/.LEASE.0123.tmp"));
+    EXPECT_FALSE(fs::exists(dir + "/.LEASE.claim.4567"));
+    ASSERT_TRUE(fs::exists(dir + "/.LEASE.89ab.tmp"));
+    fs::remove(dir + "/.LEASE.89ab.tmp");
     EXPECT_EQ(lease.taken_over(), "");
     const LeaseHolder written = parse_lease(slurp(dir + "/LEASE"));
     EXPECT_EQ(written.nonce, lease.me().nonce);
