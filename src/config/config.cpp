@@ -148,6 +148,9 @@ po::options_description config_options(Config& c) {
       ("checkpoint.async", with_default(&ck.async), "write in the background")
       ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")
       ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from: an exported .h5, or Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file)")
+      ("checkpoint.lease_s", with_default(&ck.lease_s),
+       "a run's lease on checkpoint.dir (one folder, one run) not renewed for this long is stale and may be taken "
+       "over (0: auto, the larger of parallel.timeout_s and 4 step times)")
       ("checkpoint.upload", with_default(&ck.upload),
        "s3://bucket/prefix: every complete checkpoint is uploaded there in the background (node files, then "
        "manifest.json, then latest), and a run with no checkpoint on disk resumes from there")
@@ -364,6 +367,8 @@ void Config::validate() const {
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
   require(checkpoint.every_steps == 0 || !checkpoint.dir.empty(), "checkpoint.every_steps needs checkpoint.dir");
+  require(checkpoint.lease_s >= 0, "checkpoint.lease_s must be >= 0 (0: auto, from parallel.timeout_s and the step "
+                                   "time), got " + std::to_string(checkpoint.lease_s));
   if (!checkpoint.upload.empty()) {
     parse_s3_uri(checkpoint.upload);
     require(!checkpoint.dir.empty(), "checkpoint.upload needs checkpoint.dir (the first tier, where each checkpoint "

@@ -121,6 +121,12 @@ struct CheckpointConfig {
   bool async = false;      // write node files in the background while training goes on
   std::string load;        // a step directory to start from (default: dir/latest, if any)
   std::string init_from;   // an exported HDF5 (params/<name>) to initialize the parameters
+  // One folder, one run (ckpt/checkpoint_lease.h): the run's lease on `dir` is renewed at
+  // step ends; one not renewed for this long is stale, and another run may take the folder
+  // over. 0: auto = max(parallel.timeout_s, 4 x the longest step so far, its save
+  // included): a live run renews within it (a rank stuck longer has ended the job through
+  // the timeout), and a run on another machine whose holder died waits at most that long.
+  double lease_s = 0;
   // The second tier (ckpt/checkpoint_upload.h): s3://bucket/prefix; empty: disk only.
   std::string upload;
   std::string s3_endpoint;       // an S3-compatible store's http(s)://host:port; empty: AWS

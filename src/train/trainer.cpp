@@ -22,6 +22,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_download.h"
+#include "ckpt/checkpoint_lease.h"
 #include "ckpt/checkpoint_upload.h"
 #include "ckpt/hf_checkpoint.h"
 #include "health/health_verdict.h"
@@ -107,10 +108,28 @@ double validation_loss(StepRunner& runner, const BatchSampler& sampler, int batc
   return total / batches;
 }
 
+// What every rank learns at a step's end, in one all-reduce: whether to stop, and
+// whether rank 0 found the lease on checkpoint.dir taken over by another run.
+struct StepEndVerdict {
+  bool stop = false, lease_lost = false;
+};
+
 // SIGTERM and SIGUSR1 (what Slurm sends before a time limit or a preemption) ask every
 // rank to finish its step, save a checkpoint and exit 0: a signal on any rank counts.
-bool stop_requested(ParallelState& parallel) {
-  return parallel.world().all_reduce(stop_signal_received() ? 1.0 : 0.0, ReduceOp::max) > 0;
+// lease_lost: rank 0's (ckpt/checkpoint_lease.h): the run must not write there again.
+StepEndVerdict stop_requested(ParallelState& parallel, bool lease_lost) {
+  const double flags = parallel.world().all_reduce((stop_signal_received() ? 1.0 : 0.0) + (lease_lost ? 2.0 : 0.0),
+                                                   ReduceOp::max);
+  return {flags >= 1, flags >= 2};
+}
+
+// The end of a run whose checkpoint.dir another run took over (its lease judged stale, or
+// a requeue of this job): exit 2 on every rank, nothing more written there.
+[[noreturn]] void end_on_lost_lease(const Config& config, const CheckpointLease* lease) {
+  throw AgreedUsageError("this run lost its lease on checkpoint.dir " + config.checkpoint.dir + ": " +
+                         (lease != nullptr ? lease->lost_to() : std::string("see rank 0")) +
+                         "; it stops here and writes nothing more there (one folder, one run: its lease went "
+                         "unrenewed past its lease_s and was taken over, or its Slurm job was requeued)");
 }
 
 // The end of a run (or a stop on a signal) waits for the last checkpoint's upload, at
@@ -462,9 +481,9 @@ class StepEnd {
   // work time means anything here (not where ranks take turns on the cores).
   StepEnd(const Config& config, ParallelState& parallel, TrainingSetup& s, Checkpointer& checkpointer,
           const TrainingData& data, const Tokenizer& tokenizer, const DevicePeak& peak, TrainResult& result,
-          int resumed_from, bool stragglers, RunMonitor& monitor, HostFaults& faults)
+          int resumed_from, bool stragglers, RunMonitor& monitor, HostFaults& faults, CheckpointLease* lease)
       : config_(config), parallel_(parallel), s_(s), checkpointer_(checkpointer), data_(data), tokenizer_(tokenizer),
-        result_(result), monitor_(monitor), faults_(faults),
+        result_(result), monitor_(monitor), faults_(faults), lease_(lease),
         log_(parallel.is_root() ? config.log.run_dir : "", resumed_from,
              parallel.is_root() ? config.log.tensorboard_folder() : ""),
         flops_per_token_(flops_per_token(s.model.spec())),
@@ -562,13 +581,20 @@ class StepEnd {
   }
 
   // Saves a checkpoint when due or when a stop signal arrived on any rank; true: stop.
-  // may_save false (a streak of non-finite steps): nothing is saved.
+  // may_save false (a streak of non-finite steps): nothing is saved. Rank 0 renews the
+  // lease on checkpoint.dir first (checked before every periodic save, and before a save
+  // on a signal that reached rank 0): a lease another run took over ends this one, exit 2,
+  // before it writes again.
   bool checkpoint_or_stop(int step, bool may_save) {
     const CheckpointConfig& cc = config_.checkpoint;
     const bool last = step + 1 == config_.train.steps;
     checkpointer_.poll();
-    const bool stop = stop_requested(parallel_);
-    const bool due = (cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last)) || stop;
+    const bool periodic = cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last);
+    const bool lost = lease_ != nullptr && !lease_->renew(/*check_now=*/periodic || stop_signal_received());
+    const StepEndVerdict verdict = stop_requested(parallel_, lost);
+    if (verdict.lease_lost) end_on_lost_lease(config_, lease_);
+    const bool stop = verdict.stop;
+    const bool due = periodic || stop;
     if (!cc.dir.empty() && due && !may_save && parallel_.is_root())
       std::printf("checkpoint: step %d not saved: the last steps were non-finite\n", step + 1);
     if (!cc.dir.empty() && due && may_save) {
@@ -634,6 +660,7 @@ class StepEnd {
   TrainResult& result_;
   RunMonitor& monitor_;
   HostFaults& faults_;
+  CheckpointLease* lease_;  // rank 0's, with a checkpoint.dir; else null
   MetricsLog log_;
   const double flops_per_token_, tokens_per_step_, peak_total_;
   const bool have_val_, stragglers_;
@@ -730,6 +757,24 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   std::unique_ptr<kernels::Kernels> k =
       kernels::make_kernels(tc.device, tc.resolved_precision());
   enable_graceful_stop();  // from here on a stop signal is honoured at the next step's end
+  // One folder, one run: rank 0 takes the lease on checkpoint.dir before anything is
+  // written there (a live holder: exit 2 on every rank, naming it). It lives until train()
+  // returns or throws: any end in order releases it; a process killed leaves it to go stale.
+  std::unique_ptr<CheckpointLease> lease;
+  run_collectively([&] {
+    if (!parallel.is_root() || config.checkpoint.dir.empty()) return;
+    CheckpointLease::Options o;
+    o.lease_s = config.checkpoint.lease_s;
+    o.min_lease_s = config.parallel.timeout_s;
+    lease = std::make_unique<CheckpointLease>(config.checkpoint.dir, o);
+    if (!lease->taken_over().empty())
+      std::fprintf(stderr, "trident: warning: taking over checkpoint.dir %s from the run that held it: %s\n",
+                   config.checkpoint.dir.c_str(), lease->taken_over().c_str());
+    std::printf("checkpoint: lease on %s taken (renewed at step ends, at most every %.1f s; stale after %g s "
+                "without renewal%s)\n",
+                lease->path().c_str(), lease->renew_every_s(), lease->lease_s(),
+                config.checkpoint.lease_s > 0 ? "" : ": auto, parallel.timeout_s or 4 step times when longer");
+  });
   // Where a verdict on a failed host goes (health/), checked before anything else is spent.
   run_collectively([&] {
     health::set_checkpoint_dir(config.checkpoint.dir);
@@ -765,6 +810,10 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   checkpointer.set_data(data.fingerprint);
   const Restored restored = restore(config, parallel, s.model, checkpointer);
   const int start_step = restored.step;
+  // Renewed after a start that may have been long (a checkpoint loaded from S3).
+  run_collectively([&] {
+    if (lease != nullptr && !lease->renew(/*check_now=*/true)) end_on_lost_lease(config, lease.get());
+  });
   // Every rank has the same step: the same verdict everywhere, said once. A requeued Slurm
   // job (a signal that came with the last step, a node lost after the final checkpoint)
   // finds its run complete: that ends the job, not as bad input.
@@ -807,7 +856,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   std::unique_ptr<StepEnd> end_of_step;  // its log files, opened on rank 0: an error there is every rank's
   run_collectively([&] {
     end_of_step = std::make_unique<StepEnd>(config, parallel, s, checkpointer, data, *tokenizer, peak, result,
-                                            start_step, stragglers, monitor, faults);
+                                            start_step, stragglers, monitor, faults, lease.get());
   });
   StepEnd& end = *end_of_step;
   if (parallel.is_root()) {
