@@ -17,7 +17,8 @@ namespace trident {
 
 namespace {
 
-constexpr double kUsableMemory = 0.95;  // of the device's memory: the CUDA context, fragmentation
+constexpr double kUsableMemory = 0.95;
+constexpr int kLongSequence = 16384;  // tokens from which context parallelism is tried  // of the device's memory: the CUDA context, fragmentation
 
 double usable_bytes(const GpuModel& gpu) { return gpu.memory_gib * kUsableMemory * (1024.0 * 1024.0 * 1024.0); }
 
@@ -238,10 +239,11 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
       refuse(e.what());
       continue;
     }
-    // Context parallelism: powers of two up to 16 that cut the sequence into 2 cp chunks
-    // (Llama 3 ran cp 16 at 128K tokens).
-    std::vector<int> context;
-    for (int cp = 1; cp <= 16 && (world / tp) % cp == 0; cp *= 2)
+    // Context parallelism for long sequences (16K tokens and more, where Megatron's and
+    // torchtitan's recipes turn it on): powers of two up to 16 that cut the sequence into
+    // 2 cp chunks (Llama 3 ran cp 16 at 128K tokens).
+    std::vector<int> context = {1};
+    for (int cp = 2; cp <= 16 && spec.seq_len >= kLongSequence && (world / tp) % cp == 0; cp *= 2)
       if (spec.seq_len % (2 * cp) == 0) context.push_back(cp);
     for (int cp : values("parallel.cp", context, config.parallel.cp)) {
     std::vector<int> stages;
@@ -249,8 +251,10 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
       if (pp <= spec.n_layer && (world / tp) % (pp * cp) == 0) stages.push_back(pp);
     for (int pp : values("parallel.pp", stages, config.parallel.pp)) {
       if (world % (tp * cp * pp) != 0) {
-        refuse("parallel.tp x parallel.cp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(cp) + " x " +
-               std::to_string(pp) + ") must divide the cluster's " + std::to_string(world) + " GPUs");
+        refuse(cp > 1 ? "parallel.tp x parallel.cp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(cp) +
+                            " x " + std::to_string(pp) + ") must divide the cluster's " + std::to_string(world) + " GPUs"
+                      : "parallel.tp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(pp) +
+                            ") must divide the cluster's " + std::to_string(world) + " GPUs");
         continue;
       }
       const int dp = world / (tp * cp * pp);

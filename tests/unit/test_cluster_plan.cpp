@@ -244,7 +244,7 @@ TEST(ClusterPlan, LayoutsFitAndComeFastestFirst) {
   for (size_t i = 0; i < layouts.size(); i++) {
     const PlannedLayout& l = layouts[i];
     EXPECT_LE(static_cast<double>(l.memory.device_bytes()), 0.95 * 80 * (1 << 30)) << l.flags;
-    EXPECT_EQ(l.config.parallel.dp * l.config.parallel.tp * l.config.parallel.pp, 16) << l.flags;
+    EXPECT_EQ(l.config.parallel.dp * l.config.parallel.tp * l.config.parallel.cp * l.config.parallel.pp, 16) << l.flags;
     if (i > 0) {  // fastest first, up to the 0.5% within which the simpler layout comes first
       EXPECT_GE(layouts[i - 1].step.tokens_per_s, l.step.tokens_per_s / 1.005) << l.flags;
     }
