@@ -18,10 +18,10 @@ namespace {
 constexpr const char* kPlanUsage =
     "usage: trident plan --config FILE.ini --nodes N --gpus_per_node G --gpu a100|h100|h200\n"
     "                    [--network efa|ib|GBPS] [--top K] [--section.key=value ...]\n"
-    "  Every layout (dp, tp, pp, pipeline schedule, ZeRO stage, recompute, micro-batch) of the config's model and\n"
+    "  Every layout (dp, tp, cp, pp, pipeline schedule, ZeRO stage, recompute, micro-batch) of the config's model and\n"
     "  global batch that fits N nodes of G GPUs: the busiest GPU's memory from trident's memory\n"
     "  plan and a predicted step time, the K fastest first, and the sbatch line of the best.\n"
-    "  A layout key set in the config or by a flag (parallel.dp, tp, pp, schedule, vpp, zero,\n"
+    "  A layout key set in the config or by a flag (parallel.dp, tp, cp, pp, schedule, vpp, zero,\n"
     "  sequence_parallel, train.recompute, micro_batch) pins it: only layouts with its value.\n"
     "  --network: between nodes; efa (the GPU's AWS instance: p4d, p5), ib (one HDR/NDR port\n"
     "  per GPU), or Gbit/s per GPU.\n";
@@ -75,15 +75,15 @@ int run_plan_command(const std::vector<std::string>& args) {
   if (pins.any()) std::printf("pinned (set in the config or by flags): %s\n", pins.describe(cl.config).c_str());
   std::printf("%zu layouts fit (busiest GPU within 95%% of %.0f GiB); the %d fastest:\n", layouts.size(),
               cluster.gpu.memory_gib, std::min<int>(top, static_cast<int>(layouts.size())));
-  std::printf("%3s %4s %3s %3s %-11s %3s %4s %-9s %3s %8s %8s %10s %6s  %s\n", "#", "dp", "tp", "pp", "schedule", "vpp",
+  std::printf("%3s %4s %3s %3s %3s %-11s %3s %4s %-9s %3s %8s %8s %10s %6s  %s\n", "#", "dp", "tp", "cp", "pp", "schedule", "vpp",
               "zero", "recompute", "mb", "GiB/GPU", "step s", "tokens/s", "MFU",
               "step: compute + tp + bubble + pp + dp exposed (of dp) + optimizer, s");
   for (int i = 0; i < top && i < static_cast<int>(layouts.size()); i++) {
     const PlannedLayout& l = layouts[i];
     const ParallelConfig& p = l.config.parallel;
     const StepPrediction& s = l.step;
-    std::printf("%3d %4d %3d %3d %-11s %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
-                i + 1, p.dp, p.tp, p.pp, name_of(p.schedule), p.vpp, p.zero, name_of(l.config.train.recompute),
+    std::printf("%3d %4d %3d %3d %3d %-11s %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
+                i + 1, p.dp, p.tp, p.cp, p.pp, name_of(p.schedule), p.vpp, p.zero, name_of(l.config.train.recompute),
                 l.config.train.micro_batch, gib(static_cast<double>(l.memory.device_bytes())), s.step_s, s.tokens_per_s,
                 100 * s.mfu, s.compute_s, s.tp_s, s.bubble_s, s.pp_s, s.dp_exposed_s, s.dp_s, s.optimizer_s);
   }

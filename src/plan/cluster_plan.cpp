@@ -17,7 +17,8 @@ namespace trident {
 
 namespace {
 
-constexpr double kUsableMemory = 0.95;  // of the device's memory: the CUDA context, fragmentation
+constexpr double kUsableMemory = 0.95;
+constexpr int kLongSequence = 16384;  // tokens from which context parallelism is tried  // of the device's memory: the CUDA context, fragmentation
 
 double usable_bytes(const GpuModel& gpu) { return gpu.memory_gib * kUsableMemory * (1024.0 * 1024.0 * 1024.0); }
 
@@ -35,6 +36,7 @@ RankMemoryPlan busiest_stage_plan(const Config& config, const kernels::Footprint
 std::string layout_flags(const Config& c) {
   const ParallelConfig& p = c.parallel;
   std::string flags = "--parallel.dp=" + std::to_string(p.dp) + " --parallel.tp=" + std::to_string(p.tp) +
+                      " --parallel.cp=" + std::to_string(p.cp) +
                       " --parallel.pp=" + std::to_string(p.pp) + " --parallel.schedule=" + name_of(p.schedule) +
                       " --parallel.vpp=" + std::to_string(p.vpp) + " --parallel.zero=" + std::to_string(p.zero) +
                       " --parallel.sequence_parallel=" + (p.sequence_parallel ? "true" : "false") +
@@ -80,8 +82,13 @@ std::vector<std::pair<Schedule, int>> schedules(int pp, const Config& config, co
 StepPrediction predict_step(const Config& config, const Cluster& cluster, const StepModelOptions& options) {
   const TransformerSpec spec = transformer_spec(config.model);
   const ParallelConfig& p = config.parallel;
-  const int dp = p.dp, tp = p.tp, pp = p.pp, G = cluster.gpus_per_node, zero = dp > 1 ? p.zero : 0;
-  const double T = spec.seq_len, d = spec.d_model;
+  const int dp = p.dp, tp = p.tp, pp = p.pp, cp = p.cp, G = cluster.gpus_per_node;
+  const int replicas = dp * cp;  // the ranks that hold the same parameters (gradients, ZeRO)
+  const int zero = replicas > 1 ? p.zero : 0;
+  // A rank's tokens of each sequence: context parallelism splits them over cp ranks.
+  const double T = static_cast<double>(spec.seq_len) / cp, d = spec.d_model;
+  TransformerSpec local = spec;
+  local.seq_len = spec.seq_len / cp;
   const int micro_batch = config.train.micro_batch;
   const double m = static_cast<double>(config.train.global_batch / dp / micro_batch);  // micro-batches per step
   const GpuModel& gpu = cluster.gpu;
@@ -91,7 +98,22 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   // One layer's passes, and what recomputation reruns before its backward: trident's full
   // recompute the layer up to the MLP's output projection (kept), Megatron's
   // (options.whole_layer_recompute) the whole layer; selective attention's core.
-  const LayerTimes layer = layer_times(spec, micro_batch, tp, sequence_parallel, gpu, options);
+  LayerTimes layer = layer_times(local, micro_batch, tp, sequence_parallel, gpu, options);
+  // Under context parallelism a rank's queries meet all T keys, not only its T / cp: its
+  // attention is 1/cp of the whole's (the chunks balance it), cp times a T/cp sequence's.
+  layer.attention_forward *= cp;
+  layer.attention_backward *= cp;
+  // The ring (model/context_parallel.h): per layer, cp - 1 key/value blocks forward, 2 cp - 1
+  // blocks (the keys and values again, and their gradients) backward, each sent while the
+  // previous block's attention runs: only what that attention cannot hide is counted.
+  double ring_forward = 0, ring_backward = 0;
+  if (cp > 1) {
+    const double kv = static_cast<double>(spec.n_kv_head) * spec.head_dim / spec.kv_shards(tp);
+    const double block = micro_batch * T * 2 * kv * 2;  // bf16 k and v of the rank's tokens
+    const double bw = tp * cp <= G ? nvlink : network;
+    ring_forward = std::max(0.0, (cp - 1) * block / bw - layer.attention_forward);
+    ring_backward = std::max(0.0, (2 * cp - 1) * block / bw - layer.attention_backward);
+  }
   const Recompute recompute = config.train.recompute;
   const double rerun = recompute == Recompute::full
                            ? layer.forward() - (options.whole_layer_recompute ? 0.0 : layer.mlp_out_forward)
@@ -106,7 +128,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
 
   // The busiest stage: the most layers (the first ones of a balanced split) or the head (the last).
   const std::vector<int> layers = stage_layer_counts(spec.n_layer, pp, p.pp_layers);
-  const PassTimes head = head_times(spec, micro_batch, tp, gpu);
+  const PassTimes head = head_times(local, micro_batch, tp, gpu);
   PassTimes compute, busiest;
   double tp_per_micro_batch = 0;
   for (int stage : {0, pp - 1}) {
@@ -114,7 +136,8 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     PassTimes c{n * layer.forward() + with_head * head.forward,
                 n * (layer.input_grad() + rerun) + with_head * head.input_gradient,
                 n * layer.gemm_weight_grad + with_head * head.weight_gradient};
-    const double tp_forward = n * 2 * all_reduce, tp_backward = n * (2 + reruns) * all_reduce;
+    const double tp_forward = n * (2 * all_reduce + ring_forward),
+                 tp_backward = n * ((2 + reruns) * all_reduce + ring_backward + (recompute == Recompute::none ? 0.0 : ring_forward));
     const PassTimes total{c.forward + tp_forward, c.input_gradient + tp_backward, c.weight_gradient};
     if (total.total() <= busiest.total()) continue;
     busiest = total;
@@ -130,7 +153,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   s.bubble_s = pipeline_bubble(p.schedule, pp, p.vpp, busiest);
   if (pp > 1) {
     const double bytes = micro_batch * T * d * 2 / (sequence_parallel ? tp : 1);
-    const bool one_node = dp * tp * pp <= G;
+    const bool one_node = dp * tp * cp * pp <= G;
     s.pp_s = critical_path_transfers(p.schedule, pp, p.vpp) * bytes / (one_node ? nvlink : network);
   }
 
@@ -145,13 +168,14 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     for (size_t u = 0; u < layout.units().size(); u++)
       if (!layout.unit_is_block()[u]) kept_floats += static_cast<double>(layout.units()[u].size());
   }
-  if (dp > 1) {
+  if (replicas > 1) {
     // Across nodes NCCL runs one ring per network interface: a dp group with k members on
     // each node moves its data over k GPUs' links at once (nccl-tests' bus bandwidth over
     // nodes is about the node's line rate when all of its GPUs take part), up to NVLink's.
+    // Under context parallelism the group is dp x cp.
     const int members_per_node = std::max(1, G / (tp * pp));
-    const double bw = dp * tp * pp <= G ? nvlink : std::min(nvlink, members_per_node * network);
-    const double share = (dp - 1.0) / dp, gradients = stage_floats * 4;
+    const double bw = replicas * tp * pp <= G ? nvlink : std::min(nvlink, members_per_node * network);
+    const double share = (replicas - 1.0) / replicas, gradients = stage_floats * 4;
     const double block_floats = stage_floats - kept_floats;
     const double backward = compute.input_gradient + compute.weight_gradient;  // of one micro-batch
     double overlapped = 0, window = 0, after = 0;
@@ -176,10 +200,10 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   }
   // AdamW: read parameter, gradient, both moments, write them and the bf16 copy (30 bytes
   // per parameter updated here), at 80% of HBM bandwidth.
-  const double updated = zero >= 1 ? stage_floats / dp : stage_floats;
+  const double updated = zero >= 1 ? stage_floats / replicas : stage_floats;
   s.optimizer_s = updated * 30.0 / (gpu.hbm_tbps * 1e12 * 0.8);
   s.step_s = s.compute_s + s.tp_s + s.bubble_s + s.pp_s + s.dp_exposed_s + s.optimizer_s;
-  const double tokens = static_cast<double>(config.train.global_batch) * T;
+  const double tokens = static_cast<double>(config.train.global_batch) * spec.seq_len;
   s.tokens_per_s = tokens / s.step_s;
   s.mfu = flops_per_token(spec) * s.tokens_per_s / (cluster.world() * gpu.bf16_tflops * 1e12);
   return s;
@@ -215,20 +239,29 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
       refuse(e.what());
       continue;
     }
+    // Context parallelism for long sequences (16K tokens and more, where Megatron's and
+    // torchtitan's recipes turn it on): powers of two up to 16 that cut the sequence into
+    // 2 cp chunks (Llama 3 ran cp 16 at 128K tokens).
+    std::vector<int> context = {1};
+    for (int cp = 2; cp <= 16 && spec.seq_len >= kLongSequence && (world / tp) % cp == 0; cp *= 2)
+      if (spec.seq_len % (2 * cp) == 0) context.push_back(cp);
+    for (int cp : values("parallel.cp", context, config.parallel.cp)) {
     std::vector<int> stages;
     for (int pp : divisors(world / tp))
-      if (pp <= spec.n_layer) stages.push_back(pp);
+      if (pp <= spec.n_layer && (world / tp) % (pp * cp) == 0) stages.push_back(pp);
     for (int pp : values("parallel.pp", stages, config.parallel.pp)) {
-      if (world % (tp * pp) != 0) {
-        refuse("parallel.tp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(pp) +
-               ") must divide the cluster's " + std::to_string(world) + " GPUs");
+      if (world % (tp * cp * pp) != 0) {
+        refuse(cp > 1 ? "parallel.tp x parallel.cp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(cp) +
+                            " x " + std::to_string(pp) + ") must divide the cluster's " + std::to_string(world) + " GPUs"
+                      : "parallel.tp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(pp) +
+                            ") must divide the cluster's " + std::to_string(world) + " GPUs");
         continue;
       }
-      const int dp = world / (tp * pp);
+      const int dp = world / (tp * cp * pp);
       if (pins.pinned("parallel.dp") && dp != config.parallel.dp) {
-        refuse("parallel.dp=" + std::to_string(config.parallel.dp) + " x tp " + std::to_string(tp) + " x pp " +
-               std::to_string(pp) + " needs " + std::to_string(config.parallel.dp * tp * pp) + " GPUs; the cluster has " +
-               std::to_string(world));
+        refuse("parallel.dp=" + std::to_string(config.parallel.dp) + " x tp " + std::to_string(tp) + " x cp " +
+               std::to_string(cp) + " x pp " + std::to_string(pp) + " needs " +
+               std::to_string(config.parallel.dp * tp * cp * pp) + " GPUs; the cluster has " + std::to_string(world));
         continue;
       }
       if (config.train.global_batch % dp != 0) {
@@ -240,7 +273,7 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
       std::vector<int> micro_batches;
       for (int micro_batch = 1; micro_batch <= std::min(local, 16); micro_batch *= 2) micro_batches.push_back(micro_batch);
       for (const auto& [schedule, vpp] : schedules(pp, config, pins))
-        for (int zero : values("parallel.zero", dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}, config.parallel.zero))
+        for (int zero : values("parallel.zero", dp * cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}, config.parallel.zero))
           for (Recompute recompute : pins.pinned("train.recompute") ? std::vector<Recompute>{config.train.recompute}
                                                                      : std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full})
             for (int micro_batch : values("train.micro_batch", micro_batches, config.train.micro_batch)) {
@@ -249,6 +282,7 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
               c.train.precision = PrecisionSetting::bf16;
               c.parallel.dp = dp;
               c.parallel.tp = tp;
+              c.parallel.cp = cp;
               c.parallel.pp = pp;
               c.parallel.schedule = schedule;
               c.parallel.vpp = vpp;
@@ -256,7 +290,7 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
               c.parallel.shard_size = 0;
               c.parallel.pp_layers = "";
               if (!pins.pinned("parallel.sequence_parallel"))
-                c.parallel.sequence_parallel = tp > 1 && spec.seq_len % tp == 0;  // Megatron's default with tp
+                c.parallel.sequence_parallel = tp > 1 && (spec.seq_len / cp) % tp == 0;  // Megatron's default with tp
               c.train.recompute = recompute;
               c.train.micro_batch = micro_batch;
               // train.sbatch always checkpoints: count what a save keeps on the GPU (NCCL's
@@ -281,6 +315,7 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
               if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
               fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
             }
+    }
     }
   }
   const std::string on = std::to_string(cluster.nodes) + " node(s) x " + std::to_string(G) + " GPUs";

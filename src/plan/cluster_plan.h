@@ -1,5 +1,5 @@
 // `trident plan`: for a model and a cluster of GPUs that need not be here, every layout
-// (dp, tp, pp, ZeRO stage, recompute, micro-batch) whose busiest rank fits its GPU, with
+// (dp, tp, cp, pp, ZeRO stage, recompute, micro-batch) whose busiest rank fits its GPU, with
 // that rank's memory from the memory plan (plan/memory_plan.h, with the CUDA backend's
 // footprint) and a predicted step time, fastest first.
 //
@@ -10,10 +10,13 @@
 //             recomputation reruns before the backward;
 //   tp        4 all-reduces of B*T*d bf16 per layer and micro-batch (5 with full
 //             recompute: the rerun stops before the MLP's output projection), over
-//             NVLink, not overlapped (Megatron's default);
+//             NVLink, not overlapped (Megatron's default); with context parallelism (cp)
+//             T is a rank's T/cp tokens, its attention 1/cp of the sequence's, and the
+//             ring's key/value blocks (cp - 1 forward, 2 cp - 1 backward per layer) count
+//             here where a block's attention cannot hide them;
 //   pipeline  the schedule's bubble and transfers on the critical path
 //             (plan/schedule_time.h: 1F1B, GPipe, interleaved, zero bubble);
-//   dp        what trident sends: fp32 gradients (all-reduce; ZeRO: reduce-scatter, the
+//   dp        (dp x cp under context parallelism) what trident sends: fp32 gradients (all-reduce; ZeRO: reduce-scatter, the
 //             blocks' per micro-batch under ZeRO-2/3, the kept embeddings and head once
 //             after backward), the fp32 parameter all-gather after the step (ZeRO-1/2),
 //             ZeRO-3's bf16 gathers before each block's forward and backward and of the

@@ -6,7 +6,7 @@ namespace trident {
 
 const std::vector<std::string>& layout_keys() {
   static const std::vector<std::string> keys = {
-      "parallel.dp",       "parallel.tp",     "parallel.pp",       "parallel.vpp", "parallel.schedule",
+      "parallel.dp",       "parallel.tp",     "parallel.cp",       "parallel.pp",  "parallel.vpp", "parallel.schedule",
       "parallel.zero",     "train.recompute", "train.micro_batch", "parallel.sequence_parallel"};
   return keys;
 }
@@ -15,6 +15,7 @@ std::string layout_value(const Config& c, const std::string& key) {
   const ParallelConfig& p = c.parallel;
   if (key == "parallel.dp") return std::to_string(p.dp);
   if (key == "parallel.tp") return std::to_string(p.tp);
+  if (key == "parallel.cp") return std::to_string(p.cp);
   if (key == "parallel.pp") return std::to_string(p.pp);
   if (key == "parallel.vpp") return std::to_string(p.vpp);
   if (key == "parallel.schedule") return name_of(p.schedule);

@@ -244,7 +244,7 @@ TEST(ClusterPlan, LayoutsFitAndComeFastestFirst) {
   for (size_t i = 0; i < layouts.size(); i++) {
     const PlannedLayout& l = layouts[i];
     EXPECT_LE(static_cast<double>(l.memory.device_bytes()), 0.95 * 80 * (1 << 30)) << l.flags;
-    EXPECT_EQ(l.config.parallel.dp * l.config.parallel.tp * l.config.parallel.pp, 16) << l.flags;
+    EXPECT_EQ(l.config.parallel.dp * l.config.parallel.tp * l.config.parallel.cp * l.config.parallel.pp, 16) << l.flags;
     if (i > 0) {  // fastest first, up to the 0.5% within which the simpler layout comes first
       EXPECT_GE(layouts[i - 1].step.tokens_per_s, l.step.tokens_per_s / 1.005) << l.flags;
     }
@@ -488,6 +488,21 @@ TEST(ClusterPlan, BestLayoutOf70bModelsNamesItsSchedule) {
           << r.out;
       std::printf("%s\n%s", args.c_str(), r.out.c_str());
     }
+}
+
+TEST(ClusterPlan, LongSequencesGetContextParallelism) {
+  // Llama 3 8B at 128K tokens on 8 nodes: one rank cannot hold a sequence's activations
+  // (the config pins tp 2, pp 1, ZeRO-1), so every layout that fits splits the sequence.
+  const std::string args = "plan --config configs/llama3-8b.ini --model.seq_len=131072 --train.global_batch=16 "
+                           "--nodes 8 --gpu h100";
+  const CliRun r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  const size_t best = r.out.find("best: sbatch");
+  ASSERT_NE(best, std::string::npos) << r.out;
+  const size_t cp = r.out.find("--parallel.cp=", best);
+  ASSERT_NE(cp, std::string::npos) << r.out;
+  EXPECT_GT(std::stoi(r.out.substr(cp + 14)), 1) << r.out;
+  std::printf("%s\n%s", args.c_str(), r.out.c_str());
 }
 
 }  // namespace
