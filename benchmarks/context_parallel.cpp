@@ -136,8 +136,8 @@ Row run(ParallelState& parallel, kernels::Kernels& k, int T, int reps, bool warm
     ring.part_out = reinterpret_cast<Act*>(take(rows * kOutWidth));
     ring.part_lse = take(stats);
     ring.dq_part = reinterpret_cast<Act*>(take(rows * kQkvWidth));
-    attention = std::make_unique<RingAttention>(k, cp, reinterpret_cast<const int32_t*>(positions.data()), B, Tl, NH,
-                                                NKV, HD);
+    attention = std::make_unique<RingAttention>(k, cp, reinterpret_cast<const int32_t*>(positions.data()), Tl, NH, NKV,
+                                                HD);
   }
   const kernels::AttentionMask mask{my_positions, my_positions, nullptr};
   const size_t kv_column = static_cast<size_t>(NH) * HD;

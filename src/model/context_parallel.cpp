@@ -27,19 +27,23 @@ void take_positions(const int32_t* full, int B, int seq_len, const std::vector<i
     for (size_t t = 0; t < T; t++) mine[b * T + t] = full[static_cast<size_t>(b) * seq_len + positions[t]];
 }
 
-RingAttention::RingAttention(kernels::Kernels& k, Communicator& cp, const int32_t* positions, int /*B_max*/, int T,
-                             int NH, int NKV, int HD)
+RingAttention::RingAttention(kernels::Kernels& k, Communicator& cp, const int32_t* positions, int T, int NH, int NKV,
+                             int HD)
     : k_(k), cp_(cp), positions_(positions), T_(T), NH_(NH), NKV_(NKV), HD_(HD),
       next_((cp.rank() + 1) % cp.size()), prev_((cp.rank() + cp.size() - 1) % cp.size()) {}
 
-kernels::Act* RingAttention::kv_columns(kernels::Act* qkv) const {
-  return kernels::offset(qkv, static_cast<size_t>(NH_) * HD_, k_.activation_type());
+const kernels::Act* RingAttention::kv_columns(const kernels::Act* qkv) const {
+  return kv_columns(const_cast<kernels::Act*>(qkv));  // only read
+}
+
+kernels::Act* RingAttention::kv_columns(kernels::Act* dqkv) const {
+  return kernels::offset(dqkv, static_cast<size_t>(NH_) * HD_, k_.activation_type());
 }
 
 void RingAttention::forward(kernels::Act* out, float* lse, const kernels::Act* qkv, kernels::AttentionMask mask,
                             int B, const RingBuffers& ring) {
   const int P = cp_.size(), me = cp_.rank(), width = kv_width(), qkv_width = (NH_ + 2 * NKV_) * HD_;
-  k_.copy_columns(ring.kv[0], width, kv_columns(const_cast<kernels::Act*>(qkv)), qkv_width, B * T_, width);
+  k_.copy_columns(ring.kv[0], width, kv_columns(qkv), qkv_width, B * T_, width);
   int cur = 0;
   for (int step = 0; step < P; step++) {
     RequestPtr receive, send;
@@ -67,7 +71,7 @@ void RingAttention::backward(kernels::Act* dqkv, const kernels::Act* dout, const
                              const RingBuffers& ring) {
   const int P = cp_.size(), me = cp_.rank(), width = kv_width(), qkv_width = (NH_ + 2 * NKV_) * HD_;
   const size_t qkv_elements = static_cast<size_t>(B) * T_ * qkv_width;
-  k_.copy_columns(ring.kv[0], width, kv_columns(const_cast<kernels::Act*>(qkv)), qkv_width, B * T_, width);
+  k_.copy_columns(ring.kv[0], width, kv_columns(qkv), qkv_width, B * T_, width);
   // At step s this rank holds block (me - s) and the sum of its key/value gradients from
   // the ranks that had it before (prev took it one step earlier): adds its own part and
   // passes the sum on; after the last step next holds its own block's complete sum.

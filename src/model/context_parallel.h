@@ -39,8 +39,7 @@ struct RingBuffers {
 class RingAttention {
  public:
   // cp: the group; positions: every rank's token positions, [cp, T] in device memory.
-  RingAttention(kernels::Kernels& k, Communicator& cp, const int32_t* positions, int B_max, int T, int NH, int NKV,
-                int HD);
+  RingAttention(kernels::Kernels& k, Communicator& cp, const int32_t* positions, int T, int NH, int NKV, int HD);
 
   // out, lse = attention of this rank's queries (qkv rows) over every rank's keys, with
   // `mask`'s query side (its q_pos and document starts; kv_pos is each block's own).
@@ -57,7 +56,9 @@ class RingAttention {
  private:
   ActivationSpan span(kernels::Act* x, int B) const { return {x, block_elements(B), k_.activation_type()}; }
   const int32_t* positions_of(int rank) const { return positions_ + static_cast<size_t>(rank) * T_; }
-  kernels::Act* kv_columns(kernels::Act* qkv) const;  // a qkv row's k | v
+  // A qkv row's k | v columns (and of its gradient's rows).
+  const kernels::Act* kv_columns(const kernels::Act* qkv) const;
+  kernels::Act* kv_columns(kernels::Act* dqkv) const;
 
   kernels::Kernels& k_;
   Communicator& cp_;

@@ -75,7 +75,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   positions_ = kernels::DeviceBuffer(k, every_rank.size());
   k.copy_to_device(positions_.data(), every_rank.data(), every_rank.size() * sizeof(int32_t));
   if (cp_ > 1) {
-    ring_ = std::make_unique<RingAttention>(k, *cp, reinterpret_cast<const int32_t*>(positions_.data()), B_, T_,
+    ring_ = std::make_unique<RingAttention>(k, *cp, reinterpret_cast<const int32_t*>(positions_.data()), T_,
                                             heads_local_, kv_heads_local_, s.head_dim);
     my_tokens_.resize(static_cast<size_t>(B_) * T_);
     my_targets_.resize(my_tokens_.size());
