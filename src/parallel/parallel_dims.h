@@ -63,6 +63,12 @@ class ParallelDims {
   int world() const;
   RankCoords coords(int rank) const;
   int rank_of(const RankCoords& c) const;
+  // The ranks that hold the same parameters and sum their gradients: dp x cp (context
+  // parallelism's ranks see different tokens of the same sequences, as dp ranks see
+  // different sequences; Megatron's data-parallel-with-cp group), and a rank's place
+  // among them, cp fastest. ZeRO shards over them; replica 0 writes checkpoints.
+  int data_parallel_size() const { return size(Axis::dp) * size(Axis::cp); }
+  int data_parallel_rank(const RankCoords& c) const { return c[Axis::cp] + size(Axis::cp) * c[Axis::dp]; }
   // The global ranks of every group along `axis`, each group in rank order of that axis.
   std::vector<std::vector<int>> groups(Axis axis) const;
   // "grid: dp=2 pp=2 tp=2 (8 ranks; ...)" and the groups of every axis, one line each.

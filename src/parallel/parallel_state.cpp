@@ -53,7 +53,7 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
         make(split(dims.rank_of(coords_.with(axis, 0)), coords_[axis]), axis_name(axis));
   if (dims.size(Axis::cp) > 1)
     data_parallel_ = make(split(dims.rank_of(coords_.with(Axis::cp, 0).with(Axis::dp, 0)),
-                                coords_[Axis::cp] + dims.size(Axis::cp) * coords_[Axis::dp]),
+                                dims.data_parallel_rank(coords_)),
                           "dp x cp");
   // Every rank takes part in the split; those of neither end stage get no communicator.
   const int stages = dims.size(Axis::pp), stage = coords_[Axis::pp];

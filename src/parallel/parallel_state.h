@@ -38,13 +38,11 @@ class ParallelState {
   Communicator& dp() { return group(Axis::dp); }
   Communicator& pp() { return group(Axis::pp); }
   Communicator& cp() { return group(Axis::cp); }
-  // The ranks that hold the same parameters and sum their gradients: dp x cp (context
-  // parallelism's ranks see different tokens of the same sequences, as dp ranks see
-  // different sequences; Megatron's data-parallel-with-cp group); the dp group itself
-  // when cp == 1. Ordered cp fastest. ZeRO shards over it.
+  // The ranks that hold the same parameters (ParallelDims::data_parallel_size: dp x cp);
+  // the dp group itself when cp == 1.
   Communicator& data_parallel() { return data_parallel_ ? *data_parallel_ : dp(); }
-  int data_parallel_size() const { return size(Axis::dp) * size(Axis::cp); }
-  int data_parallel_rank() const { return coord(Axis::cp) + size(Axis::cp) * coord(Axis::dp); }
+  int data_parallel_size() const { return dims_.data_parallel_size(); }
+  int data_parallel_rank() const { return dims_.data_parallel_rank(coords_); }
   Communicator& node() { return *node_; }
   // The first and last pipeline stage of this rank's (dp, tp) column, which both hold
   // the tied embedding; null on other stages and when pp == 1.

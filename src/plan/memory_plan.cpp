@@ -50,14 +50,9 @@ std::string RankMemoryPlan::describe() const {
 
 namespace {
 
-// The ranks that hold the same parameters (model/parallel_state.h: data_parallel()), and
-// this rank's place among them.
-int data_parallel_size(const ParallelDims& d) { return d.size(Axis::dp) * d.size(Axis::cp); }
-int data_parallel_rank(const ParallelDims& d, const RankCoords& c) { return c[Axis::cp] + d.size(Axis::cp) * c[Axis::dp]; }
-
 ParameterLayout rank_layout(const Config& config, const RankCoords& c) {
   const ParallelDims d = config.dims();
-  return ParameterLayout(transformer_spec(config.model), c[Axis::tp], d.size(Axis::tp), data_parallel_size(d),
+  return ParameterLayout(transformer_spec(config.model), c[Axis::tp], d.size(Axis::tp), d.data_parallel_size(),
                          stage_spec(config.model.n_layer, c[Axis::pp], d.size(Axis::pp), config.parallel.pp_layers,
                                     config.parallel.vpp));
 }
@@ -69,7 +64,7 @@ size_t buffer_bytes(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(
 
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
   if (config.checkpoint.dir.empty()) return 0;
-  return Checkpointer::piece_bytes(rank_layout(config, coords), data_parallel_rank(config.dims(), coords) == 0);
+  return Checkpointer::piece_bytes(rank_layout(config, coords), config.dims().data_parallel_rank(coords) == 0);
 }
 
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
@@ -85,8 +80,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   };
   char detail[160];
 
-  const int zero = data_parallel_size(d) > 1 ? config.parallel.zero : 0;
-  const bool writer = data_parallel_rank(d, coords) == 0;  // of the checkpoint's pieces
+  const int zero = d.data_parallel_size() > 1 ? config.parallel.zero : 0;
+  const bool writer = d.data_parallel_rank(coords) == 0;  // of the checkpoint's pieces
   // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
   // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
   const ZeroStage stage = static_cast<ZeroStage>(zero);
@@ -101,12 +96,12 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
-  const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : data_parallel_size(d);
+  const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.data_parallel_size();
   std::vector<FlatRange> owned;
   if (zero > 0)
     owned = DataParallel::sharded_ranges(
         zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
-        data_parallel_rank(d, coords) % shards);
+        d.data_parallel_rank(coords) % shards);
   add("optimizer state", zero > 0 ? "AdamW m, v; 1/" + std::to_string(shards) : std::string("AdamW m, v"),
       AdamW::state_floats_for(layout, owned) * f32);
   if (zero > 0) {
@@ -154,16 +149,16 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       return sum;
     };
     size_t in_flight = 0;
-    if (data_parallel_size(d) > 1) {
+    if (d.data_parallel_size() > 1) {
       std::vector<size_t> windows, kept, buckets;
       for (size_t u = 0; u < layout.units().size(); u++)
         (layout.unit_is_block()[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
-      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : data_parallel_size(d)))
+      for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.data_parallel_size()))
         buckets.push_back(b.size() * f32);
       in_flight = zero >= 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
                             : largest_sum(buckets, kMpiReductionsInFlight);
       if (zero > 0 && shards > 2) in_flight *= 2;  // reduce-scatters
-      if (zero > 0 && shards < data_parallel_size(d)) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
+      if (zero > 0 && shards < d.data_parallel_size()) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
     }
     const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * shape.seq_len * spec.d_model);
     const bool scatters = config.parallel.sequence_parallel && d.size(Axis::tp) > 2;
@@ -175,8 +170,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     // direction), the tied embedding's.
     const TransformerSpec& ts = spec;
     const bool shared_kv = d.size(Axis::tp) > ts.n_kv_head;
-    const bool hybrid = zero > 0 && shards < data_parallel_size(d);
-    const int communicators = (d.size(Axis::tp) > 1) * (1 + shared_kv) + (data_parallel_size(d) > 1) * (1 + 2 * hybrid) + (d.size(Axis::cp) > 1) + (d.size(Axis::pp) > 1) * 3 +
+    const bool hybrid = zero > 0 && shards < d.data_parallel_size();
+    const int communicators = (d.size(Axis::tp) > 1) * (1 + shared_kv) + (d.data_parallel_size() > 1) * (1 + 2 * hybrid) + (d.size(Axis::cp) > 1) + (d.size(Axis::pp) > 1) * 3 +
                               (d.size(Axis::pp) > 1 && ts.tied_head);
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator",
         static_cast<size_t>(communicators) * (64u << 20));

@@ -35,7 +35,7 @@ std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, Parall
 }
 
 int zero_stage(const Config& config, const ParallelDims& dims) {
-  return dims.size(Axis::dp) * dims.size(Axis::cp) > 1 ? config.parallel.zero : 0;  // over dp x cp
+  return dims.data_parallel_size() > 1 ? config.parallel.zero : 0;
 }
 
 HybridGroups hybrid_groups(const Config& config, ParallelState& parallel) {
