@@ -18,5 +18,8 @@ struct Act;
 inline Act* offset(Act* p, size_t elements, DType type) {
   return reinterpret_cast<Act*>(reinterpret_cast<char*>(p) + elements * dtype_bytes(type));
 }
+inline const Act* offset(const Act* p, size_t elements, DType type) {
+  return reinterpret_cast<const Act*>(reinterpret_cast<const char*>(p) + elements * dtype_bytes(type));
+}
 
 }  // namespace trident::kernels

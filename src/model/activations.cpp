@@ -98,14 +98,8 @@ ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels*
     want(scratch.gathered, BT * C);
     want(scratch.dnorm_rows, R * C);
   }
-  if (s.context_parallel > 1) {
-    RingBuffers& r = scratch.ring;
-    const size_t block = BT * (s.qkv_width - s.attention_width);  // [k | v] of every row
-    for (kernels::Act** p : {&r.kv[0], &r.kv[1], &r.dkv_out[0], &r.dkv_out[1], &r.dkv_in, &r.dkv_part}) want(*p, block);
-    want(r.part_out, BT * s.attention_width);
-    want_f32(r.part_lse, s.attention_stats_floats);
-    want(r.dq_part, BT * s.qkv_width);
-  }
+  if (s.context_parallel > 1)
+    scratch.ring.lay_out(BT, s.qkv_width, s.attention_width, s.attention_stats_floats, want, want_f32);
   if (k == nullptr) return;
 
   memory_ = kernels::DeviceBuffer(*k, bytes_.total() / sizeof(float));

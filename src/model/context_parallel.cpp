@@ -21,6 +21,15 @@ std::vector<int32_t> context_positions(int seq_len, int cp, int rank) {
   return positions;
 }
 
+std::vector<int32_t> context_positions_of_every_rank(int seq_len, int cp) {
+  std::vector<int32_t> every_rank;
+  for (int r = 0; r < cp; r++) {
+    const std::vector<int32_t> p = context_positions(seq_len, cp, r);
+    every_rank.insert(every_rank.end(), p.begin(), p.end());
+  }
+  return every_rank;
+}
+
 void take_positions(const int32_t* full, int B, int seq_len, const std::vector<int32_t>& positions, int32_t* mine) {
   const size_t T = positions.size();
   for (int b = 0; b < B; b++)
@@ -33,7 +42,7 @@ RingAttention::RingAttention(kernels::Kernels& k, Communicator& cp, const int32_
       next_((cp.rank() + 1) % cp.size()), prev_((cp.rank() + cp.size() - 1) % cp.size()) {}
 
 const kernels::Act* RingAttention::kv_columns(const kernels::Act* qkv) const {
-  return kv_columns(const_cast<kernels::Act*>(qkv));  // only read
+  return kernels::offset(qkv, static_cast<size_t>(NH_) * HD_, k_.activation_type());
 }
 
 kernels::Act* RingAttention::kv_columns(kernels::Act* dqkv) const {

@@ -22,6 +22,8 @@ namespace trident {
 // The global positions of the tokens rank `rank` of `cp` holds, in its order: chunk
 // rank, then chunk 2cp-1-rank, of seq_len / (2 cp) tokens each (strictly increasing).
 std::vector<int32_t> context_positions(int seq_len, int cp, int rank);
+// Every rank's, rank after rank: [cp, seq_len / cp] (whose keys a ring block holds).
+std::vector<int32_t> context_positions_of_every_rank(int seq_len, int cp);
 
 // mine[b, t] = full[b, positions[t]] for B rows of `seq_len` (a rank's share of a batch).
 void take_positions(const int32_t* full, int B, int seq_len, const std::vector<int32_t>& positions, int32_t* mine);
@@ -34,6 +36,17 @@ struct RingBuffers {
   kernels::Act *kv[2] = {}, *dkv_out[2] = {}, *dkv_in = nullptr, *dkv_part = nullptr;
   kernels::Act *part_out = nullptr, *dq_part = nullptr;
   float* part_lse = nullptr;
+
+  // Hands each buffer and its size for `rows` rows to an allocator: want(Act*&, elements),
+  // want_f32(float*&, floats) (lse_floats: the kernels' row statistics for these rows).
+  template <class Want, class WantF32>
+  void lay_out(size_t rows, int qkv_width, int out_width, size_t lse_floats, Want&& want, WantF32&& want_f32) {
+    const size_t block = rows * (qkv_width - out_width);  // [k | v] of every row
+    for (kernels::Act** p : {&kv[0], &kv[1], &dkv_out[0], &dkv_out[1], &dkv_in, &dkv_part}) want(*p, block);
+    want(part_out, rows * out_width);
+    want_f32(part_lse, lse_floats);
+    want(dq_part, rows * qkv_width);
+  }
 };
 
 class RingAttention {

@@ -65,11 +65,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   Communicator* cp = options.context_parallel;
   cp_ = cp != nullptr ? cp->size() : 1;
   T_ = s.seq_len / cp_;
-  std::vector<int32_t> every_rank;
-  for (int r = 0; r < cp_; r++) {
-    const std::vector<int32_t> p = context_positions(s.seq_len, cp_, r);
-    every_rank.insert(every_rank.end(), p.begin(), p.end());
-  }
+  const std::vector<int32_t> every_rank = context_positions_of_every_rank(s.seq_len, cp_);
   cp_rank_ = cp != nullptr ? cp->rank() : 0;
   host_positions_ = context_positions(s.seq_len, cp_, cp_rank_);
   positions_ = kernels::DeviceBuffer(k, every_rank.size());
