@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "kernels/base/memory.h"
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
@@ -100,14 +101,10 @@ size_t arena_bytes(const kernels::Footprint& k, int T, int P) {
 Row run(ParallelState& parallel, kernels::Kernels& k, int T, int reps, bool warm_up) {
   Communicator& cp = parallel.cp();
   const int P = cp.size(), me = cp.rank(), Tl = T / P;
-  const size_t rows = static_cast<size_t>(B) * Tl, block = rows * kKvWidth;
+  const size_t rows = static_cast<size_t>(B) * Tl;
   const size_t stats = k.attention_stats_floats(B, Tl, NH);
   // Every rank's positions [P, Tl]; this rank's rows are its own.
-  std::vector<int32_t> every_rank;
-  for (int r = 0; r < P; r++) {
-    const std::vector<int32_t> p = context_positions(T, P, r);
-    every_rank.insert(every_rank.end(), p.begin(), p.end());
-  }
+  const std::vector<int32_t> every_rank = context_positions_of_every_rank(T, P);
   const std::vector<int32_t> mine = context_positions(T, P, me);
   DeviceBuffer positions(k, every_rank.size());
   k.copy_to_device(positions.data(), every_rank.data(), every_rank.size() * sizeof(int32_t));
@@ -121,21 +118,19 @@ Row run(ParallelState& parallel, kernels::Kernels& k, int T, int reps, bool warm
   row.T = T;
   row.kept_bytes = (rows * kQkvWidth + rows * kOutWidth + stats) * sizeof(float);
 
-  // The ring's buffers, as the activation arena lays them out (model/activations.cpp).
+  // The ring's buffers, laid out as the activation arena lays them (RingBuffers::lay_out).
   std::vector<DeviceBuffer> ring_memory;
   RingBuffers ring;
   std::unique_ptr<RingAttention> attention;
   if (P > 1) {
-    const auto take = [&](size_t floats) {
+    const auto take = [&](size_t floats) {  // fp32: an element is a float
       ring_memory.emplace_back(k, floats);
       row.ring_bytes += floats * sizeof(float);
       return ring_memory.back().data();
     };
-    for (Act** p : {&ring.kv[0], &ring.kv[1], &ring.dkv_out[0], &ring.dkv_out[1], &ring.dkv_in, &ring.dkv_part})
-      *p = reinterpret_cast<Act*>(take(block));
-    ring.part_out = reinterpret_cast<Act*>(take(rows * kOutWidth));
-    ring.part_lse = take(stats);
-    ring.dq_part = reinterpret_cast<Act*>(take(rows * kQkvWidth));
+    ring.lay_out(
+        rows, kQkvWidth, kOutWidth, stats, [&](Act*& p, size_t n) { p = reinterpret_cast<Act*>(take(n)); },
+        [&](float*& p, size_t n) { p = take(n); });
     attention = std::make_unique<RingAttention>(k, cp, reinterpret_cast<const int32_t*>(positions.data()), Tl, NH, NKV,
                                                 HD);
   }
@@ -191,31 +186,7 @@ Row run(ParallelState& parallel, kernels::Kernels& k, int T, int reps, bool warm
   return row;
 }
 
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> values;
-  for (const char* p = text; *p != '\0';) {
-    values.push_back(std::atoi(p));
-    p = std::strchr(p, ',');
-    if (p == nullptr) break;
-    p++;
-  }
-  return values;
-}
-
 double mib(double bytes) { return bytes / (1 << 20); }
-
-// The machine's load (another job on the cores shows here): /proc/loadavg's first three.
-std::string load_average() {
-  char text[64] = {};
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fgets(text, sizeof text, f) == nullptr) text[0] = '\0';
-    std::fclose(f);
-  }
-  std::string s(text);
-  for (int spaces = 0, i = 0; i < static_cast<int>(s.size()); i++)
-    if (s[i] == ' ' && ++spaces == 3) return s.substr(0, i);
-  return s;
-}
 
 }  // namespace
 
@@ -225,7 +196,7 @@ int main(int argc, char** argv) {
   std::vector<int> lengths = {4096, 8192, 16384, 32768};
   int reps = 0;  // 0: 3 below 8K tokens, 1 from there (a run of the table stays near 3 minutes)
   for (int i = 1; i < argc; i++) {
-    if (!std::strncmp(argv[i], "--T=", 4)) lengths = parse_list(argv[i] + 4);
+    if (!std::strncmp(argv[i], "--T=", 4)) lengths = bench::parse_int_list(argv[i] + 4);
     else if (!std::strncmp(argv[i], "--reps=", 7)) reps = std::atoi(argv[i] + 7);
     else {
       if (world.is_root()) std::fprintf(stderr, "usage: %s [--T=4096,8192,...] [--reps=N]\n", argv[0]);
@@ -253,7 +224,7 @@ int main(int argc, char** argv) {
 
   std::printf("cp = %d ranks; attention NH %d, NKV %d, HD %d, B %d, fp32; GEMM rate per rank %.1f GFLOP/s "
               "(n = 1024, all ranks at once); load average at the end: %s\n",
-              P, NH, NKV, HD, B, gemm, load_average().c_str());
+              P, NH, NKV, HD, B, gemm, bench::load_average().c_str());
   std::printf("(times: the slowest rank's, mean of the repetitions; counts: rank 0's, 'equal' also checks that every "
               "rank's are the same)\n\n");
   std::printf("| cp | T | tokens/rank | forward (ms) | backward (ms) | fwd+bwd (ms) | per token of T (us) | "

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "data/indexed_dataset.h"
+#include "bench_common.h"
 #include "kernels/base/memory.h"
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
@@ -53,30 +54,6 @@ void fill(DeviceBuffer& buffer, size_t n, uint64_t stream) {
     buffer.data()[i] = static_cast<float>(static_cast<double>(hash_key(7, stream, i) >> 11) * 0x1.0p-52 - 1.0);
 }
 
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> values;
-  for (const char* p = text; *p != '\0';) {
-    values.push_back(std::atoi(p));
-    p = std::strchr(p, ',');
-    if (p == nullptr) break;
-    p++;
-  }
-  return values;
-}
-
-// The machine's load (another job on the cores shows here): /proc/loadavg's first three.
-std::string load_average() {
-  char text[64] = {};
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fgets(text, sizeof text, f) == nullptr) text[0] = '\0';
-    std::fclose(f);
-  }
-  std::string s(text);
-  for (int spaces = 0, i = 0; i < static_cast<int>(s.size()); i++)
-    if (s[i] == ' ' && ++spaces == 3) return s.substr(0, i);
-  return s;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,7 +63,7 @@ int main(int argc, char** argv) {
   int reps = 0;  // 0: 3 below 16K tokens, 1 from there
   for (int i = 1; i < argc; i++) {
     if (!std::strncmp(argv[i], "--data=", 7)) prefix = argv[i] + 7;
-    else if (!std::strncmp(argv[i], "--T=", 4)) lengths = parse_list(argv[i] + 4);
+    else if (!std::strncmp(argv[i], "--T=", 4)) lengths = bench::parse_int_list(argv[i] + 4);
     else if (!std::strncmp(argv[i], "--reps=", 7)) reps = std::atoi(argv[i] + 7);
     else {
       std::fprintf(stderr, "usage: %s [--data=PREFIX] [--T=1024,4096,...] [--reps=N]\n", argv[0]);
@@ -158,6 +135,6 @@ int main(int argc, char** argv) {
                 causal_chunks / visited, in_mask / causal, flops_per_pair * causal_chunks / seconds[0] / 1e9,
                 flops_per_pair * visited / seconds[1] / 1e9);
   }
-  std::printf("\n(mean of the repetitions; load average at the end: %s)\n", load_average().c_str());
+  std::printf("\n(mean of the repetitions; load average at the end: %s)\n", bench::load_average().c_str());
   return 0;
 }
