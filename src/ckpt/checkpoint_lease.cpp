@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/base/error.h"
+#include "runtime/wall_clock.h"
 
 namespace trident {
 
@@ -29,17 +30,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLeaseName = "LEASE";
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string utc(double unix_time) {
-  const std::time_t t = static_cast<std::time_t>(unix_time);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return text;
-}
 
 std::string env(const char* name) {
   const char* value = std::getenv(name);
@@ -131,7 +121,7 @@ std::string LeaseHolder::describe(double now) const {
     if (!array_job.empty()) s += " (array " + array_job + "_" + array_task + ")";
   }
   if (renewed > 0) s += ", lease renewed " + format_seconds(std::max(0.0, now - renewed)) + " ago";
-  if (acquired > 0) s += ", taken " + utc(acquired);
+  if (acquired > 0) s += ", taken " + utc_text(acquired);
   return s;
 }
 
@@ -153,7 +143,7 @@ LeaseHolder this_process(double lease_s) {
   char nonce[33];
   std::snprintf(nonce, sizeof nonce, "%08x%08x%08x%08x", random(), random(), random(), random());
   h.nonce = nonce;
-  h.acquired = h.renewed = unix_now();
+  h.acquired = h.renewed = unix_seconds();
   h.lease_s = lease_s;
   return h;
 }
@@ -172,8 +162,8 @@ std::string lease_json(const LeaseHolder& h) {
                             {"nonce", h.nonce},
                             {"acquired", h.acquired},
                             {"renewed", h.renewed},
-                            {"acquired_utc", utc(h.acquired)},
-                            {"renewed_utc", utc(h.renewed)},
+                            {"acquired_utc", utc_text(h.acquired)},
+                            {"renewed_utc", utc_text(h.renewed)},
                             {"lease_s", h.lease_s}};
   return j.dump() + "\n";
 }
@@ -230,7 +220,7 @@ LeaseVerdict judge_lease(const LeaseHolder& holder, const LeaseHolder& me, doubl
     v.why = "not renewed for " + format_seconds(v.age_s) + " (its lease_s: " + format_seconds(lease_s) + ")";
   } else {
     v.kind = LeaseVerdict::live;
-    v.why = "live: stale at " + utc(now - v.age_s + lease_s) + " unless renewed, its lease_s being " +
+    v.why = "live: stale at " + utc_text(now - v.age_s + lease_s) + " unless renewed, its lease_s being " +
             format_seconds(lease_s);
   }
   return v;
@@ -266,7 +256,7 @@ double CheckpointLease::lease_s() const {
 double CheckpointLease::renew_every_s() const { return std::min(5.0, lease_s() / 4); }
 
 std::string CheckpointLease::write_temporary() {
-  me_.renewed = unix_now();
+  me_.renewed = unix_seconds();
   me_.lease_s = lease_s();
   const std::string tmp = (fs::path(dir_) / (".LEASE." + me_.nonce + ".tmp")).string();
   unlink(tmp.c_str());
@@ -308,7 +298,7 @@ void CheckpointLease::remove_leftovers() {
     const std::string name = it->path().filename().string();
     if (name.rfind(".LEASE.", 0) != 0) continue;
     // A temporary or a claim a minute old: its writer was killed in its moment.
-    if (unix_now() - mtime_of(it->path().string()) > 60) fs::remove(it->path(), ec);
+    if (unix_seconds() - mtime_of(it->path().string()) > 60) fs::remove(it->path(), ec);
   }
 }
 
@@ -344,7 +334,7 @@ void CheckpointLease::acquire() {
     }
     const double mtime = mtime_of(path_);
     const LeaseHolder holder = holder_of(*text);
-    const double now = unix_now();
+    const double now = unix_seconds();
     const LeaseVerdict v = judge_lease(holder, me_, now, mtime, std::max(options_.min_lease_s, lease_s()),
                                        holder_process_gone(holder, me_));
     if (!v.may_take()) {
@@ -367,7 +357,7 @@ void CheckpointLease::acquire() {
       if (error != EEXIST)
         throw UsageError("cannot take over the lease on checkpoint.dir " + dir_ + ": link " + claim + ": " +
                          std::strerror(error) + " (checkpoint.dir must be a writable folder)");
-      if (unix_now() - mtime_of(claim) > 10) unlink(claim.c_str());
+      if (unix_seconds() - mtime_of(claim) > 10) unlink(claim.c_str());
       std::this_thread::sleep_for(std::chrono::duration<double>(options_.settle_s));
       continue;  // another taker's: its lease, once in place, is judged
     }
@@ -443,7 +433,7 @@ bool CheckpointLease::renew(bool check_now) {
     // run's checkpoints would now mix with another's.
     if (!tmp.empty()) unlink(tmp.c_str());
     held_ = false;
-    lost_to_ = text ? "another run holds it now: " + holder.describe(unix_now()) : "its lease " + path_ + " was removed";
+    lost_to_ = text ? "another run holds it now: " + holder.describe(unix_seconds()) : "its lease " + path_ + " was removed";
     return false;
   }
   if (tmp.empty()) return true;

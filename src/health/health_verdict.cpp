@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/base/error.h"
+#include "runtime/wall_clock.h"
 
 namespace fs = std::filesystem;
 
@@ -32,13 +33,6 @@ std::string job_id() {
 
 // This job's verdict in the folder set by set_checkpoint_dir.
 std::string verdict_file() { return (fs::path(folder_path()) / (job_id() + ".json")).string(); }
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return text;
-}
 
 }  // namespace
 
@@ -75,7 +69,7 @@ void set_checkpoint_dir(const std::string& checkpoint_dir) {
 
 std::string to_json(const Verdict& v) {
   const nlohmann::json j = {{"job", job_id()}, {"host", v.host},         {"ranks", v.ranks},
-                            {"reason", v.reason}, {"evidence", v.evidence}, {"time", utc_now()}};
+                            {"reason", v.reason}, {"evidence", v.evidence}, {"time", utc_text(unix_seconds())}};
   return j.dump(2) + "\n";
 }
 

@@ -10,14 +10,11 @@
 #include <optional>
 
 #include "kernels/base/error.h"
+#include "runtime/wall_clock.h"
 
 namespace trident {
 
 namespace {
-
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 bool is_counter(const std::string& name) { return name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0; }
 

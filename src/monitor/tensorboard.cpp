@@ -8,6 +8,7 @@
 
 #include "monitor/protobuf_wire.h"
 #include "kernels/base/error.h"
+#include "runtime/wall_clock.h"
 
 namespace trident {
 
@@ -33,10 +34,6 @@ namespace tensor {  // message TensorProto, with DataType DT_STRING (types.proto
 constexpr int kDtype = 1, kShape = 2, kStringVal = 8, kDtString = 7;
 }
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // The events of a process are numbered from 0, as TensorBoard's global uid is.
 int next_file_number() {
   static int n = 0;
@@ -55,12 +52,12 @@ std::string file_in(const std::string& dir) {
   require(!ec && std::filesystem::is_directory(dir),
           "cannot make the TensorBoard folder '" + dir + "' (log.tensorboard_dir; 'none' turns TensorBoard off)" +
               (ec ? ": " + ec.message() : ""));
-  return (std::filesystem::path(dir) / event_file_name(now(), host_name(), getpid(), next_file_number())).string();
+  return (std::filesystem::path(dir) / event_file_name(unix_seconds(), host_name(), getpid(), next_file_number())).string();
 }
 
 ProtoWriter event_at(int64_t step) {
   ProtoWriter e;
-  e.double_field(event::kWallTime, now());
+  e.double_field(event::kWallTime, unix_seconds());
   if (step != 0) e.varint_field(event::kStep, static_cast<uint64_t>(step));
   return e;
 }

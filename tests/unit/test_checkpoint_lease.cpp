@@ -25,15 +25,12 @@
 #include "ckpt/checkpoint_lease.h"
 #include "cli_helpers.h"
 #include "kernels/base/error.h"
+#include "runtime/wall_clock.h"
 
 namespace fs = std::filesystem;
 
 namespace trident {
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string fresh_dir(const std::string& name) {
   const std::string dir = testing::TempDir() + "lease_" + name;
@@ -197,7 +194,7 @@ TEST(LeaseLogic, AStaleLeaseIsTakenOverNamingItsHolder) {
   LeaseHolder old = this_process(5);
   old.host = "node-3";
   old.pid = 555;
-  old.renewed = unix_now() - 60;
+  old.renewed = unix_seconds() - 60;
   write_lease(dir, old);
   fs::last_write_time(dir + "/LEASE", fs::file_time_type::clock::now() - std::chrono::seconds(60));
   CheckpointLease lease(dir, options(5));
@@ -286,7 +283,7 @@ TEST(LeaseLogic, TakersRacingForAStaleLeaseLeaveExactlyOneHolder) {
     const std::string dir = fresh_dir("race_stale");
     LeaseHolder old = this_process(5);
     old.host = "node-dead";
-    old.renewed = unix_now() - 100;
+    old.renewed = unix_seconds() - 100;
     write_lease(dir, old);
     fs::last_write_time(dir + "/LEASE", fs::file_time_type::clock::now() - std::chrono::seconds(100));
     race(dir, 8, "host node-dead");
