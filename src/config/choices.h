@@ -69,8 +69,8 @@ const char* name_of(E value) {
   return Choices<E>::names[static_cast<size_t>(value)];
 }
 
-// "a, b or c": the names, for messages.
-// "a, b or c"
+// "a, b or c": the names, for messages (joined out of line: GCC 12 at -O3 -march=native
+// built "a, b, c" from the inline loop).
 std::string join_choices(const char* const* names, size_t count);
 
 template <class E>

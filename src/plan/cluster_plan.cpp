@@ -17,8 +17,8 @@ namespace trident {
 
 namespace {
 
-constexpr double kUsableMemory = 0.95;
-constexpr int kLongSequence = 16384;  // tokens from which context parallelism is tried  // of the device's memory: the CUDA context, fragmentation
+constexpr double kUsableMemory = 0.95;  // of the device's memory: the CUDA context, fragmentation
+constexpr int kLongSequence = 16384;    // tokens from which context parallelism is tried
 
 double usable_bytes(const GpuModel& gpu) { return gpu.memory_gib * kUsableMemory * (1024.0 * 1024.0 * 1024.0); }
 
@@ -227,6 +227,75 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
   const auto refuse = [&](const std::string& why) {
     if (broken_rule.empty()) broken_rule = why;
   };
+  // Every layout of one (tp, cp, pp) grid: its dp, schedules, ZeRO stages, recompute and
+  // micro-batches.
+  const auto try_grid = [&](int tp, int cp, int pp) {
+    if (world % (tp * cp * pp) != 0) {
+      const std::string axes = cp > 1 ? "parallel.tp x parallel.cp x parallel.pp (" + std::to_string(tp) + " x " +
+                                            std::to_string(cp) + " x " + std::to_string(pp)
+                                      : "parallel.tp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(pp);
+      refuse(axes + ") must divide the cluster's " + std::to_string(world) + " GPUs");
+      return;
+    }
+    const int dp = world / (tp * cp * pp);
+    if (pins.pinned("parallel.dp") && dp != config.parallel.dp) {
+      refuse("parallel.dp=" + std::to_string(config.parallel.dp) + " x tp " + std::to_string(tp) + " x cp " +
+             std::to_string(cp) + " x pp " + std::to_string(pp) + " needs " +
+             std::to_string(config.parallel.dp * tp * cp * pp) + " GPUs; the cluster has " + std::to_string(world));
+      return;
+    }
+    if (config.train.global_batch % dp != 0) {
+      refuse("train.global_batch (" + std::to_string(config.train.global_batch) + ") must be a multiple of dp (" +
+             std::to_string(dp) + ")");
+      return;
+    }
+    const int local = config.train.global_batch / dp;
+    std::vector<int> micro_batches;
+    for (int micro_batch = 1; micro_batch <= std::min(local, 16); micro_batch *= 2) micro_batches.push_back(micro_batch);
+    for (const auto& [schedule, vpp] : schedules(pp, config, pins))
+      for (int zero : values("parallel.zero", dp * cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}, config.parallel.zero))
+        for (Recompute recompute : pins.pinned("train.recompute") ? std::vector<Recompute>{config.train.recompute}
+                                                                   : std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full})
+          for (int micro_batch : values("train.micro_batch", micro_batches, config.train.micro_batch)) {
+            Config c = config;
+            c.train.device = Device::cuda;
+            c.train.precision = PrecisionSetting::bf16;
+            c.parallel.dp = dp;
+            c.parallel.tp = tp;
+            c.parallel.cp = cp;
+            c.parallel.pp = pp;
+            c.parallel.schedule = schedule;
+            c.parallel.vpp = vpp;
+            c.parallel.zero = zero;
+            c.parallel.shard_size = 0;
+            c.parallel.pp_layers = "";
+            if (!pins.pinned("parallel.sequence_parallel"))
+              c.parallel.sequence_parallel = tp > 1 && (spec.seq_len / cp) % tp == 0;  // Megatron's default with tp
+            c.train.recompute = recompute;
+            c.train.micro_batch = micro_batch;
+            // train.sbatch always checkpoints: count what a save keeps on the GPU (NCCL's
+            // staging of the moments) and on the host.
+            if (c.checkpoint.dir.empty()) c.checkpoint.dir = "checkpoints";
+            try {
+              c.validate();
+              resolve_for_world(c, world);
+              // The stage's chunks share its layers equally (as the run's stage split checks).
+              stage_layer_counts(c.model.n_layer, c.parallel.pp, c.parallel.pp_layers, c.parallel.vpp);
+            } catch (const UsageError& e) {
+              refuse(e.what());
+              continue;
+            }
+            RankMemoryPlan memory = busiest_stage_plan(c, *footprint);
+            if (memory.device_bytes() < smallest) {
+              smallest = memory.device_bytes();
+              leanest = layout_flags(c) + ": " + memory.describe();
+            }
+            // Not monotone in the micro-batch (the slots in flight, ZeRO-2/3's accumulation
+            // buffers change with it): every one is tried.
+            if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
+            fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
+          }
+  };
   for (int tp : values("parallel.tp", divisors(G), config.parallel.tp)) {
     if (G % tp != 0) {
       refuse("parallel.tp (" + std::to_string(tp) + ") must divide the GPUs of a node (" + std::to_string(G) +
@@ -246,76 +315,10 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
     for (int cp = 2; cp <= 16 && spec.seq_len >= kLongSequence && (world / tp) % cp == 0; cp *= 2)
       if (spec.seq_len % (2 * cp) == 0) context.push_back(cp);
     for (int cp : values("parallel.cp", context, config.parallel.cp)) {
-    std::vector<int> stages;
-    for (int pp : divisors(world / tp))
-      if (pp <= spec.n_layer && (world / tp) % (pp * cp) == 0) stages.push_back(pp);
-    for (int pp : values("parallel.pp", stages, config.parallel.pp)) {
-      if (world % (tp * cp * pp) != 0) {
-        refuse(cp > 1 ? "parallel.tp x parallel.cp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(cp) +
-                            " x " + std::to_string(pp) + ") must divide the cluster's " + std::to_string(world) + " GPUs"
-                      : "parallel.tp x parallel.pp (" + std::to_string(tp) + " x " + std::to_string(pp) +
-                            ") must divide the cluster's " + std::to_string(world) + " GPUs");
-        continue;
-      }
-      const int dp = world / (tp * cp * pp);
-      if (pins.pinned("parallel.dp") && dp != config.parallel.dp) {
-        refuse("parallel.dp=" + std::to_string(config.parallel.dp) + " x tp " + std::to_string(tp) + " x cp " +
-               std::to_string(cp) + " x pp " + std::to_string(pp) + " needs " +
-               std::to_string(config.parallel.dp * tp * cp * pp) + " GPUs; the cluster has " + std::to_string(world));
-        continue;
-      }
-      if (config.train.global_batch % dp != 0) {
-        refuse("train.global_batch (" + std::to_string(config.train.global_batch) + ") must be a multiple of dp (" +
-               std::to_string(dp) + ")");
-        continue;
-      }
-      const int local = config.train.global_batch / dp;
-      std::vector<int> micro_batches;
-      for (int micro_batch = 1; micro_batch <= std::min(local, 16); micro_batch *= 2) micro_batches.push_back(micro_batch);
-      for (const auto& [schedule, vpp] : schedules(pp, config, pins))
-        for (int zero : values("parallel.zero", dp * cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}, config.parallel.zero))
-          for (Recompute recompute : pins.pinned("train.recompute") ? std::vector<Recompute>{config.train.recompute}
-                                                                     : std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full})
-            for (int micro_batch : values("train.micro_batch", micro_batches, config.train.micro_batch)) {
-              Config c = config;
-              c.train.device = Device::cuda;
-              c.train.precision = PrecisionSetting::bf16;
-              c.parallel.dp = dp;
-              c.parallel.tp = tp;
-              c.parallel.cp = cp;
-              c.parallel.pp = pp;
-              c.parallel.schedule = schedule;
-              c.parallel.vpp = vpp;
-              c.parallel.zero = zero;
-              c.parallel.shard_size = 0;
-              c.parallel.pp_layers = "";
-              if (!pins.pinned("parallel.sequence_parallel"))
-                c.parallel.sequence_parallel = tp > 1 && (spec.seq_len / cp) % tp == 0;  // Megatron's default with tp
-              c.train.recompute = recompute;
-              c.train.micro_batch = micro_batch;
-              // train.sbatch always checkpoints: count what a save keeps on the GPU (NCCL's
-              // staging of the moments) and on the host.
-              if (c.checkpoint.dir.empty()) c.checkpoint.dir = "checkpoints";
-              try {
-                c.validate();
-                resolve_for_world(c, world);
-                // The stage's chunks share its layers equally (as the run's stage split checks).
-                stage_layer_counts(c.model.n_layer, c.parallel.pp, c.parallel.pp_layers, c.parallel.vpp);
-              } catch (const UsageError& e) {
-                refuse(e.what());
-                continue;
-              }
-              RankMemoryPlan memory = busiest_stage_plan(c, *footprint);
-              if (memory.device_bytes() < smallest) {
-                smallest = memory.device_bytes();
-                leanest = layout_flags(c) + ": " + memory.describe();
-              }
-              // Not monotone in the micro-batch (the slots in flight, ZeRO-2/3's accumulation
-              // buffers change with it): every one is tried.
-              if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
-              fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
-            }
-    }
+      std::vector<int> stages;
+      for (int pp : divisors(world / tp))
+        if (pp <= spec.n_layer && (world / tp) % (pp * cp) == 0) stages.push_back(pp);
+      for (int pp : values("parallel.pp", stages, config.parallel.pp)) try_grid(tp, cp, pp);
     }
   }
   const std::string on = std::to_string(cluster.nodes) + " node(s) x " + std::to_string(G) + " GPUs";
