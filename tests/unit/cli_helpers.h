@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -79,6 +81,15 @@ inline int count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) n++;
   return n;
+}
+
+// step -> loss, from a train run's per-step lines ("step  3/8 | loss 5.1234 | ...").
+inline std::map<int, double> step_losses(const std::string& out) {
+  std::map<int, double> result;
+  const std::regex line("step +([0-9]+)/[0-9]+ \\| loss ([0-9.]+)");
+  for (std::sregex_iterator i(out.begin(), out.end(), line), end; i != end; ++i)
+    result[std::stoi((*i)[1])] = std::stod((*i)[2]);
+  return result;
 }
 
 

@@ -31,13 +31,21 @@ std::string fresh_dir(const std::string& name) {
 
 std::string run_dir_flag(const std::string& dir) { return " --log.run_dir=" + dir + "_run "; }
 
-// step -> loss, from the per-step lines.
-std::map<int, double> losses(const std::string& out) {
-  std::map<int, double> result;
-  const std::regex line("step +([0-9]+)/[0-9]+ \\| loss ([0-9.]+)");
-  for (std::sregex_iterator i(out.begin(), out.end(), line), end; i != end; ++i)
-    result[std::stoi((*i)[1])] = std::stod((*i)[2]);
-  return result;
+// A fresh folder holding only `from`'s checkpoint of step 2: a run given it resumes there.
+std::string copy_of_step_2(const std::string& from, const std::string& name) {
+  const std::string copy = fresh_dir(name);
+  fs::create_directories(copy);
+  fs::copy(from + "/step_00000002", copy + "/step_00000002", fs::copy_options::recursive);
+  return copy;
+}
+
+// A run resumed at step 2 of 4 (`what` names its layout): steps 3 and 4 at the losses of
+// the uninterrupted run.
+void expect_continues_like(const CliRun& r, const std::map<int, double>& reference, const std::string& what) {
+  ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.err;
+  const auto l = step_losses(r.out);
+  ASSERT_EQ(l.size(), 2u) << what << "\n" << r.out;
+  for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << what << " step " << step;
 }
 
 TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
@@ -57,7 +65,7 @@ TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
                               run_dir_flag(halves), launcher);
     ASSERT_EQ(b2.exit_code, 0) << b2.err;
     EXPECT_NE(b2.out.find("resumed from " + halves + "/step_00000003"), std::string::npos) << b2.out;
-    EXPECT_EQ(losses(b2.out).begin()->first, 4) << "the resumed run starts at step 4";
+    EXPECT_EQ(step_losses(b2.out).begin()->first, 4) << "the resumed run starts at step 4";
     expect_identical(whole + "/step_00000006", halves + "/step_00000006");
   }
 }
@@ -83,7 +91,7 @@ TEST(Checkpoint, SavedOnTwoNodesLoadsUnderOtherLayouts) {
     const CliRun r = run(kTrain + layout.substr(2) + " --train.steps=5 --checkpoint.dir=" + copy + run_dir_flag(copy),
                          kMpirun + layout.substr(0, 1), 180);
     ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
-    const auto l = losses(r.out);
+    const auto l = step_losses(r.out);
     ASSERT_EQ(l.size(), 2u) << layout << "\n" << r.out;
     if (reference.empty()) reference = l;
     for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference[step], 2e-4) << layout << " step " << step;
@@ -100,7 +108,7 @@ TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
     const CliRun r = run(kTrain + layout.substr(2) + " --train.steps=5 --checkpoint.dir=" + copy + run_dir_flag(copy),
                          kMpirun + layout.substr(0, 1), 180);
     EXPECT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
-    return losses(r.out);
+    return step_losses(r.out);
   };
   std::map<int, double> reference;
   for (const std::string save_layout : {"4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=3", "1 --parallel.zero=0"}) {
@@ -136,19 +144,14 @@ TEST(Checkpoint, SchedulesAndChunksLoadEachOthersCheckpoints) {
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("schedule interleaved with 2 chunks per stage; stage 0 holds layers 0..1, 4..5"), std::string::npos)
       << a.out;
-  const auto reference = losses(a.out);
+  const auto reference = step_losses(a.out);
   for (const std::string schedule : {"--parallel.schedule=1f1b", "--parallel.schedule=interleaved --parallel.vpp=4",
                                      "--parallel.schedule=zb1"}) {
-    const std::string copy = fresh_dir("schedule_resumed");
-    fs::create_directories(copy);
-    fs::copy(saved + "/step_00000002", copy + "/step_00000002", fs::copy_options::recursive);
+    const std::string copy = copy_of_step_2(saved, "schedule_resumed");
     const CliRun r = run(base + schedule + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy), kMpirun + "2",
                          120);
-    ASSERT_EQ(r.exit_code, 0) << schedule << "\n" << r.err;
+    expect_continues_like(r, reference, schedule);
     EXPECT_NE(r.out.find("resumed from " + copy + "/step_00000002"), std::string::npos) << r.out;
-    const auto l = losses(r.out);
-    ASSERT_EQ(l.size(), 2u) << schedule << "\n" << r.out;
-    for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << schedule << " step " << step;
   }
 }
 
@@ -163,18 +166,13 @@ TEST(Checkpoint, ContextParallelCheckpointsContinueAtOtherCp) {
                        kMpirun + "2", 120);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("grid: dp=1 pp=1 cp=2 tp=1"), std::string::npos) << a.out;
-  const auto reference = losses(a.out);
+  const auto reference = step_losses(a.out);
   for (const auto& [cp, ranks] : std::vector<std::pair<std::string, std::string>>{{"1", "1"}, {"4", "4"}}) {
-    const std::string copy = fresh_dir("cp_resumed");
-    fs::create_directories(copy);
-    fs::copy(saved + "/step_00000002", copy + "/step_00000002", fs::copy_options::recursive);
+    const std::string copy = copy_of_step_2(saved, "cp_resumed");
     const CliRun r = run(base + "--parallel.cp=" + cp + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy),
                          kMpirun + ranks, 120);
-    ASSERT_EQ(r.exit_code, 0) << "cp " << cp << "\n" << r.err;
+    expect_continues_like(r, reference, "cp " + cp);
     EXPECT_NE(r.out.find("resumed from " + copy + "/step_00000002"), std::string::npos) << r.out;
-    const auto l = losses(r.out);
-    ASSERT_EQ(l.size(), 2u) << "cp " << cp << "\n" << r.out;
-    for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << "cp " << cp << " step " << step;
   }
 }
 
@@ -334,18 +332,13 @@ TEST(Checkpoint, LlamaResumesExactlyAndReshards) {
   expect_identical(whole + "/step_00000004", halves + "/step_00000004");
   // The checkpoint of step 2 under other layouts: one rank, (dp, tp, pp) = (1, 2, 2),
   // dp 2 with ZeRO-1; each continues to the same losses as the tp-4 run did.
-  const auto reference = losses(a.out);
+  const auto reference = step_losses(a.out);
   for (const std::string layout : {"1 --parallel.dp=1", "4 --parallel.tp=2 --parallel.pp=2",
                                    "2 --parallel.dp=2 --parallel.zero=1"}) {
-    const std::string copy = fresh_dir("llama_reshard");
-    fs::create_directories(copy);
-    fs::copy(whole + "/step_00000002", copy + "/step_00000002", fs::copy_options::recursive);
+    const std::string copy = copy_of_step_2(whole, "llama_reshard");
     const CliRun r = run(kLlama + layout.substr(2) + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy),
                          kMpirun + layout.substr(0, 1), 120);
-    ASSERT_EQ(r.exit_code, 0) << layout << "\n" << r.err;
-    const auto l = losses(r.out);
-    ASSERT_EQ(l.size(), 2u) << layout << "\n" << r.out;
-    for (const auto& [step, loss] : l) EXPECT_NEAR(loss, reference.at(step), 2e-4) << layout << " step " << step;
+    expect_continues_like(r, reference, layout);
   }
   // `ckpt inspect` keeps its columns under Llama's long names: every row's shape starts
   // where the header's does.

@@ -333,8 +333,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     const std::string what = "-np " + std::to_string(l.np) + " " + l.flags + " " + l.reference;
     EXPECT_EQ(r.exit_code, 0) << what << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find(l.grid), std::string::npos) << what << "\n" << r.out;
-    if (l.reference == docs || l.reference == ldocs)
+    if (l.reference == docs || l.reference == ldocs) {
       EXPECT_NE(r.out.find("documents masked (end token 96)"), std::string::npos) << what << "\n" << r.out;
+    }
     EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << what << "\n" << r.out;
   }
 }
