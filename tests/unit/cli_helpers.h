@@ -64,9 +64,10 @@ inline std::string hung_processes() {
 // Runs `trident <args>` (under `launcher` if given) with a time limit: SIGTERM at the
 // limit, SIGKILL 10 s later (a launcher stuck in its own loop ignores the first), so that
 // a hung run fails its test instead of holding up the whole suite. The launcher may start
-// with VAR=value assignments.
-inline CliRun run(const std::string& args, const std::string& launcher = "", int timeout_s = 120) {
-  const std::string out = testing::TempDir() + "trident_cli.out", err = testing::TempDir() + "trident_cli.err";
+// with VAR=value assignments. `name`: its output files' (runs side by side need their own).
+inline CliRun run_named(const std::string& name, const std::string& args, const std::string& launcher = "",
+                        int timeout_s = 120) {
+  const std::string out = testing::TempDir() + name + ".out", err = testing::TempDir() + name + ".err";
   const std::string cmd = without_mpi_environment() + " timeout -k 10 " + std::to_string(timeout_s) + " " + launcher +
                           " " + trident_bin() + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
@@ -75,6 +76,10 @@ inline CliRun run(const std::string& args, const std::string& launcher = "", int
     r.err += "\n[test] timed out after " + std::to_string(timeout_s) + " s: " + args + "\n[test] still running:\n" +
              hung_processes();
   return r;
+}
+
+inline CliRun run(const std::string& args, const std::string& launcher = "", int timeout_s = 120) {
+  return run_named("trident_cli", args, launcher, timeout_s);
 }
 
 inline int count(const std::string& text, const std::string& what) {

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -322,14 +324,28 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {6, lh6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1 --train.recompute=full",
        "pp groups: {0,3} {1,4} {2,5}"},
   };
-  for (size_t i = 0; i < layouts.size(); i++) {
+  // Two launches side by side (a launch leaves the cores idle much of its time: start-up,
+  // waits); each checked in order. On 2 cores: 177 s one by one, 107 s two, 113 s three.
+  const auto launch = [&](size_t i) {
     const Layout& l = layouts[i];
     // Which launch is under way, in the log as it happens (a hang names its layout).
     std::fprintf(stderr, "[verify %zu/%zu] -np %d %s %s\n", i + 1, layouts.size(), l.np, l.flags.c_str(),
                  l.reference.c_str());
-    const CliRun r = run("verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
-                         "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np " + std::to_string(l.np),
-                         120);
+    return std::async(std::launch::async, [&l, i] {
+      return run_named("verify_" + std::to_string(i),
+                       "verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
+                       "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np " + std::to_string(l.np),
+                       120);
+    });
+  };
+  constexpr size_t kSideBySide = 2;
+  std::deque<std::future<CliRun>> running;
+  for (size_t next = 0; next < layouts.size() && next < kSideBySide; next++) running.push_back(launch(next));
+  for (size_t i = 0; i < layouts.size(); i++) {
+    const Layout& l = layouts[i];
+    const CliRun r = running.front().get();
+    running.pop_front();
+    if (i + kSideBySide < layouts.size()) running.push_back(launch(i + kSideBySide));
     const std::string what = "-np " + std::to_string(l.np) + " " + l.flags + " " + l.reference;
     EXPECT_EQ(r.exit_code, 0) << what << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find(l.grid), std::string::npos) << what << "\n" << r.out;
