@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <map>
 
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 
 namespace fs = std::filesystem;
 

@@ -22,7 +22,7 @@
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_state.h"
 #include "kernels/kernels.h"
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 #include "kernels/base/memory.h"
 #include "runtime/stop_signal.h"
 #include "model/transformer_spec.h"

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 
 namespace trident {
 

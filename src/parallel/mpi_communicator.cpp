@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "health/health_verdict.h"
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 #include "monitor/step_trace.h"
 #include "runtime/timer.h"
 

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "parallel/communicator.h"
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 
 namespace trident {
 

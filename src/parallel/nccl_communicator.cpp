@@ -21,7 +21,7 @@
 // to the user: on NVSwitch machines it allocates NVLS buffers the memory plan does not count.
 #include "parallel/nccl_communicator.h"
 
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 
 #ifdef TRIDENT_NCCL
 

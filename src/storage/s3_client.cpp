@@ -17,7 +17,7 @@
 
 #include <pugixml.hpp>
 
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 #include "runtime/timer.h"
 #include "storage/background_priority.h"
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 #include "storage/aws_credentials.h"
 #include "storage/http.h"
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "optim/adamw.h"
+#include "runtime/exit_codes.h"
 
 namespace trident {
 

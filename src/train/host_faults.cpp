@@ -4,6 +4,7 @@
 #include <set>
 
 #include "parallel/agreement.h"
+#include "runtime/exit_codes.h"
 
 namespace trident {
 

@@ -16,6 +16,7 @@
 #include "monitor/telemetry.h"
 #include "parallel/parallel_state.h"
 #include "train/stragglers.h"
+#include "runtime/exit_codes.h"
 
 namespace trident {
 

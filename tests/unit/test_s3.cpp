@@ -16,7 +16,7 @@
 #include <zlib.h>
 
 #include "cli_helpers.h"
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 #include "storage/aws_credentials.h"
 #include "storage/background_priority.h"
 #include "storage/s3_client.h"
