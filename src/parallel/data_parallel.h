@@ -40,6 +40,10 @@ namespace trident {
 // ranks holding the same block in the other groups); parameters are gathered within the
 // group only.
 
+// Gradient-bucket reductions in flight at once on the CPU backend (MPI): each holds a
+// temporary of its size in Open MPI (DataParallel::set_max_in_flight).
+constexpr size_t kMpiReductionsInFlight = 2;
+
 // ZeRO-2's view of the model's gradients.
 struct GradientUnits {
   std::vector<FlatRange> units;             // the layout's units, in order

@@ -11,7 +11,7 @@
 #include "plan/layer_time.h"
 #include "plan/schedule_time.h"
 #include "kernels/base/error.h"
-#include "train/setup.h"
+#include "plan/run_layout.h"
 
 namespace trident {
 

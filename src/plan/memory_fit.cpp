@@ -11,7 +11,7 @@
 #include "parallel/agreement.h"
 #include "kernels/base/error.h"
 #include "kernels/base/memory.h"
-#include "train/setup.h"
+#include "plan/run_layout.h"
 
 namespace trident {
 

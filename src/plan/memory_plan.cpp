@@ -12,7 +12,6 @@
 #include "parallel/data_parallel.h"
 #include "parallel/param_grad_store.h"
 #include "pipeline/schedule.h"
-#include "train/setup.h"
 
 namespace trident {
 

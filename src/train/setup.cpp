@@ -6,36 +6,10 @@
 
 namespace trident {
 
-void resolve_for_world(Config& config, int world_size) {
-  const TransformerSpec spec = transformer_spec(config.model);  // the family's own rules
-  stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers, config.parallel.vpp);
-  config.resolve_layout(world_size);
-  check_tensor_parallel(spec, config.parallel.tp);
-  const ParallelConfig& p = config.parallel;
-  require(p.shard_size == 0 || config.parallel.dp % p.shard_size == 0,
-          "parallel.shard_size (" + std::to_string(p.shard_size) + ") must divide dp (" +
-              std::to_string(config.parallel.dp) + ")");
-  require(config.model.seq_len % (2 * p.cp) == 0,
-          "parallel.cp (" + std::to_string(p.cp) + ") needs model.seq_len (" + std::to_string(config.model.seq_len) +
-              ") to be a multiple of 2 cp = " + std::to_string(2 * p.cp) + " (each sequence is cut into 2 cp chunks)");
-  const int tokens = config.model.seq_len / p.cp;  // of a sequence, on each rank of its cp group
-  require(!p.sequence_parallel || tokens % p.tp == 0,
-          "parallel.sequence_parallel: model.seq_len (" + std::to_string(config.model.seq_len) + ")" +
-              (p.cp > 1 ? " / parallel.cp (" + std::to_string(p.cp) + ")" : std::string()) +
-              " must be a multiple of parallel.tp (" + std::to_string(p.tp) + "): each rank holds its share of the rows");
-  require(p.cp == 1 || p.shard_size == 0,
-          "parallel.shard_size (hybrid sharding) with parallel.cp > 1 is not supported: ZeRO shards over all of "
-          "dp x cp; set parallel.shard_size=0");
-}
-
 std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel) {
   const int tp = parallel.size(Axis::tp);
   const int holders = tp / transformer_spec(model).kv_shards(tp);
   return holders > 1 ? parallel.split_tp(holders, "tp-kv") : nullptr;
-}
-
-int zero_stage(const Config& config, const ParallelDims& dims) {
-  return dims.data_parallel_size() > 1 ? config.parallel.zero : 0;
 }
 
 HybridGroups hybrid_groups(const Config& config, ParallelState& parallel) {

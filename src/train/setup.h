@@ -1,5 +1,5 @@
-// What train, verify and the tests build the same way: the run's config completed for
-// the world, and one rank's model stage, data parallelism, optimizer and step runner.
+// What train, verify and the tests build the same way (the config resolved for the world
+// by plan/run_layout.h): one rank's model stage, data parallelism, optimizer and step runner.
 #pragma once
 
 #include <memory>
@@ -13,26 +13,14 @@
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_state.h"
 #include "pipeline/pipeline_plan.h"
+#include "plan/run_layout.h"
 #include "train/step_runner.h"
 
 namespace trident {
 
-// Completes a parsed config for `world_size` ranks (dp, micro_batch) and makes every
-// check that needs the model's family or the pipeline: the family's own rules, tp
-// against heads, key/value heads and the MLP width, the stage split, the schedule.
-// UsageError naming the keys; before any communication, so every rank agrees.
-void resolve_for_world(Config& config, int world_size);
-
 // The group of tp ranks that hold the same key/value head (when tp exceeds the model's
 // key/value heads), for TensorParallel; null when no rank shares one. Collective.
 std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel);
-
-// Gradient-bucket reductions in flight at once on the CPU backend (MPI): each holds a
-// temporary of its size in Open MPI (DataParallel::set_max_in_flight).
-constexpr size_t kMpiReductionsInFlight = 2;
-
-// The ZeRO stage that applies: parallel.zero, or 0 with one dp rank (nothing to shard).
-int zero_stage(const Config& config, const ParallelDims& dims);
 
 // Hybrid sharding's groups (parallel.shard_size below dp): the shard group of
 // consecutive dp ranks and the replicas across them; both null otherwise. Collective.
