@@ -21,6 +21,7 @@
 #include "monitor/step_trace.h"
 #include "parallel/agreement.h"
 #include "runtime/durable_file.h"
+#include "runtime/injected_faults.h"
 #include "kernels/base/error.h"
 #include "runtime/timer.h"
 
@@ -62,41 +63,6 @@ uint32_t file_crc32(const std::string& path) {
     crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(in.gcount()));
   }
   return static_cast<uint32_t>(crc);
-}
-
-// Fault injection for the tests: TRIDENT_TEST_ABORT_BEFORE_MANIFEST=N kills the job
-// while saving step N, after every node file is written and before the manifest, as a
-// crash there would.
-void maybe_abort_before_manifest(int step) {
-  const char* abort_at = std::getenv("TRIDENT_TEST_ABORT_BEFORE_MANIFEST");
-  if (abort_at == nullptr || std::atoi(abort_at) != step) return;
-  std::fprintf(stderr, "trident: TRIDENT_TEST_ABORT_BEFORE_MANIFEST set: aborting between the node files and the manifest\n");
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 9);
-}
-
-// TRIDENT_TEST_KILL_DURING_WRITE=N: the node leader saving step N kills itself
-// (SIGKILL, as `kill -9` would) halfway through its node file.
-void maybe_kill_mid_write(int step) {
-  const char* kill_at = std::getenv("TRIDENT_TEST_KILL_DURING_WRITE");
-  if (kill_at != nullptr && std::atoi(kill_at) == step) raise(SIGKILL);
-}
-
-// TRIDENT_TEST_SAVE_FAULT=R:N:kill (or :stop): world rank R, a node leader's helper, dies
-// of SIGKILL (or stops with SIGSTOP, as a hung node would) while handing its pieces of
-// step N's checkpoint to its leader.
-void maybe_fail_sending_pieces(int step) {
-  const char* fault = std::getenv("TRIDENT_TEST_SAVE_FAULT");
-  if (fault == nullptr) return;
-  int rank = -1, at = -1, world_rank = 0;
-  char how[8] = "";
-  if (std::sscanf(fault, "%d:%d:%7s", &rank, &at, how) != 3) return;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  if (rank != world_rank || at != step) return;
-  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_SAVE_FAULT set: %s while sending its pieces of step %d\n",
-               world_rank, how, step);
-  std::fflush(stderr);
-  raise(std::string(how) == "stop" ? SIGSTOP : SIGKILL);
 }
 
 // One rank's pieces: a JSON header, then the floats of every piece in order.
@@ -522,7 +488,7 @@ void Checkpointer::collect_at_node_leader(int step) {
   } else {
     const std::vector<char>& blob = node_blobs_[0];
     const uint64_t size = blob.size();
-    maybe_fail_sending_pieces(step);
+    injected_faults::while_handing_pieces(parallel_.rank(), step);
     node.send(std::as_bytes(std::span(&size, 1)), 0, 0);
     for (uint64_t done = 0; done < size; done += kChunk)
       node.send(std::as_bytes(std::span(blob.data() + done, std::min(size - done, kChunk))), 0, 1);
@@ -577,7 +543,7 @@ void Checkpointer::write_node_file(Pending& p) {
     std::vector<ShardName> shards;
     for (const auto& blob : node_blobs_) {
       write_blob(file, blob, shards);
-      maybe_kill_mid_write(p.step);
+      injected_faults::while_writing_node_file(p.step);
     }
     file.close();
     sync_path(tmp);
@@ -630,7 +596,7 @@ void Checkpointer::complete(Pending& p) {
     }
     if (error.empty()) {
       try {
-        maybe_abort_before_manifest(p.step);
+        injected_faults::before_manifest(p.step);
         const auto& par = config_.parallel;
         const nlohmann::json manifest = {
             {"format", kFormat},

@@ -123,28 +123,4 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
   return result;
 }
 
-void maybe_flip_bit(int rank, int step, const ShardedParameters& params) {
-  static std::set<int> flipped;  // each listed step once per process (a rollback passes it again)
-  const char* spec = std::getenv("TRIDENT_TEST_FLIP_BIT");
-  if (spec == nullptr) return;
-  const char* colon = std::strchr(spec, ':');
-  if (colon == nullptr || std::atoi(spec) != rank) return;
-  bool listed = false;
-  std::istringstream steps(colon + 1);
-  for (std::string s; std::getline(steps, s, ',');) listed |= std::atoi(s.c_str()) == step;
-  if (!listed || !flipped.insert(step).second) return;
-  std::vector<float> flat(params.layout->total_floats());
-  params.to_host(flat.data());
-  // The first parameter this rank holds: a mantissa bit, as a memory fault would flip it.
-  const size_t at = params.sharded() ? params.held.front().begin : 0;
-  uint32_t bits = 0;
-  std::memcpy(&bits, &flat[at], sizeof bits);
-  bits ^= 1u << 12;
-  std::memcpy(&flat[at], &bits, sizeof bits);
-  params.from_host(flat.data());
-  if (params.changed) params.changed();
-  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_FLIP_BIT set: one bit of parameter %zu flipped after step %d\n",
-               rank, at, step);
-}
-
 }  // namespace trident

@@ -43,9 +43,4 @@ class ReplicaCheck {
   int every_;
 };
 
-// Test hook (TRIDENT_TEST_FLIP_BIT=RANK:STEP[,STEP...]): on world rank RANK, after the
-// update of each listed step (printed numbers, once each per process), one bit of one
-// parameter flips, as a faulty GPU's memory would.
-void maybe_flip_bit(int rank, int step, const ShardedParameters& params);
-
 }  // namespace trident

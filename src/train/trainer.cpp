@@ -33,8 +33,9 @@
 #include "optim/lr_schedule.h"
 #include "parallel/agreement.h"
 #include "parallel/progress_board.h"
-#include "kernels/base/error.h"
+#include "runtime/exit_codes.h"
 #include "kernels/base/memory.h"
+#include "runtime/injected_faults.h"
 #include "runtime/stop_signal.h"
 #include "runtime/timer.h"
 #include "plan/device_peak.h"
@@ -360,31 +361,6 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
               peak.source.c_str());
 }
 
-// Fault injection for the timeout tests: TRIDENT_TEST_STALL_RANK=r makes rank r stop
-// participating at step TRIDENT_TEST_STALL_STEP (default 1), as a dead node would; with
-// TRIDENT_TEST_STALL_SIGNAL=STOP it stops itself with SIGSTOP (no thread of it runs on);
-// with STOP_IN_WAIT it stops inside its next wait for a collective it has started (as a
-// SIGSTOP from outside may land).
-void maybe_stall(int rank, int step) {
-  const char* stall_rank = std::getenv("TRIDENT_TEST_STALL_RANK");
-  if (stall_rank == nullptr || std::atoi(stall_rank) != rank) return;
-  const char* stall_step = std::getenv("TRIDENT_TEST_STALL_STEP");
-  if (step != (stall_step != nullptr ? std::atoi(stall_step) : 1)) return;
-  const std::string signal = std::getenv("TRIDENT_TEST_STALL_SIGNAL") ? std::getenv("TRIDENT_TEST_STALL_SIGNAL") : "";
-  std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_STALL_RANK set: stalling at step %d%s\n", rank, step,
-               signal == "STOP" ? " (SIGSTOP)" : signal == "STOP_IN_WAIT" ? " (SIGSTOP inside its next wait)" : "");
-  std::fflush(stderr);
-  if (signal == "STOP_IN_WAIT") {
-    std::thread([] {
-      while (!progress_board::waiting_now()) std::this_thread::yield();
-      raise(SIGSTOP);
-    }).detach();
-    return;
-  }
-  if (signal == "STOP") raise(SIGSTOP);
-  while (true) pause();
-}
-
 // Where this rank's memory stood before the setup allocated anything.
 struct MemoryBaseline {
   size_t resident = 0, device_free = 0;
@@ -399,42 +375,6 @@ size_t memory_taken(const MemoryBaseline& b, kernels::Kernels& k) {
   }
   const size_t now = k.memory_pool().free_bytes;
   return b.device_free > now ? b.device_free - now : 0;
-}
-
-// Fault injection for the divergence tests: TRIDENT_TEST_NAN_RANK=r puts a NaN into one
-// of rank r's reduced gradients at the steps TRIDENT_TEST_NAN_STEPS ("4" or "4-9", as
-// printed, from 1), as an overflow would.
-void maybe_inject_nan(int rank, int step, TrainingSetup& s, kernels::Kernels& k) {
-  const char* nan_rank = std::getenv("TRIDENT_TEST_NAN_RANK");
-  const char* steps = std::getenv("TRIDENT_TEST_NAN_STEPS");
-  if (nan_rank == nullptr || steps == nullptr || std::atoi(nan_rank) != rank) return;
-  const std::string range = steps;
-  const size_t dash = range.find('-');
-  const int first = std::atoi(range.c_str()), last = dash == std::string::npos ? first : std::atoi(range.c_str() + dash + 1);
-  if (step < first || step > last) return;
-  // A gradient the norm counts: of a counted tensor inside a range this rank owns.
-  for (const FlatRange& r : s.data_parallel.owned())
-    for (const ParameterTensor& t : s.model.layout().tensors()) {
-      const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (!t.counted || begin >= end) continue;
-      const float nan = std::nanf("");
-      k.copy_to_device(s.data_parallel.gradient_at(begin), &nan, sizeof nan);
-      std::fprintf(stderr, "trident: rank %d: TRIDENT_TEST_NAN_RANK set: a NaN in %s's gradient at step %d\n", rank,
-                   t.name.c_str(), step);
-      return;
-    }
-}
-
-// Fault injection for the straggler test: TRIDENT_TEST_SLOW_RANK=r makes rank r's every
-// step TRIDENT_TEST_SLOW_MS (default 200) longer, as a slow GPU or a throttled node would;
-// returns the seconds it slept (part of the rank's compute).
-double maybe_slow_down(int rank) {
-  const char* slow_rank = std::getenv("TRIDENT_TEST_SLOW_RANK");
-  if (slow_rank == nullptr || std::atoi(slow_rank) != rank) return 0;
-  const char* ms = std::getenv("TRIDENT_TEST_SLOW_MS");
-  Timer slept;
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms != nullptr ? std::atoi(ms) : 200));
-  return slept.seconds();
 }
 
 // What one optimizer step measured.
@@ -457,13 +397,20 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
     sampler.fill(step, parallel.coord(Axis::dp) * s.local_batch, s.local_batch, inputs, targets);
   }
   o.data_seconds = timer.seconds();
-  const double slowed = maybe_slow_down(parallel.rank());
+  const double slowed = injected_faults::slow_down(parallel.rank());
   const uint64_t syncs_before = k.host_syncs();
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
   o.compute_seconds = s.runner.compute_s() + slowed;
   o.host_syncs = k.host_syncs() - syncs_before;
   o.lr = schedule.at(step);
-  maybe_inject_nan(parallel.rank(), step + 1, s, k);
+  injected_faults::poison_gradient(parallel.rank(), step + 1, k, [&s]() -> std::pair<float*, std::string> {
+    for (const FlatRange& r : s.data_parallel.owned())  // a counted tensor inside a range this rank owns
+      for (const ParameterTensor& t : s.model.layout().tensors()) {
+        const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
+        if (t.counted && begin < end) return {s.data_parallel.gradient_at(begin), t.name};
+      }
+    return {nullptr, ""};
+  });
   const double before_update = timer.seconds();
   const uint64_t syncs_before_update = k.host_syncs();
   o.norm = s.runner.update(o.lr, config.train.grad_clip, std::isfinite(o.loss));
@@ -842,7 +789,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   // Ranks taking turns on the cores have noisy work times: no straggler reports (but for
   // the fault test that slows one rank on purpose).
   const bool stragglers =
-      parallel.world().all_reduce(tc.device != Device::cpu || !cores.ranks_take_turns() || std::getenv("TRIDENT_TEST_SLOW_RANK")
+      parallel.world().all_reduce(tc.device != Device::cpu || !cores.ranks_take_turns() || injected_faults::slows_a_rank()
                                       ? 1.0
                                       : 0.0,
                                   ReduceOp::max) > 0;
@@ -872,12 +819,23 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   }
   DivergenceGuard guard(tc.max_bad_steps, tc.spike_factor);
   const bool resumed = start_step > 0;
+  // Going back to the last complete checkpoint (a divergence, a replica that differs): the
+  // step to go on from (the loop's next is the one after it). With nothing to go back to
+  // after all (a run resumed on disks that no longer hold it), `failure(why)` is thrown:
+  // never a silent restart from step 0 with these parameters.
+  const auto go_back = [&](const auto& failure) {
+    checkpointer.finish();  // a save in flight counts as one to go back to
+    const Restored back = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true);
+    if (back.dir.empty()) throw failure("; no checkpoint is left to go back to");
+    end.rolled_back_to(back.step);
+    return back.step - 1;
+  };
   std::vector<int32_t> inputs, targets;
   bool stopped = false;
   int last_step = start_step;
   for (int step = start_step; step < tc.steps && !stopped; step++) {
     parallel.set_step(step);
-    maybe_stall(parallel.rank(), step);
+    injected_faults::stall(parallel.rank(), step, progress_board::waiting_now);
     monitor.before_step(step);
     const StepOutcome o = run_step(step, config, parallel, s, *k, train_sampler, schedule, inputs, targets);
     const DivergenceGuard::Verdict verdict = guard.observe(step + 1, o.loss, o.norm, resumed || end.saved_any());
@@ -887,17 +845,20 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     }
     if (parallel.is_root() && !guard.message().empty()) std::printf("%s\n", guard.message().c_str());
     if (verdict == DivergenceGuard::Verdict::roll_back) {
-      checkpointer.finish();
-      const Restored back = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true);
-      // Nothing to go back to after all (a run resumed on disks that no longer hold it):
-      // not a silent restart from step 0 with these parameters.
-      if (back.dir.empty()) throw DivergedError(guard.message() + "; no checkpoint is left to go back to");
-      step = back.step - 1;  // then on after it
-      end.rolled_back_to(step + 1);
+      step = go_back([&](const std::string& why) { return DivergedError(guard.message() + why); });
       continue;
     }
     end.record(step, start_step, o, guard);
-    maybe_flip_bit(parallel.rank(), step + 1, s.model.store().parameters());
+    {
+      const ShardedParameters params = s.model.store().parameters();  // the first parameter this rank holds
+      injected_faults::flip_bit(parallel.rank(), step + 1, params.layout->total_floats(),
+                                params.sharded() ? params.held.front().begin : 0,
+                                [&](float* flat) { params.to_host(flat); },
+                                [&](const float* flat) {
+                                  params.from_host(flat);
+                                  if (params.changed) params.changed();
+                                });
+    }
     // Replicas compared at their interval and before every periodic checkpoint: a corrupted
     // state is not saved (a save on a signal is not checked first).
     const bool saving = config.checkpoint.every_steps > 0 && (step + 1) % config.checkpoint.every_steps == 0 &&
@@ -919,10 +880,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
         if (parallel.is_root())
           std::printf("replica check: going back to the last checkpoint (a second difference on the same host ends "
                       "the run, naming it)\n");
-        const Restored back = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true);
-        if (back.dir.empty()) throw AgreedInfrastructureError(c.report + "; no checkpoint is left to go back to");
-        step = back.step - 1;
-        end.rolled_back_to(step + 1);
+        step = go_back([&](const std::string& why) { return AgreedInfrastructureError(c.report + why); });
         continue;
       }
     }
