@@ -98,8 +98,12 @@ summary:
 deps:
 	@bash scripts/install_deps.sh
 
+# The whole library goes into each binary: families and optimizers register themselves by
+# name at start (model/families/, optim/), from objects nothing else refers to.
+WHOLE_LIB = -Wl,--whole-archive $(BUILD)/libtrident.a -Wl,--no-whole-archive
+
 $(BUILD)/trident: $(BUILD)/src/cli/main.o $(BUILD)/libtrident.a
-	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -o $@ $(filter-out %.a,$^) $(WHOLE_LIB) $(LDLIBS)
 
 # Made anew each time, so that the objects of deleted sources leave it.
 $(BUILD)/libtrident.a: $(LIB_OBJS)
@@ -110,19 +114,19 @@ $(BUILD)/libtrident.a: $(LIB_OBJS)
 # Both test binaries share tests/test_main.cpp: MPI initialized, verdicts combined over ranks.
 $(BUILD)/tests/unit_tests: $(TEST_OBJS) $(BUILD)/tests/test_main.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lpthread $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -o $@ $(filter-out %.a,$^) $(WHOLE_LIB) -lgtest -lpthread $(LDLIBS)
 
 $(BUILD)/tests/mpi_tests: $(MPI_TEST_OBJS) $(BUILD)/tests/test_main.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $^ -lgtest -lpthread $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -o $@ $(filter-out %.a,$^) $(WHOLE_LIB) -lgtest -lpthread $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/benchmarks/%.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -o $@ $(filter-out %.a,$^) $(WHOLE_LIB) $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/benchmarks/gpu/%.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)
-	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -o $@ $(filter-out %.a,$^) $(WHOLE_LIB) $(LDLIBS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(@D)

@@ -21,7 +21,8 @@
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_state.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_timing.h"
 #include "kernels/base/memory.h"
@@ -48,7 +49,8 @@ Run run(const Config& config, ParallelState& parallel, kernels::Kernels& k, Sche
                      .split_backward = schedule == Schedule::zb1});
   model.init_parameters(1);
   DataParallel dp(parallel.dp(), k, model.layout().total_floats(), 25, false);
-  AdamW optimizer(model.layout(), {}, k, dp.owned());
+  const auto adamw = make_optimizer("adamw", model.layout(), {}, k, dp.owned());
+  Optimizer& optimizer = *adamw;
   StepRunner runner(model, optimizer, dp, parallel.dp(), k, {&parallel.pp(), parallel.embedding(), schedule});
   std::vector<int32_t> tokens(static_cast<size_t>(m) * B * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {

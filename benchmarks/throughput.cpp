@@ -16,7 +16,8 @@
 #include "kernels/kernels.h"
 #include "model/transformer.h"
 #include "model/transformer_spec.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "kernels/base/memory.h"
 #include "runtime/random.h"
 #include "runtime/timer.h"
@@ -49,7 +50,8 @@ int main(int argc, char** argv) {
   Timer setup;
   Transformer model(mc, *k, {.micro_batch = B});
   model.init_parameters(config.train.seed);
-  AdamW optimizer(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k);
+  const auto adamw = make_optimizer("adamw", model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k);
+  Optimizer& optimizer = *adamw;
   std::vector<int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
     tokens[i] = static_cast<int32_t>(hash_key(1, 1, i) % mc.vocab_size);

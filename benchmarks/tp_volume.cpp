@@ -20,7 +20,8 @@
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_state.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "kernels/base/memory.h"
 #include "runtime/random.h"
 #include "runtime/timer.h"
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
   Transformer model(mc, *k, {.micro_batch = B, .tp = TensorParallel(parallel.tp())});
   model.init_parameters(1);
   DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
-  AdamW optimizer(model.layout(), {}, *k, dp.owned());
+  const auto adamw = make_optimizer("adamw", model.layout(), {}, *k, dp.owned());
+  Optimizer& optimizer = *adamw;
   StepRunner runner(model, optimizer, dp, parallel.dp(), *k);
   std::vector<int32_t> tokens(static_cast<size_t>(G) * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {

@@ -484,6 +484,11 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     cpu.adamw_update(param.data(), grad.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3, 0.5f);
     c.compare("adamw_update params", c.host(g_param, n), param, 1e-6);
     c.compare("adamw_update exp_avg_sq", c.host(g_v, n), v, 1e-6);
+    // Lion on the updated values: its momentum in m, the sign of the interpolation.
+    gpu.lion_update(g_param, g_grad, g_m, n, 3e-4f, 0.9f, 0.99f, 0.5f, 0.5f);
+    cpu.lion_update(param.data(), grad.data(), m.data(), n, 3e-4f, 0.9f, 0.99f, 0.5f, 0.5f);
+    c.compare("lion_update params", c.host(g_param, n), param, 1e-6);
+    c.compare("lion_update exp_avg", c.host(g_m, n), m, 1e-6);
     const double want = cpu.sum_squares(grad.data(), n), got = gpu.sum_squares(g_grad, n);
     c.compare("sum_squares", {static_cast<float>(got)}, {static_cast<float>(want)}, 1e-6);
     // A step's sums on the device: two ranges into one total, read once.

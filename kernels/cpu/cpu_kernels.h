@@ -98,6 +98,9 @@ void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, 
                   T weight_decay, int t, T grad_scale);
 
 template <typename T>
+void lion_update(T* param, const T* grad, T* m, size_t n, T lr, T beta1, T beta2, T weight_decay, T grad_scale);
+
+template <typename T>
 double sum_squares(const T* x, size_t n);
 double sum(const float* x, size_t n);
 

@@ -131,6 +131,8 @@ void cross_entropy_backward(T* logits_to_dlogits, const float* lse, const int32_
 
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int t, float grad_scale);
+void lion_update(float* param, const float* grad, float* m, size_t n, float lr, float beta1, float beta2,
+                 float weight_decay, float grad_scale);
 // *total += sum of x[i] (squares: of x[i]^2): partial sums into `partials`
 // (sum_partials() doubles), then one block adds them in order into *total.
 int sum_partials();

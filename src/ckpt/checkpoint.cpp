@@ -32,9 +32,6 @@ namespace trident {
 namespace {
 
 constexpr const char* kFormat = "trident-checkpoint-v1";
-// What a checkpoint holds of each tensor: the parameters, then AdamW's moments, in this
-// order in the node files (ShardedState's views).
-const std::vector<std::string> kKinds = {"params", "exp_avg", "exp_avg_sq"};
 
 std::string node_file_name(int node) {
   char name[32];
@@ -94,11 +91,17 @@ std::vector<Piece> rank_pieces(const ParameterLayout& layout, bool writer, const
   return pieces;
 }
 
-// The kinds of a state: the parameters, then its moments in order.
-std::vector<std::string> kinds_of(const ShardedState& state) {
+// What a checkpoint holds of each tensor, in this order in the node files: the
+// parameters, then the optimizer's state buffers (optim/optimizer.h).
+std::vector<std::string> kinds_with(const std::vector<std::string>& optimizer_state) {
   std::vector<std::string> kinds = {"params"};
-  for (const ShardedBuffer& moment : state.moments) kinds.push_back(moment.name);
+  kinds.insert(kinds.end(), optimizer_state.begin(), optimizer_state.end());
   return kinds;
+}
+std::vector<std::string> kinds_of(const ShardedState& state) {
+  std::vector<std::string> names;
+  for (const ShardedBuffer& buffer : state.optimizer_state) names.push_back(buffer.name);
+  return kinds_with(names);
 }
 
 // A blob: the header's length, the header (JSON), the pieces' floats.
@@ -177,33 +180,34 @@ int step_of_name(const std::string& name) {
   return std::atoi(name.c_str() + 5);
 }
 
+namespace {
+
+// A model field as JSON, and back (a choice by its name).
+template <class T>
+nlohmann::json json_of(const T& value) {
+  if constexpr (std::is_enum_v<T>) return name_of(value);
+  else return value;
+}
+template <class T>
+void from_json_value(const nlohmann::json& j, T& value) {
+  if constexpr (std::is_enum_v<T>) value = parse_choice<T>(j.get<std::string>());
+  else value = j.get<T>();
+}
+
+}  // namespace
+
 nlohmann::json model_json(const ModelConfig& m) {
-  return {{"family", name_of(m.family)},
-          {"n_layer", m.n_layer},
-          {"n_head", m.n_head},
-          {"n_kv_head", m.n_kv_head},
-          {"d_model", m.d_model},
-          {"ffn_dim", m.ffn_dim},
-          {"seq_len", m.seq_len},
-          {"vocab_size", m.vocab_size},
-          {"norm_eps", m.norm_eps},
-          {"rope_theta", m.rope_theta},
-          {"rope_scaling", m.rope_scaling.type}};
+  nlohmann::json j = nlohmann::json::object();
+  visit_model_fields(m, [&j](const char* key, const auto& field, const char*) { j[key] = json_of(field); });
+  return j;
 }
 
 ModelConfig model_from_json(const nlohmann::json& j) {
-  ModelConfig m;
-  m.family = parse_choice<Family>(j.value("family", std::string(name_of(m.family))));
-  m.n_layer = j.at("n_layer");
-  m.n_head = j.at("n_head");
-  m.n_kv_head = j.value("n_kv_head", 0);
-  m.d_model = j.at("d_model");
-  m.ffn_dim = j.value("ffn_dim", 0);
-  m.seq_len = j.at("seq_len");
-  m.vocab_size = j.at("vocab_size");
-  m.norm_eps = j.value("norm_eps", m.norm_eps);
-  m.rope_theta = j.value("rope_theta", m.rope_theta);
-  m.rope_scaling.type = j.value("rope_scaling", m.rope_scaling.type);
+  for (const char* shape : {"n_layer", "n_head", "d_model", "seq_len", "vocab_size"}) j.at(shape);  // the rest: defaults
+  ModelConfig m;  // a field an older file lacks keeps its default
+  visit_model_fields(m, [&j](const char* key, auto& field, const char*) {
+    if (j.contains(key)) from_json_value(j.at(key), field);
+  });
   return m;
 }
 
@@ -246,6 +250,11 @@ Manifest parse_manifest(const std::string& text, const std::string& step_dir, co
     m.zero = layout.at("zero");
     m.nodes = layout.at("nodes");
     m.config_ini = j.value("config", "");
+    if (j.contains("state") && j["state"].contains("optimizer")) {  // older checkpoints: AdamW's
+      m.optimizer = j["state"]["optimizer"];
+      m.optimizer_state = j["state"].at("optimizer_state");
+      m.optimizer_state.erase(m.optimizer_state.begin());  // "params"
+    }
     if (j.contains("data")) m.data_fingerprint = j["data"].value("fingerprint", "");
     for (const auto& f : j.at("files")) {
       ManifestFile file{f.at("name"), f.at("bytes"), f.at("crc32"), {}};
@@ -358,8 +367,7 @@ struct ShardIndex {
       const ManifestFile& f = m.files[i];
       files.push_back(std::make_unique<Hdf5Reader>((fs::path(m.dir) / f.name).string()));
       const Hdf5Reader& file = *files.back();
-      for (const std::string& kind : kKinds) {
-        if (!file.has("/" + kind)) continue;
+      for (const std::string& kind : file.members("/")) {  // params and the optimizer's state
         for (const std::string& name : file.members("/" + kind))
           for (const std::string& shard : file.members("/" + kind + "/" + name)) {
             const std::string dataset = "/" + kind + "/" + name + "/" + shard;
@@ -424,7 +432,6 @@ struct Checkpointer::Pending {
 
 Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, ShardedState state)
     : config_(config), parallel_(parallel), state_(std::move(state)) {
-  check(kinds_of(state_) == kKinds, "a checkpoint's state is the parameters and AdamW's exp_avg and exp_avg_sq");
   // This node's file number: the number of node leaders before it.
   std::vector<double> leaders(parallel.world().size(), 0.0);
   leaders[parallel.rank()] = parallel.node().rank() == 0 ? 1.0 : 0.0;
@@ -436,13 +443,14 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, Sharde
   if (!config.checkpoint.upload.empty()) uploader_ = std::make_unique<CheckpointUploader>(config, parallel);
 }
 
-size_t Checkpointer::staging_bytes(const ParameterLayout& layout) {
-  return kKinds.size() * layout.total_floats() * sizeof(float);
+size_t Checkpointer::staging_bytes(const ParameterLayout& layout, const std::vector<std::string>& optimizer_state) {
+  return (1 + optimizer_state.size()) * layout.total_floats() * sizeof(float);
 }
 
-size_t Checkpointer::piece_bytes(const ParameterLayout& layout, bool writer) {
+size_t Checkpointer::piece_bytes(const ParameterLayout& layout, bool writer,
+                                 const std::vector<std::string>& optimizer_state) {
   std::vector<KindSource> sizes_only;
-  for (const std::string& kind : kKinds) sizes_only.push_back({kind});
+  for (const std::string& kind : kinds_with(optimizer_state)) sizes_only.push_back({kind});
   return packed_size(rank_pieces(layout, writer, sizes_only));
 }
 
@@ -453,16 +461,16 @@ size_t Checkpointer::leader_buffer_bytes(const ParameterLayout& layout) {
 }
 
 void Checkpointer::collect_at_node_leader(int step) {
-  // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and moments
+  // 1. This rank's pieces: its stage's tensors, its tp shard; parameters and optimizer state
   //    in full (ZeRO gathers the sharded ones over dp first).
   const ParameterLayout& layout = *state_.parameters.layout;
   const size_t n = layout.total_floats();
-  host_state_.resize(1 + state_.moments.size());
+  host_state_.resize(1 + state_.optimizer_state.size());
   for (std::vector<float>& buffer : host_state_) buffer.resize(n);
   state_.parameters.to_host(host_state_[0].data());
   if (state_.parameters.sharded()) state_.gather_shards(host_state_[0].data());  // ZeRO-3
-  for (size_t i = 0; i < state_.moments.size(); i++) {
-    state_.moments[i].to_host(host_state_[1 + i].data());
+  for (size_t i = 0; i < state_.optimizer_state.size(); i++) {
+    state_.optimizer_state[i].to_host(host_state_[1 + i].data());
     state_.gather_shards(host_state_[1 + i].data());
   }
   const std::vector<std::string> kinds = kinds_of(state_);
@@ -605,7 +613,8 @@ void Checkpointer::complete(Pending& p) {
             {"layout", {{"dp", parallel_.size(Axis::dp)}, {"tp", parallel_.size(Axis::tp)}, {"pp", parallel_.size(Axis::pp)},
                         {"cp", parallel_.size(Axis::cp)},
                         {"zero", par.zero}, {"nodes", parallel_.nodes()}}},
-            {"state", {{"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},
+            {"state", {{"optimizer", state_.optimizer}, {"optimizer_state", kinds_of(state_)},
+                       {"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},
                        {"seed", config_.train.seed}, {"loss_scale", 1.0}}},
             // The sampler is a function of (seed, step): the step is the data position.
             {"data", {{"fingerprint", data_fingerprint_}, {"position", p.step}}},
@@ -647,6 +656,10 @@ void Checkpointer::complete(Pending& p) {
 int Checkpointer::load(const Manifest& m) {
   const ParameterLayout& layout = *state_.parameters.layout;
   require_same_model(m.model, config_.model, "checkpoint " + m.dir);
+  require(m.optimizer == state_.optimizer,
+          "checkpoint " + m.dir + " holds the state of the optimizer " + m.optimizer + ", not of train.optimizer = " +
+              state_.optimizer + "; to change optimizers, export it ('trident ckpt export') and start from "
+              "--checkpoint.init_from");
   require(m.data_fingerprint.empty() || data_fingerprint_.empty() || m.data_fingerprint == data_fingerprint_,
           "checkpoint " + m.dir + " was trained on other data (" + m.data_fingerprint + ") than data.path holds now (" +
               data_fingerprint_ + "), so its data position means nothing here; to train on new data, export it "
@@ -671,7 +684,7 @@ int Checkpointer::load(const Manifest& m) {
     }
   state_.parameters.from_host(full[0].data());
   state_.parameters.changed();
-  for (size_t i = 0; i < state_.moments.size(); i++) state_.moments[i].from_host(full[1 + i].data());
+  for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].from_host(full[1 + i].data());
   state_.set_optimizer_steps(m.step);
   return m.step;
 }

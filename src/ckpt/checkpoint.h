@@ -4,7 +4,8 @@
 //   <dir>/latest                                          name of the newest complete step dir
 // The ranks of a node hand their pieces to the node leader over the node communicator,
 // so shared storage sees one writer per node. Every piece is a canonical tensor's shard:
-// the dataset /<kind>/<name>/tp<r>of<P> (kind: params, exp_avg, exp_avg_sq) holds tp
+// the dataset /<kind>/<name>/tp<r>of<P> (kind: params, or a state buffer of the optimizer:
+// AdamW's exp_avg and exp_avg_sq, Lion's exp_avg) holds tp
 // shard r of P, flat, with the tensor's global shape and sharding as attributes, so a
 // checkpoint loads under any (dp, tp, pp) and with ZeRO on or off.
 //
@@ -56,6 +57,9 @@ struct Manifest {
   int zero = 0, nodes = 1;
   std::string config_ini;
   std::string data_fingerprint;  // of the training data (empty in older checkpoints)
+  // The optimizer whose state it holds, and its state buffers' names (older: AdamW's).
+  std::string optimizer = "adamw";
+  std::vector<std::string> optimizer_state = {"exp_avg", "exp_avg_sq"};
   std::vector<ManifestFile> files;
 };
 
@@ -79,7 +83,7 @@ std::vector<bool> files_needed(const Manifest& m, const ParameterLayout& layout)
 std::optional<Manifest> find_latest_checkpoint(const std::string& dir, bool quiet = false);
 // Complete step directories under `dir`, oldest first.
 std::vector<std::string> complete_checkpoints(const std::string& dir);
-// The full canonical tensors of `kind` (params, exp_avg, exp_avg_sq) of a checkpoint.
+// The full canonical tensors of `kind` (params, or one of m.optimizer_state) of a checkpoint.
 std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Manifest& m, const std::string& kind);
 
 class Checkpointer {
@@ -108,11 +112,11 @@ class Checkpointer {
   // What the training reads (TrainingData::fingerprint), recorded with every save.
   void set_data(const std::string& fingerprint) { data_fingerprint_ = fingerprint; }
   double last_stall_s() const { return last_stall_s_; }
-  // Host memory of a save (for memory plans: the parameters and AdamW's two moments):
-  // this rank's copy of its state, and the blob of pieces it hands its node leader (dp
-  // rank 0 only writes: `writer`).
-  static size_t staging_bytes(const ParameterLayout& layout);
-  static size_t piece_bytes(const ParameterLayout& layout, bool writer);
+  // Host memory of a save (for memory plans: the parameters and the optimizer's state
+  // buffers, by name): this rank's copy of its state, and the blob of pieces it hands its
+  // node leader (dp rank 0 only writes: `writer`).
+  static size_t staging_bytes(const ParameterLayout& layout, const std::vector<std::string>& optimizer_state);
+  static size_t piece_bytes(const ParameterLayout& layout, bool writer, const std::vector<std::string>& optimizer_state);
   // The node leader's buffers while writing: one piece's aligned copy, the CRC's reads.
   static size_t leader_buffer_bytes(const ParameterLayout& layout);
 

@@ -1,10 +1,10 @@
 // What a checkpoint saves and restores of one rank's training state, by name: the
-// parameters' sharded tensors, the optimizer's moments, its step count. The Checkpointer
+// parameters' sharded tensors, the optimizer's state buffers, its step count. The Checkpointer
 // sees these views only, not the model, the optimizer or data parallelism
 // (TrainingSetup::sharded_state builds them).
 //
 // Each is a flat buffer of the parameter layout of which this rank may hold only some
-// ranges: with ZeRO its block of every bucket (the moments; from ZeRO-3 the parameters
+// ranges: with ZeRO its block of every bucket (the optimizer's state; from ZeRO-3 the parameters
 // too), the other blocks held by the other ranks of the shard group (dp, or hybrid
 // sharding's group).
 #pragma once
@@ -19,7 +19,7 @@ namespace trident {
 
 // One named buffer of the optimizer's state, seen through host memory.
 struct ShardedBuffer {
-  std::string name;  // the checkpoint's kind: exp_avg, exp_avg_sq
+  std::string name;  // the checkpoint's kind: AdamW's exp_avg, exp_avg_sq (optim/optimizer.h)
   // Into `flat` (the layout's total_floats()): this rank's ranges, zeros elsewhere.
   std::function<void(float* flat)> to_host;
   // Out of a full flat buffer: this rank's ranges are read.
@@ -27,8 +27,9 @@ struct ShardedBuffer {
 };
 
 struct ShardedState {
-  ShardedParameters parameters;        // the checkpoint's kind params
-  std::vector<ShardedBuffer> moments;  // in the order the node files hold them
+  ShardedParameters parameters;  // the checkpoint's kind params
+  std::string optimizer;         // its name (train.optimizer), recorded in the manifest
+  std::vector<ShardedBuffer> optimizer_state;  // in the order the node files hold them
   // Completes a flat host buffer holding this rank's ranges with the other ranks' of
   // the shard group (collective over it; nothing to do without ZeRO).
   std::function<void(float* flat)> gather_shards;

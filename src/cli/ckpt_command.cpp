@@ -167,14 +167,17 @@ int run_ckpt_command(const std::vector<std::string>& args) {
   }
   const Manifest m = remote ? download_remote(*remote, step, downloaded) : choose(dir, step);
   if (action == "inspect") {
-    std::printf("checkpoint %s: step %d, %s, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n", m.dir.c_str(), m.step,
-                transformer_spec(m.model).describe().c_str(), m.dims.size(Axis::dp), m.dims.size(Axis::tp), m.dims.size(Axis::pp), m.zero, m.nodes);
+    std::printf("checkpoint %s: step %d, %s, %s, saved by dp=%d tp=%d pp=%d zero=%d on %d node(s)\n", m.dir.c_str(),
+                m.step, transformer_spec(m.model).describe().c_str(), m.optimizer.c_str(), m.dims.size(Axis::dp),
+                m.dims.size(Axis::tp), m.dims.size(Axis::pp), m.zero, m.nodes);
     for (const auto& f : m.files) std::printf("  %s: %.1f MiB, crc32 %08x, verified\n", f.name.c_str(), mib(f.bytes), f.crc32);
-    const auto params = read_canonical(m, "params"), second = read_canonical(m, "exp_avg_sq");
+    // Beside the parameters, the optimizer's last state buffer (AdamW's second moment).
+    const std::string state = m.optimizer_state.back();
+    const auto params = read_canonical(m, "params"), second = read_canonical(m, state);
     const ParameterLayout layout(m.model);
     int width = 6;  // the longest name sets the column (Llama's run past 40 characters)
     for (const auto& p : params) width = std::max(width, static_cast<int>(p.first.size()));
-    std::printf("%-*s %-16s %14s %14s\n", width, "tensor", "shape", "params rms", "exp_avg_sq rms");
+    std::printf("%-*s %-16s %14s %14s\n", width, "tensor", "shape", "params rms", (state + " rms").c_str());
     for (size_t i = 0; i < params.size(); i++) {
       const auto rms = [](const std::vector<float>& x) {
         double s = 0;

@@ -23,6 +23,7 @@
 #include "model/transformer_spec.h"
 #include "parallel/parallel_state.h"
 #include "kernels/base/error.h"
+#include "optim/optimizer.h"
 #include "runtime/timer.h"
 #include "train/setup.h"
 
@@ -221,11 +222,13 @@ Check all_reduce_check(Communicator& group, Communicator& world, kernels::Kernel
 }
 
 // On each node's first rank: the folder writable (a file written, synced, removed) and
-// its free space against one checkpoint of the model (fp32 parameters + AdamW's m, v).
+// its free space against one checkpoint of the model (fp32 parameters and the optimizer's
+// state buffers).
 Check checkpoint_dir_check(const std::string& dir, const Config& config) {
   Check c{"checkpoint folder " + hostname(), Verdict::ok, ""};
   if (dir.empty()) return {c.name, Verdict::skip, "no --checkpoint.dir given"};
-  const double need = 12.0 * static_cast<double>(parameter_count(transformer_spec(config.model)));
+  const double buffers = 1.0 + static_cast<double>(optimizer_kind(config.train.optimizer).state_names.size());
+  const double need = 4.0 * buffers * static_cast<double>(parameter_count(transformer_spec(config.model)));
   std::error_code ec;
   fs::create_directories(dir, ec);
   const std::string probe = (fs::path(dir) / (".doctor-" + std::to_string(getpid()))).string();

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
 #include "kernels/base/error.h"
 #include "storage/s3_uri.h"
 
@@ -49,29 +50,10 @@ po::options_description config_options(Config& c) {
   auto& d = c.data;
   auto& l = c.log;
   auto& ck = c.checkpoint;
+  visit_model_fields(m, [&o](const char* key, auto& field, const char* help) {
+    o.add_options()(("model." + std::string(key)).c_str(), with_default(&field), help);
+  });
   o.add_options()
-      ("model.family", with_default(&m.family), "model family: gpt2 or llama")
-      ("model.n_layer", with_default(&m.n_layer), "transformer blocks")
-      ("model.n_head", with_default(&m.n_head), "attention (query) heads")
-      ("model.n_kv_head", with_default(&m.n_kv_head),
-       "key/value heads, grouped-query attention (0: n_head; llama)")
-      ("model.d_model", with_default(&m.d_model), "model width")
-      ("model.ffn_dim", with_default(&m.ffn_dim),
-       "MLP hidden width (0: 4 d_model for gpt2, 2/3 of it rounded up to 256 for llama)")
-      ("model.seq_len", with_default(&m.seq_len), "context length")
-      ("model.vocab_size", with_default(&m.vocab_size), "vocabulary size")
-      ("model.norm_eps", with_default(&m.norm_eps), "LayerNorm (gpt2) or RMSNorm (llama) epsilon")
-      ("model.rope_theta", with_default(&m.rope_theta), "rotary base (llama)")
-      ("model.rope_scaling", with_default(&m.rope_scaling.type),
-       "rotary frequency scaling: none or llama3 (Llama 3.1)")
-      ("model.rope_factor", with_default(&m.rope_scaling.factor),
-       "llama3 scaling: factor")
-      ("model.rope_low_freq_factor", with_default(&m.rope_scaling.low_freq_factor),
-       "llama3 scaling: low_freq_factor")
-      ("model.rope_high_freq_factor", with_default(&m.rope_scaling.high_freq_factor),
-       "llama3 scaling: high_freq_factor")
-      ("model.rope_original_max_position", with_default(&m.rope_scaling.original_max_position),
-       "llama3 scaling: original_max_position_embeddings")
       ("parallel.dp", with_default(&p.dp), "data-parallel size (0: world / (tp*cp*pp))")
       ("parallel.tp", with_default(&p.tp), "tensor-parallel size")
       ("parallel.cp", with_default(&p.cp),
@@ -106,10 +88,12 @@ po::options_description config_options(Config& c) {
        "the step at which the decay reaches min_lr, kept after it (0: train.steps; Megatron's --lr-decay-iters)")
       ("train.wsd_decay", with_default(&t.wsd_decay),
        "wsd: its final linear decay, in steps (>= 1) or as a fraction of the steps after the warmup (< 1)")
-      ("train.weight_decay", with_default(&t.weight_decay), "AdamW decoupled weight decay")
+      ("train.optimizer", with_default(&t.optimizer),
+       "adamw, or lion (the sign of the momentum: one state buffer; a 3-10x smaller lr, a larger weight_decay)")
+      ("train.weight_decay", with_default(&t.weight_decay), "decoupled weight decay (matrices and embeddings)")
       ("train.grad_clip", with_default(&t.grad_clip), "global gradient-norm clip (0: off)")
-      ("train.beta1", with_default(&t.beta1), "AdamW beta1")
-      ("train.beta2", with_default(&t.beta2), "AdamW beta2")
+      ("train.beta1", with_default(&t.beta1), "AdamW's beta1; Lion's interpolation of momentum and gradient")
+      ("train.beta2", with_default(&t.beta2), "AdamW's beta2; Lion's momentum decay (Lion's paper: 0.99)")
       ("train.adam_eps", with_default(&t.adam_eps), "AdamW epsilon")
       ("train.seed", with_default(&t.seed), "seed of initialization and data order")
       ("train.device", with_default(&t.device), "cpu or cuda")
@@ -354,6 +338,7 @@ void Config::validate() const {
   require(train.wsd_decay > 0, "train.wsd_decay must be positive: steps (>= 1) or a fraction (< 1)");
   require(train.weight_decay >= 0, "train.weight_decay must be >= 0");
   require(train.grad_clip >= 0, "train.grad_clip must be >= 0 (0: no clipping)");
+  optimizer_kind(train.optimizer);  // a registered one
   require(train.beta1 >= 0 && train.beta1 < 1, "train.beta1 must lie in [0, 1)");
   require(train.beta2 >= 0 && train.beta2 < 1, "train.beta2 must lie in [0, 1)");
   positive(train.adam_eps, "train.adam_eps");

@@ -44,6 +44,31 @@ struct ModelConfig {
   int head_dim() const { return d_model / n_head; }
 };
 
+// Every field of ModelConfig, once, in the order of the config's keys: its key (model.KEY
+// in the config; the same key in the manifests and exports) and its help. The config's
+// options, the checkpoint's model record and (through each family's names for the keys)
+// Hugging Face's config.json all go through it, so a field added here reaches them all.
+// visit(key, field, help); Model: ModelConfig or const ModelConfig.
+template <class Model, class Visit>
+void visit_model_fields(Model& m, Visit&& visit) {
+  visit("family", m.family, "model family: gpt2 or llama");
+  visit("n_layer", m.n_layer, "transformer blocks");
+  visit("n_head", m.n_head, "attention (query) heads");
+  visit("n_kv_head", m.n_kv_head, "key/value heads, grouped-query attention (0: n_head; llama)");
+  visit("d_model", m.d_model, "model width");
+  visit("ffn_dim", m.ffn_dim, "MLP hidden width (0: 4 d_model for gpt2, 2/3 of it rounded up to 256 for llama)");
+  visit("seq_len", m.seq_len, "context length");
+  visit("vocab_size", m.vocab_size, "vocabulary size");
+  visit("norm_eps", m.norm_eps, "LayerNorm (gpt2) or RMSNorm (llama) epsilon");
+  visit("rope_theta", m.rope_theta, "rotary base (llama)");
+  visit("rope_scaling", m.rope_scaling.type, "rotary frequency scaling: none or llama3 (Llama 3.1)");
+  visit("rope_factor", m.rope_scaling.factor, "llama3 scaling: factor");
+  visit("rope_low_freq_factor", m.rope_scaling.low_freq_factor, "llama3 scaling: low_freq_factor");
+  visit("rope_high_freq_factor", m.rope_scaling.high_freq_factor, "llama3 scaling: high_freq_factor");
+  visit("rope_original_max_position", m.rope_scaling.original_max_position,
+        "llama3 scaling: original_max_position_embeddings");
+}
+
 struct ParallelConfig {
   int dp = 0;               // data-parallel size; 0: world / (tp * cp * pp)
   int tp = 1;               // tensor-parallel size
@@ -74,9 +99,10 @@ struct TrainConfig {
   std::string lr_schedule = "cosine";  // cosine | linear | constant | wsd (optim/lr_schedule.h)
   int lr_decay_steps = 0;   // the step at which the decay reaches min_lr; 0: steps
   double wsd_decay = 0.2;   // wsd: its final decay, in steps (>= 1) or a fraction of the steps after warmup (< 1)
+  std::string optimizer = "adamw";  // adamw | lion (optim/optimizer.h: registered by name)
   double weight_decay = 0.1;  // decoupled, matrices and embeddings only
   double grad_clip = 1.0;   // global-norm clipping; 0 disables
-  double beta1 = 0.9;
+  double beta1 = 0.9;       // AdamW's and Lion's
   double beta2 = 0.95;
   double adam_eps = 1e-8;
   uint64_t seed = 1234;     // initialization and data order

@@ -18,7 +18,7 @@
 //
 // ZeRO-3 (FSDP's FULL_SHARD) reduces the gradients as ZeRO-2 does; the parameters are
 // sharded the same way, by the store, which gathers each unit before the model uses it
-// (parallel/param_grad_store.h). AdamW then updates this rank's shard only and nothing is
+// (parallel/param_grad_store.h). The optimizer then updates this rank's shard only and nothing is
 // gathered after the step.
 #pragma once
 

@@ -11,6 +11,7 @@
 #include "plan/layer_time.h"
 #include "plan/schedule_time.h"
 #include "kernels/base/error.h"
+#include "optim/optimizer.h"
 #include "plan/run_layout.h"
 
 namespace trident {
@@ -198,10 +199,12 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     s.dp_s = overlapped + after;
     s.dp_exposed_s = std::max(0.0, overlapped - window) + after;
   }
-  // AdamW: read parameter, gradient, both moments, write them and the bf16 copy (30 bytes
-  // per parameter updated here), at 80% of HBM bandwidth.
+  // The optimizer's update of the parameters updated here (AdamW: read parameter,
+  // gradient, both moments, write them and the bf16 copy, 30 bytes each), at 80% of HBM
+  // bandwidth.
   const double updated = zero >= 1 ? stage_floats / replicas : stage_floats;
-  s.optimizer_s = updated * 30.0 / (gpu.hbm_tbps * 1e12 * 0.8);
+  s.optimizer_s = updated * optimizer_kind(config.train.optimizer).update_bytes_per_parameter /
+                  (gpu.hbm_tbps * 1e12 * 0.8);
   s.step_s = s.compute_s + s.tp_s + s.bubble_s + s.pp_s + s.dp_exposed_s + s.optimizer_s;
   const double tokens = static_cast<double>(config.train.global_batch) * spec.seq_len;
   s.tokens_per_s = tokens / s.step_s;

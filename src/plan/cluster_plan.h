@@ -23,7 +23,8 @@
 //             kept units after the update; over NVLink when the dp group is within a node,
 //             else over the network; only what the compute that overlaps it cannot hide
 //             is counted;
-//   optimizer AdamW over the parameters this rank updates, at 80% of HBM bandwidth.
+//   optimizer the update's bytes (optim/optimizer.h) over the parameters this rank updates,
+//            at 80% of HBM bandwidth.
 // The rates are stated in plan/hardware.cpp and checked against published runs
 // (tests/unit/test_cluster_plan.cpp, benchmarks/RESULTS.md).
 #pragma once

@@ -8,7 +8,7 @@
 #include "model/activations.h"
 #include "model/transformer.h"
 #include "model/transformer_spec.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
 #include "parallel/param_grad_store.h"
 #include "pipeline/schedule.h"
@@ -63,7 +63,8 @@ size_t buffer_bytes(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(
 
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
   if (config.checkpoint.dir.empty()) return 0;
-  return Checkpointer::piece_bytes(rank_layout(config, coords), config.dims().data_parallel_rank(coords) == 0);
+  return Checkpointer::piece_bytes(rank_layout(config, coords), config.dims().data_parallel_rank(coords) == 0,
+                                   optimizer_kind(config.train.optimizer).state_names);
 }
 
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
@@ -92,7 +93,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
         buffer_bytes(k.activation_bytes(compute_floats)));
   const size_t windowed_floats = ParamGradStore::gradient_floats_for(layout, stage);
   add("gradients", zero >= 2 ? "fp32; embeddings and head kept, blocks in 2 windows" : "fp32", windowed_floats * f32);
-  // The optimizer's moments over the ranges this rank updates (ZeRO: its block of each
+  // The optimizer's state over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
   const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.data_parallel_size();
@@ -101,8 +102,11 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     owned = DataParallel::sharded_ranges(
         zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
         d.data_parallel_rank(coords) % shards);
-  add("optimizer state", zero > 0 ? "AdamW m, v; 1/" + std::to_string(shards) : std::string("AdamW m, v"),
-      AdamW::state_floats_for(layout, owned) * f32);
+  const OptimizerKind& optimizer = optimizer_kind(config.train.optimizer);
+  std::string state;
+  for (const std::string& name : optimizer.state_names) state += (state.empty() ? " " : ", ") + name;
+  add("optimizer state", optimizer.name + state + (zero > 0 ? "; 1/" + std::to_string(shards) : std::string()),
+      optimizer.state_floats_for(layout, owned) * f32);
   if (zero > 0) {
     size_t shard = 0, window_shard = 0;
     for (const FlatRange& r : owned) shard += r.size();
@@ -174,12 +178,12 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
                               (d.size(Axis::pp) > 1 && ts.tied_head);
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator",
         static_cast<size_t>(communicators) * (64u << 20));
-    // A NCCL communicator stages host buffers (the checkpoint's moments) in device memory.
+    // A NCCL communicator stages host buffers (the checkpoint's optimizer state) in device memory.
     if (zero > 0 && !config.checkpoint.dir.empty()) {
       size_t largest = 0;
       for (const FlatRange& b : zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards))
         largest = std::max(largest, b.size());
-      add("host staging", "NCCL's copy of one bucket of the checkpoint's moments", largest * f32);
+      add("host staging", "NCCL's copy of one bucket of the checkpoint's optimizer state", largest * f32);
     }
   }
 
@@ -190,9 +194,10 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     add("init staging", "host copy of the largest shard", largest * f32, true);
   }
   if (!config.checkpoint.dir.empty()) {
-    add("checkpoint staging", "host copy of parameters and moments", Checkpointer::staging_bytes(layout), true);
+    add("checkpoint staging", "host copy of parameters and optimizer state",
+        Checkpointer::staging_bytes(layout, optimizer.state_names), true);
     add("checkpoint pieces", writer ? "handed to the node leader" : "none: dp rank 0 writes",
-        Checkpointer::piece_bytes(layout, writer), true);
+        Checkpointer::piece_bytes(layout, writer, optimizer.state_names), true);
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
     if (node_leader)
       add("checkpoint writer", "copy of one piece, CRC buffer", Checkpointer::leader_buffer_bytes(layout), true);
@@ -201,7 +206,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       S3Settings s3;  // the sizes alone (s3_settings would look for a region, maybe over the network)
       s3.part_bytes = static_cast<size_t>(config.checkpoint.s3_part_mb) << 20;
       s3.parallel = config.checkpoint.s3_parallel;
-      const uint64_t file = Checkpointer::piece_bytes(layout, writer) + node_leader_receives;
+      const uint64_t file = Checkpointer::piece_bytes(layout, writer, optimizer.state_names) + node_leader_receives;
       add("S3 upload", "estimate: " + std::to_string(s3.parallel) + " parts in flight of the node file",
           s3_upload_buffer_bytes(file, s3), true);
     }

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
 #include "runtime/exit_codes.h"
 
 namespace trident {

@@ -65,23 +65,22 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .document_end = document_end(config.data),
              .context_parallel = parallel.size(Axis::cp) > 1 ? &parallel.cp() : nullptr}),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
-      optimizer(model.layout(),
-                {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay}, k,
-                data_parallel.owned()),
-      runner(model, optimizer, data_parallel, parallel.data_parallel(), k, plan.links) {
+      optimizer(make_optimizer(config.train.optimizer, model.layout(),
+                               {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay},
+                               k, data_parallel.owned())),
+      runner(model, *optimizer, data_parallel, parallel.data_parallel(), k, plan.links) {
   if (k.host_memory()) data_parallel.set_max_in_flight(kMpiReductionsInFlight);
 }
 
 ShardedState TrainingSetup::sharded_state() {
   const size_t n = model.layout().total_floats();
-  const auto moment = [this, n](AdamW::Moment which, const char* name) {
-    return ShardedBuffer{name, [this, which, n](float* flat) { optimizer.moment_to_host(which, flat, n); },
-                         [this, which](const float* flat) { optimizer.moment_from_host(which, flat); }};
-  };
-  return {model.store().parameters(),
-          {moment(AdamW::Moment::exp_avg, "exp_avg"), moment(AdamW::Moment::exp_avg_sq, "exp_avg_sq")},
+  std::vector<ShardedBuffer> state;
+  for (size_t i = 0; i < optimizer->kind().state_names.size(); i++)
+    state.push_back({optimizer->kind().state_names[i], [this, i, n](float* flat) { optimizer->state_to_host(i, flat, n); },
+                     [this, i](const float* flat) { optimizer->state_from_host(i, flat); }});
+  return {model.store().parameters(), optimizer->kind().name, std::move(state),
           [this](float* flat) { data_parallel.gather_host_buffer(flat); },
-          [this](int steps) { optimizer.set_steps_taken(steps); }};
+          [this](int steps) { optimizer->set_steps_taken(steps); }};
 }
 
 }  // namespace trident

@@ -8,7 +8,7 @@
 #include "config/config.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
 #include "parallel/parallel_state.h"
@@ -53,7 +53,7 @@ class TrainingSetup {
   const HybridGroups hybrid;  // shard and replica groups of hybrid sharding, if any
   Transformer model;
   DataParallel data_parallel;
-  AdamW optimizer;
+  const std::unique_ptr<Optimizer> optimizer;  // train.optimizer
   StepRunner runner;
 };
 

@@ -9,7 +9,7 @@
 
 namespace trident {
 
-StepRunner::StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp,
+StepRunner::StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& data_parallel, Communicator& dp,
                        kernels::Kernels& k, PipelineLinks pipeline)
     : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k),
       pipeline_(model, pipeline) {

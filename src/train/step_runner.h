@@ -2,7 +2,7 @@
 // gradients (the pipeline's forward and backward passes over the micro-batches,
 // pipeline/pipeline_runner.h, with gradient accumulation, the reduction over dp
 // overlapped with the last backward, the tied embedding's sum between the first and last
-// stage) and the update (global norm, clipping, AdamW, ZeRO-1 gather).
+// stage) and the update (global norm, clipping, the optimizer, ZeRO-1 gather).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,8 @@
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "pipeline/pipeline_links.h"
 #include "pipeline/pipeline_runner.h"
 
@@ -21,13 +22,13 @@ namespace trident {
 
 class StepRunner {
  public:
-  StepRunner(Transformer& model, AdamW& optimizer, DataParallel& data_parallel, Communicator& dp, kernels::Kernels& k,
+  StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& data_parallel, Communicator& dp, kernels::Kernels& k,
              PipelineLinks pipeline = {});
 
   // inputs/targets: this rank's local_batch sequences [local_batch, T] of a global
   // batch of global_batch sequences. Returns the mean loss over the global batch.
   double compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch, int global_batch);
-  // Clips by the global gradient norm and applies AdamW; returns the norm before clipping.
+  // Clips by the global gradient norm and applies the optimizer; returns the norm before clipping.
   // A non-finite norm (or loss_finite false) skips the update on every rank: parameters
   // and optimizer state stay as they were (train/divergence.h).
   GradientNorm update(double lr, double grad_clip, bool loss_finite = true);
@@ -55,7 +56,7 @@ class StepRunner {
   double gradient_norm_squared();
 
   Transformer& model_;
-  AdamW& optimizer_;
+  Optimizer& optimizer_;
   DataParallel& data_parallel_;
   Communicator& dp_;
   kernels::Kernels& k_;

@@ -380,7 +380,7 @@ size_t memory_taken(const MemoryBaseline& b, kernels::Kernels& k) {
 // What one optimizer step measured.
 struct StepOutcome {
   double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
-  double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + AdamW
+  double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + update
   GradientNorm norm;
   uint64_t host_syncs = 0;  // the kernels' host synchronizations (kernels.h: on a GPU, drained queues)
 };

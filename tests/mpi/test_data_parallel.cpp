@@ -13,7 +13,8 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/parallel_state.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "runtime/random.h"
 #include "train/step_runner.h"
 #include "train/verify.h"
@@ -81,7 +82,8 @@ TEST(DataParallelTraining, SameParametersAsOneRank) {
     Transformer model(mc, *k, {.micro_batch = local, .buffer_multiple = static_cast<size_t>(dp.size())});
     model.init_parameters(5);
     DataParallel data_parallel(dp, *k, model.layout().total_floats(), 0.001, zero);
-    AdamW optimizer(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, data_parallel.owned());
+    const auto adamw = make_optimizer("adamw", model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, data_parallel.owned());
+    Optimizer& optimizer = *adamw;
     StepRunner runner(model, optimizer, data_parallel, dp, *k);
     std::vector<double> losses;
     for (int step = 0; step < 3; step++) {

@@ -15,7 +15,8 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/parallel_state.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "pipeline/schedule.h"
 #include "runtime/random.h"
 #include "train/step_runner.h"
@@ -57,7 +58,8 @@ Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, 
                      .split_backward = schedule == Schedule::zb1});
   model.init_parameters(21);
   DataParallel dp(self, *k, model.layout().total_floats(), 0.001, false);
-  AdamW opt(model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, dp.owned());
+  const auto adamw = make_optimizer("adamw", model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, dp.owned());
+  Optimizer& opt = *adamw;
   StepRunner runner(model, opt, dp, self, *k, {pp, embedding, schedule});
   Trained out;
   std::vector<int32_t> tokens(static_cast<size_t>(B) * m * T), targets(tokens.size());

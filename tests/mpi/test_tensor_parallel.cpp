@@ -15,7 +15,8 @@
 #include "parallel/mpi_communicator.h"
 #include "parallel/parallel_state.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "runtime/random.h"
 #include "train/setup.h"
 #include "train/step_runner.h"
@@ -62,7 +63,8 @@ class TensorParallelTest : public testing::TestWithParam<Family> {
   CommStats one_step(Transformer& model, int B, int micro_steps) {
     model.init_parameters(1);
     DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
-    AdamW opt(model.layout(), {}, *k_, dp.owned());
+    const auto adamw = make_optimizer("adamw", model.layout(), {}, *k_, dp.owned());
+    Optimizer& opt = *adamw;
     StepRunner runner(model, opt, dp, parallel_->dp(), *k_);
     const Batch batch = random_batch(B * micro_steps, model.spec().seq_len, model.spec().vocab_size, 2);
     parallel_->tp().reset_stats();
@@ -122,7 +124,8 @@ TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
   for (Transformer* model : {&whole, &sharded}) {
     model->init_parameters(4);
     DataParallel dp(self, *k_, model->layout().total_floats(), 1, false);
-    AdamW opt(model->layout(), {}, *k_, dp.owned());
+    const auto adamw = make_optimizer("adamw", model->layout(), {}, *k_, dp.owned());
+    Optimizer& opt = *adamw;
     StepRunner runner(*model, opt, dp, self, *k_);
     runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B, B);
     norms.push_back(runner.update(0.0, 0.0).norm);

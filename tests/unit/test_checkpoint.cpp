@@ -49,9 +49,11 @@ void expect_continues_like(const CliRun& r, const std::map<int, double>& referen
 }
 
 TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
+  // The last: Lion (one state buffer, exp_avg) sharded by ZeRO-1.
   for (const std::string& layout : {std::string("1"), std::string("4 --parallel.dp=2 --parallel.pp=2 --parallel.zero=1"),
                                     std::string("4 --parallel.dp=2 --parallel.tp=2 --parallel.zero=2"),
-                                    std::string("4 --parallel.dp=4 --parallel.zero=3")}) {
+                                    std::string("4 --parallel.dp=4 --parallel.zero=3"),
+                                    std::string("2 --parallel.zero=1 --train.optimizer=lion --train.lr=3e-4")}) {
     const std::string whole = fresh_dir("whole"), halves = fresh_dir("halves");
     const std::string launcher = kMpirun + layout.substr(0, 1);
     const std::string flags = layout.size() > 1 ? layout.substr(2) : "";
@@ -67,6 +69,19 @@ TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
     EXPECT_NE(b2.out.find("resumed from " + halves + "/step_00000003"), std::string::npos) << b2.out;
     EXPECT_EQ(step_losses(b2.out).begin()->first, 4) << "the resumed run starts at step 4";
     expect_identical(whole + "/step_00000006", halves + "/step_00000006");
+    const Manifest saved = read_manifest(whole + "/step_00000006");
+    const bool lion = flags.find("lion") != std::string::npos;
+    EXPECT_EQ(saved.optimizer, lion ? "lion" : "adamw");
+    const std::vector<std::string> state = lion ? std::vector<std::string>{"exp_avg"}
+                                                : std::vector<std::string>{"exp_avg", "exp_avg_sq"};
+    EXPECT_EQ(saved.optimizer_state, state);
+    if (!lion) continue;
+    // Another optimizer cannot take its state: one error, exit 2.
+    const CliRun other = run(kTrain + "--parallel.zero=1 --train.steps=7 --checkpoint.dir=" + whole +
+                                 run_dir_flag(whole), launcher);
+    EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
+    EXPECT_NE(other.err.find("holds the state of the optimizer lion, not of train.optimizer = adamw"),
+              std::string::npos) << other.err;
   }
 }
 

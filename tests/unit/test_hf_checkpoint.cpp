@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "model/hf_conventions.h"
 #include "cli_helpers.h"
@@ -241,6 +242,35 @@ TEST(HfConventions, RopeScalingIsComparedFieldByField) {
   EXPECT_EQ(bad[0], "rope_scaling.factor = 32, but model.rope_factor = 8");
   config["rope_scaling"] = nullptr;
   EXPECT_EQ(hf_config_mismatches(config, spec).at(0), "rope_scaling = null, but model.rope_scaling = llama3");
+}
+
+// The manifest keeps every field of the model (it kept only rope_scaling's type, so the
+// export of a run with other llama3 factors wrote the defaults): a model written into a
+// manifest and read back exports the factors it was trained with.
+TEST(HfConventions, TheManifestKeepsRopeScalingForTheExport) {
+  ModelConfig m;
+  m.family = Family::llama;
+  m.n_kv_head = 2;
+  m.ffn_dim = 352;
+  m.rope_theta = 500000;
+  m.rope_scaling = {"llama3", 32, 2, 8, 4096};
+  const nlohmann::json manifest = {{"format", "trident-checkpoint-v1"},
+                                   {"step", 5},
+                                   {"model", model_json(m)},
+                                   {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}, {"nodes", 1}}},
+                                   {"files", nlohmann::json::array()}};
+  const ModelConfig read = parse_manifest(manifest.dump(), "step_00000005", "manifest.json").model;
+  EXPECT_EQ(model_json(read), model_json(m));
+  const nlohmann::json exported = hf_config(transformer_spec(read), "float32");
+  EXPECT_EQ(exported["rope_theta"], 500000);
+  EXPECT_EQ(exported["rope_scaling"]["factor"], 32);
+  EXPECT_EQ(exported["rope_scaling"]["low_freq_factor"], 2);
+  EXPECT_EQ(exported["rope_scaling"]["high_freq_factor"], 8);
+  EXPECT_EQ(exported["rope_scaling"]["original_max_position_embeddings"], 4096);
+  // An older manifest (no factors) reads with the defaults.
+  nlohmann::json older = manifest;
+  older["model"].erase("rope_factor");
+  EXPECT_EQ(parse_manifest(older.dump(), "step_00000005", "manifest.json").model.rope_scaling.factor, 8);
 }
 
 TEST(HfCheckpoint, Bf16ExportRoundsAndImportsWithinBf16) {

@@ -911,6 +911,29 @@ TEST(KernelAdamW, MatchesDirectFormulasOverThreeSteps) {
   }
 }
 
+TEST(KernelLion, MatchesDirectFormulasOverThreeSteps) {
+  const size_t n = 41;
+  const double lr = 3e-4, b1 = 0.9, b2 = 0.99, wd = 0.5, grad_scale = 0.5;
+  Vec p = uniform(n), m = uniform(n, -0.1, 0.1);
+  Vec p_ref = p, m_ref = m;
+  for (int t = 1; t <= 3; t++) {
+    Vec grad = uniform(n, -2.0, 2.0);
+    grad[t] = -m[t] * b1 / ((1 - b1) * grad_scale);  // c exactly 0 (up to rounding): sign 0 or +-1, then lr
+    lion_update(p.data(), grad.data(), m.data(), n, lr, b1, b2, wd, grad_scale);
+    for (size_t i = 0; i < n; i++) {
+      const double g = grad[i] * grad_scale, c = b1 * m_ref[i] + (1 - b1) * g;
+      p_ref[i] = p_ref[i] * (1 - lr * wd) - lr * ((c > 0) - (c < 0));
+      m_ref[i] = b2 * m_ref[i] + (1 - b2) * g;
+    }
+    EXPECT_LT(rel_error(m, m_ref), 1e-14) << "step " << t;
+    for (size_t i = 0; i < n; i++) EXPECT_NEAR(p[i], p_ref[i], i == static_cast<size_t>(t) ? lr : 1e-15) << i;
+  }
+  // Every parameter moved by lr (and its decay) alone: the update's size is the sign's.
+  Vec one = {0.25}, zero_m = {0.0}, g = {1e-30};
+  lion_update(one.data(), g.data(), zero_m.data(), 1, lr, b1, b2, 0.0, 1.0);
+  EXPECT_DOUBLE_EQ(one[0], 0.25 - lr);
+}
+
 TEST(KernelSumSquares, MatchesDirectSumAcrossBlocks) {
   // n spans several of the kernel's 2^14-element blocks plus a partial one.
   const size_t n = 3 * (size_t{1} << 14) + 123;

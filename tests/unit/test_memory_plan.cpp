@@ -10,7 +10,7 @@
 #include "kernels/kernels.h"
 #include "model/activations.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
 #include "kernels/base/error.h"
 #include "runtime/random.h"
@@ -131,8 +131,8 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
     EXPECT_EQ(p.of("activations") + p.of("recompute set") + p.of("backward scratch"), model.activation_bytes().total());
     EXPECT_EQ(p.of("checkpoint staging"), 0u);  // no checkpoint.dir
     const auto owned = DataParallel::sharded_ranges(DataParallel::bucket_ranges(n, 0.01, 4), 4, r);
-    AdamW optimizer(layout, {}, *k, owned);
-    EXPECT_EQ(p.of("optimizer state"), optimizer.state_floats() * 4);
+    const std::unique_ptr<Optimizer> optimizer = make_optimizer("adamw", layout, {}, *k, owned);
+    EXPECT_EQ(p.of("optimizer state"), optimizer->state_floats() * 4);
   }
   // ZeRO-1: the moments of the four ranks are those of the whole model once.
   EXPECT_EQ(optimizer_sum, 2 * n * 4);

@@ -1,5 +1,5 @@
-// AdamW, clipping and the learning-rate schedule against FORMAT.md's formulas,
-// computed here independently in double precision.
+// The optimizers (AdamW, Lion), clipping and the learning-rate schedule against their
+// formulas (FORMAT.md's for AdamW), computed here independently in double precision.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +7,8 @@
 
 #include "kernels/kernels.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/gradient_clip.h"
+#include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "kernels/base/error.h"
 #include "tests/model_shapes.h"
@@ -23,8 +24,9 @@ TEST(AdamW, FollowsFormatMdForEveryTensor) {
   model.init_parameters(7);
   const ParameterLayout& layout = model.layout();
   const size_t n = layout.total_floats();
-  const AdamWSettings s{0.9, 0.95, 1e-8, 0.1};
-  AdamW opt(layout, s, *k);
+  const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
+  const std::unique_ptr<Optimizer> adamw = make_optimizer("adamw", layout, s, *k);
+  Optimizer& opt = *adamw;
 
   std::vector<double> p(model.store().params(), model.store().params() + n), m(n, 0.0), v(n, 0.0);
   std::mt19937_64 rng(3);
@@ -54,6 +56,55 @@ TEST(AdamW, FollowsFormatMdForEveryTensor) {
   EXPECT_TRUE(layout.tensor("h.0.mlp.c_fc.weight").weight_decay);
   EXPECT_FALSE(layout.tensor("h.0.mlp.c_fc.bias").weight_decay);
   EXPECT_FALSE(layout.tensor("h.0.ln_1.weight").weight_decay);
+}
+
+// Lion through the optimizer interface, over a model's layout and a ZeRO shard of it: one
+// step against its formula in float64 (decay on the 2-D tensors only), its one state
+// buffer, and every parameter moved by exactly lr.
+TEST(Lion, OneStepFollowsItsFormulaInFloat64OnAShard) {
+  auto k = kernels::make_cpu_kernels();
+  Transformer model(tiny_model(), *k);
+  model.init_parameters(7);
+  const ParameterLayout& layout = model.layout();
+  const size_t n = layout.total_floats();
+  // A shard: the second half of the flat buffer (ZeRO's owned ranges), cutting a tensor.
+  const std::vector<FlatRange> owned = {{n / 2, n}};
+  const OptimizerSettings s{0.9, 0.99, 0.0, 0.3};
+  const std::unique_ptr<Optimizer> lion = make_optimizer("lion", layout, s, *k, owned);
+  EXPECT_EQ(lion->kind().state_names, std::vector<std::string>{"exp_avg"});
+  EXPECT_EQ(lion->state_floats(), optimizer_kind("lion").state_floats_for(layout, owned));
+  // Momentum from an earlier step (through the checkpoint's path), and gradients.
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> momentum(n), before(model.store().params(), model.store().params() + n);
+  for (float& m : momentum) m = 0.1f * normal(rng);
+  lion->state_from_host(0, momentum.data());
+  for (size_t i = 0; i < n; i++) model.store().grads()[i] = normal(rng);
+  const double lr = 1e-3, scale = 0.8;
+  lion->step(model.store().params(), model.store().grads(), lr, scale);
+  std::vector<float> after_momentum(n);
+  lion->state_to_host(0, after_momentum.data(), n);
+  int moved = 0;
+  for (const ParameterTensor& t : layout.tensors())
+    for (size_t i = t.offset; i < t.offset + t.stored; i++) {
+      const double p = before[i], m = momentum[i], g = static_cast<double>(model.store().grads()[i]) * scale;
+      if (i < n / 2) {  // another rank's: untouched, no state here
+        ASSERT_EQ(model.store().params()[i], before[i]) << t.name;
+        ASSERT_EQ(after_momentum[i], 0.0f) << t.name;
+        continue;
+      }
+      const double wd = t.shape.size() >= 2 ? s.weight_decay : 0.0, c = s.beta1 * m + (1 - s.beta1) * g;
+      const double want = p * (1 - lr * wd) - lr * ((c > 0) - (c < 0));
+      ASSERT_NEAR(model.store().params()[i], want, 1e-7 * (1 + std::abs(want))) << t.name << " " << i;
+      ASSERT_NEAR(after_momentum[i], s.beta2 * m + (1 - s.beta2) * g, 1e-7) << t.name << " " << i;
+      if (wd == 0) {
+        ASSERT_NEAR(std::abs(model.store().params()[i] - p), lr, 1e-7) << t.name;  // exactly lr
+      }
+      moved++;
+    }
+  EXPECT_GT(moved, 0);
+  EXPECT_EQ(lion->steps_taken(), 1);
+  EXPECT_THROW(make_optimizer("sgd", layout, s, *k), UsageError);
 }
 
 TEST(ClipGradients, NormAndCoefficient) {

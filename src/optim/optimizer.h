@@ -1,0 +1,111 @@
+// An optimizer over a model's flat parameter buffer (model/parameters.h). It updates the
+// parameters of the ranges this rank owns (all of them, or its ZeRO shard) and keeps its
+// state for those alone, in the backend's memory: buffers of one float per parameter it
+// updates, each with a name (its kind in checkpoints: AdamW's exp_avg and exp_avg_sq).
+// Whoever needs to know about the optimizer asks through OptimizerKind, never a concrete
+// class: the training step, the checkpoint (its state by name), the memory plan, `trident
+// plan` (the bytes an update moves) and doctor (a checkpoint's size).
+//
+// A new optimizer is one file (optim/NAME.cpp: its update and its registration) and its
+// kernel (kernels/ops.def). Weight decay follows each tensor's placement.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/device_buffer.h"
+#include "kernels/kernels.h"
+#include "model/parameters.h"
+#include "runtime/flat_range.h"
+
+namespace trident {
+
+class Optimizer;
+
+// The train config's settings of an optimizer (each takes what it uses).
+struct OptimizerSettings {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+};
+
+// What an optimizer is, before one is built.
+struct OptimizerKind {
+  std::string name;                      // train.optimizer
+  std::vector<std::string> state_names;  // its state buffers, in the checkpoint's order
+  // Bytes one update moves per parameter on a GPU (read the parameter, its gradient and
+  // state; write the parameter, its state and the bf16 compute copy): `plan`'s update time.
+  double update_bytes_per_parameter = 0;
+  std::function<std::unique_ptr<Optimizer>(const ParameterLayout&, const OptimizerSettings&, kernels::Kernels&,
+                                           const std::vector<FlatRange>& owned)>
+      make;
+
+  // The floats of its state for these owned ranges of `layout` (empty: all of it).
+  size_t state_floats_for(const ParameterLayout& layout, const std::vector<FlatRange>& owned) const;
+};
+
+// Registers an optimizer under its name (at static initialization: the registering file's
+// `const bool registered = register_optimizer(...)`); returns true.
+bool register_optimizer(OptimizerKind kind);
+// The registered optimizer `name`; UsageError naming train.optimizer and the choices.
+const OptimizerKind& optimizer_kind(const std::string& name);
+// "adamw or lion".
+std::string optimizer_choices();
+// An optimizer of the registered kind `name` for the owned ranges (empty: all of them).
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterLayout& layout,
+                                          const OptimizerSettings& settings, kernels::Kernels& k,
+                                          const std::vector<FlatRange>& owned = {});
+
+class Optimizer {
+ public:
+  // Where the value (or the gradient) of flat offset `offset` lives: the flat buffer, or
+  // a shard (ZeRO); each tensor's piece of an owned range is contiguous there.
+  using ParameterAt = std::function<float*(size_t offset)>;
+  using GradientAt = std::function<const float*(size_t offset)>;
+
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  const OptimizerKind& kind() const { return kind_; }
+  // One update with learning rate lr on gradients multiplied by grad_scale (the clip
+  // coefficient). Advances the step count first (bias corrections count from 1).
+  void step(const ParameterAt& parameter_at, const GradientAt& gradient_at, double lr, double grad_scale);
+  // The same over one flat buffer of parameters and one of gradients.
+  void step(float* params, const float* grads, double lr, double grad_scale);
+  int steps_taken() const { return t_; }
+  void set_steps_taken(int t) { t_ = t; }
+
+  // State buffer `i` (kind().state_names[i]) as a buffer of the whole flat layout (n
+  // floats, zero outside the owned ranges) in host memory, and back (only the owned
+  // ranges are read): for checkpoints.
+  void state_to_host(size_t i, float* full, size_t n) const;
+  void state_from_host(size_t i, const float* full);
+  size_t state_floats() const;
+
+ protected:
+  Optimizer(const OptimizerKind& kind, const ParameterLayout& layout, kernels::Kernels& k,
+            const std::vector<FlatRange>& owned);
+  // Updates n parameters of one tensor (step t from 1): param, grad and each state
+  // buffer's piece (state[i] for state buffer i); decay: whether the tensor takes weight
+  // decay (its placement's say).
+  virtual void update(float* param, const float* grad, float* const* state, size_t n, double lr, bool decay, int t,
+                      double grad_scale) = 0;
+  kernels::Kernels& k_;
+
+ private:
+  // A piece of one tensor inside an owned range: where it is, where its state is.
+  struct Segment {
+    size_t offset, state_offset, size;
+    bool decay;
+  };
+  static std::vector<Segment> segments_of(const ParameterLayout& layout, const std::vector<FlatRange>& owned);
+  friend struct OptimizerKind;
+
+  const OptimizerKind& kind_;
+  std::vector<Segment> segments_;
+  std::vector<kernels::DeviceBuffer> state_;
+  int t_ = 0;
+};
+
+}  // namespace trident
