@@ -73,7 +73,7 @@ endif
 endif
 
 # ---- sources -----------------------------------------------------------------------
-LIB_SRCS := $(wildcard kernels/*.cpp kernels/base/*.cpp kernels/cpu/*.cpp) $(filter-out src/cli/main.cpp,$(wildcard src/*/*.cpp))
+LIB_SRCS := $(wildcard kernels/*.cpp kernels/base/*.cpp kernels/cpu/*.cpp) $(filter-out src/cli/main.cpp,$(wildcard src/*/*.cpp src/*/*/*.cpp))
 LIB_OBJS := $(LIB_SRCS:%.cpp=$(BUILD)/%.o) $(CUDA_OBJS)
 TEST_SRCS := $(wildcard tests/unit/*.cpp)
 TEST_OBJS := $(TEST_SRCS:%.cpp=$(BUILD)/%.o)

@@ -20,8 +20,8 @@
 //    2 NKV) HD] + out [T/P, NH HD] + lse [NH, T/P]; the ring's buffers (RingBuffers, once
 //    per model, shared by the layers): six key/value blocks (two to send and receive,
 //    two gradient sums going out, one coming in, one block's part), a block's output,
-//    log-sum-exps and dq. And the whole activation arena of a model (ActivationArena::
-//    measure of activation_shape(..., context_parallel = P), no allocation) of 8 such
+//    log-sum-exps and dq. And the whole activation arena of a model (measure_activations
+//    of activation_shape(..., context_parallel = P), no allocation) of 8 such
 //    layers (Llama, d 512, vocabulary 32000, micro-batch 1, no recompute): it should fall
 //    as 1/P, the ring's buffers aside.
 //  - volume: bytes of CommOp::send counted by this rank's cp communicator, beside the
@@ -87,15 +87,16 @@ struct Row {
 // rank of cp = P: measured, never allocated.
 size_t arena_bytes(const kernels::Footprint& k, int T, int P) {
   ModelConfig mc;
-  mc.family = Family::llama;
+  mc.family = "llama";
   mc.n_layer = 8;
   mc.n_head = NH;
   mc.n_kv_head = NKV;
   mc.d_model = NH * HD;
   mc.seq_len = T;
   mc.vocab_size = 32000;
-  const ParameterLayout layout(mc);
-  return ActivationArena::measure(activation_shape(layout, B, 1, Recompute::none, k, 1, false, P)).total();
+  const TransformerSpec spec = transformer_spec(mc);
+  return measure_activations(spec, {}, 0, 1, activation_shape(spec, {}, B, 1, Recompute::none, k, 1, false, P))
+      .bytes.total();
 }
 
 Row run(ParallelState& parallel, kernels::Kernels& k, int T, int reps, bool warm_up) {

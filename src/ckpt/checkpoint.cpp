@@ -83,9 +83,10 @@ struct KindSource {
 std::vector<Piece> rank_pieces(const ParameterLayout& layout, bool writer, const std::vector<KindSource>& sources) {
   std::vector<Piece> pieces;
   for (const ParameterTensor& t : layout.tensors()) {
-    if (!writer || !t.counted) continue;
+    const Placement& p = t.placement;
+    if (!writer || !p.counted) continue;
     for (const KindSource& source : sources)
-      pieces.push_back({source.kind, t.name, sharding_name(t.sharding), t.shape, t.padded_shape[0], t.shard, t.shards,
+      pieces.push_back({source.kind, t.name, sharding_name(p.sharding), t.shape, t.padded_shape[0], p.piece, p.pieces,
                         source.flat == nullptr ? nullptr : source.flat + t.offset, t.stored});
   }
   return pieces;
@@ -301,7 +302,7 @@ std::vector<bool> files_needed(const Manifest& m, const ParameterLayout& layout)
     if (f.shards.empty()) return std::vector<bool>(m.files.size(), true);  // an older manifest: all
   for (const ParameterTensor& t : layout.tensors()) {
     // Its own shard, saved under the same tp: that file alone. Else every shard of it.
-    const ShardName own{t.name, t.shard, t.shards};
+    const ShardName own{t.name, t.placement.piece, t.placement.pieces};
     bool found = false;
     for (size_t i = 0; i < m.files.size() && !found; i++)
       if (std::find(m.files[i].shards.begin(), m.files[i].shards.end(), own) != m.files[i].shards.end())
@@ -393,7 +394,7 @@ struct ShardIndex {
     const auto it = shards.find({kind, name});
     require(it != shards.end(), m.dir + ": the checkpoint holds no " + kind + " of " + name);
     const ParameterTensor& t = saved.tensor(name);
-    const int pieces = t.shards;
+    const int pieces = t.placement.pieces;
     std::vector<float> all(t.stored * pieces);
     std::vector<bool> seen(pieces, false);
     for (const Location& l : it->second) {
@@ -672,7 +673,7 @@ int Checkpointer::load(const Manifest& m) {
     for (size_t k = 0; k < kinds.size(); k++) {
       // The same piece saved: this rank's shard is a dataset of its own. Otherwise
       // assemble the full tensor from the saved shards and cut the new shard from it.
-      if (const auto* own = index.find(kinds[k], t.name, t.shard, t.shards)) {
+      if (const auto* own = index.find(kinds[k], t.name, t.placement.piece, t.placement.pieces)) {
         const std::vector<float> shard = own->file->read_float(own->dataset);
         require(shard.size() == t.stored, own->file->path() + ": " + own->dataset + " has the wrong size");
         std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
@@ -743,9 +744,9 @@ void init_parameters_from_checkpoint(const ShardedParameters& parameters, const 
 void init_parameters_from(const ShardedParameters& parameters, const std::string& path) {
   Hdf5Reader file(path);
   if (file.has_attr("model"))
-    require(file.attr_string("model") == name_of(parameters.layout->spec().family),
+    require(file.attr_string("model") == parameters.layout->spec().family,
             path + " holds a " + file.attr_string("model") + " model, not the configured " +
-                name_of(parameters.layout->spec().family) + " (model.family)");
+                parameters.layout->spec().family + " (model.family)");
   for (const ParameterTensor& t : parameters.layout->tensors()) {
     const std::string name = "params/" + t.name;
     require(file.has(name), path + ": missing " + name + " (a model of another family or shape?)");
@@ -759,7 +760,7 @@ void init_parameters_from(const ShardedParameters& parameters, const std::string
 void export_checkpoint(const Manifest& m, const std::string& out) {
   Hdf5Writer file(out);
   file.attr("/", "format", std::string("trident-export-v1"));
-  file.attr("/", "model", std::string(name_of(m.model.family)));
+  file.attr("/", "model", m.model.family);
   file.attr("/", "step", static_cast<int64_t>(m.step));
   file.attr("/", "config", model_json(m.model).dump());
   for (const auto& [key, value] : std::vector<std::pair<const char*, int>>{

@@ -16,7 +16,6 @@
 
 namespace trident {
 
-enum class Family { gpt2, llama };                   // model.family
 enum class Schedule { one_f_one_b, gpipe, interleaved, zb1 };  // parallel.schedule (pipeline/schedule.h)
 enum class Recompute { none, selective, full };      // train.recompute
 enum class PrecisionSetting { fp32, bf16, automatic };  // train.precision (auto: bf16 on cuda, fp32 on cpu)
@@ -25,11 +24,6 @@ using kernels::Device;                               // train.device
 
 template <class E>
 struct Choices {};  // specialized below for each choice
-template <>
-struct Choices<Family> {
-  static constexpr const char* key = "model.family";
-  static constexpr std::array<const char*, 2> names = {"gpt2", "llama"};
-};
 template <>
 struct Choices<Schedule> {
   static constexpr const char* key = "parallel.schedule";
@@ -57,7 +51,6 @@ struct Choices<Device> {
 };
 
 // Every value has its name (the last value of each enum, then the size of its table).
-static_assert(static_cast<size_t>(Family::llama) + 1 == Choices<Family>::names.size());
 static_assert(static_cast<size_t>(Schedule::zb1) + 1 == Choices<Schedule>::names.size());
 static_assert(static_cast<size_t>(Recompute::full) + 1 == Choices<Recompute>::names.size());
 static_assert(static_cast<size_t>(PrecisionSetting::automatic) + 1 == Choices<PrecisionSetting>::names.size());

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "optim/lr_schedule.h"
+#include "model/families/family.h"
 #include "optim/optimizer.h"
 #include "kernels/base/error.h"
 #include "storage/s3_uri.h"
@@ -268,7 +269,6 @@ std::string format_value(const boost::any& v) {
   else if (auto* u = boost::any_cast<uint64_t>(&v)) s << *u;
   else if (auto* str = boost::any_cast<std::string>(&v)) s << *str;
   else if (auto* b = boost::any_cast<bool>(&v)) s << (*b ? "true" : "false");
-  else if (auto* e = boost::any_cast<Family>(&v)) s << *e;
   else if (auto* e = boost::any_cast<Schedule>(&v)) s << *e;
   else if (auto* e = boost::any_cast<Recompute>(&v)) s << *e;
   else if (auto* e = boost::any_cast<PrecisionSetting>(&v)) s << *e;
@@ -284,6 +284,7 @@ void Config::validate() const {
   const auto positive = [](auto value, const char* key) {
     require(value > 0, std::string(key) + " must be positive, got " + std::to_string(value));
   };
+  model_family(model.family);  // a registered one
   positive(model.n_layer, "model.n_layer");
   positive(model.n_head, "model.n_head");
   positive(model.d_model, "model.d_model");

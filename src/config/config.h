@@ -26,10 +26,10 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
-// The model's shape; what the family makes of it (norm, positions, MLP, names):
-// model/transformer_spec.h.
+// The model's shape; what its family makes of it (norm, positions, MLP, names):
+// model/families/.
 struct ModelConfig {
-  Family family = Family::gpt2;
+  std::string family = "gpt2";   // a registered family (model/families/): gpt2 or llama
   int n_layer = 4;               // transformer blocks
   int n_head = 4;                // attention (query) heads; d_model % n_head == 0
   int n_kv_head = 0;             // key/value heads (grouped-query attention); 0: n_head

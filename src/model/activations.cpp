@@ -1,124 +1,122 @@
 #include "model/activations.h"
 
+#include <algorithm>
+#include <map>
 #include <utility>
 
 #include "kernels/base/error.h"
 
 namespace trident {
 
-ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels& k) : ActivationArena(shape, &k) {}
+namespace {
 
-ActivationBytes ActivationArena::measure(const ActivationShape& shape) {
-  return ActivationArena(shape, nullptr).bytes();
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }  // every buffer 64-byte aligned
+
+// Whether recomputation `mode` drops a buffer kept with `retention`.
+bool dropped(Retention retention, Recompute mode) {
+  switch (retention) {
+    case Retention::always: return false;
+    case Retention::dropped_by_full: return mode == Recompute::full;
+    case Retention::dropped_by_selective: return mode != Recompute::none;
+  }
+  return false;
 }
 
-// First every buffer is listed with its size and part, then (given a backend) one
-// allocation is cut into them: every page is touched once, at start. Activations take
-// the backend's type, statistics fp32, each buffer 64-byte aligned.
-ActivationArena::ActivationArena(const ActivationShape& shape, kernels::Kernels* k) : shape_(shape) {
-  using Act = kernels::Act;
-  const ActivationShape& s = shape;
+}  // namespace
+
+size_t ActivationDeclarations::bytes_of(size_t elements, Element type) const {
+  switch (type) {
+    case Element::act: return shape_.act_bytes(elements);
+    case Element::f32: return elements * sizeof(float);
+    case Element::i32: return elements * sizeof(int32_t);
+  }
+  return 0;
+}
+
+void ActivationDeclarations::set_recompute_group(int group) {
+  group_ = group;
+  if (group < 0) return;
+  if (dropped_in_group_.size() <= static_cast<size_t>(group)) dropped_in_group_.resize(group + 1, 0);
+  dropped_in_group_[group] = 0;  // from its first place again
+}
+
+int ActivationDeclarations::keep(size_t elements, Element type, Retention retention) {
+  if (group_ < 0) retention = Retention::always;
+  Kept k{bytes_of(elements, type), retention, group_, -1};
+  if (retention != Retention::always) k.place = dropped_in_group_[group_]++;
+  kept_.push_back(k);
+  return static_cast<int>(kept_.size()) - 1;
+}
+
+void ActivationDeclarations::add_scratch(void** where, const std::string& name, size_t elements, Element type) {
+  const size_t bytes = bytes_of(elements, type);
+  for (Scratch& s : scratch_)
+    if (s.name == name) {
+      s.bytes = std::max(s.bytes, bytes);
+      s.where.push_back(where);
+      return;
+    }
+  scratch_.push_back({name, bytes, {where}});
+}
+
+// Per slot every buffer the mode keeps, in declaration order; then the shared set that
+// recomputation refills, one buffer per (group, place); then the scratch buffers.
+ActivationArena::Plan ActivationArena::plan(const ActivationDeclarations& declared) {
+  const ActivationShape& s = declared.shape();
   check(s.micro_batch > 0 && s.slots > 0, "micro_batch and slots must be positive");
   check(!s.deferred_weight_gradients || s.recompute == Recompute::none,
         "deferred weight gradients need the activations kept (no recompute)");
-  const size_t BT = static_cast<size_t>(s.micro_batch) * s.seq_len, C = s.d_model;
-  check(s.sequence_shards > 0 && BT % s.sequence_shards == 0, "sequence shards must divide the micro-batch's rows");
-  const size_t R = BT / s.sequence_shards;  // this rank's rows of the residual stream
-  std::vector<std::pair<void**, size_t>> plan;
-  size_t* part = nullptr;  // where the next buffers' bytes are counted
-  const auto want_bytes = [&](void** p, size_t bytes) {
-    bytes = (bytes + 63) / 64 * 64;
-    plan.emplace_back(p, bytes);
-    *part += bytes;
-  };
-  const auto want = [&](Act*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), s.act_bytes(n)); };
-  const auto want_f32 = [&](float*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(float)); };
-  const auto want_i32 = [&](int32_t*& p, size_t n) { want_bytes(reinterpret_cast<void**>(&p), n * sizeof(int32_t)); };
-
-  // One layer's buffers; `keep` says which of them this set holds (the others alias the
-  // shared recompute set).
-  const auto want_layer = [&](LayerActivations& a, bool keep_attention_core, bool keep_rest, bool keep_output) {
-    if (keep_rest) {
-      want(a.norm_1, R * C);
-      if (s.layernorm) want_f32(a.norm_1_mean, R);
-      want_f32(a.norm_1_rstd, R);
-      want(a.qkv, BT * s.qkv_width);
+  check(s.sequence_shards > 0 && s.tokens() % s.sequence_shards == 0,
+        "sequence shards must divide the micro-batch's rows");
+  Plan p;
+  size_t at = 0;
+  std::map<std::pair<int, int>, size_t> shared_bytes;  // (group, place) -> its largest buffer
+  for (const auto& k : declared.kept_)
+    if (dropped(k.retention, s.recompute)) {
+      size_t& b = shared_bytes[{k.group, k.place}];
+      b = std::max(b, aligned(k.bytes));
     }
-    if (keep_attention_core) {
-      want(a.atty, BT * s.attention_width);
-      want_f32(a.attention_stats, s.attention_stats_floats);
+  p.kept.assign(s.slots, std::vector<size_t>(declared.kept_.size(), 0));
+  for (int slot = 0; slot < s.slots; slot++)
+    for (size_t h = 0; h < declared.kept_.size(); h++) {
+      if (dropped(declared.kept_[h].retention, s.recompute)) continue;
+      p.kept[slot][h] = at;
+      at += aligned(declared.kept_[h].bytes);
     }
-    if (keep_rest) {
-      want(a.residual_2, R * C);
-      want(a.norm_2, R * C);
-      if (s.layernorm) want_f32(a.norm_2_mean, R);
-      want_f32(a.norm_2_rstd, R);
-      want(a.fc, BT * s.mlp_in);
-      want(a.fc_act, BT * s.ffn);
-    }
-    if (keep_output) want(a.residual_3, R * C);
-    if (keep_output && s.deferred_weight_gradients) want_f32(a.norm_gradients, 4 * C);
-  };
-  const bool keep_core = s.recompute == Recompute::none, keep_rest = s.recompute != Recompute::full;
-
-  slots.resize(s.slots);
-  part = &bytes_.slots;
-  for (SlotActivations& slot : slots) {
-    want_i32(slot.tokens, BT);
-    want_i32(slot.targets, BT);
-    want(slot.encoded, R * C);
-    slot.layers.resize(s.layers);
-    for (LayerActivations& a : slot.layers) want_layer(a, keep_core, keep_rest, /*keep_output=*/true);
-    if (s.has_head) {
-      want(slot.final_norm, R * C);
-      if (s.layernorm) want_f32(slot.final_norm_mean, R);
-      want_f32(slot.final_norm_rstd, R);
-      want(slot.logits, BT * s.vocab_shard);
-      want_f32(slot.losses, BT);
-      want_f32(slot.row_max, BT);
-      want_f32(slot.sum_and_target, 2 * BT);
-      want_f32(slot.lse, BT);
-      if (s.deferred_weight_gradients) want_f32(slot.final_norm_gradients, 2 * C);
-    }
+  p.bytes.slots = at;
+  p.bytes.per_slot = at / s.slots;
+  std::map<std::pair<int, int>, size_t> shared_at;
+  for (const auto& [key, bytes] : shared_bytes) {
+    shared_at[key] = at;
+    at += bytes;
   }
-  bytes_.per_slot = bytes_.slots / s.slots;
-  part = &bytes_.recompute;
-  if (s.recompute != Recompute::none && s.layers > 0) want_layer(recompute, !keep_core, !keep_rest, false);
-  part = &bytes_.backward;
-  want(scratch.dresidual, R * C);
-  if (s.sends_gradients) want(scratch.sent_gradient, R * C);
-  want(scratch.dnorm, BT * C);
-  want(scratch.datty, BT * s.attention_width);
-  want(scratch.dqkv, BT * s.qkv_width);
-  want(scratch.dfc, BT * s.mlp_in);
-  // GELU's backward runs in place; SwiGLU's reads d(activation) [BT, ffn] and writes
-  // d(gate | up) [BT, 2 ffn], so it needs a buffer of its own.
-  if (s.swiglu) want(scratch.dfc_act, BT * s.ffn);
-  if (s.sequence_shards > 1) {
-    want(scratch.gathered, BT * C);
-    want(scratch.dnorm_rows, R * C);
-  }
-  if (s.context_parallel > 1)
-    scratch.ring.lay_out(BT, s.qkv_width, s.attention_width, s.attention_stats_floats, want, want_f32);
-  if (k == nullptr) return;
-
-  memory_ = kernels::DeviceBuffer(*k, bytes_.total() / sizeof(float));
-  char* next = reinterpret_cast<char*>(memory_.data());
-  for (auto& [ptr, bytes] : plan) {
-    *ptr = next;
-    next += bytes;
-  }
-  if (!s.swiglu) scratch.dfc_act = scratch.dfc;
-  // The layers that do not keep a buffer use the shared set's.
-  for (SlotActivations& slot : slots)
-    for (LayerActivations& a : slot.layers) {
-      kernels::Act* output = a.residual_3;
-      float* norm_gradients = a.norm_gradients;
-      if (!keep_rest) a = recompute;
-      else if (!keep_core) a.atty = recompute.atty, a.attention_stats = recompute.attention_stats;
-      a.residual_3 = output;
-      a.norm_gradients = norm_gradients;
+  p.bytes.recompute = at - p.bytes.slots;
+  for (int slot = 0; slot < s.slots; slot++)
+    for (size_t h = 0; h < declared.kept_.size(); h++) {
+      const auto& k = declared.kept_[h];
+      if (dropped(k.retention, s.recompute)) p.kept[slot][h] = shared_at.at({k.group, k.place});
     }
+  const size_t scratch_begin = at;
+  for (const auto& scratch : declared.scratch_) {
+    p.scratch.push_back(at);
+    at += aligned(scratch.bytes);
+  }
+  p.bytes.backward = at - scratch_begin;
+  return p;
+}
+
+ActivationBytes ActivationArena::measure(const ActivationDeclarations& declared) { return plan(declared).bytes; }
+
+ActivationArena::ActivationArena(ActivationDeclarations& declared, kernels::Kernels& k) : shape_(declared.shape()) {
+  const Plan p = plan(declared);
+  bytes_ = p.bytes;
+  memory_ = kernels::DeviceBuffer(k, bytes_.total() / sizeof(float));
+  char* base = reinterpret_cast<char*>(memory_.data());
+  kept_.assign(p.kept.size(), std::vector<void*>(declared.kept_.size(), nullptr));
+  for (size_t slot = 0; slot < p.kept.size(); slot++)
+    for (size_t h = 0; h < p.kept[slot].size(); h++) kept_[slot][h] = base + p.kept[slot][h];
+  for (size_t i = 0; i < declared.scratch_.size(); i++)
+    for (void** where : declared.scratch_[i].where) *where = base + p.scratch[i];
 }
 
 }  // namespace trident

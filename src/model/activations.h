@@ -1,22 +1,23 @@
 // The activations one pipeline stage keeps between a micro-batch's forward and backward
-// passes, and the backward's scratch: every buffer laid out in one arena, once, from an
-// ActivationShape. The memory plan (plan/memory_plan.h) measures the same layout
-// without allocating it, so what it prints is what the run holds.
+// passes, and the backward's scratch: each layer declares its buffers
+// (model/layers/layer.h), and the arena lays them all out in one allocation, once. The
+// memory plan (plan/memory_plan.h) measures the same declarations without allocating
+// them, so what it prints is what the run holds.
 //
-// Recomputation trades compute for memory (Megatron's --recompute-granularity):
+// Recomputation trades compute for memory (Megatron's --recompute-granularity), by what
+// each buffer's Retention says:
 //   none       every layer keeps all it produced.
 //   selective  attention's core is recomputed in backward (Megatron's selective
-//              recompute): its statistics (each row's log-sum-exp) and its output
-//              are not kept per layer; one attention forward per layer in backward.
-//   full       each layer keeps only its output (the next layer's input); backward
-//              reruns the layer's forward up to the MLP's output projection first.
+//              recompute): its statistics (each row's log-sum-exp) and its output are not
+//              kept per layer; one attention forward per layer in backward.
+//   full       each block keeps only its output (the next block's input); backward
+//              reruns the block's forward up to its last output projection first.
+// A buffer that is not kept lives in one shared "recompute" set, reused by every block:
+// the same place in each block (its recompute group) shares one buffer.
 // Under sequence parallelism (Megatron's) the residual stream, the norms' outputs and
 // their statistics hold this rank's B*T/tp rows only; what the column- and row-parallel
 // GEMMs read and write holds all rows (split by width).
-// What is not kept per layer lives in one shared "recompute" set, reused by every layer.
 #pragma once
-
-#include <algorithm>
 
 #include <cstddef>
 #include <cstdint>
@@ -25,71 +26,40 @@
 
 #include "config/choices.h"
 #include "kernels/device_buffer.h"
+#include "kernels/footprint.h"
 #include "kernels/kernels.h"
-#include "model/context_parallel.h"
 
 namespace trident {
 
-// The sizes of one stage's activations on one rank (its tensor-parallel share).
+// The sizes of one stage's activations on one rank.
 struct ActivationShape {
-  int micro_batch = 1, seq_len = 1, d_model = 1;
-  int qkv_width = 1, attention_width = 1, ffn = 1, mlp_in = 1, vocab_shard = 1;
-  int layers = 0;
-  bool layernorm = true, swiglu = false, has_head = true;
-  int slots = 1;  // micro-batches whose activations are alive at once (the pipeline's)
+  int micro_batch = 1;
+  int seq_len = 1;           // this rank's tokens of a sequence (model.seq_len / cp)
+  int context_parallel = 1;  // cp: attention's ring buffers when above 1 (model/context_parallel.h)
   // Sequence parallelism: the residual stream and the norms' outputs hold 1/tp of the
   // B*T rows (this rank's), the rest all of them; 1 without.
   int sequence_shards = 1;
-  // Context parallelism: seq_len is this rank's share of a sequence (model.seq_len / cp),
-  // and backward's scratch holds the ring's buffers (model/context_parallel.h).
-  int context_parallel = 1;
+  int slots = 1;  // micro-batches whose activations are alive at once (the pipeline's)
   Recompute recompute = Recompute::none;
   // zb1 (pipeline/schedule.h): the weight-gradient half of backward runs later, from what
   // the input-gradient half leaves in the slot (model/transformer.h); only without recompute.
   bool deferred_weight_gradients = false;
   bool sends_gradients = false;  // a pipeline stage past the first: its input's gradient goes upstream
   kernels::DType act_type = kernels::DType::f32;
-  size_t attention_stats_floats = 0;  // one layer's, for a whole micro-batch (the backend's)
+  const kernels::Footprint* footprint = nullptr;  // the backend's sizes (attention's row statistics)
 
+  size_t tokens() const { return static_cast<size_t>(micro_batch) * seq_len; }  // B*T
+  size_t rows() const { return tokens() / sequence_shards; }  // of the residual stream here
   size_t act_bytes(size_t elements) const { return elements * kernels::dtype_bytes(act_type); }
-  // The widest output a GEMM writes (what the kernels' workspace is sized by).
-  int widest_output() const { return std::max({qkv_width, mlp_in, d_model, vocab_shard}); }
 };
 
-// One layer's activations of one micro-batch. norm_*_mean: LayerNorm only.
-struct LayerActivations {
-  kernels::Act *norm_1 = nullptr, *qkv = nullptr, *atty = nullptr, *residual_2 = nullptr, *norm_2 = nullptr,
-               *fc = nullptr, *fc_act = nullptr, *residual_3 = nullptr;
-  float *norm_1_mean = nullptr, *norm_1_rstd = nullptr, *attention_stats = nullptr, *norm_2_mean = nullptr,
-        *norm_2_rstd = nullptr;
-  // Deferred weight gradients: the norms' gains' (and biases') gradients, [4, C], until
-  // the weight-gradient half adds them (the GEMMs' output gradients wait in qkv, fc,
-  // residual_2 and residual_3, which the input-gradient half no longer needs).
-  float* norm_gradients = nullptr;
-};
+enum class Element { act, f32, i32 };  // the backend's activation type, fp32 (statistics), int32
 
-// One micro-batch's activations.
-struct SlotActivations {
-  int32_t *tokens = nullptr, *targets = nullptr;
-  kernels::Act *encoded = nullptr, *final_norm = nullptr, *logits = nullptr;
-  float *final_norm_mean = nullptr, *final_norm_rstd = nullptr, *losses = nullptr, *row_max = nullptr,
-        *sum_and_target = nullptr, *lse = nullptr;
-  float* final_norm_gradients = nullptr;  // deferred weight gradients: the final norm's, [2, C]
-  std::vector<LayerActivations> layers;
-  int B = 0;  // sequences of the micro-batch now in the slot
-};
-
-// Backward's buffers, shared by all layers and slots; with sequence parallelism also
-// the all-gathered rows (`gathered`, [B*T, C], forward's too) and a reduce-scatter's
-// output (`dnorm_rows`, this rank's rows).
-struct BackwardScratch {
-  // sent_gradient: the copy of d loss / d input a pipeline stage sends upstream while the
-  // next backward receives into dresidual (no stage waits on its own last send before
-  // taking its next gradient: that wait can close a cycle between two stages).
-  kernels::Act *sent_gradient = nullptr;
-  kernels::Act *dresidual = nullptr, *dnorm = nullptr, *datty = nullptr, *dqkv = nullptr, *dfc = nullptr,
-               *dfc_act = nullptr, *gathered = nullptr, *dnorm_rows = nullptr;
-  RingBuffers ring;  // context parallelism's, forward's too
+// Which recomputation drops a kept buffer (then recomputed into the shared set).
+enum class Retention {
+  always,                // kept under every mode (a block's output, the embedding's, the head's)
+  dropped_by_full,       // rerun under full recomputation (a block's inner buffers)
+  dropped_by_selective,  // and under selective (attention's core)
 };
 
 // The arena's bytes by part.
@@ -97,26 +67,87 @@ struct ActivationBytes {
   size_t per_slot = 0;   // one micro-batch's kept activations
   size_t slots = 0;      // all slots: per_slot * shape.slots
   size_t recompute = 0;  // the shared set that recomputation refills
-  size_t backward = 0;   // BackwardScratch
+  size_t backward = 0;   // backward's scratch
   size_t total() const { return slots + recompute + backward; }
+};
+
+// What the layers of a stage declare, in order, for the arena to lay out.
+class ActivationDeclarations {
+ public:
+  explicit ActivationDeclarations(const ActivationShape& shape) : shape_(shape) {}
+  const ActivationShape& shape() const { return shape_; }
+
+  // The buffers declared next that recomputation drops share the shared set with those
+  // of every other declarer of the same group, place by place in the order declared (a
+  // block sets group 0: each block's n-th such buffer shares one). -1 (the default, the
+  // layers outside blocks): every buffer is kept.
+  void set_recompute_group(int group);
+  // A buffer kept from forward to backward, one per micro-batch slot; the handle finds
+  // it (ActivationArena::kept).
+  int keep(size_t elements, Element type, Retention retention = Retention::always);
+  // Backward's scratch, shared by every layer and slot: one buffer per name, as large as
+  // its largest request; *where gets its address when the arena is allocated.
+  template <class T>
+  void scratch(T*& where, const std::string& name, size_t elements, Element type) {
+    add_scratch(reinterpret_cast<void**>(&where), name, elements, type);
+  }
+  // The widest output a GEMM writes (the kernels' workspace is sized by it).
+  void gemm_output(int width) { widest_output_ = std::max(widest_output_, width); }
+  int widest_output() const { return widest_output_; }
+
+ private:
+  friend class ActivationArena;
+  struct Kept {
+    size_t bytes;
+    Retention retention;
+    int group, place;  // dropped: the shared buffer (group, place) holds it
+  };
+  struct Scratch {
+    std::string name;
+    size_t bytes;
+    std::vector<void**> where;
+  };
+  void add_scratch(void** where, const std::string& name, size_t elements, Element type);
+  size_t bytes_of(size_t elements, Element type) const;
+
+  ActivationShape shape_;
+  int group_ = -1;
+  std::vector<int> dropped_in_group_;  // per group: its dropped buffers so far
+  std::vector<Kept> kept_;
+  std::vector<Scratch> scratch_;
+  int widest_output_ = 0;
 };
 
 class ActivationArena {
  public:
-  ActivationArena(const ActivationShape& shape, kernels::Kernels& k);
-  // What the arena of `shape` takes, without allocating it.
-  static ActivationBytes measure(const ActivationShape& shape);
+  ActivationArena() = default;
+  // Allocates what was declared, in one buffer of k's memory (every page touched once,
+  // at start), and gives each scratch buffer's address to whoever asked for it.
+  ActivationArena(ActivationDeclarations& declared, kernels::Kernels& k);
+  // What the arena of these declarations takes, without allocating it.
+  static ActivationBytes measure(const ActivationDeclarations& declared);
 
   const ActivationShape& shape() const { return shape_; }
   const ActivationBytes& bytes() const { return bytes_; }
-  std::vector<SlotActivations> slots;
-  LayerActivations recompute;  // the shared set (pointers of the layers that do not keep their own)
-  BackwardScratch scratch;
+  int slots() const { return static_cast<int>(kept_.size()); }
+  // Kept buffer `handle` of slot `slot` (ActivationDeclarations::keep).
+  template <class T = kernels::Act>
+  T* kept(int slot, int handle) const {
+    return static_cast<T*>(kept_[slot][handle]);
+  }
 
  private:
-  ActivationArena(const ActivationShape& shape, kernels::Kernels* k);
+  // Where each buffer goes (offsets into one allocation) and the bytes by part.
+  struct Plan {
+    ActivationBytes bytes;
+    std::vector<std::vector<size_t>> kept;  // [slot][handle]
+    std::vector<size_t> scratch;            // per scratch name
+  };
+  static Plan plan(const ActivationDeclarations& declared);
+
   ActivationShape shape_;
   ActivationBytes bytes_;
+  std::vector<std::vector<void*>> kept_;
   kernels::DeviceBuffer memory_;
 };
 

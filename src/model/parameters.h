@@ -1,10 +1,11 @@
-// The parameters of a transformer as one flat float buffer with named views. Names and
-// canonical shapes are those of shared/reference/FORMAT.md, chosen by the family's spec
-// (model/transformer_spec.h), and are used everywhere (checkpoints, exports, verify).
-// Under tensor parallelism each rank stores its shard of a tensor; `Sharding` says how a
-// tensor is cut (Megatron's layout) and into how many pieces. Tensors are laid out
-// layer by layer, so a layer's parameters (and gradients) are contiguous; the tensors
-// that one GEMM reads side by side (q | k | v, gate | up) are adjacent, without padding.
+// The parameters of a transformer as one flat float buffer with named views. Each layer
+// declares its tensors (model/layers/layer.h): names and canonical shapes are those of
+// shared/reference/FORMAT.md, chosen by the model's family (model/families/), and are used
+// everywhere (checkpoints, exports, verify); each tensor's placement (model/placement.h)
+// says how it is cut over tp, how its gradient is completed and what the optimizer and
+// ZeRO do with it. Tensors are laid out layer by layer, so a layer's parameters (and
+// gradients) are contiguous; the tensors that one GEMM reads side by side (q | k | v,
+// gate | up) are adjacent, without padding.
 #pragma once
 
 #include <cstddef>
@@ -15,49 +16,42 @@
 
 #include "config/config.h"
 #include "kernels/kernels.h"
+#include "model/placement.h"
 #include "model/transformer_spec.h"
 #include "runtime/flat_range.h"
 
 namespace trident {
 
-enum class Sharding {
-  replicated,  // every tp rank holds all of it (norms, wpe, row-parallel biases)
-  rows,        // split by rows (dim 0): column-parallel q/k/v, c_fc, gate/up; vocabulary-parallel tables
-  qkv_rows,    // GPT-2's fused c_attn: rows split within each of the q, k, v blocks (heads over tp)
-  columns,     // split by columns (dim 1): row-parallel c_proj, o_proj, down_proj weights
-};
-
-// How a parameter starts (the spec decides; values depend on (seed, name, index) only).
+// How a parameter starts (its layer decides; values depend on (seed, name, index) only).
 enum class Init { zeros, ones, normal, normal_residual };
+
+// A tensor as a layer declares it (model/layers/layer.h): its name and canonical shape,
+// how it is cut over tp and completed after backward, how it starts. The layout adds
+// where it lies and which piece this rank holds.
+struct TensorDeclaration {
+  std::string name;
+  std::vector<int64_t> shape;  // canonical (full, unpadded), e.g. wte.weight [V, d]
+  Sharding sharding = Sharding::replicated;
+  int pieces = 1;              // distinct pieces over tp (the tp size, or fewer shared ones)
+  Init init = Init::normal;
+  int64_t padded_rows = 0;     // rows with padding (a vocabulary table's), 0: none
+  GradientSum gradient_sum = GradientSum::none;  // piece_holders is set by the layout
+  bool adjacent = false;       // right after the previous tensor, no padding: one GEMM reads both
+  bool counted = true;         // false: a copy another stage's counts (the last stage's tied table)
+  bool multiplied = true;      // false: only looked up (Placement::multiplied)
+};
 
 struct ParameterTensor {
   std::string name;
   std::vector<int64_t> shape;         // canonical (full, unpadded) shape, e.g. wte.weight [V, d]
   std::vector<int64_t> padded_shape;  // full shape with padding rows (wte: [Vp, d])
-  Sharding sharding = Sharding::replicated;
-  // Distinct pieces over tp (1 when replicated). Fewer than tp: consecutive groups of
-  // tp / shards ranks hold the same piece (a key/value head shared by several ranks).
-  int shards = 1;
-  int shard = 0;                // the piece this rank holds
-  // The ranks holding one piece each compute part of its gradient (a shared key/value
-  // head sees only this rank's query heads): summed over them after backward.
-  bool partial_gradient = false;
-  // A norm's gain or bias: its gradient sums over the B*T rows, of which each rank sees
-  // 1/tp under sequence parallelism: summed over tp then.
-  bool is_norm_parameter = false;
-  // A second copy of a tensor that another stage holds too (the tied wte on the last
-  // pipeline stage): kept in step with it, never counted or saved.
-  bool tied_copy = false;
-  // This rank's copy is the one that counts (gradient norm, checkpoints): its piece's
-  // first holder, and not a tied copy.
-  bool counted = true;
+  Placement placement;
   size_t offset = 0;            // in floats, into this rank's flat buffer
   size_t stored = 0;            // floats this rank stores
-  bool weight_decay = false;    // AdamW decays tensors of 2 or more dimensions
   Init init = Init::normal;
 
   size_t numel() const;  // of the canonical tensor
-  bool sharded() const { return shards > 1; }
+  bool sharded() const { return placement.sharded(); }
 };
 
 // The part of the model that one pipeline stage holds: one or more ranges of blocks (its
@@ -73,17 +67,12 @@ struct StageSpec {
   bool has_embedding = true, has_head = true;
 };
 
-// Where each parameter of one block lives, for the layer code; -1: the family has none.
-// qkv and mlp_in are the first of the tensors their GEMM reads side by side.
-struct BlockParameterIndex {
-  int first;  // the block's first tensor: its gradients start there
-  int norm_1_weight, norm_1_bias, qkv_weight, qkv_bias, attn_out_weight, attn_out_bias;
-  int norm_2_weight, norm_2_bias, mlp_in_weight, mlp_in_bias, mlp_out_weight, mlp_out_bias;
-};
+struct StageLayers;
 
 class ParameterLayout {
  public:
-  // The layout of pipeline stage `stage` on tp rank `tp_rank` of `tp_size`.
+  // The layout of pipeline stage `stage` on tp rank `tp_rank` of `tp_size`: the tensors
+  // its layers declare (made by the model's family, model/families/), in their order.
   // total_floats() is rounded up to a multiple of `pad_to` (data parallelism splits the
   // buffer into equal blocks). A tied token embedding sits on the first and on the last
   // stage.
@@ -91,6 +80,9 @@ class ParameterLayout {
                   const StageSpec& stage = {});
   explicit ParameterLayout(const ModelConfig& model, int tp_rank = 0, int tp_size = 1)
       : ParameterLayout(transformer_spec(model), tp_rank, tp_size) {}
+  // The same for these layers of the stage, which keep the indices of their tensors.
+  ParameterLayout(StageLayers& layers, const TransformerSpec& spec, int tp_rank, int tp_size, size_t pad_to,
+                  const StageSpec& stage);
 
   const TransformerSpec& spec() const { return spec_; }
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
@@ -107,24 +99,16 @@ class ParameterLayout {
   // a file reader fetches only this rank's slice.
   using ReadFull = std::function<void(int64_t first, int64_t n, float* out)>;
   void shard_into(const ParameterTensor& t, const ReadFull& read, float* out) const;
-  // The full canonical tensor from its t.shards pieces, in piece order.
+  // The full canonical tensor from its t.placement.pieces pieces, in piece order.
   std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& pieces) const;
 
   bool has(const std::string& name) const;
-  // Indices into tensors(); -1 where this stage does not hold the tensor.
-  int token_embedding() const { return token_embedding_; }
-  int position_embedding() const { return position_embedding_; }
-  int final_norm_weight() const { return final_norm_weight_; }
-  int final_norm_bias() const { return final_norm_bias_; }
-  int head() const { return head_; }  // the token embedding itself when tied
-  // The tensor that the first and the last stage both hold and keep equal (the tied
-  // embedding), when this stage holds it; -1 otherwise.
-  int tied_across_stages() const { return tied_; }
-  // Block `local` of this stage, and the model's layer it is; local blocks count up
-  // through the chunks in order (ascending global layers).
-  const BlockParameterIndex& block(int local) const { return blocks_[local]; }
+  // The index of tensor `name` in tensors(); -1 where this stage does not hold it.
+  int index_of(const std::string& name) const;
+  // The model's layer that local block `local` is; local blocks count up through the
+  // chunks in order (ascending global layers).
   int global_layer(int local) const { return global_layers_[local]; }
-  int layers() const { return static_cast<int>(blocks_.size()); }
+  int layers() const { return static_cast<int>(global_layers_.size()); }
   // The stage's model chunks: chunk c is local blocks [chunk_begin(c), chunk_begin(c + 1)).
   int chunks() const { return static_cast<int>(chunk_begin_.size()) - 1; }
   int chunk_begin(int chunk) const { return chunk_begin_[chunk]; }
@@ -133,31 +117,45 @@ class ParameterLayout {
   // units()[block_unit(local)].
   const std::vector<FlatRange>& units() const { return units_; }
   int block_unit(int local) const { return block_units_[local]; }
-  // Per unit: whether it is a block (the others: embeddings, final norm and head).
+  // Per unit: whether it is a block (gathered per use under ZeRO-3; the others: the
+  // embeddings, the final norm and the head, kept gathered).
   const std::vector<bool>& unit_is_block() const { return unit_is_block_; }
   // The unit holding flat offset `offset` (an index into units()); check-fails outside.
   size_t unit_of(size_t offset) const;
 
  private:
-  // Adds a tensor cut into `shards` pieces; `adjacent`: right after the previous one,
-  // without alignment padding (one GEMM reads both).
-  int add(const std::string& name, std::vector<int64_t> shape, Sharding sharding, int shards, Init init,
-          int64_t padded_rows = 0, bool adjacent = false);
+  friend class ParameterDeclarations;
+  // Adds a declared tensor at the end of the buffer (ParameterDeclarations::add).
+  int add(const TensorDeclaration& declared, ZeroResidence zero);
   // Calls copy(full_row, shard_row, first_column, columns) for every row of piece p.
   template <typename F>
   void for_each_shard_row(const ParameterTensor& t, int p, F copy) const;
 
   TransformerSpec spec_;
   std::vector<ParameterTensor> tensors_;
-  std::vector<BlockParameterIndex> blocks_;
   std::vector<int> global_layers_, chunk_begin_;
   std::vector<FlatRange> units_;
   std::vector<int> block_units_;
   std::vector<bool> unit_is_block_;
-  int token_embedding_ = -1, position_embedding_ = -1, final_norm_weight_ = -1, final_norm_bias_ = -1, head_ = -1,
-      tied_ = -1;
   int tp_rank_ = 0, tp_size_ = 1;
   size_t total_ = 0;
+};
+
+// What a layer declares its tensors into while its stage's layout is built: each added
+// after the previous one (the order of the layers, and of each layer's tensors).
+class ParameterDeclarations {
+ public:
+  ParameterDeclarations(ParameterLayout& layout, ZeroResidence zero) : layout_(layout), zero_(zero) {}
+  // The tensor's index in the layout; the layout sets its placement for this rank.
+  int add(const TensorDeclaration& tensor) { return layout_.add(tensor, zero_); }
+  // A tensor declared before (a head tied to the token embedding); -1 if none.
+  int find(const std::string& name) const { return layout_.index_of(name); }
+  int tp_rank() const { return layout_.tp_rank(); }
+  int tp_size() const { return layout_.tp_size(); }
+
+ private:
+  ParameterLayout& layout_;
+  ZeroResidence zero_;
 };
 
 // What checkpoints and initializers see of a model: its named, sharded tensors (the

@@ -1,13 +1,13 @@
-// The transformer of both families (model/transformer_spec.h), with explicit forward and
-// backward passes, layer by layer, over the kernel API (kernels/kernels.h), so the same
-// model runs on any backend. GPT-2 and Llama take one code path; the spec picks the
-// norm, the position encoding, the MLP's activation, the key/value heads, the biases and
-// the head. The model owns the activations of its micro-batch slots and the store of
-// its parameters and gradients (parallel/param_grad_store.h: the fp32 values, the
-// compute copy of the weights the layers read, and ZeRO's sharding of them), all
-// allocated once at construction.
-// Under tensor parallelism each rank holds its shard (model/parameters.h): heads and MLP
-// columns split Megatron-style, the vocabulary split for the embedding and the head.
+// One rank's stage of the model: a loop over its layers (model/layers/), which its family
+// builds (model/families/): the embedding, the blocks of its chunks, the final norm and
+// the head, with explicit forward and backward passes over the kernel API
+// (kernels/kernels.h), so the same model runs on any backend and any family. The model
+// owns the activations of its micro-batch slots (the arena of what its layers declare)
+// and the store of its parameters and gradients (parallel/param_grad_store.h: the fp32
+// values, the compute copy of the weights the layers read, and ZeRO's sharding of them),
+// all allocated once at construction. Under tensor parallelism each rank holds its shard
+// (each tensor's placement: model/placement.h); under context parallelism its share of
+// each sequence (model/context_parallel.h).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,8 @@
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/activations.h"
+#include "model/families/family.h"
+#include "model/layers/layer.h"
 #include "model/context_parallel.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel.h"
@@ -29,13 +31,21 @@
 
 namespace trident {
 
-// The activations of one stage on one rank (layout's tp share and layers; sequence_shards:
-// tp under sequence parallelism, else 1).
-// split_backward: zb1's deferred weight gradients (kept only without recompute).
-// context_parallel: cp (each rank holds seq_len / cp tokens of a sequence).
-ActivationShape activation_shape(const ParameterLayout& layout, int micro_batch, int slots, Recompute recompute,
-                                 const kernels::Footprint& k, int sequence_shards = 1, bool split_backward = false,
-                                 int context_parallel = 1);
+// The activations of one stage on one rank (sequence_shards: tp under sequence
+// parallelism, else 1; split_backward: zb1's deferred weight gradients, kept only without
+// recompute; context_parallel: cp, each rank holding seq_len / cp tokens of a sequence).
+ActivationShape activation_shape(const TransformerSpec& spec, const StageSpec& stage, int micro_batch, int slots,
+                                 Recompute recompute, const kernels::Footprint& k, int sequence_shards = 1,
+                                 bool split_backward = false, int context_parallel = 1);
+
+// What the activations of these layers take (declared as the model declares them, not
+// allocated), and the widest GEMM output (the kernels' workspace): for memory plans.
+struct StageActivations {
+  ActivationBytes bytes;
+  int widest_output = 0;
+};
+StageActivations measure_activations(const TransformerSpec& spec, const StageSpec& stage, int tp_rank, int tp_size,
+                                     const ActivationShape& shape);
 
 // How one rank's model stage is built; the defaults: the whole model on one rank.
 struct TransformerOptions {
@@ -73,7 +83,7 @@ class Transformer {
   TensorParallel& tensor_parallel() { return tp_; }
   int micro_batch() const { return B_; }
   Recompute recompute() const { return activations_.shape().recompute; }
-  int slots() const { return static_cast<int>(activations_.slots.size()); }
+  int slots() const { return activations_.slots(); }
   // The parameters and gradients: what the optimizer, data parallelism and checkpoints use.
   ParamGradStore& store() { return store_; }
   const ParamGradStore& store() const { return store_; }
@@ -153,15 +163,15 @@ class Transformer {
   // has sent that on before it receives into it). Under sequence parallelism each holds
   // this rank's rows only.
   ActivationSpan stage_input(int chunk, int slot, int B) const {
-    return rows_of(layer_input(slot, layout_.chunk_begin(chunk)), B);
+    return regions_->rows_of(layer_input(slot, layout_.chunk_begin(chunk)), B);
   }
   ActivationSpan stage_output(int chunk, int slot, int B) const {
-    return rows_of(layer_input(slot, layout_.chunk_begin(chunk + 1)), B);
+    return regions_->rows_of(layer_input(slot, layout_.chunk_begin(chunk + 1)), B);
   }
   // The gradient [B, T, d] flowing through this stage, in one buffer: before backward()
   // d loss / d (stage output), coming in from the next stage; after it d loss / d (stage
   // input), going out to the previous one (backward turns one into the other in place).
-  ActivationSpan stage_gradient(int B) const { return rows_of(activations_.scratch.dresidual, B); }
+  ActivationSpan stage_gradient(int B) const { return regions_->rows_of(dresidual_, B); }
   // After a backward: stage_gradient() copied aside, to be sent upstream while the next
   // backward's gradient is received (the copy is overwritten by the next call: its last
   // send must have left).
@@ -172,61 +182,27 @@ class Transformer {
 
  private:
   using Act = kernels::Act;
-  using Slot = SlotActivations;
 
   // The residual stream entering local block l (l = layers(): the stage's output).
   Act* layer_input(int slot, int l) const;
-  // What the layers read and write: the compute copy of tensor `index`, and its
-  // gradient; null for -1 (a tensor the family lacks).
-  const Act* weight(int index) const { return store_.weight(index); }
-  float* grad(int index) const { return store_.grad(index); }
-  ActivationSpan span(Act* x, size_t n) const { return {x, n, act_type_}; }
-  ActivationSpan hidden(Act* x, int B) const { return span(x, static_cast<size_t>(B) * T_ * spec().d_model); }
-  // The rows of the residual stream this rank holds: all B*T, or 1/tp of them under
-  // sequence parallelism (this rank's block).
-  int rows(int B) const { return B * T_ / (tp_.sequence_parallel() ? tp_.size() : 1); }
-  ActivationSpan rows_of(Act* x, int B) const { return span(x, static_cast<size_t>(rows(B)) * spec().d_model); }
-  // Sequence parallelism's four regions: all rows of `mine` (in the shared gathered
-  // buffer); where a row-parallel GEMM writes its partial sums; their sum into this
-  // rank's rows; the same for a gradient (returns where this rank's rows are).
-  const Act* gathered_rows(const Act* mine, int B);
-  Act* row_parallel_output(Act* mine) const;
-  void reduce_rows(Act* partial, Act* mine, int B);
-  const Act* reduce_gradient_rows(Act* partial, int B);
   // The full canonical tensor from this rank's piece of it (host memory), over tp.
   std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
-  // The family's norm (LayerNorm or RMSNorm) over N rows of the residual stream.
-  void norm_forward(Act* out, float* mean, float* rstd, const Act* inp, int weight_index, int bias_index, int N);
-  // dweight (and dbias): where the gain's gradient goes: grad(weight_index) or a stash.
-  void norm_backward(Act* dinp, int weight_index, float* dweight, float* dbias, const Act* dout, const Act* inp,
-                     const float* mean, const float* rstd, int N);
-  // up_to_mlp: stops before the MLP's output projection (what backward's full
-  // recomputation needs: the layer's output is kept).
-  void block_forward(const Slot& s, int slot, int l, bool up_to_mlp = false);
-  // Attention's core over the layer's qkv (the sequence's own keys), into atty and its stats.
-  void attention_forward(const LayerActivations& a, int slot, int B);
-  // defer: the input-gradient half (the weight gradients' inputs left in the slot).
-  void block_backward(const Slot& s, int slot, int l, Act* dresidual, bool defer);
-  // The weight-gradient half of block l and of the head, from what the input half left.
-  void block_weight_gradients(const Slot& s, int l);
-  void head_weight_gradients(const Slot& s);
-  // The stashed norm gradients of `C`-wide pieces: gain (and bias) of up to two norms.
-  float* stash(float* base, int piece) const { return base + static_cast<size_t>(piece) * spec().d_model; }
-
-  StageSpec stage_;
-  TensorParallel tp_;
-  ParameterLayout layout_;
-  int B_;
-  kernels::Kernels& k_;
-  // This rank's share: query and key/value heads, MLP columns, vocabulary rows.
-  int heads_local_, kv_heads_local_, qkv_width_, attention_width_, ffn_local_, vocab_shard_, vocab_start_,
-      vocab_valid_;
-  ParamGradStore store_;
-  kernels::DType act_type_;
-  kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
+  // The pass of the micro-batch of B sequences in `slot`.
+  Pass pass(int slot, int B, bool defer = false) const { return {slot, B, attention_mask(slot), defer}; }
   // What attention's mask reads (kernels/attention_mask.h): the tokens' positions, and
   // under document masking each slot's document starts [micro_batch, T].
   kernels::AttentionMask attention_mask(int slot) const;
+  // A span of trace for local block l: "layer 3 forward".
+  static std::string trace_name(int global_layer, const char* what);
+
+  StageSpec stage_;
+  TensorParallel tp_;
+  StageLayers layers_;  // built by the family; they keep their tensors' and buffers' places
+  ParameterLayout layout_;
+  int B_;
+  kernels::Kernels& k_;
+  ParamGradStore store_;
+  kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
   int32_t document_end_ = -1;
   kernels::DeviceBuffer positions_, document_starts_;
   std::vector<int32_t> host_document_starts_;
@@ -238,9 +214,13 @@ class Transformer {
   std::unique_ptr<RingAttention> ring_;
 
   ActivationArena activations_;  // every slot's, the recompute set, backward's scratch
+  std::vector<int> slot_batch_;  // per slot: the sequences of the micro-batch now in it
+  int stage_input_ = -1;         // kept: a stage's input without the embedding (the pipeline's)
+  Act *dresidual_ = nullptr, *sent_gradient_ = nullptr;  // backward's: the residual stream's gradient, a copy to send
+  std::unique_ptr<SequenceRegions> regions_;
   kernels::DeviceBuffer loss_sum_;  // a double: the token losses summed since the last take
   double* loss_sum() const { return reinterpret_cast<double*>(loss_sum_.data()); }
-  std::vector<std::vector<int32_t>> host_tokens_;  // per slot: the first stage's token ids
+  std::unique_ptr<LayerRuntime> runtime_;
 };
 
 }  // namespace trident

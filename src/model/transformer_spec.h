@@ -1,10 +1,10 @@
-// One transformer, two families: what GPT-2 and Llama are settings of. Everything that
-// differs between them is decided here, from the model config, and nowhere else: the
-// norm (LayerNorm with bias, or RMSNorm), the positions (a learned table, or rotary
-// embeddings), the MLP (GELU, or SwiGLU's gate and up), grouped-query attention's
-// key/value heads, biases, whether the head is tied to the token embedding, and the
-// parameter names (shared/reference/FORMAT.md). The parameter layout, initialization,
-// tensor-parallel sharding, FLOP count and checkpoint names all derive from the spec.
+// What a model config is, once its family (model/families/) has read it: the shapes with
+// the family's defaults filled in and checked, and the options its layers are built with
+// and the planners read: the norm (LayerNorm with bias, or RMSNorm), the positions (a
+// learned table, or rotary embeddings), the MLP (GELU, or SwiGLU's gate and up), biases,
+// whether the head is tied to the token embedding. The layers, their tensors' names and
+// placements come from the family; the parameter layout, FLOP count and checkpoint names
+// derive from them.
 #pragma once
 
 #include <string>
@@ -18,19 +18,8 @@ enum class NormKind { layernorm, rmsnorm };
 enum class MlpKind { gelu, swiglu };
 enum class PositionKind { learned, rotary };
 
-// The names of one block's parameters. A linear layer whose GEMM reads several tensors
-// side by side has several names: Llama's q_proj, k_proj, v_proj (one qkv GEMM) and
-// gate_proj, up_proj (one gate | up GEMM); GPT-2 stores each fused already.
-struct BlockNames {
-  std::string norm_1, norm_2;         // + ".weight" (and ".bias")
-  std::vector<std::string> qkv;       // + ".weight" (and ".bias"): c_attn, or q, k, v
-  std::string attn_out;               // c_proj / o_proj
-  std::vector<std::string> mlp_in;    // c_fc, or gate, up
-  std::string mlp_out;                // c_proj / down_proj
-};
-
 struct TransformerSpec {
-  Family family = Family::gpt2;
+  std::string family = "gpt2";  // its registered name (model.family)
   int n_layer = 0, n_head = 0, n_kv_head = 0, head_dim = 0, d_model = 0, ffn_dim = 0, seq_len = 0, vocab_size = 0;
   double norm_eps = 1e-5;
   NormKind norm = NormKind::layernorm;
@@ -41,10 +30,6 @@ struct TransformerSpec {
   // Rotary embeddings: theta^(-2i/hd) per pair i, scaled as Llama 3.1 does with "llama3".
   double rope_theta = 10000;
   RopeScaling rope_scaling;
-
-  // Names (FORMAT.md); "" where the family has no such tensor.
-  std::string token_embedding, position_embedding, final_norm, head;
-  BlockNames block(int layer) const;
 
   int attention_width() const { return n_head * head_dim; }      // of q and of the attention output
   // The MLP's hidden width, and its input GEMM's output (gate | up under SwiGLU), on
@@ -59,16 +44,21 @@ struct TransformerSpec {
   int kv_shards(int tp) const { return tp <= n_kv_head ? tp : n_kv_head; }
   // "gpt2 L12 H12 d768 T1024 V50257", with kv heads and the MLP width for Llama.
   std::string describe() const;
+  // The config it was made from, with the family's defaults filled in (n_kv_head,
+  // ffn_dim): what the manifests and exports record.
+  ModelConfig resolved() const;
 };
 
-// The spec of a model config; UsageError naming the key for what the family cannot be.
+// The spec of a model config, by its family; UsageError naming the key for what the
+// family cannot be (or for a family that is not registered).
 TransformerSpec transformer_spec(const ModelConfig& config);
 // The tensor-parallel sizes the model can be split over; UsageError naming the keys.
 void check_tensor_parallel(const TransformerSpec& spec, int tp);
 
 // Model FLOPs per trained token, as the field counts them (PaLM, Megatron, torchtitan):
-// 6 N + 12 L T (H hd), N the parameters that take part in matrix multiplies: all but the
-// lookup tables (GPT-2's wpe, and Llama's untied token embedding).
+// 6 N + 12 L T (H hd), N the parameters that take part in matrix multiplies (their
+// placement says): all but the lookup tables (GPT-2's wpe, and Llama's untied token
+// embedding).
 double flops_per_token(const TransformerSpec& spec);
 int64_t parameter_count(const TransformerSpec& spec);
 

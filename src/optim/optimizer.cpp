@@ -51,7 +51,7 @@ std::vector<Optimizer::Segment> Optimizer::segments_of(const ParameterLayout& la
     for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
       if (begin >= end) continue;
-      segments.push_back({begin, state, end - begin, t.weight_decay});
+      segments.push_back({begin, state, end - begin, t.placement.weight_decay});
       state += end - begin;
     }
   }

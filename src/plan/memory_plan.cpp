@@ -12,6 +12,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/param_grad_store.h"
 #include "pipeline/schedule.h"
+#include "plan/run_layout.h"
 
 namespace trident {
 
@@ -50,10 +51,7 @@ std::string RankMemoryPlan::describe() const {
 namespace {
 
 ParameterLayout rank_layout(const Config& config, const RankCoords& c) {
-  const ParallelDims d = config.dims();
-  return ParameterLayout(transformer_spec(config.model), c[Axis::tp], d.size(Axis::tp), d.data_parallel_size(),
-                         stage_spec(config.model.n_layer, c[Axis::pp], d.size(Axis::pp), config.parallel.pp_layers,
-                                    config.parallel.vpp));
+  return rank_stage(config, config.dims(), c).layout(transformer_spec(config.model));
 }
 
 // What DeviceBuffer takes for `bytes` (whole floats).
@@ -70,7 +68,8 @@ size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
                                 bool node_leader, size_t node_leader_receives, bool device_only) {
   const ParallelDims d = config.dims();
-  const ParameterLayout layout = rank_layout(config, coords);
+  const RankStage stage = rank_stage(config, d, coords);  // what TrainingSetup builds there
+  const ParameterLayout layout = stage.layout(transformer_spec(config.model));
   const TransformerSpec& spec = layout.spec();
   const size_t n = layout.total_floats(), f32 = sizeof(float);
   RankMemoryPlan plan;
@@ -80,18 +79,18 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   };
   char detail[160];
 
-  const int zero = d.data_parallel_size() > 1 ? config.parallel.zero : 0;
+  const int zero = stage.zero;
   const bool writer = d.data_parallel_rank(coords) == 0;  // of the checkpoint's pieces
   // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
   // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
-  const ZeroStage stage = static_cast<ZeroStage>(zero);
-  const size_t compute_floats = ParamGradStore::compute_weight_floats_for(layout, stage);
+  const ZeroStage zero_stage = static_cast<ZeroStage>(zero);
+  const size_t compute_floats = ParamGradStore::compute_weight_floats_for(layout, zero_stage);
   add("parameters", zero == 3 ? "fp32 gathered; ZeRO-3: embeddings and head kept, blocks in 2 windows" : "fp32",
-      ParamGradStore::parameter_floats_for(layout, stage, k.precision()) * f32);
+      ParamGradStore::parameter_floats_for(layout, zero_stage, k.precision()) * f32);
   if (k.precision() == kernels::Precision::bf16)
     add("compute copy", zero == 3 ? "bf16 weights gathered: embeddings and head kept, blocks in 2 windows" : "bf16 weights",
         buffer_bytes(k.activation_bytes(compute_floats)));
-  const size_t windowed_floats = ParamGradStore::gradient_floats_for(layout, stage);
+  const size_t windowed_floats = ParamGradStore::gradient_floats_for(layout, zero_stage);
   add("gradients", zero >= 2 ? "fp32; embeddings and head kept, blocks in 2 windows" : "fp32", windowed_floats * f32);
   // The optimizer's state over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
@@ -119,23 +118,18 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       add("accumulation buffers", "ZeRO-2/3: a window's shard, per window", windows * window_shard * f32);
   }
 
-  const int micro_batch = config.train.micro_batch;
-  const int micro_batches = config.train.global_batch / d.size(Axis::dp) / micro_batch;
-  const int slots =
-      max_in_flight(config.parallel.schedule, coords[Axis::pp], d.size(Axis::pp), micro_batches, config.parallel.vpp);
-  const ActivationShape shape =
-      activation_shape(layout, micro_batch, slots, config.train.recompute, k,
-                       config.parallel.sequence_parallel && d.size(Axis::tp) > 1 ? d.size(Axis::tp) : 1,
-                       config.parallel.schedule == Schedule::zb1, d.size(Axis::cp));
-  const ActivationBytes a = ActivationArena::measure(shape);
-  std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", slots,
-                static_cast<double>(a.per_slot) / (1 << 20), micro_batch, name_of(config.train.recompute));
-  add("activations", detail, a.slots);
-  add("recompute set", "one layer's, shared", a.recompute);
-  add("backward scratch", "shared by the layers", a.backward);
+  // The activations the stage's layers declare, measured as the model lays them out.
+  const int micro_batch = stage.micro_batch;
+  const ActivationShape shape = stage.activations(spec, k);
+  const StageActivations a = measure_activations(spec, stage.stage, stage.tp_rank, stage.tp, shape);
+  std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", stage.slots,
+                static_cast<double>(a.bytes.per_slot) / (1 << 20), micro_batch, name_of(config.train.recompute));
+  add("activations", detail, a.bytes.slots);
+  add("recompute set", "one block's, shared", a.bytes.recompute);
+  add("backward scratch", "shared by the layers", a.bytes.backward);
   if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
   add("workspace", "the kernels' own",
-      k.workspace_bytes(micro_batch * shape.seq_len, spec.d_model, shape.widest_output(), micro_batch, shape.seq_len,
+      k.workspace_bytes(micro_batch * shape.seq_len, spec.d_model, a.widest_output, micro_batch, shape.seq_len,
                         spec.n_head / d.size(Axis::tp)));
 
   // Communication: Open MPI's non-blocking reductions (libnbc, 4.1) take temporaries:

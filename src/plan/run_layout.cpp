@@ -32,4 +32,31 @@ int zero_stage(const Config& config, const ParallelDims& dims) {
   return dims.data_parallel_size() > 1 ? config.parallel.zero : 0;
 }
 
+RankStage rank_stage(const Config& config, const ParallelDims& d, const RankCoords& coords) {
+  const ParallelConfig& p = config.parallel;
+  RankStage s;
+  const int pp = coords[Axis::pp], stages = d.size(Axis::pp);
+  s.stage = stage_spec(config.model.n_layer, pp, stages, p.pp_layers, p.vpp);
+  s.tp_rank = coords[Axis::tp];
+  s.tp = d.size(Axis::tp);
+  s.cp = d.size(Axis::cp);
+  s.buffer_multiple = static_cast<size_t>(d.data_parallel_size());
+  s.micro_batch = config.train.micro_batch;
+  s.slots = max_in_flight(p.schedule, pp, stages, config.train.accumulation_steps(d.size(Axis::dp)), p.vpp);
+  s.recompute = config.train.recompute;
+  s.sequence_parallel = p.sequence_parallel && s.tp > 1;
+  s.split_backward = p.schedule == Schedule::zb1;
+  s.zero = zero_stage(config, d);
+  return s;
+}
+
+ParameterLayout RankStage::layout(const TransformerSpec& spec) const {
+  return ParameterLayout(spec, tp_rank, tp, buffer_multiple, stage);
+}
+
+ActivationShape RankStage::activations(const TransformerSpec& spec, const kernels::Footprint& k) const {
+  return activation_shape(spec, stage, micro_batch, slots, recompute, k, sequence_parallel ? tp : 1, split_backward,
+                          cp);
+}
+
 }  // namespace trident

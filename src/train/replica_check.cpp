@@ -69,7 +69,7 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
   if (compare_tp_) {
     uint32_t crc = 0;
     for (const ParameterTensor& t : params.layout->tensors())
-      if (t.sharding == Sharding::replicated) crc = crc_of(crc, values + t.offset, t.stored);
+      if (t.placement.sharding == Sharding::replicated) crc = crc_of(crc, values + t.offset, t.stored);
     lines << "tp " << parallel_.tp().world_ranks().front() << " " << crc << "\n";
   }
   const std::vector<std::string> all = parallel_.world().gather_strings(lines.str());

@@ -48,6 +48,7 @@ class TrainingSetup {
   ShardedState sharded_state();
 
   const int local_batch;  // sequences of each global batch on this dp rank
+  const RankStage stage;  // what this rank's model stage holds (plan/run_layout.h)
   const PipelinePlan plan;
   const std::unique_ptr<Communicator> shared_heads;  // ranks sharing a key/value head (tp > n_kv_head)
   const HybridGroups hybrid;  // shard and replica groups of hybrid sharding, if any

@@ -91,10 +91,11 @@ std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int posi
 // part of its gradient. Summed between the two, as Megatron's embedding group does,
 // both copies take the same update and stay identical.
 void StepRunner::sync_tied_embedding() {
-  const int tied = model_.layout().tied_across_stages();
-  if (pipeline_.embedding() == nullptr || tied < 0) return;
-  const ParameterTensor& t = model_.layout()[tied];
-  pipeline_.embedding()->all_reduce(std::span<float>(model_.store().grad(tied), t.stored));
+  if (pipeline_.embedding() == nullptr) return;
+  const std::vector<ParameterTensor>& tensors = model_.layout().tensors();
+  for (size_t i = 0; i < tensors.size(); i++)
+    if (tensors[i].placement.gradient_sum == GradientSum::pipeline_ends)
+      pipeline_.embedding()->all_reduce(std::span<float>(model_.store().grad(static_cast<int>(i)), tensors[i].stored));
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced
@@ -107,8 +108,10 @@ void StepRunner::sum_shared_head_gradients() {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
       if (begin >= end) continue;
       TensorParallel& tp = model_.tensor_parallel();
-      if (t.partial_gradient) sums.push_back(tp.sum_shared_head_gradients({data_parallel_.gradient_at(begin), end - begin}));
-      if (t.is_norm_parameter) sums.push_back(tp.sum_sequence_partial_gradients({data_parallel_.gradient_at(begin), end - begin}));
+      const std::span<float> reduced(data_parallel_.gradient_at(begin), end - begin);
+      if (t.placement.gradient_sum == GradientSum::piece_holders) sums.push_back(tp.sum_shared_head_gradients(reduced));
+      if (t.placement.gradient_sum == GradientSum::sequence_shards)
+        sums.push_back(tp.sum_sequence_partial_gradients(reduced));
     }
   for (RequestPtr& s : sums) finish(s);
 }
@@ -125,7 +128,7 @@ double StepRunner::gradient_norm_squared() {
   for (const FlatRange& r : data_parallel_.owned())
     for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (begin < end && t.counted) k_.accumulate_sum_squares(total, data_parallel_.gradient_at(begin), end - begin);
+      if (begin < end && t.placement.counted) k_.accumulate_sum_squares(total, data_parallel_.gradient_at(begin), end - begin);
     }
   double sum = 0.0;
   k_.copy_to_host(&sum, total, sizeof sum);

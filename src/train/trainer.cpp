@@ -334,13 +334,13 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
               config.parallel.overlap ? ", reduced during backward" : "");
   if (parallel.size(Axis::pp) > 1) {
     std::string held;  // this rank's chunks' layers (stage 0 is rank 0's)
-    for (const LayerRange& r : s.plan.stage.chunks)
+    for (const LayerRange& r : s.stage.stage.chunks)
       held += (held.empty() ? "" : ", ") + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1);
     std::printf("pipeline: %d stages, layers %s, schedule %s%s; stage 0 holds layers %s and %d activation sets\n",
                 parallel.size(Axis::pp), config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
                 name_of(config.parallel.schedule),
                 s.plan.chunks > 1 ? (" with " + std::to_string(s.plan.chunks) + " chunks per stage").c_str() : "",
-                held.c_str(), s.plan.slots);
+                held.c_str(), s.stage.slots);
   }
   if (s.data_parallel.shards_optimizer_state())
     std::printf("ZeRO-%d: states sharded over %d dp ranks%s\n", s.data_parallel.zero_stage(),
@@ -407,7 +407,7 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
     for (const FlatRange& r : s.data_parallel.owned())  // a counted tensor inside a range this rank owns
       for (const ParameterTensor& t : s.model.layout().tensors()) {
         const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-        if (t.counted && begin < end) return {s.data_parallel.gradient_at(begin), t.name};
+        if (t.placement.counted && begin < end) return {s.data_parallel.gradient_at(begin), t.name};
       }
     return {nullptr, ""};
   });
@@ -627,7 +627,7 @@ std::string run_summary_json(const Config& config, ParallelState& parallel, cons
   const int micro_batches = s.local_batch / config.train.micro_batch;
   const auto share = [&](double part) { return r.step_time_s > 0 ? part / r.step_time_s : 0.0; };
   nlohmann::json j = {
-      {"family", name_of(s.model.spec().family)},
+      {"family", s.model.spec().family},
       {"parameters", parameter_count(s.model.spec())},
       {"ranks", d.world()},
       {"dp", d.size(Axis::dp)},

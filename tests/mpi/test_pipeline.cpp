@@ -30,7 +30,7 @@ using namespace testing_helpers;
 ModelConfig four_layers(bool llama) {
   ModelConfig m = gpt2_shape(4, 2, 32, 8, 61);
   if (llama) {
-    m.family = Family::llama;
+    m.family = "llama";
     m.n_kv_head = 1;
     m.ffn_dim = 48;
   }
@@ -128,7 +128,7 @@ TEST_P(PipelineTest, InterleavedMatchesOneRank) {
   for (const auto& [name, values] : interleaved.params)
     EXPECT_LT(relative_error(values, alone.params.at(name)), 1e-4) << name;
   const int stage = parallel_->coord(Axis::pp);
-  EXPECT_TRUE(interleaved.params.contains(four_layers(GetParam()).family == Family::llama
+  EXPECT_TRUE(interleaved.params.contains(four_layers(GetParam()).family == "llama"
                                               ? "model.layers." + std::to_string(p + stage) + ".mlp.up_proj.weight"
                                               : "h." + std::to_string(p + stage) + ".mlp.c_fc.weight"));
 }

@@ -35,7 +35,7 @@ enum class Family { gpt2, llama_gqa, llama_mqa };
 ModelConfig small_model(Family f) {
   ModelConfig m = gpt2_shape(2, 12, 48, 8, 71);
   if (f == Family::gpt2) return m;
-  m.family = trident::Family::llama;
+  m.family = "llama";
   m.ffn_dim = 60;
   m.n_kv_head = f == Family::llama_mqa ? 1 : world_size() % 3 == 0 ? 3 : 2;
   return m;
@@ -101,12 +101,12 @@ TEST_P(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
     EXPECT_EQ(sharded.full_parameter(t.name), whole.full_parameter(t.name)) << t.name;  // same initialization
     std::vector<float> grad(sharded.store().grad(&t - sharded.layout().tensors().data()),
                             sharded.store().grad(&t - sharded.layout().tensors().data()) + t.stored);
-    if (t.partial_gradient) shared_heads_->all_reduce(std::span<float>(grad));
-    const int holders = world_size() / t.shards;
-    std::vector<float> all(t.stored * world_size()), pieces(t.stored * t.shards);
+    if (t.placement.gradient_sum == GradientSum::piece_holders) shared_heads_->all_reduce(std::span<float>(grad));
+    const int shards = t.placement.pieces, holders = world_size() / shards;
+    std::vector<float> all(t.stored * world_size()), pieces(t.stored * shards);
     std::copy(grad.begin(), grad.end(), all.begin() + parallel_->tp().rank() * t.stored);
     parallel_->tp().all_gather(all);
-    for (int p = 0; p < t.shards; p++)
+    for (int p = 0; p < shards; p++)
       std::copy_n(all.begin() + p * holders * t.stored, t.stored, pieces.begin() + p * t.stored);
     EXPECT_LT(relative_error(sharded.layout().assemble(t, pieces), whole.full_gradient(t.name)), 1e-5) << t.name;
   }
@@ -138,7 +138,7 @@ TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
                             sharded.store().grad(&t - sharded.layout().tensors().data()) + t.stored);
     std::vector<float> first = mine;
     if (!t.sharded()) parallel_->tp().broadcast(first, 0);
-    else if (t.partial_gradient) shared_heads_->broadcast(first, 0);
+    else if (t.placement.gradient_sum == GradientSum::piece_holders) shared_heads_->broadcast(first, 0);
     EXPECT_EQ(mine, first) << t.name;
   }
 }
@@ -149,7 +149,7 @@ TEST_P(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
   Transformer sharded(mc, *k_, {.micro_batch = B, .tp = tp()});
   sharded.init_parameters(8);
   // The head's table: GPT-2's tied wte, Llama's lm_head.
-  const ParameterTensor& head = sharded.layout()[sharded.layout().head()];
+  const ParameterTensor& head = sharded.layout().tensor(GetParam() == Family::gpt2 ? "wte.weight" : "lm_head.weight");
   const int shard_rows = sharded.spec().padded_vocab(P) / P, first_row = parallel_->tp().rank() * shard_rows;
   // Poison the padding rows: if they took part in the softmax the loss would change.
   for (int r = 0; r < shard_rows; r++)
@@ -213,7 +213,7 @@ TEST_P(TensorParallelTest, SequenceParallelBytesMatchTheFormulaAndActivationsShr
   EXPECT_EQ(s.bytes[static_cast<int>(CommOp::reduce_scatter)], micro_steps * (4 * L + 2) * BTd);
   uint64_t norm_bytes = 0, norm_tensors = 0;
   for (const ParameterTensor& t : model.layout().tensors())
-    if (t.is_norm_parameter) norm_bytes += t.stored * sizeof(float), norm_tensors++;
+    if (t.placement.gradient_sum == GradientSum::sequence_shards) norm_bytes += t.stored * sizeof(float), norm_tensors++;
   const uint64_t loss_bytes = 3 * static_cast<uint64_t>(B) * T * sizeof(float);
   EXPECT_EQ(s.bytes[static_cast<int>(CommOp::all_reduce)], micro_steps * loss_bytes + norm_bytes + sizeof(double));
   EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], micro_steps * 2 + norm_tensors + 1);

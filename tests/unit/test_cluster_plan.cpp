@@ -49,7 +49,7 @@ struct PublishedRun {
 
 ModelConfig gpt(int layers, int hidden, int heads, int seq_len, int vocab) {
   ModelConfig m;
-  m.family = Family::gpt2;
+  m.family = "gpt2";
   m.n_layer = layers;
   m.d_model = hidden;
   m.n_head = heads;
@@ -66,7 +66,7 @@ double megatron_tokens(double tflops, const ModelConfig& m) {
 
 ModelConfig llama(int layers, int hidden, int heads, int kv_heads, int ffn, int seq_len, int vocab) {
   ModelConfig m;
-  m.family = Family::llama;
+  m.family = "llama";
   m.n_layer = layers;
   m.d_model = hidden;
   m.n_head = heads;

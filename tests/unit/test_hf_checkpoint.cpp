@@ -231,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama")
 
 TEST(HfConventions, RopeScalingIsComparedFieldByField) {
   ModelConfig m;
-  m.family = Family::llama;
+  m.family = "llama";
   m.rope_scaling.type = "llama3";
   const TransformerSpec spec = transformer_spec(m);
   nlohmann::json config = hf_config(spec, "float32");
@@ -249,7 +249,7 @@ TEST(HfConventions, RopeScalingIsComparedFieldByField) {
 // manifest and read back exports the factors it was trained with.
 TEST(HfConventions, TheManifestKeepsRopeScalingForTheExport) {
   ModelConfig m;
-  m.family = Family::llama;
+  m.family = "llama";
   m.n_kv_head = 2;
   m.ffn_dim = 352;
   m.rope_theta = 500000;

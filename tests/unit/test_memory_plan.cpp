@@ -23,43 +23,34 @@ namespace {
 size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 TEST(Recompute, KeepsWhatEachModeSays) {
-  // GPT-2 (LayerNorm, GELU), 3 layers, tp 1, fp32 on the CPU: counted by hand.
-  ActivationShape s;
-  s.micro_batch = 2;
-  s.seq_len = 8;
-  s.d_model = 16;
-  s.qkv_width = 48;
-  s.attention_width = 16;
-  s.ffn = 64;
-  s.mlp_in = 64;
-  s.vocab_shard = 64;
-  s.layers = 3;
-  s.attention_stats_floats = 2 * 4 * 8;  // each row's log-sum-exp, 4 heads
-  const size_t BT = 16, C = 16, f = 4;
-  const size_t io = 2 * aligned(BT * 4) + aligned(BT * C * f);  // tokens, targets, encoded
+  // GPT-2 (LayerNorm, GELU), 3 layers, width 16, 4 heads, MLP 64, vocabulary 64, tp 1, fp32
+  // on the CPU: what its layers declare, counted by hand.
+  auto k = kernels::make_cpu_kernels();
+  const TransformerSpec spec = transformer_spec(gpt2_shape(3, 4, 16, 8, 64));
+  const auto measure = [&](Recompute recompute, int slots) {
+    return measure_activations(spec, {}, 0, 1, activation_shape(spec, {}, 2, slots, recompute, *k)).bytes;
+  };
+  const size_t BT = 16, C = 16, f = 4, stats = k->attention_stats_floats(2, 8, 4);  // each row's log-sum-exp
+  const size_t io = 2 * aligned(BT * 4) + aligned(BT * C * f);  // tokens, targets, the embedding's output
   const size_t head = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 64 * f) + 3 * aligned(BT * f) +
-                      aligned(2 * BT * f);
-  const size_t core = aligned(BT * 16 * f) + aligned(s.attention_stats_floats * f);  // atty, its row statistics
+                      aligned(2 * BT * f);  // final norm, its statistics, logits, losses, max, lse, sums
+  const size_t core = aligned(BT * 16 * f) + aligned(stats * f);  // atty, its row statistics
   const size_t rest = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 48 * f) +  // norm_1, stats, qkv
                       aligned(BT * C * f) + aligned(BT * C * f) + 2 * aligned(BT * f) +   // residual_2, norm_2
                       aligned(BT * 64 * f) + aligned(BT * 64 * f);                         // fc, fc_act
   const size_t output = aligned(BT * C * f);
   const size_t backward = 2 * aligned(BT * C * f) + aligned(BT * 16 * f) + aligned(BT * 48 * f) + aligned(BT * 64 * f);
 
-  s.recompute = Recompute::none;
-  ActivationBytes none = ActivationArena::measure(s);
+  const ActivationBytes none = measure(Recompute::none, 1);
   EXPECT_EQ(none.per_slot, io + 3 * (core + rest + output) + head);
   EXPECT_EQ(none.recompute, 0u);
   EXPECT_EQ(none.backward, backward);
 
-  s.recompute = Recompute::selective;
-  ActivationBytes selective = ActivationArena::measure(s);
+  const ActivationBytes selective = measure(Recompute::selective, 1);
   EXPECT_EQ(selective.per_slot, io + 3 * (rest + output) + head);
   EXPECT_EQ(selective.recompute, core);
 
-  s.recompute = Recompute::full;
-  s.slots = 3;
-  ActivationBytes full = ActivationArena::measure(s);
+  const ActivationBytes full = measure(Recompute::full, 3);
   EXPECT_EQ(full.per_slot, io + 3 * output + head);
   EXPECT_EQ(full.slots, 3 * full.per_slot);
   EXPECT_EQ(full.recompute, core + rest);
@@ -93,7 +84,7 @@ std::vector<float> interleaved_gradients(const ModelConfig& mc, Recompute recomp
 TEST(Recompute, GradientsAreBitIdenticalToKeepingEverything) {
   auto k = kernels::make_cpu_kernels();
   ModelConfig llama = gpt2_shape(3, 4, 32, 8, 61);
-  llama.family = Family::llama;
+  llama.family = "llama";
   llama.n_kv_head = 2;
   llama.ffn_dim = 88;
   for (const ModelConfig& mc : {gpt2_shape(3, 4, 32, 8, 61), llama}) {

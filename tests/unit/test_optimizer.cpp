@@ -52,10 +52,10 @@ TEST(AdamW, FollowsFormatMdForEveryTensor) {
   }
   EXPECT_EQ(opt.steps_taken(), 3);
   // Decay reaches matrices and embeddings only.
-  EXPECT_TRUE(layout.tensor("wte.weight").weight_decay);
-  EXPECT_TRUE(layout.tensor("h.0.mlp.c_fc.weight").weight_decay);
-  EXPECT_FALSE(layout.tensor("h.0.mlp.c_fc.bias").weight_decay);
-  EXPECT_FALSE(layout.tensor("h.0.ln_1.weight").weight_decay);
+  EXPECT_TRUE(layout.tensor("wte.weight").placement.weight_decay);
+  EXPECT_TRUE(layout.tensor("h.0.mlp.c_fc.weight").placement.weight_decay);
+  EXPECT_FALSE(layout.tensor("h.0.mlp.c_fc.bias").placement.weight_decay);
+  EXPECT_FALSE(layout.tensor("h.0.ln_1.weight").placement.weight_decay);
 }
 
 // Lion through the optimizer interface, over a model's layout and a ZeRO shard of it: one

@@ -53,7 +53,7 @@ TEST(TransformerSpec, FamiliesDifferOnlyWhereTheyDiffer) {
   EXPECT_EQ(gpt2.mlp, MlpKind::gelu);
   EXPECT_TRUE(gpt2.biases && gpt2.tied_head);
   EXPECT_EQ(gpt2.ffn_dim, 4 * m.d_model);
-  m.family = Family::llama;
+  m.family = "llama";
   const TransformerSpec llama = transformer_spec(m);
   EXPECT_EQ(llama.norm, NormKind::rmsnorm);
   EXPECT_EQ(llama.positions, PositionKind::rotary);
@@ -65,20 +65,39 @@ TEST(TransformerSpec, FamiliesDifferOnlyWhereTheyDiffer) {
   m.n_kv_head = 2;
   const ParameterLayout layout(m);
   EXPECT_EQ(layout.tensors().size(), 4u * 9 + 3);
-  const BlockParameterIndex& b = layout.block(0);
-  const ParameterTensor &q = layout[b.qkv_weight], &k = layout[b.qkv_weight + 1], &v = layout[b.qkv_weight + 2];
-  EXPECT_EQ(q.name, "model.layers.0.self_attn.q_proj.weight");
+  const ParameterTensor& q = layout.tensor("model.layers.0.self_attn.q_proj.weight");
+  const ParameterTensor& k = layout.tensor("model.layers.0.self_attn.k_proj.weight");
+  const ParameterTensor& v = layout.tensor("model.layers.0.self_attn.v_proj.weight");
   EXPECT_EQ(k.shape, (std::vector<int64_t>{2 * 32, 128}));
   EXPECT_EQ(k.offset, q.offset + q.stored);
   EXPECT_EQ(v.offset, k.offset + k.stored);
-  EXPECT_EQ(layout[b.mlp_in_weight + 1].offset, layout[b.mlp_in_weight].offset + layout[b.mlp_in_weight].stored);
-  EXPECT_EQ(layout[layout.head()].name, "lm_head.weight");
-  EXPECT_EQ(layout.tied_across_stages(), -1);
+  const ParameterTensor& gate = layout.tensor("model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(layout.tensor("model.layers.0.mlp.up_proj.weight").offset, gate.offset + gate.stored);
+  EXPECT_EQ(layout.tensors().back().name, "lm_head.weight");
+  for (const ParameterTensor& t : layout.tensors()) {
+    EXPECT_NE(t.placement.gradient_sum, GradientSum::pipeline_ends) << t.name;  // nothing tied
+    // Decay on matrices and embeddings; every tensor but the untied embedding multiplied.
+    EXPECT_EQ(t.placement.weight_decay, t.shape.size() == 2) << t.name;
+    EXPECT_EQ(t.placement.multiplied, t.name != "model.embed_tokens.weight") << t.name;
+  }
+  // GPT-2's: the head reads the token table, which the first and last stage both hold.
+  m.family = "gpt2";
+  m.n_kv_head = 0;
+  const ParameterLayout gpt2_layout(m);
+  EXPECT_EQ(gpt2_layout.tensor("wte.weight").placement.gradient_sum, GradientSum::pipeline_ends);
+  EXPECT_TRUE(gpt2_layout.tensor("wte.weight").placement.multiplied);
+  EXPECT_FALSE(gpt2_layout.tensor("wpe.weight").placement.multiplied);
+  EXPECT_FALSE(gpt2_layout.has("lm_head.weight"));
+  const StageSpec last{{LayerRange{2, -1}}, /*has_embedding=*/false, /*has_head=*/true};
+  const ParameterLayout last_stage(transformer_spec(m), 0, 1, 1, last);
+  EXPECT_EQ(last_stage.tensors().front().name, "wte.weight");  // a copy, in the first unit: not counted
+  EXPECT_FALSE(last_stage.tensors().front().placement.counted);
+  EXPECT_FALSE(last_stage.has("wpe.weight"));
 }
 
 TEST(TransformerSpec, KeyValueHeadsSplitOrAreSharedOverTp) {
   ModelConfig m;
-  m.family = Family::llama;
+  m.family = "llama";
   m.n_head = 8;
   m.n_kv_head = 2;
   m.d_model = 64;
@@ -87,16 +106,17 @@ TEST(TransformerSpec, KeyValueHeadsSplitOrAreSharedOverTp) {
   for (int tp : {1, 2, 4, 8}) {
     for (int r = 0; r < tp; r++) {
       const ParameterLayout layout(transformer_spec(m), r, tp);
-      const ParameterTensor& k = layout[layout.block(0).qkv_weight + 1];
+      const ParameterTensor& k = layout.tensor("model.layers.0.self_attn.k_proj.weight");
       const int shards = tp <= 2 ? tp : 2;
-      EXPECT_EQ(k.shards, shards) << "tp " << tp;
-      EXPECT_EQ(k.shard, r / (tp / shards)) << "tp " << tp << " rank " << r;
-      EXPECT_EQ(k.partial_gradient, tp > 2);
-      EXPECT_EQ(k.counted, r % (tp / shards) == 0);
+      EXPECT_EQ(k.placement.pieces, shards) << "tp " << tp;
+      EXPECT_EQ(k.placement.piece, r / (tp / shards)) << "tp " << tp << " rank " << r;
+      EXPECT_EQ(k.placement.gradient_sum == GradientSum::piece_holders, tp > 2);
+      EXPECT_EQ(k.placement.counted, r % (tp / shards) == 0);
       EXPECT_EQ(k.stored, static_cast<size_t>(2 / shards * 8 * 64));
-      const ParameterTensor& norm = layout[layout.block(0).norm_1_weight];
-      EXPECT_EQ(norm.counted, r == 0);  // replicated: rank 0's copy counts
-      EXPECT_FALSE(norm.partial_gradient);  // every rank computes all of it
+      const ParameterTensor& norm = layout.tensor("model.layers.0.input_layernorm.weight");
+      EXPECT_EQ(norm.placement.counted, r == 0);  // replicated: rank 0's copy counts
+      // Every rank computes all of it (summed over tp only under sequence parallelism).
+      EXPECT_EQ(norm.placement.gradient_sum, GradientSum::sequence_shards);
     }
   }
   EXPECT_EQ(error_of(m, 8), "");
@@ -130,7 +150,7 @@ TEST(TransformerSpec, Llama31RopeScalingMatchesHuggingFace) {
 
 TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   ModelConfig m;
-  m.family = Family::llama;
+  m.family = "llama";
   m.n_kv_head = 3;  // of 4 heads
   EXPECT_NE(error_of(m).find("model.n_kv_head (3) must divide model.n_head (4)"), std::string::npos);
   m.n_kv_head = 2;
@@ -140,7 +160,7 @@ TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   m.n_kv_head = 2;  // GPT-2 has no grouped-query attention
   EXPECT_NE(error_of(m).find("model.n_kv_head"), std::string::npos);
   m = ModelConfig{};
-  m.family = Family::llama;
+  m.family = "llama";
   m.ffn_dim = 102;  // over 4 ranks
   EXPECT_NE(error_of(m, 4).find("model.ffn_dim"), std::string::npos);
 }

@@ -1,0 +1,50 @@
+// Self-attention, Megatron-style over tp (heads split): a column-parallel projection to
+// q | k | v, rotary positions (if the family has them), the attention core (flash-style
+// kernels, or context parallelism's ring: model/context_parallel.h) under the pass's mask,
+// and a row-parallel output projection. Grouped-query attention: n_kv_head key/value
+// heads, each serving n_head / n_kv_head query heads; when tp exceeds the key/value
+// heads, consecutive ranks share one (their parts of its gradient summed after backward).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/context_parallel.h"
+#include "model/layers/parallel_linear.h"
+
+namespace trident {
+
+struct AttentionOptions {
+  // The projection's tensors: one fused [3 H hd, d] (GPT-2's c_attn, rows cut within each
+  // of q, k and v), or q [H hd, d], k and v [KV hd, d] apart (Llama's); + ".weight".
+  std::vector<std::string> qkv;
+  std::string out;  // the output projection [d, H hd]
+  int d_model = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
+  bool bias = false;    // biases on the projections
+  bool rotary = false;  // rotary positions on q and k
+};
+
+class Attention : public Sublayer {
+ public:
+  explicit Attention(AttentionOptions o);
+
+  void declare_parameters(ParameterDeclarations& d) override;
+  void declare_activations(ActivationDeclarations& a) override;
+  void forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed = true) override;
+  const Act* backward(LayerRuntime& r, const Pass& p, const Act* in, const Act* dout, Act* out) override;
+  void weight_gradients(LayerRuntime& r, const Pass& p, const Act* in, Act* out) override;
+  void recompute_selective(LayerRuntime& r, const Pass& p) override { core_forward(r, p); }
+
+ private:
+  // atty and its row statistics from the slot's qkv (the sequence's own keys, or the ring's).
+  void core_forward(LayerRuntime& r, const Pass& p) const;
+  AttentionOptions o_;
+  ColumnParallelLinear qkv_;
+  RowParallelLinear out_;
+  int heads_local_ = 0, kv_heads_local_ = 0;  // this rank's query and key/value heads
+  int qkv_buffer_ = -1, atty_buffer_ = -1, stats_buffer_ = -1;  // kept: q | k | v, the core's output and statistics
+  Act *datty_ = nullptr, *dqkv_ = nullptr, *dinput_ = nullptr;  // backward's scratch
+  RingBuffers ring_;
+};
+
+}  // namespace trident

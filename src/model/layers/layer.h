@@ -1,0 +1,87 @@
+// A layer of the model (Megatron-Core's modules, torchtitan's nn.Modules): what it
+// declares and how it runs. It declares its tensors (name, shape, initialiser and
+// placement: model/placement.h) into its stage's parameter layout, and its activations
+// (what it keeps per micro-batch, what recomputation may drop, backward's scratch) into
+// its stage's arena; then it runs forward and backward on them, backward in two halves
+// under zb1 (the input gradients now, the weight gradients later). The layers are
+// embedding.h, norm.h, attention.h, mlp.h and head.h, built by the model's family
+// (model/families/) into blocks (model/block.h); tensor parallelism is inside them
+// (parallel_linear.h), data parallelism and ZeRO outside (parallel/).
+//
+// Each kind runs with the signature its place in the model needs (a norm's output is its
+// own, a sublayer writes into the residual stream, the head ends in a loss); what they
+// share is below.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention_mask.h"
+#include "kernels/kernels.h"
+#include "model/activations.h"
+#include "model/layers/sequence_regions.h"
+#include "model/parameters.h"
+#include "parallel/param_grad_store.h"
+
+namespace trident {
+
+class RingAttention;
+
+// What every layer of a stage runs with on this rank.
+struct LayerRuntime {
+  kernels::Kernels& k;
+  ParamGradStore& store;      // the weights' compute copy and the gradients
+  SequenceRegions& regions;   // the tensor-parallel group and sequence parallelism's regions
+  const ActivationArena& arena;
+  int T = 0;                            // this rank's tokens of a sequence
+  const float* rope_table = nullptr;    // rotary cos, sin of this rank's positions (null: none)
+  RingAttention* ring = nullptr;        // context parallelism's ring (null: each sequence whole here)
+  double* loss_sum = nullptr;           // the head's total of token losses, on the device
+
+  TensorParallel& tp() const { return regions.tp(); }
+  const kernels::Act* weight(int index) const { return store.weight(index); }
+  float* grad(int index) const { return store.grad(index); }
+  template <class T = kernels::Act>
+  T* kept(int slot, int handle) const {
+    return arena.kept<T>(slot, handle);
+  }
+};
+
+// One micro-batch's pass through a layer.
+struct Pass {
+  int slot = 0;  // its activation slot
+  int B = 0;     // its sequences
+  kernels::AttentionMask mask;  // which keys each query sees (kernels/attention_mask.h)
+  // zb1's input-gradient half: the weight gradients' inputs are left in the slot for the
+  // weight half (Layer::weight_gradients) instead of being used now.
+  bool defer = false;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  // Adds its tensors to the stage's layout (in the order the flat buffer holds them) and
+  // keeps their indices.
+  virtual void declare_parameters(ParameterDeclarations& parameters) = 0;
+  // Declares its activations (after its parameters: the widths it holds are known then).
+  virtual void declare_activations(ActivationDeclarations& activations) = 0;
+};
+
+// What a block's residual branch runs after its norm (attention, the MLP): it reads the
+// norm's output and writes its own into the residual stream (the block adds the skip).
+class Sublayer : public Layer {
+ public:
+  using Act = kernels::Act;
+  // out (this rank's rows) = the sublayer of `in` (this rank's rows). output_needed
+  // false: stop before the output projection (full recomputation reruns a block's
+  // forward up to its last one: the block's output is kept).
+  virtual void forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed = true) = 0;
+  // From dout (this rank's rows of d loss / d out): returns where this rank's rows of
+  // d loss / d in are; the weight gradients unless p.defer (then kept for
+  // weight_gradients(), in buffers forward wrote: out among them).
+  virtual const Act* backward(LayerRuntime& r, const Pass& p, const Act* in, const Act* dout, Act* out) = 0;
+  virtual void weight_gradients(LayerRuntime& r, const Pass& p, const Act* in, Act* out) = 0;
+  // Selective recomputation: rebuilds what it dropped, before its backward.
+  virtual void recompute_selective(LayerRuntime& /*r*/, const Pass& /*p*/) {}
+};
+
+}  // namespace trident
