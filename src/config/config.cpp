@@ -51,9 +51,13 @@ po::options_description config_options(Config& c) {
   auto& d = c.data;
   auto& l = c.log;
   auto& ck = c.checkpoint;
-  visit_model_fields(m, [&o](const char* key, auto& field, const char* help) {
-    o.add_options()(("model." + std::string(key)).c_str(), with_default(&field), help);
+  // The registered families and optimizers, as they are in this build.
+  const std::string families = "model family: " + model_family_choices();
+  visit_model_fields(m, [&](const char* key, auto& field, const char* help) {
+    o.add_options()(("model." + std::string(key)).c_str(), with_default(&field),
+                    std::string(key) == "family" ? families.c_str() : help);
   });
+  const std::string optimizers = "the optimizer: " + optimizer_choices() + " (docs/models.md#optimizers)";
   o.add_options()
       ("parallel.dp", with_default(&p.dp), "data-parallel size (0: world / (tp*cp*pp))")
       ("parallel.tp", with_default(&p.tp), "tensor-parallel size")
@@ -89,8 +93,7 @@ po::options_description config_options(Config& c) {
        "the step at which the decay reaches min_lr, kept after it (0: train.steps; Megatron's --lr-decay-iters)")
       ("train.wsd_decay", with_default(&t.wsd_decay),
        "wsd: its final linear decay, in steps (>= 1) or as a fraction of the steps after the warmup (< 1)")
-      ("train.optimizer", with_default(&t.optimizer),
-       "adamw, or lion (the sign of the momentum: one state buffer; a 3-10x smaller lr, a larger weight_decay)")
+      ("train.optimizer", with_default(&t.optimizer), optimizers.c_str())
       ("train.weight_decay", with_default(&t.weight_decay), "decoupled weight decay (matrices and embeddings)")
       ("train.grad_clip", with_default(&t.grad_clip), "global gradient-norm clip (0: off)")
       ("train.beta1", with_default(&t.beta1), "AdamW's beta1; Lion's interpolation of momentum and gradient")

@@ -51,7 +51,7 @@ struct ModelConfig {
 // visit(key, field, help); Model: ModelConfig or const ModelConfig.
 template <class Model, class Visit>
 void visit_model_fields(Model& m, Visit&& visit) {
-  visit("family", m.family, "model family: gpt2 or llama");
+  visit("family", m.family, "model family (model/families/)");
   visit("n_layer", m.n_layer, "transformer blocks");
   visit("n_head", m.n_head, "attention (query) heads");
   visit("n_kv_head", m.n_kv_head, "key/value heads, grouped-query attention (0: n_head; llama)");

@@ -17,8 +17,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 template <class F>
 void for_each_hf_field(const TransformerSpec& spec, F&& f) {
   const HfConventions& hf = model_family(spec.family).hf;
-  const ModelConfig resolved = spec.resolved();
-  visit_model_fields(resolved, [&](const char* key, const auto& value, const char*) {
+  visit_model_fields(spec.config, [&](const char* key, const auto& value, const char*) {
     if constexpr (std::is_arithmetic_v<std::decay_t<decltype(value)>>)
       for (const HfField& field : hf.fields)
         if (std::string(field.key) == key) f(field, static_cast<double>(value));
@@ -30,8 +29,7 @@ void for_each_hf_field(const TransformerSpec& spec, F&& f) {
 nlohmann::ordered_json hf_config(const TransformerSpec& s, const std::string& torch_dtype) {
   const HfConventions& hf = model_family(s.family).hf;
   nlohmann::ordered_json c = hf.constants;
-  const ModelConfig resolved = s.resolved();
-  visit_model_fields(resolved, [&](const char* key, const auto& value, const char*) {
+  visit_model_fields(s.config, [&](const char* key, const auto& value, const char*) {
     for (const HfField& field : hf.fields)
       if (std::string(field.key) == key) c[field.hf] = value;
   });

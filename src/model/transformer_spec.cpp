@@ -27,23 +27,10 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
                                                          std::to_string(c.n_head) + ")");
   s.head_dim = c.d_model / c.n_head;
   family.configure(c, s);
+  s.config = c;
+  s.config.n_kv_head = s.n_kv_head;
+  s.config.ffn_dim = s.ffn_dim;
   return s;
-}
-
-ModelConfig TransformerSpec::resolved() const {
-  ModelConfig c;
-  c.family = family;
-  c.n_layer = n_layer;
-  c.n_head = n_head;
-  c.n_kv_head = n_kv_head;
-  c.d_model = d_model;
-  c.ffn_dim = ffn_dim;
-  c.seq_len = seq_len;
-  c.vocab_size = vocab_size;
-  c.norm_eps = norm_eps;
-  c.rope_theta = rope_theta;
-  c.rope_scaling = rope_scaling;
-  return c;
 }
 
 std::string TransformerSpec::describe() const {

@@ -44,9 +44,9 @@ struct TransformerSpec {
   int kv_shards(int tp) const { return tp <= n_kv_head ? tp : n_kv_head; }
   // "gpt2 L12 H12 d768 T1024 V50257", with kv heads and the MLP width for Llama.
   std::string describe() const;
-  // The config it was made from, with the family's defaults filled in (n_kv_head,
-  // ffn_dim): what the manifests and exports record.
-  ModelConfig resolved() const;
+  // The config it was made from, the family's defaults filled in (n_kv_head, ffn_dim):
+  // what Hugging Face's config.json records.
+  ModelConfig config;
 };
 
 // The spec of a model config, by its family; UsageError naming the key for what the

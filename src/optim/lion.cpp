@@ -12,27 +12,19 @@ namespace {
 
 class Lion final : public Optimizer {
  public:
-  Lion(const OptimizerKind& kind, const ParameterLayout& layout, const OptimizerSettings& settings,
-       kernels::Kernels& k, const std::vector<FlatRange>& owned)
-      : Optimizer(kind, layout, k, owned), settings_(settings) {}
+  using Optimizer::Optimizer;
 
  private:
-  void update(float* param, const float* grad, float* const* state, size_t n, double lr, bool decay, int /*t*/,
-              double grad_scale) override {
+  void update(float* param, const float* grad, float* const* state, size_t n, double lr, double weight_decay,
+              int /*t*/, double grad_scale) override {
     k_.lion_update(param, grad, state[0], n, static_cast<float>(lr), static_cast<float>(settings_.beta1),
-                   static_cast<float>(settings_.beta2), static_cast<float>(decay ? settings_.weight_decay : 0.0),
+                   static_cast<float>(settings_.beta2), static_cast<float>(weight_decay),
                    static_cast<float>(grad_scale));
   }
-  OptimizerSettings settings_;
 };
 
-// Read p, g, m (12 bytes), write p, m (8) and the bf16 copy (2).
-const bool registered = register_optimizer(
-    {"lion", {"exp_avg"}, 22.0,
-     [](const ParameterLayout& layout, const OptimizerSettings& settings, kernels::Kernels& k,
-        const std::vector<FlatRange>& owned) -> std::unique_ptr<Optimizer> {
-       return std::make_unique<Lion>(optimizer_kind("lion"), layout, settings, k, owned);
-     }});
+// An update reads p, g, m (12 bytes), writes p, m (8) and the bf16 copy (2).
+const bool registered = register_optimizer({"lion", {"exp_avg"}, 22.0, make_as<Lion>});
 
 }  // namespace
 

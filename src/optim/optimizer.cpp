@@ -1,45 +1,34 @@
 #include "optim/optimizer.h"
 
 #include <algorithm>
-#include <map>
 
-#include "config/choices.h"
-#include "kernels/base/error.h"
+#include "runtime/registry.h"
 
 namespace trident {
 
 namespace {
 
-std::map<std::string, OptimizerKind>& registry() {
-  static std::map<std::string, OptimizerKind> optimizers;
+Registry<OptimizerKind>& registry() {
+  static Registry<OptimizerKind> optimizers("train.optimizer");
   return optimizers;
 }
 
 }  // namespace
 
 bool register_optimizer(OptimizerKind kind) {
-  check(!registry().contains(kind.name), "optimizer " + kind.name + " registered twice");
   const std::string name = kind.name;
-  registry().emplace(name, std::move(kind));
-  return true;
+  return registry().add(name, std::move(kind));
 }
 
-std::string optimizer_choices() {
-  std::vector<const char*> names;
-  for (const auto& [name, kind] : registry()) names.push_back(name.c_str());
-  return join_choices(names.data(), names.size());
-}
+std::string optimizer_choices() { return registry().choices(); }
 
-const OptimizerKind& optimizer_kind(const std::string& name) {
-  const auto it = registry().find(name);
-  if (it == registry().end()) throw_bad_choice("train.optimizer", optimizer_choices(), name);
-  return it->second;
-}
+const OptimizerKind& optimizer_kind(const std::string& name) { return registry().at(name); }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterLayout& layout,
                                           const OptimizerSettings& settings, kernels::Kernels& k,
                                           const std::vector<FlatRange>& owned) {
-  return optimizer_kind(name).make(layout, settings, k, owned);
+  const OptimizerKind& kind = optimizer_kind(name);
+  return kind.make(kind, layout, settings, k, owned);
 }
 
 std::vector<Optimizer::Segment> Optimizer::segments_of(const ParameterLayout& layout,
@@ -64,9 +53,9 @@ size_t OptimizerKind::state_floats_for(const ParameterLayout& layout, const std:
   return floats * state_names.size();
 }
 
-Optimizer::Optimizer(const OptimizerKind& kind, const ParameterLayout& layout, kernels::Kernels& k,
-                     const std::vector<FlatRange>& owned)
-    : k_(k), kind_(kind), segments_(segments_of(layout, owned)) {
+Optimizer::Optimizer(const OptimizerKind& kind, const ParameterLayout& layout, const OptimizerSettings& settings,
+                     kernels::Kernels& k, const std::vector<FlatRange>& owned)
+    : settings_(settings), k_(k), kind_(kind), segments_(segments_of(layout, owned)) {
   const size_t floats = kind.state_floats_for(layout, owned) / std::max<size_t>(1, kind.state_names.size());
   for (size_t i = 0; i < kind.state_names.size(); i++) state_.emplace_back(k, floats);
 }
@@ -81,7 +70,8 @@ void Optimizer::step(const ParameterAt& parameter_at, const GradientAt& gradient
   std::vector<float*> state(state_.size());
   for (const Segment& s : segments_) {
     for (size_t i = 0; i < state_.size(); i++) state[i] = state_[i].data() + s.state_offset;
-    update(parameter_at(s.offset), gradient_at(s.offset), state.data(), s.size, lr, s.decay, t_, grad_scale);
+    update(parameter_at(s.offset), gradient_at(s.offset), state.data(), s.size, lr,
+           s.decay ? settings_.weight_decay : 0.0, t_, grad_scale);
   }
 }
 

@@ -36,9 +36,9 @@ struct OptimizerKind {
   // Bytes one update moves per parameter on a GPU (read the parameter, its gradient and
   // state; write the parameter, its state and the bf16 compute copy): `plan`'s update time.
   double update_bytes_per_parameter = 0;
-  std::function<std::unique_ptr<Optimizer>(const ParameterLayout&, const OptimizerSettings&, kernels::Kernels&,
-                                           const std::vector<FlatRange>& owned)>
-      make;
+  std::function<std::unique_ptr<Optimizer>(const OptimizerKind&, const ParameterLayout&, const OptimizerSettings&,
+                                           kernels::Kernels&, const std::vector<FlatRange>& owned)>
+      make;  // make_as<ItsClass>
 
   // The floats of its state for these owned ranges of `layout` (empty: all of it).
   size_t state_floats_for(const ParameterLayout& layout, const std::vector<FlatRange>& owned) const;
@@ -63,6 +63,9 @@ class Optimizer {
   using ParameterAt = std::function<float*(size_t offset)>;
   using GradientAt = std::function<const float*(size_t offset)>;
 
+  // Its state for the owned ranges of `layout` (empty: all of them), in k's memory.
+  Optimizer(const OptimizerKind& kind, const ParameterLayout& layout, const OptimizerSettings& settings,
+            kernels::Kernels& k, const std::vector<FlatRange>& owned);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -84,13 +87,12 @@ class Optimizer {
   size_t state_floats() const;
 
  protected:
-  Optimizer(const OptimizerKind& kind, const ParameterLayout& layout, kernels::Kernels& k,
-            const std::vector<FlatRange>& owned);
   // Updates n parameters of one tensor (step t from 1): param, grad and each state
-  // buffer's piece (state[i] for state buffer i); decay: whether the tensor takes weight
-  // decay (its placement's say).
-  virtual void update(float* param, const float* grad, float* const* state, size_t n, double lr, bool decay, int t,
-                      double grad_scale) = 0;
+  // buffer's piece (state[i] for state buffer i); weight_decay: the settings' where the
+  // tensor's placement asks for decay, else 0.
+  virtual void update(float* param, const float* grad, float* const* state, size_t n, double lr, double weight_decay,
+                      int t, double grad_scale) = 0;
+  const OptimizerSettings settings_;
   kernels::Kernels& k_;
 
  private:
@@ -107,5 +109,13 @@ class Optimizer {
   std::vector<kernels::DeviceBuffer> state_;
   int t_ = 0;
 };
+
+// OptimizerKind::make of an optimizer class (its constructor: Optimizer's).
+template <class O>
+std::unique_ptr<Optimizer> make_as(const OptimizerKind& kind, const ParameterLayout& layout,
+                                   const OptimizerSettings& settings, kernels::Kernels& k,
+                                   const std::vector<FlatRange>& owned) {
+  return std::make_unique<O>(kind, layout, settings, k, owned);
+}
 
 }  // namespace trident

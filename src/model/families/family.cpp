@@ -1,35 +1,26 @@
 #include "model/families/family.h"
 
-#include <map>
-
-#include "config/choices.h"
-#include "kernels/base/error.h"
+#include "runtime/registry.h"
 
 namespace trident {
 
 namespace {
 
-std::map<std::string, ModelFamily>& registry() {
-  static std::map<std::string, ModelFamily> families;
+Registry<ModelFamily>& registry() {
+  static Registry<ModelFamily> families("model.family");
   return families;
 }
 
 }  // namespace
 
 bool register_family(ModelFamily family) {
-  check(!registry().contains(family.name), "model family " + family.name + " registered twice");
   const std::string name = family.name;
-  registry().emplace(name, std::move(family));
-  return true;
+  return registry().add(name, std::move(family));
 }
 
-const ModelFamily& model_family(const std::string& name) {
-  const auto it = registry().find(name);
-  if (it != registry().end()) return it->second;
-  std::vector<const char*> names;
-  for (const auto& [known, family] : registry()) names.push_back(known.c_str());
-  throw_bad_choice("model.family", join_choices(names.data(), names.size()), name);
-}
+const ModelFamily& model_family(const std::string& name) { return registry().at(name); }
+
+std::string model_family_choices() { return registry().choices(); }
 
 StageLayers make_stage_layers(const TransformerSpec& spec, const StageSpec& stage) {
   const ModelFamily& family = model_family(spec.family);

@@ -63,6 +63,7 @@ struct ModelFamily {
 bool register_family(ModelFamily family);
 // The registered family `name`; UsageError "model.family must be a or b, got 'x'".
 const ModelFamily& model_family(const std::string& name);
+std::string model_family_choices();  // "gpt2 or llama"
 
 // The layers of one pipeline stage: the embedding (the first stage's; the last stage's
 // copy of a tied head's table), its blocks in the order of its chunks, the final norm
