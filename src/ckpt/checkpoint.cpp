@@ -99,11 +99,13 @@ std::vector<std::string> kinds_with(const std::vector<std::string>& optimizer_st
   kinds.insert(kinds.end(), optimizer_state.begin(), optimizer_state.end());
   return kinds;
 }
-std::vector<std::string> kinds_of(const ShardedState& state) {
+// The optimizer's state buffers' names.
+std::vector<std::string> state_names(const ShardedState& state) {
   std::vector<std::string> names;
   for (const ShardedBuffer& buffer : state.optimizer_state) names.push_back(buffer.name);
-  return kinds_with(names);
+  return names;
 }
+std::vector<std::string> kinds_of(const ShardedState& state) { return kinds_with(state_names(state)); }
 
 // A blob: the header's length, the header (JSON), the pieces' floats.
 std::string packed_header(const std::vector<Piece>& pieces, size_t& floats) {
@@ -254,7 +256,6 @@ Manifest parse_manifest(const std::string& text, const std::string& step_dir, co
     if (j.contains("state") && j["state"].contains("optimizer")) {  // older checkpoints: AdamW's
       m.optimizer = j["state"]["optimizer"];
       m.optimizer_state = j["state"].at("optimizer_state");
-      m.optimizer_state.erase(m.optimizer_state.begin());  // "params"
     }
     if (j.contains("data")) m.data_fingerprint = j["data"].value("fingerprint", "");
     for (const auto& f : j.at("files")) {
@@ -614,7 +615,7 @@ void Checkpointer::complete(Pending& p) {
             {"layout", {{"dp", parallel_.size(Axis::dp)}, {"tp", parallel_.size(Axis::tp)}, {"pp", parallel_.size(Axis::pp)},
                         {"cp", parallel_.size(Axis::cp)},
                         {"zero", par.zero}, {"nodes", parallel_.nodes()}}},
-            {"state", {{"optimizer", state_.optimizer}, {"optimizer_state", kinds_of(state_)},
+            {"state", {{"optimizer", state_.optimizer}, {"optimizer_state", state_names(state_)},
                        {"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},
                        {"seed", config_.train.seed}, {"loss_scale", 1.0}}},
             // The sampler is a function of (seed, step): the step is the data position.

@@ -99,7 +99,7 @@ struct TrainConfig {
   std::string lr_schedule = "cosine";  // cosine | linear | constant | wsd (optim/lr_schedule.h)
   int lr_decay_steps = 0;   // the step at which the decay reaches min_lr; 0: steps
   double wsd_decay = 0.2;   // wsd: its final decay, in steps (>= 1) or a fraction of the steps after warmup (< 1)
-  std::string optimizer = "adamw";  // adamw | lion (optim/optimizer.h: registered by name)
+  std::string optimizer = "adamw";  // a registered optimizer (optim/: adamw, lion)
   double weight_decay = 0.1;  // decoupled, matrices and embeddings only
   double grad_clip = 1.0;   // global-norm clipping; 0 disables
   double beta1 = 0.9;       // AdamW's and Lion's

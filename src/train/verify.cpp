@@ -38,18 +38,18 @@ Reference load_reference(const std::string& path) {
           path + ": format is '" + format + "', expected 'trident-reference-v1'");
   Reference ref;
   ref.path = path;
+  // The model's fields, each the attribute of its key where the file has it (the five
+  // shapes always), through ModelConfig's one visitor; the family is the attribute
+  // "model", GPT-2's references name their epsilon layernorm_eps.
   ref.model.family = file.attr_string("model");  // a family we know: transformer_spec below
-  ref.model.n_layer = static_cast<int>(file.attr_int("n_layer"));
-  ref.model.n_head = static_cast<int>(file.attr_int("n_head"));
-  ref.model.d_model = static_cast<int>(file.attr_int("d_model"));
-  ref.model.seq_len = static_cast<int>(file.attr_int("seq_len"));
-  ref.model.vocab_size = static_cast<int>(file.attr_int("vocab_size"));
-  // GPT-2 references name their epsilon layernorm_eps; Llama's norm_eps, with the
-  // key/value heads, the MLP width and the rotary base.
-  ref.model.norm_eps = file.attr_double(file.has_attr("norm_eps") ? "norm_eps" : "layernorm_eps");
-  if (file.has_attr("n_kv_head")) ref.model.n_kv_head = static_cast<int>(file.attr_int("n_kv_head"));
-  if (file.has_attr("ffn_dim")) ref.model.ffn_dim = static_cast<int>(file.attr_int("ffn_dim"));
-  if (file.has_attr("rope_theta")) ref.model.rope_theta = file.attr_double("rope_theta");
+  for (const char* shape : {"n_layer", "n_head", "d_model", "seq_len", "vocab_size"}) file.attr_int(shape);
+  visit_model_fields(ref.model, [&file](const char* key, auto& field, const char*) {
+    using T = std::decay_t<decltype(field)>;
+    const std::string name = std::string(key) == "norm_eps" && !file.has_attr(key) ? "layernorm_eps" : key;
+    if (!file.has_attr(name)) return;
+    if constexpr (std::is_integral_v<T>) field = static_cast<T>(file.attr_int(name));
+    else if constexpr (std::is_floating_point_v<T>) field = file.attr_double(name);
+  });
   // Packed documents, each attending within itself (tests/reference/README.md).
   if (file.has_attr("eod_token")) ref.eod_token = static_cast<int32_t>(file.attr_int("eod_token"));
   try {
