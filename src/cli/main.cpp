@@ -77,14 +77,16 @@ int run_verify(const Args& args, const MpiWorld& world) {
                                                    config.train.recompute);
   if (!world.is_root()) return r.passed() ? 0 : 1;
 
+  std::string masks;  // what narrows attention beyond causal
+  if (ref.eod_token >= 0) masks += ", documents masked (end token " + std::to_string(ref.eod_token) + ")";
+  if (ref.model.sliding_window > 0)
+    masks += ", sliding window of " + std::to_string(ref.model.sliding_window) + " tokens";
   std::printf("verify %s: %s, batch %d (micro-batch %d per rank), %d AdamW steps, "
               "%d rank(s), ZeRO-%d, recompute %s, %s on %s%s\n",
               ref.path.c_str(), transformer_spec(ref.model).describe().c_str(), ref.batch, config.train.micro_batch,
               ref.steps, world.size(),
               config.parallel.zero, name_of(config.train.recompute), kernels::precision_name(k->precision()),
-              k->name().c_str(),
-              ref.eod_token >= 0 ? (", documents masked (end token " + std::to_string(ref.eod_token) + ")").c_str()
-                                 : "");
+              k->name().c_str(), masks.c_str());
   std::printf("%-44s %14s %14s\n", "tensor", "grad rel err", "final rel err");
   for (const TensorError& e : r.tensors)
     std::printf("%-44s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);

@@ -29,7 +29,7 @@ struct RopeScaling {
 // The model's shape; what its family makes of it (norm, positions, MLP, names):
 // model/families/.
 struct ModelConfig {
-  std::string family = "gpt2";   // a registered family (model/families/): gpt2 or llama
+  std::string family = "gpt2";   // a registered family (model/families/): gpt2, llama, qwen2, qwen3, mistral
   int n_layer = 4;               // transformer blocks
   int n_head = 4;                // attention (query) heads; d_model % n_head == 0
   int n_kv_head = 0;             // key/value heads (grouped-query attention); 0: n_head
@@ -40,6 +40,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;        // LayerNorm (gpt2) or RMSNorm (llama) epsilon
   double rope_theta = 10000;     // rotary base (llama)
   RopeScaling rope_scaling;      // llama
+  int sliding_window = 0;        // mistral: each token attends to this many latest tokens (itself included); 0: all
 
   int head_dim() const { return d_model / n_head; }
 };
@@ -67,6 +68,8 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("rope_high_freq_factor", m.rope_scaling.high_freq_factor, "llama3 scaling: high_freq_factor");
   visit("rope_original_max_position", m.rope_scaling.original_max_position,
         "llama3 scaling: original_max_position_embeddings");
+  visit("sliding_window", m.sliding_window,
+        "sliding-window attention (mistral): each token sees the N latest tokens, itself included (0: all earlier)");
 }
 
 struct ParallelConfig {

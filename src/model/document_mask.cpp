@@ -16,4 +16,12 @@ void document_starts(const int32_t* tokens, int B, int T, int32_t eod, int32_t* 
   }
 }
 
+void narrow_to_window(int32_t* starts, int B, int T, int window) {
+  for (int b = 0; b < B; b++)
+    for (int i = window; i < T; i++) {
+      int32_t& start = starts[static_cast<size_t>(b) * T + i];
+      if (start < i - window + 1) start = i - window + 1;
+    }
+}
+
 }  // namespace trident

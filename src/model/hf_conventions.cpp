@@ -24,14 +24,25 @@ void for_each_hf_field(const TransformerSpec& spec, F&& f) {
   });
 }
 
+// A field's value in a config.json: its number, 0 for a null HF reads as ours, else `fallback`.
+double file_value(const nlohmann::json& c, const HfField& field, double fallback) {
+  if (!c.contains(field.hf)) return fallback;
+  if (c[field.hf].is_number()) return c[field.hf].get<double>();
+  return c[field.hf].is_null() && field.null_is_zero ? 0.0 : fallback;
+}
+
 }  // namespace
 
 nlohmann::ordered_json hf_config(const TransformerSpec& s, const std::string& torch_dtype) {
   const HfConventions& hf = model_family(s.family).hf;
   nlohmann::ordered_json c = hf.constants;
   visit_model_fields(s.config, [&](const char* key, const auto& value, const char*) {
-    for (const HfField& field : hf.fields)
-      if (std::string(field.key) == key) c[field.hf] = value;
+    for (const HfField& field : hf.fields) {
+      if (std::string(field.key) != key) continue;
+      c[field.hf] = value;
+      if constexpr (std::is_arithmetic_v<std::decay_t<decltype(value)>>)
+        if (field.null_is_zero && value == 0) c[field.hf] = nullptr;
+    }
   });
   if (hf.rope_scaling) {
     const RopeScaling& r = s.rope_scaling;
@@ -73,7 +84,7 @@ std::vector<std::string> hf_config_mismatches(const nlohmann::json& c, const Tra
     return from * field.default_factor;
   };
   for_each_hf_field(s, [&](const HfField& field, double ours) {
-    if (field.checked) expect(field.hf, number(c, field.hf, hf_default(field)), std::string("model.") + field.key, ours);
+    if (field.checked) expect(field.hf, file_value(c, field, hf_default(field)), std::string("model.") + field.key, ours);
   });
   if (hf.rope_scaling) {
     const bool scaled = c.contains("rope_scaling") && c["rope_scaling"].is_object();

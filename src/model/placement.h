@@ -23,6 +23,8 @@ enum class GradientSum {
                      // its rows only (summed over tp then)
   pipeline_ends,     // a table held by the first and the last pipeline stage (a tied
                      // embedding: the embedding's part and the head's)
+  tp_ranks,          // a per-head weight every tp rank holds whole but sees only its heads
+                     // through (Qwen3's q/k norms): summed over tp
 };
 
 // Where ZeRO-3 keeps a tensor's gathered values (FSDP's units): gathered around each use,

@@ -58,6 +58,11 @@ class TensorParallel {
   // Vocabulary-parallel embedding: each row comes from the one shard that owns its token.
   void sum_embedding_shards(ActivationSpan x) { all_reduce(x); }
 
+  // Starts summing the parts of a per-head weight's gradient over tp (each rank's heads').
+  RequestPtr sum_head_partial_gradients(std::span<float> grads) {
+    return tp_ != nullptr ? tp_->all_reduce_async(grads, ReduceOp::sum) : nullptr;
+  }
+
   // Starts summing a shared key/value head's gradient part over the ranks that hold it
   // (null when no rank shares one).
   RequestPtr sum_shared_head_gradients(std::span<float> grads) {

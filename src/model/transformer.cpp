@@ -115,7 +115,8 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   }
   loss_sum_ = kernels::DeviceBuffer(k, 2);  // one double
   document_end_ = options.document_end;
-  if (document_end_ >= 0) {
+  window_ = s.sliding_window;
+  if (masks_starts()) {
     host_document_starts_.resize(static_cast<size_t>(B_) * s.seq_len);
     my_document_starts_.resize(static_cast<size_t>(B_) * T_);
     document_starts_ = kernels::DeviceBuffer(k, my_document_starts_.size() * options.slots);
@@ -198,9 +199,9 @@ ActivationSpan Transformer::gradient_to_send(int B) {
 kernels::AttentionMask Transformer::attention_mask(int slot) const {
   const int32_t* every_rank = reinterpret_cast<const int32_t*>(positions_.data());
   const int32_t* mine = every_rank + static_cast<size_t>(cp_rank_) * T_;
-  const int32_t* starts = document_end_ < 0 ? nullptr
-                                            : reinterpret_cast<const int32_t*>(document_starts_.data()) +
-                                                  static_cast<size_t>(slot) * B_ * T_;
+  const int32_t* starts = !masks_starts() ? nullptr
+                                          : reinterpret_cast<const int32_t*>(document_starts_.data()) +
+                                                static_cast<size_t>(slot) * B_ * T_;
   return {mine, mine, starts};
 }
 
@@ -227,14 +228,17 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
       throw UsageError("token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
   // Documents are found in whole sequences (every stage has the tokens), then each rank
   // keeps its share of everything (context parallelism: its chunks of each sequence).
+  // A sliding window narrows each query's visible start further.
   const int32_t* starts = host_document_starts_.data();
   if (document_end_ >= 0) document_starts(tokens, B, seq_len, document_end_, host_document_starts_.data());
+  else if (window_ > 0) std::fill_n(host_document_starts_.begin(), static_cast<size_t>(B) * seq_len, 0);
+  if (window_ > 0) narrow_to_window(host_document_starts_.data(), B, seq_len, window_);
   if (cp_ > 1) {
     take_positions(tokens, B, seq_len, host_positions_, my_tokens_.data());
     take_positions(targets, B, seq_len, host_positions_, my_targets_.data());
     tokens = my_tokens_.data();
     targets = my_targets_.data();
-    if (document_end_ >= 0) {
+    if (masks_starts()) {
       take_positions(host_document_starts_.data(), B, seq_len, host_positions_, my_document_starts_.data());
       starts = my_document_starts_.data();
     }
@@ -245,7 +249,7 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
   // the targets.
   if (embeds(chunk)) layers_.embedding->load(r, p, tokens);
   if (has_head(chunk)) layers_.head->load(r, p, targets);
-  if (document_end_ >= 0)
+  if (masks_starts())
     k_.upload(document_starts_.data() + static_cast<size_t>(slot) * B_ * T, starts, BT * sizeof(int32_t));
   slot_batch_.at(slot) = B;
   store_.refresh_weights();

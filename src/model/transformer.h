@@ -204,6 +204,8 @@ class Transformer {
   ParamGradStore store_;
   kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
   int32_t document_end_ = -1;
+  int window_ = 0;  // sliding-window attention's (0: none); with documents, what the starts hold
+  bool masks_starts() const { return document_end_ >= 0 || window_ > 0; }
   kernels::DeviceBuffer positions_, document_starts_;
   std::vector<int32_t> host_document_starts_;
   // Context parallelism (model/context_parallel.h): cp_ ranks share each sequence, this one

@@ -22,6 +22,7 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
   s.norm_eps = c.norm_eps;
   s.rope_theta = c.rope_theta;
   s.rope_scaling = c.rope_scaling;
+  s.sliding_window = c.sliding_window;
   require(c.n_head > 0 && c.d_model % c.n_head == 0, "model.d_model (" + std::to_string(c.d_model) +
                                                          ") must be a multiple of model.n_head (" +
                                                          std::to_string(c.n_head) + ")");

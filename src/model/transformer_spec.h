@@ -30,6 +30,7 @@ struct TransformerSpec {
   // Rotary embeddings: theta^(-2i/hd) per pair i, scaled as Llama 3.1 does with "llama3".
   double rope_theta = 10000;
   RopeScaling rope_scaling;
+  int sliding_window = 0;  // attention over the latest N tokens (mistral); 0: all earlier ones
 
   int attention_width() const { return n_head * head_dim; }      // of q and of the attention output
   // The MLP's hidden width, and its input GEMM's output (gate | up under SwiGLU), on

@@ -112,6 +112,7 @@ void StepRunner::sum_shared_head_gradients() {
       if (t.placement.gradient_sum == GradientSum::piece_holders) sums.push_back(tp.sum_shared_head_gradients(reduced));
       if (t.placement.gradient_sum == GradientSum::sequence_shards)
         sums.push_back(tp.sum_sequence_partial_gradients(reduced));
+      if (t.placement.gradient_sum == GradientSum::tp_ranks) sums.push_back(tp.sum_head_partial_gradients(reduced));
     }
   for (RequestPtr& s : sums) finish(s);
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Hugging Face's side of trident's safetensors export and import, written from HF's
-conventions (DATA_FORMATS.md section 4; transformers' modeling_gpt2.py and
-modeling_llama.py), in numpy float64, with its own safetensors reader and writer:
+conventions (DATA_FORMATS.md section 4; transformers' modeling_gpt2.py, modeling_llama.py
+and the Llama-style modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py), in numpy
+float64, with its own safetensors reader and writer:
 
   logits HF_DIR DUMP.json     the forward pass of the exported model (GPT-2: Conv1D
                               weights [in, out], tied head; Llama: rotate-half RoPE, GQA,
-                              SwiGLU) on the tokens of `trident generate --dump_logits`;
+                              SwiGLU; Qwen2's q, k, v biases, Qwen3's q and k norms,
+                              Mistral's sliding window) on the tokens of
+                              `trident generate --dump_logits`;
                               exit 0 when every position's logits agree to 1e-5 relative
   write HF_DIR OUT_DIR SEED   new random weights in HF's own layout and names, as
                               transformers' save_pretrained lays them out (GPT-2 with the
@@ -82,10 +85,14 @@ def layer_norm(x, w, b, eps):
     return (x - mu) / np.sqrt(var + eps) * w + b
 
 
-def causal_attention(q, k, v):  # [H, T, hd] each (k, v already repeated for GQA)
+def causal_attention(q, k, v, window=None):  # [H, T, hd] each (k, v already repeated for GQA)
     T, hd = q.shape[1], q.shape[2]
     s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
-    s = np.where(np.tril(np.ones((T, T), dtype=bool)), s, -np.inf)
+    visible = np.tril(np.ones((T, T), dtype=bool))
+    if window:  # Mistral: key j seen by query i iff i - window < j <= i
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        visible &= i - j < window
+    s = np.where(visible, s, -np.inf)
     s = np.exp(s - s.max(-1, keepdims=True))
     return (s / s.sum(-1, keepdims=True)) @ v
 
@@ -129,16 +136,23 @@ def llama_logits(c, w, tokens):
         half = np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], -1)
         return x * cos + half * sin
 
+    def linear(h, name):  # Linear: W [out, in], a bias where the file has one (Qwen2's q, k, v)
+        y = h @ g(name + ".weight").T
+        return y + g(name + ".bias") if name + ".bias" in w else y
+
+    window = c.get("sliding_window") if c["model_type"] == "mistral" else None
     x = g("model.embed_tokens.weight")[tokens]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, g(p + "input_layernorm.weight"), eps)
-        q = (h @ g(p + "self_attn.q_proj.weight").T).reshape(T, H, hd).transpose(1, 0, 2)  # Linear: W [out, in]
-        k = (h @ g(p + "self_attn.k_proj.weight").T).reshape(T, KV, hd).transpose(1, 0, 2)
-        v = (h @ g(p + "self_attn.v_proj.weight").T).reshape(T, KV, hd).transpose(1, 0, 2)
-        q, k = rope(q), rope(k)
+        q = linear(h, p + "self_attn.q_proj").reshape(T, H, hd)
+        k = linear(h, p + "self_attn.k_proj").reshape(T, KV, hd)
+        v = linear(h, p + "self_attn.v_proj").reshape(T, KV, hd).transpose(1, 0, 2)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: each head's q and k, before RoPE
+            q, k = rms_norm(q, g(p + "self_attn.q_norm.weight"), eps), rms_norm(k, g(p + "self_attn.k_norm.weight"), eps)
+        q, k = rope(q.transpose(1, 0, 2)), rope(k.transpose(1, 0, 2))
         k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)  # repeat_kv
-        a = causal_attention(q, k, v).transpose(1, 0, 2).reshape(T, H * hd)
+        a = causal_attention(q, k, v, window).transpose(1, 0, 2).reshape(T, H * hd)
         x = x + a @ g(p + "self_attn.o_proj.weight").T
         h = rms_norm(x, g(p + "post_attention_layernorm.weight"), eps)
         gate, up = h @ g(p + "mlp.gate_proj.weight").T, h @ g(p + "mlp.up_proj.weight").T

@@ -5,6 +5,9 @@ Same file layout as make_reference.py (see shared/reference/FORMAT.md), model = 
 RMSNorm, rotary position embeddings (rotate-half convention, theta attribute), SwiGLU MLP,
 grouped-query attention, untied lm_head, no biases. Parameter names are Hugging Face's.
 --eod ID: packed documents with document masking, see tests/reference/README.md.
+--family: a Llama-style family, see tests/reference/README.md: qwen2 (biases on q, k and v),
+qwen3 (RMSNorm of each query and key head before the rotary embedding), mistral (with
+--window W: each token attends to the W latest tokens, itself included).
 """
 import argparse, math
 import h5py, numpy as np, torch
@@ -26,7 +29,10 @@ p.add_argument("--clip", type=float, default=1.0)
 p.add_argument("--theta", type=float, default=10000.0)
 p.add_argument("--seed", type=int, default=4321)
 p.add_argument("--eod", type=int, default=None, help="end-of-document token: packed documents, document mask")
+p.add_argument("--family", choices=["llama", "qwen2", "qwen3", "mistral"], default="llama")
+p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
 a = p.parse_args()
+if (a.window > 0) != (a.family == "mistral"): raise SystemExit("--window goes with --family mistral")
 torch.manual_seed(a.seed)
 L, H, KV, d, F, T, V, B = a.layers, a.heads, a.kv_heads, a.dim, a.ffn, a.seq, a.vocab, a.batch
 hd = d // H
@@ -48,6 +54,12 @@ for i in range(L):
     })
 params["model.norm.weight"] = norm_w(d)
 params["lm_head.weight"] = w(V, d)
+for i in range(L):  # drawn after Llama's parameters: a llama reference is what it was
+    q = f"model.layers.{i}.self_attn."
+    if a.family == "qwen2":
+        params.update({q + "q_proj.bias": w(H * hd), q + "k_proj.bias": w(KV * hd), q + "v_proj.bias": w(KV * hd)})
+    if a.family == "qwen3":
+        params.update({q + "q_norm.weight": norm_w(hd), q + "k_norm.weight": norm_w(hd)})
 def packed_rows(steps, B, T, V, eod):
     """Rows of packed documents: random tokens from [0, V) except eod, each document ended by
     eod; lengths 1 .. T/3, the last document of a row cut off. Step 0: row 0 starts with a
@@ -82,16 +94,24 @@ def loss_fn(batch):
     idx, tgt = batch[:, :T].long(), batch[:, 1:].long()
     x = P["model.embed_tokens.weight"][idx]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    if a.window > 0:  # key j seen by query i iff i - W < j <= i
+        pos = torch.arange(T)
+        mask = mask & (pos[:, None] - pos[None, :] < a.window)
     if a.eod is not None:  # same document: as many eod tokens strictly before i as before j
         end = idx == a.eod; doc = end.long().cumsum(1) - end.long()
         mask = (mask & (doc[:, :, None] == doc[:, None, :]))[:, None]  # [B, 1, T, T]
     for i in range(L):
         q = f"model.layers.{i}."
         h = rms(x, P[q + "input_layernorm.weight"])
-        qq = (h @ P[q + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
-        kk = (h @ P[q + "self_attn.k_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
-        vv = (h @ P[q + "self_attn.v_proj.weight"].T).view(B, T, KV, hd).transpose(1, 2)
-        qq, kk = rope(qq), rope(kk)
+        def proj(name):
+            y = h @ P[q + f"self_attn.{name}.weight"].T
+            return y + P[q + f"self_attn.{name}.bias"] if q + f"self_attn.{name}.bias" in P else y
+        qq = proj("q_proj").view(B, T, H, hd)
+        kk = proj("k_proj").view(B, T, KV, hd)
+        vv = proj("v_proj").view(B, T, KV, hd).transpose(1, 2)
+        if a.family == "qwen3":  # each head's RMSNorm, before the rotary embedding (Qwen3Attention)
+            qq, kk = rms(qq, P[q + "self_attn.q_norm.weight"]), rms(kk, P[q + "self_attn.k_norm.weight"])
+        qq, kk = rope(qq.transpose(1, 2)), rope(kk.transpose(1, 2))
         kk, vv = kk.repeat_interleave(H // KV, dim=1), vv.repeat_interleave(H // KV, dim=1)
         att = (qq @ kk.transpose(-2, -1)) / math.sqrt(hd)
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
@@ -108,11 +128,12 @@ m = {k: torch.zeros_like(v) for k, v in P.items()}
 s = {k: torch.zeros_like(v) for k, v in P.items()}
 losses, norms = [], []
 with h5py.File(a.out, "w") as f:
-    f.attrs.update(dict(format="trident-reference-v1", model="llama", n_layer=L, n_head=H, n_kv_head=KV,
+    f.attrs.update(dict(format="trident-reference-v1", model=a.family, n_layer=L, n_head=H, n_kv_head=KV,
                         d_model=d, ffn_dim=F, seq_len=T, vocab_size=V, batch_size=B, steps=a.steps,
                         norm_eps=NORM_EPS, rope_theta=a.theta, lr=a.lr, beta1=B1, beta2=B2, adam_eps=EPS,
                         weight_decay=a.wd, grad_clip=a.clip, seed=a.seed))
     if a.eod is not None: f.attrs["eod_token"] = np.int64(a.eod)
+    if a.window > 0: f.attrs["sliding_window"] = np.int64(a.window)
     for k, v in params.items(): f[f"params/{k}"] = v.numpy()
     f["batches/tokens"] = tokens.numpy()
     for t in range(a.steps):

@@ -127,7 +127,7 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
        "must be even"},  // head dimension 15
       {"train --config configs/tiny-llama.ini --train.global_batch=15 --parallel.tp=3 --model.n_head=6 "
        "--model.n_kv_head=2 --model.d_model=96 --model.ffn_dim=96", "do not fit"},  // 2 kv heads over 3 ranks
-      {"train --model.family=mamba", "model.family must be gpt2 or llama"},
+      {"train --model.family=mamba", "model.family must be gpt2, llama, mistral, qwen2 or qwen3"},
       {"verify --reference tests/data/llama_ref_a.h5 --parallel.tp=3", "parallel.tp (3) must divide model.n_head (4)"},
       // Issue 16's settings that cannot work.
       {"train --parallel.sequence_parallel=true", "parallel.sequence_parallel needs parallel.tp > 1"},
@@ -174,6 +174,10 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   const std::string docs = "tests/data/gpt2_ref_docs.h5", ldocs = "tests/data/llama_ref_docs.h5";
   // The same shapes without documents (24 tokens: 2 cp chunks for cp 2, 3 and 4).
   const std::string t24 = "tests/data/gpt2_ref_t24.h5", lt24 = "tests/data/llama_ref_t24.h5";
+  // The Llama-style families (tests/reference/README.md): Qwen2 (q, k, v biases), Qwen3 (each
+  // head's q and k normalized), Mistral (a sliding window of 7 tokens; with documents too).
+  const std::string qwen2 = "tests/data/qwen2_ref_t24.h5", qwen3 = "tests/data/qwen3_ref_t24.h5",
+                    mistral = "tests/data/mistral_ref_w7.h5", mdocs = "tests/data/mistral_ref_w7_docs.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -323,6 +327,27 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
        "pp groups: {0,2} {1,3}"},
       {6, lh6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1 --train.recompute=full",
        "pp groups: {0,3} {1,4} {2,5}"},
+      // Qwen2: biases split over tp, shared with the key/value heads at tp 4; ZeRO-3, zb1.
+      {2, qwen2, "--parallel.tp=2", "tp groups: {0,1}"},
+      {4, qwen2, "--parallel.tp=4", "tp groups: {0,1,2,3}"},
+      {4, qwen2, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=3 --train.micro_batch=1", "dp groups: {0,2} {1,3}"},
+      {2, qwen2, "--parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1", "pp groups: {0,1}"},
+      // Qwen3: the head norms' gains summed over tp (and shared key/value heads), deferred
+      // under zb1, recomputed, under cp and bf16.
+      {2, qwen3, "--parallel.tp=2", "tp groups: {0,1}"},
+      {4, qwen3, "--parallel.tp=4 --parallel.sequence_parallel=true", "tp groups: {0,1,2,3}"},
+      {4, qwen3, "--parallel.pp=2 --parallel.tp=2 --parallel.schedule=zb1 --train.micro_batch=1", "pp groups: {0,2} {1,3}"},
+      {4, qwen3, "--parallel.dp=2 --parallel.tp=2 --parallel.zero=3 --train.recompute=full --train.micro_batch=1",
+       "dp groups: {0,2} {1,3}"},
+      {2, qwen3, "--parallel.cp=2 --train.recompute=selective --train.precision=bf16", "cp groups: {0,1}"},
+      // Mistral: the window across context-parallel chunks (cp 2, 3), with tp and pp, with
+      // documents, ZeRO-3 and full recompute.
+      {2, mistral, "--parallel.cp=2", "cp groups: {0,1}"},
+      {3, mistral, "--parallel.cp=3", "cp groups: {0,1,2}"},
+      {4, mistral, "--parallel.tp=2 --parallel.pp=2 --train.micro_batch=1", "pp groups: {0,2} {1,3}"},
+      {4, mdocs, "--parallel.cp=2 --parallel.tp=2 --parallel.sequence_parallel=true", "cp groups: {0,2} {1,3}"},
+      {4, mdocs, "--parallel.dp=2 --parallel.cp=2 --parallel.zero=3 --train.micro_batch=1 --train.recompute=full",
+       "cp groups: {0,1} {2,3}"},
   };
   // Two launches side by side (a launch leaves the cores idle much of its time: start-up,
   // waits); each checked in order. On 2 cores: 177 s one by one, 107 s two, 113 s three.
@@ -349,8 +374,11 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     const std::string what = "-np " + std::to_string(l.np) + " " + l.flags + " " + l.reference;
     EXPECT_EQ(r.exit_code, 0) << what << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find(l.grid), std::string::npos) << what << "\n" << r.out;
-    if (l.reference == docs || l.reference == ldocs) {
+    if (l.reference == docs || l.reference == ldocs || l.reference == mdocs) {
       EXPECT_NE(r.out.find("documents masked (end token 96)"), std::string::npos) << what << "\n" << r.out;
+    }
+    if (l.reference == mistral || l.reference == mdocs) {
+      EXPECT_NE(r.out.find("sliding window of 7 tokens"), std::string::npos) << what << "\n" << r.out;
     }
     EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << what << "\n" << r.out;
   }

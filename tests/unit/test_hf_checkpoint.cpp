@@ -6,6 +6,7 @@
 // the Python side wrote, and one clear error for a config.json that does not fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -192,13 +193,25 @@ void import_and_export(const Flow& f, const std::string& from, const std::string
 
 class HfFlow : public testing::TestWithParam<std::string> {};
 
+// GetParam(): a config, or a Llama-style family on tiny-llama's shape (Mistral with a
+// window of 16 of its 128 tokens).
+Flow flow_of(const std::string& name) {
+  const bool config = name == "tiny" || name == "tiny-llama";
+  return {testing::TempDir() + "hf_" + name,
+          config ? "configs/" + name + ".ini"
+                 : "configs/tiny-llama.ini --model.family=" + name + (name == "mistral" ? " --model.sliding_window=16" : "")};
+}
+
 TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
-  const Flow f{testing::TempDir() + "hf_" + GetParam(), "configs/" + GetParam() + ".ini"};
+  const Flow f = flow_of(GetParam());
   fs::remove_all(f.dir);
   const std::string hf = train_and_export(f, " --max_shard_gb=0.001");  // several shards and an index
   ASSERT_TRUE(fs::exists(hf + "/model.safetensors.index.json"));
   const nlohmann::json config = nlohmann::json::parse(bytes_of(hf + "/config.json"));
-  EXPECT_EQ(config["model_type"], GetParam() == "tiny" ? "gpt2" : "llama");
+  EXPECT_EQ(config["model_type"], GetParam() == "tiny" ? "gpt2" : GetParam() == "tiny-llama" ? "llama" : GetParam());
+  if (GetParam() == "mistral") {
+    EXPECT_EQ(config["sliding_window"], 16);
+  }
 
   // Under another layout and back: the same files, byte for byte.
   import_and_export(f, hf, f.dir + "/hf_again", " --max_shard_gb=0.001");
@@ -227,7 +240,12 @@ TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
   EXPECT_EQ(std::system(compare.c_str()), 0) << slurp(f.dir + "/compare.txt");
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama"));
+INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama", "qwen2", "qwen3", "mistral"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(HfConventions, RopeScalingIsComparedFieldByField) {
   ModelConfig m;

@@ -91,7 +91,7 @@ TEST(ReferenceTest, AReferenceOfAnUnknownFamilyIsNamed) {
     FAIL() << "loaded a reference of an unknown family";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("model.family must be gpt2 or llama, got 'mamba'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.family must be gpt2, llama, mistral, qwen2 or qwen3, got 'mamba'"), std::string::npos) << e.what();
   }
 }
 
@@ -104,6 +104,26 @@ TEST(ReferenceTest, LlamaDetectsAWrongModel) {
   const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
   EXPECT_GT(r.max_gradient_error(), VerifyReport::kGradientTolerance);
   EXPECT_FALSE(r.passed());
+}
+
+// What makes each Llama-style family itself is checked: the same reference run without it
+// (Qwen2's biases, Qwen3's head norms, Mistral's window) fails.
+TEST(ReferenceTest, EachFamilysOwnPartIsChecked) {
+  auto k = kernels::make_cpu_kernels();
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  for (const std::string family : {"qwen2", "qwen3", "mistral"}) {
+    Reference ref = load_reference(family == "mistral" ? "tests/data/mistral_ref_w7.h5"
+                                                       : "tests/data/" + family + "_ref_t24.h5");
+    EXPECT_EQ(ref.model.family, family);
+    EXPECT_TRUE(verify_against_reference(ref, 0, *k, parallel, ParallelConfig{}).passed()) << family;
+    if (family == "mistral") {
+      EXPECT_EQ(ref.model.sliding_window, 7);
+      ref.model.sliding_window = 0;
+    } else {
+      ref.model.family = "llama";  // the same tensors but the biases or the head norms
+    }
+    EXPECT_FALSE(verify_against_reference(ref, 0, *k, parallel, ParallelConfig{}).passed()) << family;
+  }
 }
 
 }  // namespace

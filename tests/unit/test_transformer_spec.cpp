@@ -163,6 +163,17 @@ TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   m.family = "llama";
   m.ffn_dim = 102;  // over 4 ranks
   EXPECT_NE(error_of(m, 4).find("model.ffn_dim"), std::string::npos);
+  // A sliding window is Mistral's; an unknown family is named with the registered ones.
+  for (const std::string family : {"gpt2", "llama", "qwen2", "qwen3"}) {
+    m = ModelConfig{};
+    m.family = family;
+    m.sliding_window = 8;
+    EXPECT_NE(error_of(m).find("model.sliding_window applies to model.family = mistral"), std::string::npos) << family;
+  }
+  m.family = "mistral";
+  EXPECT_EQ(error_of(m), "");
+  m.family = "mamba";
+  EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, qwen2 or qwen3, got 'mamba'");
 }
 
 }  // namespace

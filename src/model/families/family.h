@@ -30,6 +30,7 @@ struct HfField {
   const char* default_from = nullptr;  // ...or this field's value times default_factor
   double default_factor = 1;
   bool checked = true;      // an imported config.json must agree with the model
+  bool null_is_zero = false;  // our 0 is HF's null (Mistral's sliding_window: none)
 };
 
 struct HfConventions {
@@ -42,7 +43,7 @@ struct HfConventions {
   // Our name for a tensor of an HF file; "" for what is not a parameter here (buffers,
   // a tied head that is not stored).
   std::function<std::string(const std::string& hf_name)> parameter_name = [](const std::string& n) { return n; };
-  std::vector<std::string> transposed;  // name endings of weights HF stores [in, out] (GPT-2's Conv1D)
+  std::vector<std::string> transposed = {};  // name endings of weights HF stores [in, out] (GPT-2's Conv1D)
 };
 
 struct ModelFamily {
@@ -63,7 +64,7 @@ struct ModelFamily {
 bool register_family(ModelFamily family);
 // The registered family `name`; UsageError "model.family must be a or b, got 'x'".
 const ModelFamily& model_family(const std::string& name);
-std::string model_family_choices();  // "gpt2 or llama"
+std::string model_family_choices();  // "gpt2, llama, ... or qwen3"
 
 // The layers of one pipeline stage: the embedding (the first stage's; the last stage's
 // copy of a tied head's table), its blocks in the order of its chunks, the final norm

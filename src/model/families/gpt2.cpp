@@ -14,6 +14,7 @@ void configure(const ModelConfig& c, TransformerSpec& s) {
   require(s.n_kv_head == s.n_head, "model.n_kv_head (" + std::to_string(c.n_kv_head) +
                                        ") applies to model.family = llama; GPT-2 has one key/value head per head");
   require(c.rope_scaling.type == "none", "model.rope_scaling applies to model.family = llama");
+  require(c.sliding_window == 0, "model.sliding_window applies to model.family = mistral");
   s.ffn_dim = c.ffn_dim > 0 ? c.ffn_dim : 4 * c.d_model;
   s.norm = NormKind::layernorm;
   s.positions = PositionKind::learned;
@@ -36,7 +37,8 @@ std::unique_ptr<Block> block(const TransformerSpec& s, int layer) {
                                               .n_head = s.n_head,
                                               .n_kv_head = s.n_kv_head,
                                               .head_dim = s.head_dim,
-                                              .bias = true}));
+                                              .qkv_bias = true,
+                                              .out_bias = true}));
   b->add_branch(layernorm(s, h + "ln_2"), std::make_unique<Mlp>(MlpOptions{.activation = MlpKind::gelu,
                                                                           .in = {h + "mlp.c_fc"},
                                                                           .out = h + "mlp.c_proj",

@@ -1,116 +1,26 @@
 // Llama (Touvron et al. 2023; Meta's reference, Hugging Face's LlamaForCausalLM): rotary
 // positions (Llama 3.1's frequency scaling optional), RMSNorm, SwiGLU, grouped-query
 // attention, no biases, an untied head. Names and shapes: shared/reference/FORMAT.md.
-#include "kernels/base/error.h"
-#include "model/families/family.h"
-#include "model/layers/attention.h"
-#include "model/layers/mlp.h"
+#include "model/families/llama_style.h"
 
 namespace trident {
 
 namespace {
 
-std::string key_value(const char* key, int value) { return std::string(key) + " (" + std::to_string(value) + ")"; }
-
-// Llama's MLP width when none is given: 2/3 of 4d, rounded up to a multiple of 256
-// (Meta's ModelArgs with multiple_of = 256).
-int default_ffn(int d) { return (8 * d / 3 + 255) / 256 * 256; }
-
-void configure(const ModelConfig& c, TransformerSpec& s) {
-  require(s.n_kv_head <= s.n_head && s.n_head % s.n_kv_head == 0,
-          key_value("model.n_kv_head", c.n_kv_head) + " must divide " + key_value("model.n_head", c.n_head) +
-              ": each key/value head serves a group of query heads");
-  require(s.head_dim % 2 == 0, "rotary embeddings turn pairs of channels: the head dimension model.d_model / "
-                               "model.n_head (" + std::to_string(s.head_dim) + ") must be even");
-  require(c.rope_theta > 0, "model.rope_theta must be positive");
-  require(c.rope_scaling.type == "none" || c.rope_scaling.type == "llama3",
-          "model.rope_scaling must be none or llama3, got '" + c.rope_scaling.type + "'");
-  if (c.rope_scaling.type == "llama3")
-    require(c.rope_scaling.factor >= 1 && c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor &&
-                c.rope_scaling.low_freq_factor > 0 && c.rope_scaling.original_max_position > 0,
-            "model.rope_scaling = llama3 needs rope_factor >= 1, rope_high_freq_factor > rope_low_freq_factor > 0 "
-            "and rope_original_max_position > 0");
-  s.ffn_dim = c.ffn_dim > 0 ? c.ffn_dim : default_ffn(c.d_model);
-  s.norm = NormKind::rmsnorm;
-  s.positions = PositionKind::rotary;
-  s.mlp = MlpKind::swiglu;
-  s.biases = false;
-  s.tied_head = false;
-}
-
-std::unique_ptr<Norm> rmsnorm(const TransformerSpec& s, const std::string& name) {
-  return std::make_unique<Norm>(NormKind::rmsnorm, name, s.d_model, s.norm_eps);
-}
-
-std::unique_ptr<Block> block(const TransformerSpec& s, int layer) {
-  const std::string l = "model.layers." + std::to_string(layer) + ".";
-  auto b = std::make_unique<Block>(s.d_model);
-  b->add_branch(rmsnorm(s, l + "input_layernorm"),
-                std::make_unique<Attention>(AttentionOptions{
-                    .qkv = {l + "self_attn.q_proj", l + "self_attn.k_proj", l + "self_attn.v_proj"},
-                    .out = l + "self_attn.o_proj",
-                    .d_model = s.d_model,
-                    .n_head = s.n_head,
-                    .n_kv_head = s.n_kv_head,
-                    .head_dim = s.head_dim,
-                    .rotary = true}));
-  b->add_branch(rmsnorm(s, l + "post_attention_layernorm"),
-                std::make_unique<Mlp>(MlpOptions{.activation = MlpKind::swiglu,
-                                                 .in = {l + "mlp.gate_proj", l + "mlp.up_proj"},
-                                                 .out = l + "mlp.down_proj",
-                                                 .d_model = s.d_model,
-                                                 .ffn = s.ffn_dim}));
-  return b;
-}
-
-const bool registered = register_family({
+const bool registered = register_family(llama_style({
     .name = "llama",
-    .configure = configure,
-    .embedding =
-        [](const TransformerSpec& s, bool table_only) {
-          return std::make_unique<Embedding>(EmbeddingOptions{.tokens = "model.embed_tokens.weight",
-                                                              .positions = "",  // rotary: attention's
-                                                              .vocab = s.vocab_size,
-                                                              .d_model = s.d_model,
-                                                              .seq_len = s.seq_len,
-                                                              .table_only = table_only});
-        },
-    .block = block,
-    .final_norm = [](const TransformerSpec& s) { return rmsnorm(s, "model.norm"); },
-    .head =
-        [](const TransformerSpec& s) {
-          return std::make_unique<Head>(HeadOptions{.table = "lm_head.weight", .vocab = s.vocab_size,
-                                                    .d_model = s.d_model});
-        },
-    .hf = {
-        .constants = {{"architectures", {"LlamaForCausalLM"}},
-                      {"model_type", "llama"},
-                      {"hidden_act", "silu"},
-                      {"attention_bias", false},
-                      {"mlp_bias", false},
-                      {"tie_word_embeddings", false}},
-        .fields = {{"n_layer", "num_hidden_layers", 32},
-                   {"n_head", "num_attention_heads", 32},
-                   {"n_kv_head", "num_key_value_heads", 0, "num_attention_heads"},
-                   {"d_model", "hidden_size", 4096},
-                   {"ffn_dim", "intermediate_size", 11008},
-                   {"seq_len", "max_position_embeddings", 2048, nullptr, 1, /*checked=*/false},
-                   {"vocab_size", "vocab_size", 32000},
-                   {"norm_eps", "rms_norm_eps", 1e-6},
-                   {"rope_theta", "rope_theta", 10000}},
-        .rope_scaling = true,
-        .finish = [](const TransformerSpec& s, nlohmann::ordered_json& c) { c["head_dim"] = s.head_dim; },
-        .check =
-            [](const nlohmann::json& c, const TransformerSpec& s, std::vector<std::string>& out) {
-              if (c.contains("head_dim") && c["head_dim"].is_number() && c["head_dim"].get<double>() != s.head_dim)
-                out.push_back("head_dim = " + std::to_string(c["head_dim"].get<int>()) +
-                              ", but model.d_model / model.n_head = " + std::to_string(s.head_dim));
-              if (c.value("tie_word_embeddings", false)) out.push_back("tie_word_embeddings = true, but Llama's head is untied");
-            },
-        .parameter_name = [](const std::string& hf) { return hf; },
-        .transposed = {},
-    },
-});
+    .hf = {.constants = {{"architectures", {"LlamaForCausalLM"}},
+                         {"model_type", "llama"},
+                         {"hidden_act", "silu"},
+                         {"attention_bias", false},
+                         {"mlp_bias", false},
+                         {"tie_word_embeddings", false}},
+           .fields = llama_hf_fields({.vocab = 32000, .hidden = 4096, .intermediate = 11008, .layers = 32,
+                                      .heads = 32, .max_positions = 2048}),
+           .rope_scaling = true,
+           .finish = llama_hf_finish,
+           .check = llama_hf_check},
+}));
 
 }  // namespace
 

@@ -23,14 +23,18 @@ std::vector<ColumnParallelLinear::Part> qkv_parts(const AttentionOptions& o, int
 }  // namespace
 
 Attention::Attention(AttentionOptions o)
-    : o_(std::move(o)), qkv_({}, o_.d_model, o_.bias), out_(o_.out, o_.d_model, o_.n_head * o_.head_dim, o_.bias) {
-  check(o_.qkv.size() == 1 || !o_.bias, "separate q, k, v projections with biases");
+    : o_(std::move(o)), qkv_({}, o_.d_model, o_.qkv_bias),
+      out_(o_.out, o_.d_model, o_.n_head * o_.head_dim, o_.out_bias) {
+  if (!o_.q_norm.empty()) q_norm_.emplace(o_.q_norm, o_.head_dim, o_.norm_eps);
+  if (!o_.k_norm.empty()) k_norm_.emplace(o_.k_norm, o_.head_dim, o_.norm_eps);
 }
 
 void Attention::declare_parameters(ParameterDeclarations& d) {
   const int tp = d.tp_size();
-  qkv_ = ColumnParallelLinear(qkv_parts(o_, tp), o_.d_model, o_.bias);
+  qkv_ = ColumnParallelLinear(qkv_parts(o_, tp), o_.d_model, o_.qkv_bias);
   qkv_.declare_parameters(d);
+  if (q_norm_) q_norm_->declare_parameters(d);
+  if (k_norm_) k_norm_->declare_parameters(d);
   out_.declare_parameters(d);
   heads_local_ = o_.n_head / tp;
   kv_heads_local_ = o_.n_kv_head / (tp <= o_.n_kv_head ? tp : o_.n_kv_head);
@@ -47,6 +51,9 @@ void Attention::declare_activations(ActivationDeclarations& a) {
   a.scratch(dinput_, "d norm", BT * o_.d_model, Element::act);
   a.scratch(datty_, "d attention out", BT * width, Element::act);
   a.scratch(dqkv_, "d qkv", BT * qkv_.out_local(), Element::act);
+  const int q_width = heads_local_ * o_.head_dim;  // a qkv row: q | k v
+  if (q_norm_) q_norm_->declare_activations(a, heads_local_, 0, qkv_.out_local());
+  if (k_norm_) k_norm_->declare_activations(a, kv_heads_local_, q_width, qkv_.out_local());
   if (s.context_parallel > 1) {
     int ring = 0;  // each of the ring's buffers its own name, shared by every layer
     ring_.lay_out(
@@ -72,6 +79,8 @@ void Attention::core_forward(LayerRuntime& r, const Pass& p) const {
 void Attention::forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed) {
   Act* qkv = r.kept(p.slot, qkv_buffer_);
   qkv_.forward(r, p.B, in, qkv);
+  if (q_norm_) q_norm_->forward(r, p, qkv);
+  if (k_norm_) k_norm_->forward(r, p, qkv);
   if (o_.rotary) r.k.rope_forward(qkv, r.rope_table, p.B, r.T, heads_local_, kv_heads_local_, o_.head_dim);
   core_forward(r, p);
   r.store.progress_gathers();
@@ -93,6 +102,8 @@ const kernels::Act* Attention::backward(LayerRuntime& r, const Pass& p, const Ac
                            kernels::offset(qkv, kv_column, type), qkv_.out_local(), atty, stats, p.mask, p.B, r.T,
                            r.T, heads_local_, kv_heads_local_, hd);
   if (o_.rotary) r.k.rope_backward(dqkv_, r.rope_table, p.B, r.T, heads_local_, kv_heads_local_, hd);
+  if (k_norm_) k_norm_->backward(r, p, dqkv_);
+  if (q_norm_) q_norm_->backward(r, p, dqkv_);
   // Deferred: the projection's output gradient waits in its output buffer (no longer needed).
   if (p.defer) r.k.copy_on_device(qkv, dqkv_, r.k.activation_bytes(static_cast<size_t>(p.B) * r.T * qkv_.out_local()));
   return qkv_.backward(r, p, dqkv_, in, dinput_);
@@ -101,6 +112,8 @@ const kernels::Act* Attention::backward(LayerRuntime& r, const Pass& p, const Ac
 void Attention::weight_gradients(LayerRuntime& r, const Pass& p, const Act* in, Act* out) {
   out_.weight_gradients(r, p.B, r.kept(p.slot, atty_buffer_), out);
   qkv_.weight_gradients(r, p.B, r.kept(p.slot, qkv_buffer_), in);
+  if (k_norm_) k_norm_->weight_gradients(r, p);
+  if (q_norm_) q_norm_->weight_gradients(r, p);
 }
 
 }  // namespace trident

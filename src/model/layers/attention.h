@@ -1,5 +1,6 @@
 // Self-attention, Megatron-style over tp (heads split): a column-parallel projection to
-// q | k | v, rotary positions (if the family has them), the attention core (flash-style
+// q | k | v, each head's q and k normalized (if the family does: Qwen3), rotary positions
+// (if the family has them), the attention core (flash-style
 // kernels, or context parallelism's ring: model/context_parallel.h) under the pass's mask,
 // and a row-parallel output projection. Grouped-query attention: n_kv_head key/value
 // heads, each serving n_head / n_kv_head query heads; when tp exceeds the key/value
@@ -9,7 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "model/context_parallel.h"
+#include "model/layers/head_norm.h"
 #include "model/layers/parallel_linear.h"
 
 namespace trident {
@@ -20,8 +24,13 @@ struct AttentionOptions {
   std::vector<std::string> qkv;
   std::string out;  // the output projection [d, H hd]
   int d_model = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
-  bool bias = false;    // biases on the projections
-  bool rotary = false;  // rotary positions on q and k
+  bool qkv_bias = false;  // biases on the q, k, v projection (GPT-2, Qwen2)
+  bool out_bias = false;  // a bias on the output projection (GPT-2)
+  bool rotary = false;    // rotary positions on q and k
+  // Each head's q and k RMS-normalized before the rotary embedding, by the gains "<q_norm>"
+  // and "<k_norm>" (+ ".weight") with norm_eps (Qwen3); "": none.
+  std::string q_norm = {}, k_norm = {};
+  double norm_eps = 1e-6;
 };
 
 class Attention : public Sublayer {
@@ -41,6 +50,7 @@ class Attention : public Sublayer {
   AttentionOptions o_;
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;
+  std::optional<HeadNorm> q_norm_, k_norm_;
   int heads_local_ = 0, kv_heads_local_ = 0;  // this rank's query and key/value heads
   int qkv_buffer_ = -1, atty_buffer_ = -1, stats_buffer_ = -1;  // kept: q | k | v, the core's output and statistics
   Act *datty_ = nullptr, *dqkv_ = nullptr, *dinput_ = nullptr;  // backward's scratch

@@ -5,7 +5,6 @@
 namespace trident {
 
 void ColumnParallelLinear::declare_parameters(ParameterDeclarations& d) {
-  check(!bias_ || parts_.size() == 1, "a column-parallel layer of several parts with a bias");
   out_local_ = 0;
   for (size_t i = 0; i < parts_.size(); i++) {
     const Part& part = parts_[i];
@@ -18,12 +17,17 @@ void ColumnParallelLinear::declare_parameters(ParameterDeclarations& d) {
     if (i == 0) weight_ = index;
     out_local_ += static_cast<int>(part.rows / part.pieces);
   }
-  if (bias_)
-    bias_index_ = d.add({.name = parts_[0].name + ".bias",
-                         .shape = {parts_[0].rows},
-                         .sharding = parts_[0].sharding,
-                         .pieces = parts_[0].pieces,
-                         .init = Init::zeros});
+  if (!bias_) return;
+  for (size_t i = 0; i < parts_.size(); i++) {
+    const Part& part = parts_[i];
+    const int index = d.add({.name = part.name + ".bias",
+                             .shape = {part.rows},
+                             .sharding = part.sharding,
+                             .pieces = part.pieces,
+                             .init = Init::zeros,
+                             .adjacent = i > 0});
+    if (i == 0) bias_index_ = index;
+  }
 }
 
 void ColumnParallelLinear::forward(LayerRuntime& r, int B, const kernels::Act* in_rows, kernels::Act* out) const {

@@ -26,7 +26,8 @@ class ColumnParallelLinear {
     int pieces;
     Sharding sharding = Sharding::rows;
   };
-  // bias: a "<name>.bias" of each part's rows (one part only).
+  // bias: a "<name>.bias" of each part's rows, cut as its part, side by side as the
+  // output's columns (Qwen2's q, k and v biases).
   ColumnParallelLinear(std::vector<Part> parts, int in, bool bias) : parts_(std::move(parts)), in_(in), bias_(bias) {}
 
   void declare_parameters(ParameterDeclarations& d);
@@ -45,7 +46,7 @@ class ColumnParallelLinear {
   std::vector<Part> parts_;
   int in_;
   bool bias_;
-  int weight_ = -1, bias_index_ = -1, out_local_ = 0;
+  int weight_ = -1, bias_index_ = -1, out_local_ = 0;  // the first part's weight and bias
 };
 
 class RowParallelLinear {

@@ -1,0 +1,30 @@
+// The Llama-style families: rotary positions, RMSNorm, SwiGLU, grouped-query attention, no
+// biases but where a family adds them, an untied head, Hugging Face's Llama names
+// (model.layers.{i}.self_attn.q_proj, ...). Llama, Qwen2, Qwen3 and Mistral are each one
+// of these (its file: llama.cpp, qwen2.cpp, ...) with its options and its config.json.
+#pragma once
+
+#include "model/families/family.h"
+
+namespace trident {
+
+struct LlamaStyle {
+  std::string name;             // model.family
+  bool qkv_bias = false;        // biases on q, k and v (Qwen2)
+  bool qk_norm = false;         // each head's q and k RMS-normalized before the rotary embedding (Qwen3)
+  bool sliding_window = false;  // model.sliding_window applies (Mistral)
+  HfConventions hf;             // its config.json: fixed fields, its fields and HF's defaults for them
+};
+ModelFamily llama_style(LlamaStyle style);
+
+// HF's defaults of a Llama-style config.json (each architecture's own).
+struct LlamaHfDefaults {
+  double vocab, hidden, intermediate, layers, heads, max_positions, rms_norm_eps = 1e-6, rope_theta = 10000;
+};
+// The config.json fields of the config's keys for a Llama-style family.
+std::vector<HfField> llama_hf_fields(const LlamaHfDefaults& d);
+// Its config.json beyond the table: head_dim (and checks: head_dim, an untied head).
+void llama_hf_finish(const TransformerSpec& s, nlohmann::ordered_json& c);
+void llama_hf_check(const nlohmann::json& c, const TransformerSpec& s, std::vector<std::string>& out);
+
+}  // namespace trident

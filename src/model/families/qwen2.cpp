@@ -1,0 +1,27 @@
+// Qwen2 (Yang et al. 2024; Hugging Face's Qwen2ForCausalLM): a Llama with biases on the q, k
+// and v projections (not on the output's). The untied head of the 7B and larger models.
+#include "model/families/llama_style.h"
+
+namespace trident {
+
+namespace {
+
+const bool registered = register_family(llama_style({
+    .name = "qwen2",
+    .qkv_bias = true,
+    .hf = {.constants = {{"architectures", {"Qwen2ForCausalLM"}},
+                         {"model_type", "qwen2"},
+                         {"hidden_act", "silu"},
+                         {"use_sliding_window", false},
+                         {"attention_dropout", 0.0},
+                         {"tie_word_embeddings", false}},
+           .fields = llama_hf_fields({.vocab = 151936, .hidden = 4096, .intermediate = 22016, .layers = 32,
+                                      .heads = 32, .max_positions = 32768}),
+           .rope_scaling = true,
+           .finish = llama_hf_finish,
+           .check = llama_hf_check},
+}));
+
+}  // namespace
+
+}  // namespace trident
