@@ -352,9 +352,12 @@ if wait_for_line "$out" "^step +20/$steps " 1 120; then
 else ok=0; fi
 state=$(wait_job "$id" 300)
 loss=$(final_loss "$out")
+# Stopped at a step from 20 on: USR1 lands within a step or a few of it, as the load of the
+# machine (the unit tests run beside) lets slurmd deliver it.
+resumed_at=$(grep -m1 -oE 'continuing after step [0-9]+' "$out" | grep -oE '[0-9]+$')
 if [ "$ok" = 1 ] && [ "$state" = COMPLETED ] && grep -qE "^trident job $id run 2 .*, 2 tasks," "$out" &&
-   grep -q '^grid: dp=4 ' "$out" && grep -q '^grid: dp=2 ' "$out" && grep -qE 'continuing after step 2[01] ' "$out" &&
-   [ "$loss" = "$reference_loss" ]; then
+   grep -q '^grid: dp=4 ' "$out" && grep -q '^grid: dp=2 ' "$out" && [ "${resumed_at:-0}" -ge 20 ] &&
+   [ "${resumed_at:-0}" -lt "$steps" ] && [ "$loss" = "$reference_loss" ]; then
   pass "elastic_fewer_tasks (4 tasks, then 2: $(grep -m1 -o 'continuing after step [0-9]*' "$out"), final loss $loss)"
 else
   fail elastic_fewer_tasks "ok=$ok, state $state, tasks $(job_field "$id" NumTasks), final loss '$loss' vs '$reference_loss'; output: $(grep -E '^grid|trident job|resumed|^trident: error' "$out")"
