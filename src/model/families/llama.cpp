@@ -9,17 +9,14 @@ namespace {
 
 const bool registered = register_family(llama_style({
     .name = "llama",
-    .hf = {.constants = {{"architectures", {"LlamaForCausalLM"}},
+    .hf = llama_style_hf({{"architectures", {"LlamaForCausalLM"}},
                          {"model_type", "llama"},
                          {"hidden_act", "silu"},
                          {"attention_bias", false},
                          {"mlp_bias", false},
                          {"tie_word_embeddings", false}},
-           .fields = llama_hf_fields({.vocab = 32000, .hidden = 4096, .intermediate = 11008, .layers = 32,
-                                      .heads = 32, .max_positions = 2048}),
-           .rope_scaling = true,
-           .finish = llama_hf_finish,
-           .check = llama_hf_check},
+                         {.vocab = 32000, .hidden = 4096, .intermediate = 11008, .layers = 32, .heads = 32,
+                          .max_positions = 2048}),
 }));
 
 }  // namespace

@@ -105,14 +105,21 @@ std::vector<HfField> llama_hf_fields(const LlamaHfDefaults& d) {
           {"rope_theta", "rope_theta", d.rope_theta}};
 }
 
-void llama_hf_finish(const TransformerSpec& s, nlohmann::ordered_json& c) { c["head_dim"] = s.head_dim; }
-
-void llama_hf_check(const nlohmann::json& c, const TransformerSpec& s, std::vector<std::string>& out) {
-  if (c.contains("head_dim") && c["head_dim"].is_number() && c["head_dim"].get<double>() != s.head_dim)
-    out.push_back("head_dim = " + std::to_string(c["head_dim"].get<int>()) + ", but model.d_model / model.n_head = " +
-                  std::to_string(s.head_dim));
-  if (c.value("tie_word_embeddings", false))
-    out.push_back("tie_word_embeddings = true, but " + s.family + "'s head is untied here");
+HfConventions llama_style_hf(nlohmann::ordered_json constants, const LlamaHfDefaults& d, std::vector<HfField> extra) {
+  HfConventions hf;
+  hf.constants = std::move(constants);
+  hf.fields = llama_hf_fields(d);
+  hf.fields.insert(hf.fields.end(), extra.begin(), extra.end());
+  hf.rope_scaling = true;
+  hf.finish = [](const TransformerSpec& s, nlohmann::ordered_json& c) { c["head_dim"] = s.head_dim; };
+  hf.check = [](const nlohmann::json& c, const TransformerSpec& s, std::vector<std::string>& out) {
+    if (c.contains("head_dim") && c["head_dim"].is_number() && c["head_dim"].get<double>() != s.head_dim)
+      out.push_back("head_dim = " + std::to_string(c["head_dim"].get<int>()) + ", but model.d_model / model.n_head = " +
+                    std::to_string(s.head_dim));
+    if (c.value("tie_word_embeddings", false))
+      out.push_back("tie_word_embeddings = true, but " + s.family + "'s head is untied here");
+  };
+  return hf;
 }
 
 }  // namespace trident

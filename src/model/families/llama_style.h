@@ -23,8 +23,9 @@ struct LlamaHfDefaults {
 };
 // The config.json fields of the config's keys for a Llama-style family.
 std::vector<HfField> llama_hf_fields(const LlamaHfDefaults& d);
-// Its config.json beyond the table: head_dim (and checks: head_dim, an untied head).
-void llama_hf_finish(const TransformerSpec& s, nlohmann::ordered_json& c);
-void llama_hf_check(const nlohmann::json& c, const TransformerSpec& s, std::vector<std::string>& out);
+// A Llama-style family's Hugging Face conventions: its fixed fields (architectures,
+// model_type, ...), the fields above (and `extra` ones), rope_scaling, head_dim, an untied head.
+HfConventions llama_style_hf(nlohmann::ordered_json constants, const LlamaHfDefaults& d,
+                             std::vector<HfField> extra = {});
 
 }  // namespace trident

@@ -7,25 +7,21 @@ namespace trident {
 
 namespace {
 
-std::vector<HfField> fields() {
-  std::vector<HfField> f = llama_hf_fields({.vocab = 32000, .hidden = 4096, .intermediate = 14336, .layers = 32,
-                                            .heads = 32, .max_positions = 131072});
-  f.push_back({.key = "sliding_window", .hf = "sliding_window", .hf_default = 4096, .null_is_zero = true});
-  return f;
+const LlamaHfDefaults kDefaults = {.vocab = 32000, .hidden = 4096, .intermediate = 14336, .layers = 32, .heads = 32,
+                                   .max_positions = 131072};
+HfField sliding_window() {
+  return {.key = "sliding_window", .hf = "sliding_window", .hf_default = 4096, .null_is_zero = true};
 }
 
 const bool registered = register_family(llama_style({
     .name = "mistral",
     .sliding_window = true,
-    .hf = {.constants = {{"architectures", {"MistralForCausalLM"}},
+    .hf = llama_style_hf({{"architectures", {"MistralForCausalLM"}},
                          {"model_type", "mistral"},
                          {"hidden_act", "silu"},
                          {"attention_dropout", 0.0},
                          {"tie_word_embeddings", false}},
-           .fields = fields(),
-           .rope_scaling = true,
-           .finish = llama_hf_finish,
-           .check = llama_hf_check},
+                         kDefaults, {sliding_window()}),
 }));
 
 }  // namespace

@@ -9,17 +9,14 @@ namespace {
 const bool registered = register_family(llama_style({
     .name = "qwen2",
     .qkv_bias = true,
-    .hf = {.constants = {{"architectures", {"Qwen2ForCausalLM"}},
+    .hf = llama_style_hf({{"architectures", {"Qwen2ForCausalLM"}},
                          {"model_type", "qwen2"},
                          {"hidden_act", "silu"},
                          {"use_sliding_window", false},
                          {"attention_dropout", 0.0},
                          {"tie_word_embeddings", false}},
-           .fields = llama_hf_fields({.vocab = 151936, .hidden = 4096, .intermediate = 22016, .layers = 32,
-                                      .heads = 32, .max_positions = 32768}),
-           .rope_scaling = true,
-           .finish = llama_hf_finish,
-           .check = llama_hf_check},
+                         {.vocab = 151936, .hidden = 4096, .intermediate = 22016, .layers = 32, .heads = 32,
+                          .max_positions = 32768}),
 }));
 
 }  // namespace

@@ -10,18 +10,15 @@ namespace {
 const bool registered = register_family(llama_style({
     .name = "qwen3",
     .qk_norm = true,
-    .hf = {.constants = {{"architectures", {"Qwen3ForCausalLM"}},
+    .hf = llama_style_hf({{"architectures", {"Qwen3ForCausalLM"}},
                          {"model_type", "qwen3"},
                          {"hidden_act", "silu"},
                          {"attention_bias", false},
                          {"use_sliding_window", false},
                          {"attention_dropout", 0.0},
                          {"tie_word_embeddings", false}},
-           .fields = llama_hf_fields({.vocab = 151936, .hidden = 4096, .intermediate = 22016, .layers = 32,
-                                      .heads = 32, .max_positions = 32768}),
-           .rope_scaling = true,
-           .finish = llama_hf_finish,
-           .check = llama_hf_check},
+                         {.vocab = 151936, .hidden = 4096, .intermediate = 22016, .layers = 32, .heads = 32,
+                          .max_positions = 32768}),
 }));
 
 }  // namespace
