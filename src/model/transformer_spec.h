@@ -1,8 +1,8 @@
 // What a model config is, once its family (model/families/) has read it: the shapes with
-// the family's defaults filled in and checked, and the options its layers are built with
-// and the planners read: the norm (LayerNorm with bias, or RMSNorm), the positions (a
-// learned table, or rotary embeddings), the MLP (GELU, or SwiGLU's gate and up), biases,
-// whether the head is tied to the token embedding. The layers, their tensors' names and
+// the family's defaults filled in and checked, and what the planners (and the stage's
+// setup) read of the family's model: the positions (a learned table, or rotary
+// embeddings), the MLP (GELU, or SwiGLU's gate and up), whether the head is tied to the
+// token embedding. The layers (their norms, biases, ...), their tensors' names and
 // placements come from the family; the parameter layout, FLOP count and checkpoint names
 // derive from them.
 #pragma once
@@ -14,7 +14,7 @@
 
 namespace trident {
 
-enum class NormKind { layernorm, rmsnorm };
+enum class NormKind { layernorm, rmsnorm };  // a Norm layer's (model/layers/norm.h)
 enum class MlpKind { gelu, swiglu };
 enum class PositionKind { learned, rotary };
 
@@ -22,10 +22,8 @@ struct TransformerSpec {
   std::string family = "gpt2";  // its registered name (model.family)
   int n_layer = 0, n_head = 0, n_kv_head = 0, head_dim = 0, d_model = 0, ffn_dim = 0, seq_len = 0, vocab_size = 0;
   double norm_eps = 1e-5;
-  NormKind norm = NormKind::layernorm;
   PositionKind positions = PositionKind::learned;
   MlpKind mlp = MlpKind::gelu;
-  bool biases = true;     // every linear layer and norm has a bias
   bool tied_head = true;  // the head reads the token embedding's rows
   // Rotary embeddings: theta^(-2i/hd) per pair i, scaled as Llama 3.1 does with "llama3".
   double rope_theta = 10000;

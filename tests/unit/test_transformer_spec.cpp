@@ -48,17 +48,19 @@ TEST(TransformerSpec, FlopsPerTokenCountTheMatmulsOnce) {
 TEST(TransformerSpec, FamiliesDifferOnlyWhereTheyDiffer) {
   ModelConfig m;
   const TransformerSpec gpt2 = transformer_spec(m);
-  EXPECT_EQ(gpt2.norm, NormKind::layernorm);
   EXPECT_EQ(gpt2.positions, PositionKind::learned);
   EXPECT_EQ(gpt2.mlp, MlpKind::gelu);
-  EXPECT_TRUE(gpt2.biases && gpt2.tied_head);
+  EXPECT_TRUE(gpt2.tied_head);
+  const ParameterLayout gpt2_whole(gpt2);  // LayerNorm with a bias, biases on the projections
+  EXPECT_TRUE(gpt2_whole.has("h.0.ln_1.bias") && gpt2_whole.has("h.0.attn.c_attn.bias"));
   EXPECT_EQ(gpt2.ffn_dim, 4 * m.d_model);
   m.family = "llama";
   const TransformerSpec llama = transformer_spec(m);
-  EXPECT_EQ(llama.norm, NormKind::rmsnorm);
   EXPECT_EQ(llama.positions, PositionKind::rotary);
   EXPECT_EQ(llama.mlp, MlpKind::swiglu);
-  EXPECT_FALSE(llama.biases || llama.tied_head);
+  EXPECT_FALSE(llama.tied_head);
+  const ParameterLayout llama_whole(llama);  // RMSNorm, no biases
+  for (const ParameterTensor& t : llama_whole.tensors()) EXPECT_EQ(t.name.find(".bias"), std::string::npos) << t.name;
   EXPECT_EQ(llama.ffn_dim, 512);  // 2/3 of 4 * 128 = 341, rounded up to 256s
   EXPECT_EQ(llama.n_kv_head, llama.n_head);  // 0: plain multi-head
   // The same layout machinery: names from FORMAT.md, q | k | v and gate | up adjacent.

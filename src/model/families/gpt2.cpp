@@ -16,10 +16,8 @@ void configure(const ModelConfig& c, TransformerSpec& s) {
   require(c.rope_scaling.type == "none", "model.rope_scaling applies to model.family = llama");
   require(c.sliding_window == 0, "model.sliding_window applies to model.family = mistral");
   s.ffn_dim = c.ffn_dim > 0 ? c.ffn_dim : 4 * c.d_model;
-  s.norm = NormKind::layernorm;
   s.positions = PositionKind::learned;
   s.mlp = MlpKind::gelu;
-  s.biases = true;
   s.tied_head = true;
 }
 

@@ -31,10 +31,8 @@ void configure(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s
   require(style.sliding_window || c.sliding_window == 0,
           "model.sliding_window applies to model.family = mistral, not " + style.name);
   s.ffn_dim = c.ffn_dim > 0 ? c.ffn_dim : default_ffn(c.d_model);
-  s.norm = NormKind::rmsnorm;
   s.positions = PositionKind::rotary;
   s.mlp = MlpKind::swiglu;
-  s.biases = false;
   s.tied_head = false;
 }
 
