@@ -108,6 +108,22 @@ void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 template <typename T>
+void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
+                        int K, bool renormalize);
+template <typename T>
+void moe_router_backward(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
+                         const float* weights, const float* dweights, const float* balance, int tokens_per_sequence,
+                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize);
+template <typename T>
+void moe_dispatch(T* routed, const T* x, const int32_t* rows, int N, int K, int C);
+template <typename T>
+void moe_dispatch_backward(T* dx, const T* drouted, const int32_t* rows, int N, int K, int C);
+template <typename T>
+void moe_combine(T* out, const T* expert_out, const float* weights, const int32_t* rows, int N, int K, int C);
+template <typename T>
+void moe_combine_backward(T* dexpert_out, float* dweights, const T* dout, const T* expert_out, const float* weights,
+                          const int32_t* rows, int N, int K, int C);
+template <typename T>
 void swiglu_forward(T* out, const T* gate_up, int N, int F);
 template <typename T>
 void swiglu_backward(T* dgate_up, const T* gate_up, const T* dout, int N, int F);

@@ -1,0 +1,187 @@
+// Mixture of experts: the router's softmax and top-k (a thread per token: E is tens to a
+// few hundred), and the tokens' dispatch to their experts' rows and the weighted
+// combination back (a thread per element; each output element is written by one thread,
+// so no atomics). Semantics: kernels/ops.def.
+#include "cuda_kernels.cuh"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr int kMaxExperts = 512;  // checked by the layer (model/layers/moe.cpp)
+
+template <typename T>
+__global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
+                                      int N, int E, int K, bool renormalize) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= N) return;
+  const T* l = logits + static_cast<size_t>(t) * E;
+  float* p = probs + static_cast<size_t>(t) * E;
+  float max = -INFINITY;
+  for (int e = 0; e < E; e++) max = fmaxf(max, to_float(l[e]));
+  float sum = 0;
+  for (int e = 0; e < E; e++) sum += __expf(to_float(l[e]) - max);
+  for (int e = 0; e < E; e++) p[e] = __expf(to_float(l[e]) - max) / sum;
+  lse[t] = max + logf(sum);
+  int32_t* chosen = experts + static_cast<size_t>(t) * K;
+  float* w = weights + static_cast<size_t>(t) * K;
+  float total = 0;
+  for (int j = 0; j < K; j++) {
+    int best = -1;
+    for (int e = 0; e < E; e++) {
+      bool taken = false;
+      for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
+      if (!taken && (best < 0 || p[e] > p[best])) best = e;
+    }
+    chosen[j] = best;
+    w[j] = p[best];
+    total += p[best];
+  }
+  if (renormalize)
+    for (int j = 0; j < K; j++) w[j] /= total;
+}
+
+template <typename T>
+__global__ void router_backward_kernel(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
+                                       const float* weights, const float* dweights, const float* balance,
+                                       int tokens_per_sequence, float aux_scale, float z_scale, int N, int E, int K,
+                                       bool renormalize) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= N) return;
+  const float* p = probs + static_cast<size_t>(t) * E;
+  const int32_t* chosen = experts + static_cast<size_t>(t) * K;
+  const float *w = weights + static_cast<size_t>(t) * K, *dw = dweights + static_cast<size_t>(t) * K;
+  float dp[kMaxExperts];
+  for (int e = 0; e < E; e++)
+    dp[e] = balance != nullptr ? aux_scale * balance[static_cast<size_t>(t / tokens_per_sequence) * E + e] : 0.0f;
+  float z = 1, mean = 0;
+  if (renormalize) {
+    z = 0;
+    for (int j = 0; j < K; j++) {
+      z += p[chosen[j]];
+      mean += dw[j] * w[j];
+    }
+  }
+  for (int j = 0; j < K; j++) dp[chosen[j]] += (dw[j] - mean) / z;
+  float dot = 0;
+  for (int e = 0; e < E; e++) dot += p[e] * dp[e];
+  T* dl = dlogits + static_cast<size_t>(t) * E;
+  for (int e = 0; e < E; e++) dl[e] = from_float<T>(p[e] * (dp[e] - dot) + 2.0f * z_scale * lse[t] * p[e]);
+}
+
+template <typename T>
+__global__ void dispatch_kernel(T* routed, const T* x, const int32_t* rows, int N, int K, int C) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;  // over N*K*C
+  if (i >= static_cast<size_t>(N) * K * C) return;
+  const size_t slot = i / C, c = i % C;
+  routed[static_cast<size_t>(rows[slot]) * C + c] = x[(slot / K) * C + c];
+}
+
+template <typename T>
+__global__ void dispatch_backward_kernel(T* dx, const T* drouted, const int32_t* rows, int N, int K, int C) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;  // over N*C
+  if (i >= static_cast<size_t>(N) * C) return;
+  const size_t t = i / C, c = i % C;
+  float sum = 0;
+  for (int j = 0; j < K; j++) sum += to_float(drouted[static_cast<size_t>(rows[t * K + j]) * C + c]);
+  dx[i] = from_float<T>(sum);
+}
+
+template <typename T>
+__global__ void combine_kernel(T* out, const T* expert_out, const float* weights, const int32_t* rows, int N, int K,
+                               int C) {
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;  // over N*C
+  if (i >= static_cast<size_t>(N) * C) return;
+  const size_t t = i / C, c = i % C;
+  float sum = 0;
+  for (int j = 0; j < K; j++)
+    sum += weights[t * K + j] * to_float(expert_out[static_cast<size_t>(rows[t * K + j]) * C + c]);
+  out[i] = from_float<T>(sum);
+}
+
+// A block of 32 threads per (token, choice): the row's gradient and the dot product.
+template <typename T>
+__global__ void combine_backward_kernel(T* dexpert_out, float* dweights, const T* dout, const T* expert_out,
+                                        const float* weights, const int32_t* rows, int N, int K, int C) {
+  const size_t slot = blockIdx.x;  // over N*K
+  const size_t t = slot / K, row = rows[slot];
+  const float w = weights[slot];
+  float dot = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float d = to_float(dout[t * C + c]);
+    dot += d * to_float(expert_out[row * C + c]);
+    dexpert_out[row * C + c] = from_float<T>(w * d);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_down_sync(0xffffffffu, dot, offset);
+  if (threadIdx.x == 0) dweights[slot] = dot;
+}
+
+}  // namespace
+
+template <typename T>
+void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
+                        int K, bool renormalize) {
+  if (N <= 0) return;
+  router_forward_kernel<T><<<blocks_for(N, kThreads), kThreads, 0, compute_stream()>>>(probs, lse, experts, weights,
+                                                                                       logits, N, E, K, renormalize);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void moe_router_backward(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
+                         const float* weights, const float* dweights, const float* balance, int tokens_per_sequence,
+                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize) {
+  if (N <= 0) return;
+  router_backward_kernel<T><<<blocks_for(N, kThreads), kThreads, 0, compute_stream()>>>(
+      dlogits, probs, lse, experts, weights, dweights, balance, tokens_per_sequence, aux_scale, z_scale, N, E, K,
+      renormalize);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void moe_dispatch(T* routed, const T* x, const int32_t* rows, int N, int K, int C) {
+  const size_t n = static_cast<size_t>(N) * K * C;
+  if (n == 0) return;
+  dispatch_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(routed, x, rows, N, K, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void moe_dispatch_backward(T* dx, const T* drouted, const int32_t* rows, int N, int K, int C) {
+  const size_t n = static_cast<size_t>(N) * C;
+  if (n == 0) return;
+  dispatch_backward_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(dx, drouted, rows, N, K, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void moe_combine(T* out, const T* expert_out, const float* weights, const int32_t* rows, int N, int K, int C) {
+  const size_t n = static_cast<size_t>(N) * C;
+  if (n == 0) return;
+  combine_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, compute_stream()>>>(out, expert_out, weights, rows, N, K,
+                                                                                 C);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void moe_combine_backward(T* dexpert_out, float* dweights, const T* dout, const T* expert_out, const float* weights,
+                          const int32_t* rows, int N, int K, int C) {
+  if (N <= 0 || K <= 0) return;
+  combine_backward_kernel<T><<<static_cast<unsigned>(N) * K, 32, 0, compute_stream()>>>(
+      dexpert_out, dweights, dout, expert_out, weights, rows, N, K, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define TRIDENT_INSTANTIATE(T)                                                                                      \
+  template void moe_router_forward<T>(float*, float*, int32_t*, float*, const T*, int, int, int, bool);            \
+  template void moe_router_backward<T>(T*, const float*, const float*, const int32_t*, const float*, const float*, \
+                                       const float*, int, float, float, int, int, int, bool);                      \
+  template void moe_dispatch<T>(T*, const T*, const int32_t*, int, int, int);                                      \
+  template void moe_dispatch_backward<T>(T*, const T*, const int32_t*, int, int, int);                             \
+  template void moe_combine<T>(T*, const T*, const float*, const int32_t*, int, int, int);                         \
+  template void moe_combine_backward<T>(T*, float*, const T*, const T*, const float*, const int32_t*, int, int, int);
+TRIDENT_INSTANTIATE(float)
+TRIDENT_INSTANTIATE(bf16)
+
+}  // namespace trident::kernels::cuda
