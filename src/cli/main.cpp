@@ -97,6 +97,7 @@ int run_verify(const Args& args, const MpiWorld& world) {
   std::printf("step-0 loss %.10f, reference %.10f\n", r.loss, r.loss_reference);
   line("loss, step 0", r.loss_error, r.tolerance.loss);
   line("loss, every step (max)", r.max_step_loss_error, r.tolerance.loss);
+  if (r.max_aux_loss_error >= 0) line("auxiliary loss, every step (max)", r.max_aux_loss_error, r.tolerance.loss);
   line("grad norm, every step (max)", r.max_grad_norm_error, r.tolerance.gradient);
   line("gradients, per tensor (max)", r.max_gradient_error(), r.tolerance.gradient);
   line("final parameters, per tensor (max)", r.max_final_param_error(), r.tolerance.param);

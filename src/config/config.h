@@ -41,6 +41,13 @@ struct ModelConfig {
   double rope_theta = 10000;     // rotary base (llama)
   RopeScaling rope_scaling;      // llama
   int sliding_window = 0;        // mistral: each token attends to this many latest tokens (itself included); 0: all
+  // Mixture of experts (mixtral, qwen3_moe: model/layers/moe.h)
+  int n_experts = 0;               // experts per MoE block (0: dense; the family's default)
+  int n_experts_per_token = 2;     // top-k: the experts each token is sent to
+  int moe_ffn_dim = 0;             // each expert's hidden width (0: ffn_dim)
+  bool moe_norm_topk = true;       // the top-k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
+  double router_aux_loss_coef = 0.001;  // the load-balancing loss's coefficient
+  double router_z_loss_coef = 0;        // the router z-loss's coefficient
 
   int head_dim() const { return d_model / n_head; }
 };
@@ -70,6 +77,12 @@ void visit_model_fields(Model& m, Visit&& visit) {
         "llama3 scaling: original_max_position_embeddings");
   visit("sliding_window", m.sliding_window,
         "sliding-window attention (mistral): each token sees the N latest tokens, itself included (0: all earlier)");
+  visit("n_experts", m.n_experts, "mixture of experts (mixtral, qwen3_moe): experts per block (0: the family's default)");
+  visit("n_experts_per_token", m.n_experts_per_token, "mixture of experts: experts each token is routed to (top-k)");
+  visit("moe_ffn_dim", m.moe_ffn_dim, "mixture of experts: each expert's hidden width (0: ffn_dim)");
+  visit("moe_norm_topk", m.moe_norm_topk, "mixture of experts: divide the top-k routing weights by their sum");
+  visit("router_aux_loss_coef", m.router_aux_loss_coef, "mixture of experts: load-balancing loss coefficient");
+  visit("router_z_loss_coef", m.router_z_loss_coef, "mixture of experts: router z-loss coefficient");
 }
 
 struct ParallelConfig {

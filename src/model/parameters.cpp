@@ -82,6 +82,7 @@ int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) 
   p.zero = zero;
   p.weight_decay = t.shape.size() >= 2;  // matrices and embeddings (FORMAT.md)
   p.multiplied = declared.multiplied;
+  p.active = declared.active;
   if (declared.adjacent) {
     check(!tensors_.empty(), "an adjacent tensor needs one before it");
     total_ = tensors_.back().offset + tensors_.back().stored;

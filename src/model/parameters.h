@@ -39,6 +39,7 @@ struct TensorDeclaration {
   bool adjacent = false;       // right after the previous tensor, no padding: one GEMM reads both
   bool counted = true;         // false: a copy another stage's counts (the last stage's tied table)
   bool multiplied = true;      // false: only looked up (Placement::multiplied)
+  double active = 1.0;         // the share of tokens it multiplies (Placement::active)
 };
 
 struct ParameterTensor {

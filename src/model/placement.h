@@ -47,6 +47,9 @@ struct Placement {
   // It takes part in matrix multiplies (6 N of the model's FLOPs): not a table only
   // looked up (GPT-2's wpe, an untied token embedding).
   bool multiplied = true;
+  // The share of the tokens it multiplies: 1, or an expert's K / E (each token reaches K
+  // of E experts): the active parameters, what a token's FLOPs count.
+  double active = 1.0;
 
   bool sharded() const { return pieces > 1; }
 };

@@ -69,6 +69,10 @@ class TensorParallel {
     return shared_heads_ != nullptr ? shared_heads_->all_reduce_async(grads, ReduceOp::sum) : nullptr;
   }
 
+  // Sums the parts of the experts' routing-weight gradients over tp (each rank's share of
+  // the experts' hidden columns gave part of each dot product).
+  void sum_routing_weight_gradients(float* dweights, size_t n) { all_reduce(dweights, n, ReduceOp::sum); }
+
   Communicator* communicator() const { return tp_; }
 
  private:

@@ -123,7 +123,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   }
   slot_batch_.assign(options.slots, 0);
   runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_, rope_table_.data(),
-                                                         ring_.get(), loss_sum()});
+                                                         ring_.get(), loss_sum(), cp, aux_loss_sum_.get()});
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
 }
@@ -268,12 +268,19 @@ double Transformer::take_loss_sum() {
   if (!stage_.has_head) return 0.0;
   double sum = 0.0;
   k_.copy_to_host(&sum, loss_sum(), sizeof sum);
-  discard_loss_sum();
+  k_.fill_zero(loss_sum(), sizeof(double));
   return sum;
 }
 
 void Transformer::discard_loss_sum() {
   if (stage_.has_head) k_.fill_zero(loss_sum(), sizeof(double));
+  *aux_loss_sum_ = 0;
+}
+
+double Transformer::take_aux_loss_sum() {
+  const double sum = *aux_loss_sum_;
+  *aux_loss_sum_ = 0;
+  return sum;
 }
 
 float Transformer::forward(const int32_t* tokens, const int32_t* targets, int B) {
@@ -315,7 +322,8 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
   LayerRuntime& r = *runtime_;
   const int first = layout_.chunk_begin(chunk), end = layout_.chunk_begin(chunk + 1);
   const bool defer = part == BackwardPart::input && defers_weight_gradients();
-  const Pass p = pass(slot, B, defer);
+  Pass p = pass(slot, B, defer);
+  p.loss_scale = loss_scale;
   if (part == BackwardPart::weight) {
     if (!adds_weight_gradients(part)) return;  // the input half did it all
     if (has_head(chunk)) {

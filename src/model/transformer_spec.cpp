@@ -28,9 +28,15 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
                                                          std::to_string(c.n_head) + ")");
   s.head_dim = c.d_model / c.n_head;
   family.configure(c, s);
+  require(s.n_experts > 0 || c.n_experts == 0,
+          "model.n_experts applies to a mixture-of-experts family (mixtral, qwen3_moe), not " + c.family);
   s.config = c;
   s.config.n_kv_head = s.n_kv_head;
   s.config.ffn_dim = s.ffn_dim;
+  if (s.n_experts > 0) {
+    s.config.n_experts = s.n_experts;
+    s.config.moe_ffn_dim = s.moe_ffn_dim;
+  }
   return s;
 }
 
@@ -39,6 +45,8 @@ std::string TransformerSpec::describe() const {
   if (n_kv_head != n_head) s += " KV" + std::to_string(n_kv_head);
   s += " d" + std::to_string(d_model);
   if (ffn_dim != 4 * d_model) s += " F" + std::to_string(ffn_dim);
+  if (n_experts > 0)
+    s += " E" + std::to_string(n_experts) + "x" + std::to_string(moe_ffn_dim) + " top" + std::to_string(experts_per_token);
   return s + " T" + std::to_string(seq_len) + " V" + std::to_string(vocab_size);
 }
 
@@ -47,6 +55,9 @@ void check_tensor_parallel(const TransformerSpec& s, int tp) {
                                   std::to_string(s.n_head) + "): attention heads are split over tp");
   require(s.ffn_dim % tp == 0, "parallel.tp (" + std::to_string(tp) + ") must divide the MLP width model.ffn_dim (" +
                                    std::to_string(s.ffn_dim) + ")");
+  require(s.moe_ffn_dim % tp == 0, "parallel.tp (" + std::to_string(tp) +
+                                       ") must divide each expert's width model.moe_ffn_dim (" +
+                                       std::to_string(s.moe_ffn_dim) + ")");
   require(s.n_kv_head % tp == 0 || tp % s.n_kv_head == 0,
           "parallel.tp (" + std::to_string(tp) + ") and model.n_kv_head (" + std::to_string(s.n_kv_head) +
               ") do not fit: tp must divide the key/value heads, or be a multiple of them (each head then "
@@ -60,11 +71,18 @@ int64_t parameter_count(const TransformerSpec& spec) {
   return n;
 }
 
+int64_t active_parameter_count(const TransformerSpec& spec) {
+  const ParameterLayout whole(spec);
+  double n = 0;
+  for (const ParameterTensor& t : whole.tensors()) n += static_cast<double>(t.numel()) * t.placement.active;
+  return static_cast<int64_t>(n + 0.5);
+}
+
 double flops_per_token(const TransformerSpec& spec) {
   const ParameterLayout whole(spec);
   double n = 0;
   for (const ParameterTensor& t : whole.tensors())
-    if (t.placement.multiplied) n += static_cast<double>(t.numel());
+    if (t.placement.multiplied) n += static_cast<double>(t.numel()) * t.placement.active;
   return 6.0 * n + 12.0 * spec.n_layer * static_cast<double>(spec.seq_len) * spec.attention_width();
 }
 

@@ -29,6 +29,9 @@ struct TransformerSpec {
   double rope_theta = 10000;
   RopeScaling rope_scaling;
   int sliding_window = 0;  // attention over the latest N tokens (mistral); 0: all earlier ones
+  // A mixture of experts in place of the MLP (mixtral, qwen3_moe): E experts of moe_ffn_dim,
+  // K per token; 0 experts: dense.
+  int n_experts = 0, experts_per_token = 0, moe_ffn_dim = 0;
 
   int attention_width() const { return n_head * head_dim; }      // of q and of the attention output
   // The MLP's hidden width, and its input GEMM's output (gate | up under SwiGLU), on
@@ -57,9 +60,12 @@ void check_tensor_parallel(const TransformerSpec& spec, int tp);
 // Model FLOPs per trained token, as the field counts them (PaLM, Megatron, torchtitan):
 // 6 N + 12 L T (H hd), N the parameters that take part in matrix multiplies (their
 // placement says): all but the lookup tables (GPT-2's wpe, and Llama's untied token
-// embedding).
+// embedding), an expert's weights K / E times (the active parameters).
 double flops_per_token(const TransformerSpec& spec);
 int64_t parameter_count(const TransformerSpec& spec);
+// The parameters a token passes through: all but the experts it is not routed to (each
+// expert's counted K / E times). parameter_count() for a dense model.
+int64_t active_parameter_count(const TransformerSpec& spec);
 
 // The rotary frequency of each of the head_dim / 2 pairs, scaled as configured.
 std::vector<double> rope_frequencies(const TransformerSpec& spec);

@@ -52,9 +52,12 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   comm_wait_s_ = data_parallel_.finish_gradients();
   sum_shared_head_gradients();
   // The step's one read of the losses (the last stage has them; a host synchronization).
-  double loss_sum = model_.take_loss_sum();
-  if (pipeline_.pp() != nullptr) loss_sum = pipeline_.pp()->all_reduce(loss_sum);
-  return dp_.all_reduce(loss_sum) / (static_cast<double>(global_batch) * T);
+  // With the auxiliary losses (every stage's blocks'): one reduction for both.
+  double sums[2] = {model_.take_loss_sum(), model_.take_aux_loss_sum()};
+  if (pipeline_.pp() != nullptr) pipeline_.pp()->all_reduce(std::span<double>(sums));
+  dp_.all_reduce(std::span<double>(sums));
+  aux_loss_ = sums[1] / global_batch;
+  return sums[0] / (static_cast<double>(global_batch) * T);
 }
 
 double StepRunner::forward_loss(const int32_t* inputs, const int32_t* targets, int B) {

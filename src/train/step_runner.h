@@ -45,6 +45,10 @@ class StepRunner {
   // reduction after backward, and computing (the forward and backward passes; the
   // rest of the step is this stage's share of the pipeline bubble).
   double comm_wait_s() const { return comm_wait_s_; }
+  // The last compute_gradients()'s auxiliary losses (a mixture of experts' load balance and
+  // z-loss), their mean over the global batch; beside the loss it returns, in the
+  // objective the gradients are of. 0 for a dense model.
+  double aux_loss() const { return aux_loss_; }
   double compute_s() const { return compute_s_; }
   const PassTimes& pass_s() const { return pipeline_.pass_s(); }  // the same by kind of pass
 
@@ -61,7 +65,7 @@ class StepRunner {
   Communicator& dp_;
   kernels::Kernels& k_;
   PipelineRunner pipeline_;  // this rank's stage of the model, `model_`, and its chunks
-  double comm_wait_s_ = 0, compute_s_ = 0;
+  double comm_wait_s_ = 0, compute_s_ = 0, aux_loss_ = 0;
   kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
 };
 

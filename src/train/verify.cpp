@@ -87,6 +87,7 @@ double VerifyReport::max_final_param_error() const {
 bool VerifyReport::passed() const {
   // Written so that a NaN anywhere fails.
   return loss_error <= tolerance.loss && max_step_loss_error <= tolerance.loss &&
+         max_aux_loss_error <= tolerance.loss &&
          max_grad_norm_error <= tolerance.gradient && max_gradient_error() <= tolerance.gradient &&
          max_final_param_error() <= tolerance.param && !tensors.empty();
 }
@@ -132,6 +133,9 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   StepRunner& runner = setup.runner;
   const std::vector<double> step_losses = file.read_double("steps/loss");
   const std::vector<double> grad_norms = file.read_double("steps/grad_norm");
+  // A mixture of experts' auxiliary losses (load balance, z-loss), every step.
+  const std::vector<double> aux_losses = file.has("steps/aux_loss") ? file.read_double("steps/aux_loss")
+                                                                    : std::vector<double>{};
 
   VerifyReport report;
   report.tolerance = VerifyReport::tolerances_for(k.precision());
@@ -162,6 +166,10 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
     const GradientNorm norm = runner.update(ref.lr, ref.grad_clip);
     report.max_step_loss_error = nan_max(report.max_step_loss_error,
                                          std::abs(loss - step_losses[step]) / std::abs(step_losses[step]));
+    if (!aux_losses.empty())
+      report.max_aux_loss_error =
+          nan_max(std::max(report.max_aux_loss_error, 0.0),
+                  std::abs(runner.aux_loss() - aux_losses[step]) / std::max(std::abs(aux_losses[step]), 1e-30));
     report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
                                          std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
   }

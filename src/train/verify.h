@@ -32,6 +32,9 @@ struct TensorError {
 struct VerifyReport {
   double loss = 0, loss_reference = 0, loss_error = 0;  // step 0
   double max_step_loss_error = 0, max_grad_norm_error = 0;  // over all steps
+  // A mixture of experts' auxiliary losses, every step (the reference's steps/aux_loss):
+  // -1 when the reference has none.
+  double max_aux_loss_error = -1;
   std::vector<TensorError> tensors;
   double max_gradient_error() const;
   double max_final_param_error() const;

@@ -25,6 +25,7 @@
 namespace trident {
 
 class RingAttention;
+class Communicator;
 
 // What every layer of a stage runs with on this rank.
 struct LayerRuntime {
@@ -36,6 +37,10 @@ struct LayerRuntime {
   const float* rope_table = nullptr;    // rotary cos, sin of this rank's positions (null: none)
   RingAttention* ring = nullptr;        // context parallelism's ring (null: each sequence whole here)
   double* loss_sum = nullptr;           // the head's total of token losses, on the device
+  Communicator* context = nullptr;      // context parallelism's group (null: each sequence whole here)
+  // The auxiliary losses' total (the MoE router's), on the host: sum over sequences of
+  // their load-balancing losses, plus the z-loss's per-token terms / seq_len.
+  double* aux_loss_sum = nullptr;
 
   TensorParallel& tp() const { return regions.tp(); }
   const kernels::Act* weight(int index) const { return store.weight(index); }
@@ -54,6 +59,8 @@ struct Pass {
   // zb1's input-gradient half: the weight gradients' inputs are left in the slot for the
   // weight half (Layer::weight_gradients) instead of being used now.
   bool defer = false;
+  // Backward: d loss / d (each token's loss) (1 / (global batch x seq_len), the mean's).
+  float loss_scale = 0;
 };
 
 class Layer {
