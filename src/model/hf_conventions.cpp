@@ -28,6 +28,7 @@ void for_each_hf_field(const TransformerSpec& spec, F&& f) {
 double file_value(const nlohmann::json& c, const HfField& field, double fallback) {
   if (!c.contains(field.hf)) return fallback;
   if (c[field.hf].is_number()) return c[field.hf].get<double>();
+  if (c[field.hf].is_boolean()) return c[field.hf].get<bool>() ? 1.0 : 0.0;
   return c[field.hf].is_null() && field.null_is_zero ? 0.0 : fallback;
 }
 
@@ -84,6 +85,10 @@ std::vector<std::string> hf_config_mismatches(const nlohmann::json& c, const Tra
     return from * field.default_factor;
   };
   for_each_hf_field(s, [&](const HfField& field, double ours) {
+    if (field.required && !c.contains(field.hf)) {
+      out.push_back(std::string(field.hf) + " is missing (" + s.family + " needs it: model." + field.key + ")");
+      return;
+    }
     if (field.checked) expect(field.hf, file_value(c, field, hf_default(field)), std::string("model.") + field.key, ours);
   });
   if (hf.rope_scaling) {

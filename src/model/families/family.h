@@ -31,6 +31,7 @@ struct HfField {
   double default_factor = 1;
   bool checked = true;      // an imported config.json must agree with the model
   bool null_is_zero = false;  // our 0 is HF's null (Mistral's sliding_window: none)
+  bool required = false;      // an imported config.json must have it (no default stands for it)
 };
 
 struct HfConventions {

@@ -3,6 +3,7 @@
 #include "kernels/base/error.h"
 #include "model/layers/attention.h"
 #include "model/layers/mlp.h"
+#include "model/layers/moe.h"
 
 namespace trident {
 
@@ -13,6 +14,27 @@ std::string key_value(const char* key, int value) { return std::string(key) + " 
 // The MLP width when none is given: 2/3 of 4d, rounded up to a multiple of 256 (Meta's
 // ModelArgs with multiple_of = 256).
 int default_ffn(int d) { return (8 * d / 3 + 255) / 256 * 256; }
+
+void configure_experts(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s) {
+  const LlamaStyleExperts& x = style.experts;
+  s.n_experts = c.n_experts > 0 ? c.n_experts : x.default_experts;
+  s.experts_per_token = c.n_experts_per_token;
+  require(s.n_experts <= 512, key_value("model.n_experts", s.n_experts) + " must be at most 512");
+  require(s.experts_per_token >= 1 && s.experts_per_token <= s.n_experts,
+          key_value("model.n_experts_per_token", c.n_experts_per_token) + " must be between 1 and " +
+              key_value("model.n_experts", s.n_experts) + ": each token goes to that many different experts");
+  if (x.width_is_ffn_dim) {
+    require(c.moe_ffn_dim == 0 || c.moe_ffn_dim == s.ffn_dim,
+            "model.moe_ffn_dim: " + style.name + "'s experts are model.ffn_dim wide (leave moe_ffn_dim 0)");
+    s.moe_ffn_dim = s.ffn_dim;
+  } else {
+    s.moe_ffn_dim = c.moe_ffn_dim > 0 ? c.moe_ffn_dim : s.ffn_dim;
+  }
+  require(x.renormalize_option || c.moe_norm_topk,
+          "model.moe_norm_topk = false: " + style.name + " always divides the top-k weights by their sum");
+  require(c.router_aux_loss_coef >= 0 && c.router_z_loss_coef >= 0,
+          "model.router_aux_loss_coef and model.router_z_loss_coef must not be negative");
+}
 
 void configure(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s) {
   require(s.n_kv_head <= s.n_head && s.n_head % s.n_kv_head == 0,
@@ -31,6 +53,7 @@ void configure(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s
   require(style.sliding_window || c.sliding_window == 0,
           "model.sliding_window applies to model.family = mistral, not " + style.name);
   s.ffn_dim = c.ffn_dim > 0 ? c.ffn_dim : default_ffn(c.d_model);
+  if (style.moe) configure_experts(style, c, s);
   s.positions = PositionKind::rotary;
   s.mlp = MlpKind::swiglu;
   s.tied_head = false;
@@ -56,6 +79,25 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                     .q_norm = style.qk_norm ? l + "self_attn.q_norm" : "",
                     .k_norm = style.qk_norm ? l + "self_attn.k_norm" : "",
                     .norm_eps = s.norm_eps}));
+  if (style.moe) {
+    const LlamaStyleExperts& x = style.experts;
+    const ModelConfig& c = s.config;
+    b->add_branch(rmsnorm(s, l + "post_attention_layernorm"),
+                  std::make_unique<MixtureOfExperts>(MoeOptions{.router = l + x.block + ".gate",
+                                                                .experts = l + x.block + ".experts",
+                                                                .gate = x.gate,
+                                                                .up = x.up,
+                                                                .down = x.down,
+                                                                .d_model = s.d_model,
+                                                                .ffn = s.moe_ffn_dim,
+                                                                .n_experts = s.n_experts,
+                                                                .top_k = s.experts_per_token,
+                                                                .renormalize = c.moe_norm_topk,
+                                                                .aux_loss_coef = c.router_aux_loss_coef,
+                                                                .z_loss_coef = c.router_z_loss_coef,
+                                                                .seq_len = s.seq_len}));
+    return b;
+  }
   b->add_branch(rmsnorm(s, l + "post_attention_layernorm"),
                 std::make_unique<Mlp>(MlpOptions{.activation = MlpKind::swiglu,
                                                  .in = {l + "mlp.gate_proj", l + "mlp.up_proj"},

@@ -8,11 +8,23 @@
 
 namespace trident {
 
+// A mixture of experts in place of each block's MLP (model/layers/moe.h), with its
+// Hugging Face names: model.layers.{i}.<block>.gate (the router), <block>.experts.{e}.<gate|up|down>.
+struct LlamaStyleExperts {
+  std::string block;             // "block_sparse_moe" (Mixtral), "mlp" (Qwen3-MoE)
+  std::string gate, up, down;    // "w1", "w3", "w2" (Mixtral); "gate_proj", ... (Qwen3-MoE)
+  int default_experts = 8;       // when model.n_experts is 0
+  bool width_is_ffn_dim = false;  // each expert is ffn_dim wide (Mixtral: intermediate_size); else moe_ffn_dim
+  bool renormalize_option = true;  // model.moe_norm_topk may be false (Qwen3-MoE); Mixtral always renormalizes
+};
+
 struct LlamaStyle {
   std::string name;             // model.family
   bool qkv_bias = false;        // biases on q, k and v (Qwen2)
   bool qk_norm = false;         // each head's q and k RMS-normalized before the rotary embedding (Qwen3)
   bool sliding_window = false;  // model.sliding_window applies (Mistral)
+  bool moe = false;             // experts in place of the MLP (Mixtral, Qwen3-MoE)
+  LlamaStyleExperts experts = {};
   HfConventions hf;             // its config.json: fixed fields, its fields and HF's defaults for them
 };
 ModelFamily llama_style(LlamaStyle style);
