@@ -7,7 +7,9 @@ grouped-query attention, untied lm_head, no biases. Parameter names are Hugging 
 --eod ID: packed documents with document masking, see tests/reference/README.md.
 --family: a Llama-style family, see tests/reference/README.md: qwen2 (biases on q, k and v),
 qwen3 (RMSNorm of each query and key head before the rotary embedding), mistral (with
---window W: each token attends to the W latest tokens, itself included).
+--window W: each token attends to the W latest tokens, itself included), mixtral and qwen3_moe
+(--experts E --top-k K: a mixture of experts in place of each MLP, with the load-balancing
+and z-losses of --aux-coef and --z-coef; qwen3_moe has qwen3's norms, --moe-ffn wide experts).
 """
 import argparse, math
 import h5py, numpy as np, torch
@@ -29,10 +31,19 @@ p.add_argument("--clip", type=float, default=1.0)
 p.add_argument("--theta", type=float, default=10000.0)
 p.add_argument("--seed", type=int, default=4321)
 p.add_argument("--eod", type=int, default=None, help="end-of-document token: packed documents, document mask")
-p.add_argument("--family", choices=["llama", "qwen2", "qwen3", "mistral"], default="llama")
+p.add_argument("--family", choices=["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe"], default="llama")
+p.add_argument("--experts", type=int, default=4)
+p.add_argument("--top-k", type=int, default=2)
+p.add_argument("--moe-ffn", type=int, default=0, help="qwen3_moe: each expert's width (0: --ffn)")
+p.add_argument("--no-renormalize", action="store_true", help="qwen3_moe: norm_topk_prob false")
+p.add_argument("--aux-coef", type=float, default=0.01)
+p.add_argument("--z-coef", type=float, default=0.001)
 p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
 a = p.parse_args()
-if (a.window > 0) != (a.family == "mistral"): raise SystemExit("--window goes with --family mistral")
+if a.window > 0 and a.family not in ("mistral", "mixtral"): raise SystemExit("--window goes with mistral or mixtral")
+MOE = a.family in ("mixtral", "qwen3_moe")
+E, K = a.experts, a.top_k
+FE = a.moe_ffn if a.moe_ffn > 0 else a.ffn  # an expert's width
 torch.manual_seed(a.seed)
 L, H, KV, d, F, T, V, B = a.layers, a.heads, a.kv_heads, a.dim, a.ffn, a.seq, a.vocab, a.batch
 hd = d // H
@@ -58,8 +69,20 @@ for i in range(L):  # drawn after Llama's parameters: a llama reference is what 
     q = f"model.layers.{i}.self_attn."
     if a.family == "qwen2":
         params.update({q + "q_proj.bias": w(H * hd), q + "k_proj.bias": w(KV * hd), q + "v_proj.bias": w(KV * hd)})
-    if a.family == "qwen3":
+    if a.family in ("qwen3", "qwen3_moe"):
         params.update({q + "q_norm.weight": norm_w(hd), q + "k_norm.weight": norm_w(hd)})
+# A mixture of experts replaces the MLP: its tensors drawn last, the MLP's dropped.
+MOE_BLOCK = "block_sparse_moe" if a.family == "mixtral" else "mlp"
+MOE_NAMES = ("w1", "w3", "w2") if a.family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+if MOE:
+    for i in range(L):
+        q = f"model.layers.{i}."
+        for n in ("gate_proj", "up_proj", "down_proj"): del params[q + "mlp." + n + ".weight"]
+        params[q + MOE_BLOCK + ".gate.weight"] = w(E, d)
+        for e in range(E):
+            x = q + MOE_BLOCK + f".experts.{e}."
+            params.update({x + MOE_NAMES[0] + ".weight": w(FE, d), x + MOE_NAMES[1] + ".weight": w(FE, d),
+                           x + MOE_NAMES[2] + ".weight": w(d, FE)})
 def packed_rows(steps, B, T, V, eod):
     """Rows of packed documents: random tokens from [0, V) except eod, each document ended by
     eod; lengths 1 .. T/3, the last document of a row cut off. Step 0: row 0 starts with a
@@ -90,6 +113,29 @@ def rot_half(x): x1, x2 = x.chunk(2, -1); return torch.cat([-x2, x1], -1)
 def rope(x): return x * cos + rot_half(x) * sin
 def rms(x, g): return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + NORM_EPS) * g
 
+AUX = []  # this step's auxiliary losses, one per layer
+def moe(q, h):
+    """Route each token to its K best experts (softmax, top-k, renormalized unless
+    --no-renormalize), each a SwiGLU MLP; the weighted sum of their outputs. Auxiliary losses
+    (model/layers/moe.h): per sequence aux * E / (K T^2) sum_e count(s,e) sum_t p(t,e),
+    averaged over the batch; z * mean over tokens of logsumexp(logits)^2."""
+    logits = h @ P[q + MOE_BLOCK + ".gate.weight"].T  # [B, T, E]
+    p = logits.softmax(-1)
+    top, chosen = p.topk(K, dim=-1)
+    wts = top / top.sum(-1, keepdim=True) if not a.no_renormalize else top
+    out = torch.zeros_like(h)
+    for e in range(E):
+        x = q + MOE_BLOCK + f".experts.{e}."
+        y = (torch.nn.functional.silu(h @ P[x + MOE_NAMES[0] + ".weight"].T) * (h @ P[x + MOE_NAMES[1] + ".weight"].T)) \
+            @ P[x + MOE_NAMES[2] + ".weight"].T
+        weight = (wts * (chosen == e)).sum(-1, keepdim=True)  # 0 where e was not chosen
+        out = out + weight * y
+    count = torch.nn.functional.one_hot(chosen, E).sum(2).double()  # [B, T, E]: 0/1 per token
+    balance = (count.sum(1) * p.sum(1)).sum(-1) * E / (K * T * T)  # [B]
+    z = torch.logsumexp(logits, -1) ** 2
+    AUX.append(a.aux_coef * balance.mean() + a.z_coef * z.mean())
+    return out
+
 def loss_fn(batch):
     idx, tgt = batch[:, :T].long(), batch[:, 1:].long()
     x = P["model.embed_tokens.weight"][idx]
@@ -109,7 +155,7 @@ def loss_fn(batch):
         qq = proj("q_proj").view(B, T, H, hd)
         kk = proj("k_proj").view(B, T, KV, hd)
         vv = proj("v_proj").view(B, T, KV, hd).transpose(1, 2)
-        if a.family == "qwen3":  # each head's RMSNorm, before the rotary embedding (Qwen3Attention)
+        if a.family in ("qwen3", "qwen3_moe"):  # each head's RMSNorm, before the rotary embedding (Qwen3Attention)
             qq, kk = rms(qq, P[q + "self_attn.q_norm.weight"]), rms(kk, P[q + "self_attn.k_norm.weight"])
         qq, kk = rope(qq.transpose(1, 2)), rope(kk.transpose(1, 2))
         kk, vv = kk.repeat_interleave(H // KV, dim=1), vv.repeat_interleave(H // KV, dim=1)
@@ -118,15 +164,25 @@ def loss_fn(batch):
         y = (att @ vv).transpose(1, 2).reshape(B, T, H * hd)
         x = x + y @ P[q + "self_attn.o_proj.weight"].T
         h = rms(x, P[q + "post_attention_layernorm.weight"])
+        if MOE:
+            x = x + moe(q, h)
+            continue
         g = h @ P[q + "mlp.gate_proj.weight"].T
         x = x + (torch.nn.functional.silu(g) * (h @ P[q + "mlp.up_proj.weight"].T)) @ P[q + "mlp.down_proj.weight"].T
     x = rms(x, P["model.norm.weight"])
     logits = x @ P["lm_head.weight"].T
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
 
+def objective(batch):
+    """The loss, and the objective its gradients are of (with the auxiliary losses)."""
+    AUX.clear()
+    loss = loss_fn(batch)
+    aux = sum(AUX) if AUX else torch.zeros((), dtype=torch.float64)
+    return loss, loss + aux, float(aux)
+
 m = {k: torch.zeros_like(v) for k, v in P.items()}
 s = {k: torch.zeros_like(v) for k, v in P.items()}
-losses, norms = [], []
+losses, norms, aux_losses = [], [], []
 with h5py.File(a.out, "w") as f:
     f.attrs.update(dict(format="trident-reference-v1", model=a.family, n_layer=L, n_head=H, n_kv_head=KV,
                         d_model=d, ffn_dim=F, seq_len=T, vocab_size=V, batch_size=B, steps=a.steps,
@@ -134,11 +190,15 @@ with h5py.File(a.out, "w") as f:
                         weight_decay=a.wd, grad_clip=a.clip, seed=a.seed))
     if a.eod is not None: f.attrs["eod_token"] = np.int64(a.eod)
     if a.window > 0: f.attrs["sliding_window"] = np.int64(a.window)
+    if MOE:
+        f.attrs.update(dict(n_experts=np.int64(E), n_experts_per_token=np.int64(K), moe_ffn_dim=np.int64(FE),
+                            moe_norm_topk=np.int64(0 if a.no_renormalize else 1),
+                            router_aux_loss_coef=a.aux_coef, router_z_loss_coef=a.z_coef))
     for k, v in params.items(): f[f"params/{k}"] = v.numpy()
     f["batches/tokens"] = tokens.numpy()
     for t in range(a.steps):
         for v in P.values(): v.grad = None
-        loss = loss_fn(tokens[t]); loss.backward()
+        loss, total, aux = objective(tokens[t]); total.backward(); aux_losses.append(aux)
         norm = math.sqrt(sum(float((v.grad ** 2).sum()) for v in P.values()))
         losses.append(float(loss)); norms.append(norm)
         if t == 0:
@@ -153,5 +213,6 @@ with h5py.File(a.out, "w") as f:
                 mh = m[k] / (1 - B1 ** (t + 1)); vh = s[k] / (1 - B2 ** (t + 1))
                 v.sub_(a.lr * mh / (vh.sqrt() + EPS))
     f["steps/loss"] = np.array(losses); f["steps/grad_norm"] = np.array(norms)
+    if MOE: f["steps/aux_loss"] = np.array(aux_losses)
     for k, v in P.items(): f[f"final/params/{k}"] = v.detach().numpy()
 print("losses", losses, "grad norms", norms)

@@ -127,7 +127,7 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
        "must be even"},  // head dimension 15
       {"train --config configs/tiny-llama.ini --train.global_batch=15 --parallel.tp=3 --model.n_head=6 "
        "--model.n_kv_head=2 --model.d_model=96 --model.ffn_dim=96", "do not fit"},  // 2 kv heads over 3 ranks
-      {"train --model.family=mamba", "model.family must be gpt2, llama, mistral, qwen2 or qwen3"},
+      {"train --model.family=mamba", "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe"},
       {"verify --reference tests/data/llama_ref_a.h5 --parallel.tp=3", "parallel.tp (3) must divide model.n_head (4)"},
       // Issue 16's settings that cannot work.
       {"train --parallel.sequence_parallel=true", "parallel.sequence_parallel needs parallel.tp > 1"},
@@ -150,6 +150,14 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --parallel.cp=3 --model.seq_len=64 --train.global_batch=5",
        "parallel.cp (3) needs model.seq_len (64) to be a multiple of 2 cp = 6 (each sequence is cut into 2 cp chunks)"},
       {"verify --reference tests/data/gpt2_ref_a.h5 --parallel.cp=3", "needs model.seq_len (16) to be a multiple of 2 cp = 6"},
+      // Mixtures of experts: top-k above the experts, experts asked of a dense family, an
+      // expert width that tp does not divide.
+      {"train --model.family=mixtral --model.n_experts=4 --model.n_experts_per_token=5",
+       "model.n_experts_per_token (5) must be between 1 and model.n_experts (4)"},
+      {"train --model.n_experts=4", "model.n_experts applies to a mixture-of-experts family (mixtral, qwen3_moe), not gpt2"},
+      {"train --model.family=qwen3_moe --model.n_experts=4 --model.moe_ffn_dim=32 --parallel.tp=3 --model.n_head=3 "
+       "--model.n_kv_head=3 --model.d_model=96 --model.ffn_dim=96",
+       "parallel.tp (3) must divide each expert's width model.moe_ffn_dim (32)"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun r = run(args, mpirun3, 60);
@@ -178,6 +186,10 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // head's q and k normalized), Mistral (a sliding window of 7 tokens; with documents too).
   const std::string qwen2 = "tests/data/qwen2_ref_t24.h5", qwen3 = "tests/data/qwen3_ref_t24.h5",
                     mistral = "tests/data/mistral_ref_w7.h5", mdocs = "tests/data/mistral_ref_w7_docs.h5";
+  // Mixtures of experts (tests/reference/README.md): Mixtral, 4 experts of 48, top-2,
+  // renormalized; Qwen3-MoE, 8 experts of 16, top-2, not renormalized; both with the
+  // load-balancing and z-losses (verify checks their value every step).
+  const std::string mixtral = "tests/data/mixtral_ref_e4.h5", qwen3_moe = "tests/data/qwen3_moe_ref_e8.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -348,6 +360,17 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, mdocs, "--parallel.cp=2 --parallel.tp=2 --parallel.sequence_parallel=true", "cp groups: {0,2} {1,3}"},
       {4, mdocs, "--parallel.dp=2 --parallel.cp=2 --parallel.zero=3 --train.micro_batch=1 --train.recompute=full",
        "cp groups: {0,1} {2,3}"},
+      // Mixtures of experts: each expert split over tp (4 ranks: an expert's 48 columns in
+      // 12s), sequence parallelism, cp (the balance statistics summed over the sequence's
+      // ranks), pipelines with zb1's deferred expert gradients, ZeRO-1/3, recompute, bf16.
+      {4, mixtral, "--parallel.tp=4", "tp groups: {0,1,2,3}"},
+      {4, mixtral, "--parallel.cp=2 --parallel.tp=2 --parallel.sequence_parallel=true", "cp groups: {0,2} {1,3}"},
+      {8, mixtral, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --parallel.zero=1 --train.precision=bf16",
+       "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      {2, qwen3_moe, "--parallel.pp=2 --train.micro_batch=1 --parallel.schedule=zb1", "pp groups: {0,1}"},
+      {4, qwen3_moe, "--parallel.tp=2 --parallel.zero=3 --train.micro_batch=1 --train.recompute=full",
+       "dp groups: {0,2} {1,3}"},
+      {4, qwen3_moe, "--parallel.dp=2 --parallel.cp=2 --parallel.zero=2 --train.micro_batch=1", "cp groups: {0,1} {2,3}"},
   };
   // Two launches side by side (a launch leaves the cores idle much of its time: start-up,
   // waits); each checked in order. On 2 cores: 177 s one by one, 107 s two, 113 s three.
@@ -379,6 +402,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     }
     if (l.reference == mistral || l.reference == mdocs) {
       EXPECT_NE(r.out.find("sliding window of 7 tokens"), std::string::npos) << what << "\n" << r.out;
+    }
+    if (l.reference == mixtral || l.reference == qwen3_moe) {
+      EXPECT_NE(r.out.find("auxiliary loss, every step (max)"), std::string::npos) << what << "\n" << r.out;
     }
     EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << what << "\n" << r.out;
   }

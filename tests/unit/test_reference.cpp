@@ -91,7 +91,7 @@ TEST(ReferenceTest, AReferenceOfAnUnknownFamilyIsNamed) {
     FAIL() << "loaded a reference of an unknown family";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("model.family must be gpt2, llama, mistral, qwen2 or qwen3, got 'mamba'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'"), std::string::npos) << e.what();
   }
 }
 

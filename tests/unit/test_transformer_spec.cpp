@@ -175,7 +175,7 @@ TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   m.family = "mistral";
   EXPECT_EQ(error_of(m), "");
   m.family = "mamba";
-  EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, qwen2 or qwen3, got 'mamba'");
+  EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'");
 }
 
 }  // namespace
