@@ -40,6 +40,12 @@ inline const RunMetric kStepMetrics[] = {
     {"straggler_reports", "stragglers", "trident_straggler_reports_total", "log steps that named a straggler"},
 };
 
+// What a mixture of experts adds to a step (a dense model logs none of it).
+inline const RunMetric kMixtureOfExpertsMetrics[] = {
+    {"aux_loss", "moe/auxiliary-loss", "trident_moe_auxiliary_loss",
+     "the routers' load-balancing and z-losses of the last logged step, their coefficients applied (nats)"},
+};
+
 // What a validation reports.
 inline const RunMetric kValidationMetrics[] = {
     {"val_loss", "lm loss validation", "trident_validation_loss", "validation loss (nats)"},

@@ -34,6 +34,7 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
   static_assert(std::size(values) == std::size(kStepMetrics), "a value for every figure of the table, in its order");
   std::vector<MetricValue> out;
   for (size_t i = 0; i < std::size(values); i++) out.emplace_back(&kStepMetrics[i], values[i]);
+  if (!std::isnan(m.aux_loss)) out.emplace_back(&kMixtureOfExpertsMetrics[0], m.aux_loss);
   return out;
 }
 
@@ -110,8 +111,10 @@ MetricsLog::MetricsLog(const std::string& run_dir, int resumed_from, const std::
 }
 
 void MetricsLog::log_step(const StepMetrics& m) {
-  std::printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.1f ms | mem %.2f GiB | ETA %s\n",
-              static_cast<int>(std::to_string(m.total_steps).size()), m.step, m.total_steps, m.loss,
+  char aux[32] = "";
+  if (!std::isnan(m.aux_loss)) std::snprintf(aux, sizeof aux, " | aux %.4f", m.aux_loss);
+  std::printf("step %*d/%d | loss %.4f%s | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.1f ms | mem %.2f GiB | ETA %s\n",
+              static_cast<int>(std::to_string(m.total_steps).size()), m.step, m.total_steps, m.loss, aux,
               m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, 1000.0 * m.step_time_s, m.memory_gib,
               format_duration(m.eta_s).c_str());
   std::fflush(stdout);

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ struct StepMetrics {
   // Megatron-LM logs it); loss_step: this step's alone.
   double loss = 0, loss_step = 0;
   int loss_steps = 1;
+  // A mixture of experts' auxiliary losses this step, apart from the loss (NaN: a dense model).
+  double aux_loss = std::numeric_limits<double>::quiet_NaN();
   double lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
   double memory_gib = 0, eta_s = 0;
   double comm_wait_s = 0;  // waiting for the data-parallel gradient reduction

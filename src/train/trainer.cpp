@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <limits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -381,6 +382,7 @@ size_t memory_taken(const MemoryBaseline& b, kernels::Kernels& k) {
 struct StepOutcome {
   double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
   double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + update
+  double aux_loss = std::numeric_limits<double>::quiet_NaN();  // a mixture of experts' (NaN: none)
   GradientNorm norm;
   uint64_t host_syncs = 0;  // the kernels' host synchronizations (kernels.h: on a GPU, drained queues)
 };
@@ -400,6 +402,7 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   const double slowed = injected_faults::slow_down(parallel.rank());
   const uint64_t syncs_before = k.host_syncs();
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
+  if (config.model.n_experts > 0) o.aux_loss = s.runner.aux_loss();
   o.compute_seconds = s.runner.compute_s() + slowed;
   o.host_syncs = k.host_syncs() - syncs_before;
   o.lr = schedule.at(step);
@@ -507,6 +510,7 @@ class StepEnd {
     m.loss = mean_loss;
     m.loss_step = o.loss;
     m.loss_steps = mean_of;
+    m.aux_loss = o.aux_loss;
     m.lr = o.lr;
     m.grad_norm = o.norm.norm;
     m.tokens_per_s = result_.last_step_tokens_per_s;

@@ -76,6 +76,7 @@ void expect_events_match_the_log(const std::vector<nlohmann::json>& events, cons
     };
     for (const RunMetric& m : kStepMetrics) compare(m);
     for (const RunMetric& m : kValidationMetrics) compare(m);
+    for (const RunMetric& m : kMixtureOfExpertsMetrics) compare(m);
     if (r.contains("machines")) {
       const nlohmann::json& machine = r["machines"][0];
       const std::string tag = "host/" + machine["host"].get<std::string>() + "/cpu-utilization";
