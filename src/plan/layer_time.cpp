@@ -34,16 +34,28 @@ LayerTimes layer_times(const TransformerSpec& spec, int micro_batch, int tp, boo
   const double rows = static_cast<double>(micro_batch) * spec.seq_len, d = spec.d_model;
   const double q = static_cast<double>(spec.attention_width()) / tp;
   const double kv = static_cast<double>(spec.n_kv_head) * spec.head_dim / spec.kv_shards(tp);  // k or v, per rank
-  const double hidden = spec.mlp_activation_width(tp), mlp_in = spec.mlp_in_width(tp);
+  // A mixture of experts: each expert's GEMMs on the rows routed to it (K of every E, for a
+  // balanced router), E of them, and the router's; per row, K experts' activations.
+  const bool moe = spec.n_experts > 0;
+  const double experts = moe ? spec.n_experts : 1;
+  const double expert_rows = moe ? rows * spec.experts_per_token / spec.n_experts : rows;
+  const double expert_width = moe ? static_cast<double>(spec.moe_ffn_dim) / tp : spec.mlp_activation_width(tp);
+  const double expert_in = spec.mlp == MlpKind::swiglu ? 2 * expert_width : expert_width;
+  const double routed = moe ? spec.experts_per_token : 1;  // experts each row passes through
+  const double hidden = routed * expert_width, mlp_in = routed * expert_in;
   LayerTimes t;
-  const PassTimes projections[] = {gemm_passes(rows, d, q + 2 * kv, gpu), gemm_passes(rows, q, d, gpu),
-                                     gemm_passes(rows, d, mlp_in, gpu), gemm_passes(rows, hidden, d, gpu)};
-  for (const PassTimes& g : projections) {
-    t.gemm_forward += g.forward;
-    t.gemm_input_grad += g.input_gradient;
-    t.gemm_weight_grad += g.weight_gradient;
-  }
-  t.mlp_out_forward = projections[3].forward;
+  const auto add = [&t](const PassTimes& g, double times) {
+    t.gemm_forward += times * g.forward;
+    t.gemm_input_grad += times * g.input_gradient;
+    t.gemm_weight_grad += times * g.weight_gradient;
+  };
+  add(gemm_passes(rows, d, q + 2 * kv, gpu), 1);
+  add(gemm_passes(rows, q, d, gpu), 1);
+  add(gemm_passes(expert_rows, d, expert_in, gpu), experts);
+  const PassTimes mlp_out = gemm_passes(expert_rows, expert_width, d, gpu);
+  add(mlp_out, experts);
+  if (moe) add(gemm_passes(rows, d, experts, gpu), 1);  // the router
+  t.mlp_out_forward = experts * mlp_out.forward;
   const double hbm = hbm_bytes_per_s(gpu), T = spec.seq_len;
   if (options.flash_attention) {
     // Flash attention over this rank's heads, causal: half of the 4 B T^2 (H hd) FLOPs.
@@ -78,7 +90,7 @@ LayerTimes layer_times(const TransformerSpec& spec, int micro_batch, int tp, boo
   t.elementwise_backward = 2 * t.elementwise_forward;
   if (options.fp32_weight_casts) {
     // Read fp32, write bf16 per weight in forward (6 bytes); bf16 to fp32 per gradient in backward.
-    const double weights = d * (q + 2 * kv) + q * d + d * mlp_in + hidden * d;
+    const double weights = d * (q + 2 * kv) + q * d + experts * (d * expert_in + expert_width * d);
     t.elementwise_forward += weights * 6 / hbm;
     t.elementwise_backward += weights * 6 / hbm;
   }

@@ -505,5 +505,42 @@ TEST(ClusterPlan, LongSequencesGetContextParallelism) {
   std::printf("%s\n%s", args.c_str(), r.out.c_str());
 }
 
+// A mixture of experts costs the work of its active experts (top-k of E), each expert's
+// GEMMs on its share of the rows: Mixtral 8x7B against the dense Llama with the same
+// active width (2 x 14336) on the same layout: more time (8 GEMMs of a quarter of the rows
+// run further from the peak, and the router), not 4x more; MFU counts active parameters.
+// `plan` prints a layout for 8 and 16 p5 nodes.
+TEST(ClusterPlan, ExpertsCostTheirActiveWork) {
+  const Cluster cluster = h100s(8);
+  Config moe;
+  moe.model = llama(32, 4096, 32, 8, 14336, 4096, 32000);
+  moe.model.family = "mixtral";
+  moe.model.n_experts = 8;
+  moe.model.n_experts_per_token = 2;
+  moe.train.global_batch = 64;
+  moe.train.micro_batch = 1;
+  moe.parallel.dp = 2;
+  moe.parallel.tp = 8;
+  moe.parallel.pp = 4;
+  Config dense = moe;
+  dense.model.family = "llama";
+  dense.model.n_experts = 0;
+  dense.model.ffn_dim = 2 * 14336;
+  const StepPrediction m = predict_step(moe, cluster), d = predict_step(dense, cluster);
+  EXPECT_GT(m.compute_s, d.compute_s);
+  EXPECT_LT(m.compute_s, 1.5 * d.compute_s);
+  // The same model FLOPs (active parameters, plus the router's 8 x 4096 per layer), so MFU
+  // falls with the time.
+  EXPECT_NEAR(m.mfu / d.mfu, d.step_s / m.step_s, 0.01);
+  for (int nodes : {8, 16}) {
+    const std::string args = "plan --config configs/mixtral-8x7b.ini --nodes " + std::to_string(nodes) + " --gpu h100";
+    const CliRun r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    EXPECT_NE(r.out.find("E8x14336 top2 T4096 V32000 (46.70B parameters)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("best: sbatch --nodes=" + std::to_string(nodes)), std::string::npos) << r.out;
+    std::printf("%s\n%s", args.c_str(), r.out.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace trident

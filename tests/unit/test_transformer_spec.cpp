@@ -32,8 +32,13 @@ TEST(TransformerSpec, PublishedParameterCounts) {
   const std::pair<const char*, int64_t> published[] = {
       {"configs/gpt2-124m.ini", 124439808},    {"configs/llama2-7b.ini", 6738415616},
       {"configs/llama2-13b.ini", 13015864320}, {"configs/llama2-70b.ini", 68976648192},
-      {"configs/llama3-8b.ini", 8030261248},   {"configs/llama3-70b.ini", 70553706496}};
+      {"configs/llama3-8b.ini", 8030261248},   {"configs/llama3-70b.ini", 70553706496},
+      {"configs/mixtral-8x7b.ini", 46702792704}};
   for (const auto& [file, count] : published) EXPECT_EQ(parameter_count(transformer_spec(config_of(file))), count) << file;
+  // Mixtral's active parameters ("12.9B"): 2 of the 8 experts of each layer, everything else.
+  const int64_t experts = 32LL * 8 * 3 * 4096 * 14336;
+  EXPECT_EQ(active_parameter_count(transformer_spec(config_of("configs/mixtral-8x7b.ini"))),
+            46702792704 - experts + experts / 4);
 }
 
 TEST(TransformerSpec, FlopsPerTokenCountTheMatmulsOnce) {
