@@ -16,7 +16,7 @@ std::string key_value(const char* key, int value) { return std::string(key) + " 
 int default_ffn(int d) { return (8 * d / 3 + 255) / 256 * 256; }
 
 void configure_experts(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s) {
-  const LlamaStyleExperts& x = style.experts;
+  const LlamaStyleExperts& x = *style.experts;
   s.n_experts = c.n_experts > 0 ? c.n_experts : x.default_experts;
   s.experts_per_token = c.n_experts_per_token;
   require(s.n_experts <= 512, key_value("model.n_experts", s.n_experts) + " must be at most 512");
@@ -53,7 +53,7 @@ void configure(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s
   require(style.sliding_window || c.sliding_window == 0,
           "model.sliding_window applies to model.family = mistral, not " + style.name);
   s.ffn_dim = c.ffn_dim > 0 ? c.ffn_dim : default_ffn(c.d_model);
-  if (style.moe) configure_experts(style, c, s);
+  if (style.experts) configure_experts(style, c, s);
   s.positions = PositionKind::rotary;
   s.mlp = MlpKind::swiglu;
   s.tied_head = false;
@@ -79,8 +79,8 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                     .q_norm = style.qk_norm ? l + "self_attn.q_norm" : "",
                     .k_norm = style.qk_norm ? l + "self_attn.k_norm" : "",
                     .norm_eps = s.norm_eps}));
-  if (style.moe) {
-    const LlamaStyleExperts& x = style.experts;
+  if (style.experts) {
+    const LlamaStyleExperts& x = *style.experts;
     const ModelConfig& c = s.config;
     b->add_branch(rmsnorm(s, l + "post_attention_layernorm"),
                   std::make_unique<MixtureOfExperts>(MoeOptions{.router = l + x.block + ".gate",

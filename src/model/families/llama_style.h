@@ -1,8 +1,11 @@
 // The Llama-style families: rotary positions, RMSNorm, SwiGLU, grouped-query attention, no
 // biases but where a family adds them, an untied head, Hugging Face's Llama names
-// (model.layers.{i}.self_attn.q_proj, ...). Llama, Qwen2, Qwen3 and Mistral are each one
-// of these (its file: llama.cpp, qwen2.cpp, ...) with its options and its config.json.
+// (model.layers.{i}.self_attn.q_proj, ...). Llama, Qwen2, Qwen3, Mistral, Mixtral and
+// Qwen3-MoE are each one of these (its file: llama.cpp, qwen2.cpp, ...) with its options
+// and its config.json.
 #pragma once
+
+#include <optional>
 
 #include "model/families/family.h"
 
@@ -23,8 +26,7 @@ struct LlamaStyle {
   bool qkv_bias = false;        // biases on q, k and v (Qwen2)
   bool qk_norm = false;         // each head's q and k RMS-normalized before the rotary embedding (Qwen3)
   bool sliding_window = false;  // model.sliding_window applies (Mistral)
-  bool moe = false;             // experts in place of the MLP (Mixtral, Qwen3-MoE)
-  LlamaStyleExperts experts = {};
+  std::optional<LlamaStyleExperts> experts = std::nullopt;  // experts in place of the MLP (Mixtral, Qwen3-MoE)
   HfConventions hf;             // its config.json: fixed fields, its fields and HF's defaults for them
 };
 ModelFamily llama_style(LlamaStyle style);

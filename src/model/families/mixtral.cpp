@@ -13,8 +13,7 @@ const LlamaHfDefaults kDefaults = {.vocab = 32000, .hidden = 4096, .intermediate
 const bool registered = register_family(llama_style({
     .name = "mixtral",
     .sliding_window = true,
-    .moe = true,
-    .experts = {.block = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2", .default_experts = 8,
+    .experts = LlamaStyleExperts{.block = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2", .default_experts = 8,
                 .width_is_ffn_dim = true, .renormalize_option = false},
     .hf = llama_style_hf({{"architectures", {"MixtralForCausalLM"}},
                          {"model_type", "mixtral"},

@@ -40,8 +40,7 @@ HfConventions conventions() {
 const bool registered = register_family(llama_style({
     .name = "qwen3_moe",
     .qk_norm = true,
-    .moe = true,
-    .experts = {.block = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj", .default_experts = 128},
+    .experts = LlamaStyleExperts{.block = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj", .default_experts = 128},
     .hf = conventions(),
 }));
 
