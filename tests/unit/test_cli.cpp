@@ -484,6 +484,36 @@ std::vector<nlohmann::json> jsonl(const std::string& path) {
   return records;
 }
 
+// A mixture of experts' run shows its auxiliary losses beside the loss (each log line and
+// metrics.jsonl's aux_loss), scaled by their coefficients: at the first step (the same
+// initial weights and batch) twice the coefficients give twice the value, none give 0. A
+// dense model's records have no aux_loss.
+TEST(Cli, MixtureOfExpertsRunsLogTheirAuxiliaryLoss) {
+  const std::string dir = testing::TempDir() + "moe_aux";
+  std::filesystem::remove_all(dir);
+  const std::string base = "train --config configs/tiny-mixtral.ini --model.d_model=64 --model.n_layer=2 "
+                           "--train.global_batch=4 --train.steps=2 --log.every_steps=1 --log.val_every_steps=0 "
+                           "--log.sample_every_steps=0 ";
+  const auto first_aux = [&](const std::string& name, const std::string& coefs) {
+    const CliRun r = run(base + coefs + " --log.run_dir=" + dir + "/" + name);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("step 1/2 | loss "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" | aux "), std::string::npos) << r.out;
+    const std::vector<nlohmann::json> records = jsonl(dir + "/" + name + "/metrics.jsonl");
+    if (records.empty() || records[0]["step"] != 1 || !records[0].contains("aux_loss")) return -1.0;
+    return records[0]["aux_loss"].get<double>();
+  };
+  const double aux = first_aux("c", "--model.router_aux_loss_coef=0.01 --model.router_z_loss_coef=0.001");
+  EXPECT_GT(aux, 0.0);
+  EXPECT_NEAR(first_aux("2c", "--model.router_aux_loss_coef=0.02 --model.router_z_loss_coef=0.002") / aux, 2.0, 1e-6);
+  EXPECT_EQ(first_aux("0", "--model.router_aux_loss_coef=0 --model.router_z_loss_coef=0"), 0.0);
+  const CliRun dense = run("train --config configs/tiny.ini --model.d_model=64 --model.n_layer=2 --train.steps=1 "
+                           "--log.val_every_steps=0 --log.sample_every_steps=0 --log.run_dir=" + dir + "/dense");
+  ASSERT_EQ(dense.exit_code, 0) << dense.err;
+  EXPECT_EQ(dense.out.find(" | aux "), std::string::npos) << dense.out;
+  EXPECT_FALSE(jsonl(dir + "/dense/metrics.jsonl").at(0).contains("aux_loss"));
+}
+
 // What a user meets around a resume: one metrics.jsonl and one summary.json for the whole
 // run (the records past the checkpoint dropped), the logged loss a mean over the logging
 // interval, the learning-rate schedule said when a longer train.steps bends it, a
