@@ -114,6 +114,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
     k.copy_to_device(rope_table_.data(), mine.data(), mine.size() * sizeof(float));
   }
   loss_sum_ = kernels::DeviceBuffer(k, 2);  // one double
+  router_stats_->tokens.assign(static_cast<size_t>(s.n_layer) * s.n_experts, 0.0);
   document_end_ = options.document_end;
   window_ = s.sliding_window;
   if (masks_starts()) {
@@ -123,7 +124,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   }
   slot_batch_.assign(options.slots, 0);
   runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_, rope_table_.data(),
-                                                         ring_.get(), loss_sum(), cp, aux_loss_sum_.get()});
+                                                         ring_.get(), loss_sum(), cp, router_stats_.get()});
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
 }
@@ -274,13 +275,13 @@ double Transformer::take_loss_sum() {
 
 void Transformer::discard_loss_sum() {
   if (stage_.has_head) k_.fill_zero(loss_sum(), sizeof(double));
-  *aux_loss_sum_ = 0;
+  router_stats_->clear();
 }
 
-double Transformer::take_aux_loss_sum() {
-  const double sum = *aux_loss_sum_;
-  *aux_loss_sum_ = 0;
-  return sum;
+RouterStats Transformer::take_router_stats() {
+  RouterStats stats = *router_stats_;
+  router_stats_->clear();
+  return stats;
 }
 
 float Transformer::forward(const int32_t* tokens, const int32_t* targets, int B) {

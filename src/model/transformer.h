@@ -116,7 +116,8 @@ class Transformer {
   void discard_loss_sum();  // and the auxiliary losses'
   // The auxiliary losses (a mixture of experts' router) since the last take or discard,
   // this stage's: the sum over sequences of each one's (model/layers/moe.h); 0 for a dense model.
-  double take_aux_loss_sum();
+  // The routers' totals since the last take or discard (RouterStats), then cleared.
+  RouterStats take_router_stats();
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
   // micro-batch in `slot`. For a mean over G sequences: loss_scale = 1/(G*T). A stage
   // other than the last starts from stage_gradient(), filled by the pipeline; a stage
@@ -224,9 +225,9 @@ class Transformer {
   Act *dresidual_ = nullptr, *sent_gradient_ = nullptr;  // backward's: the residual stream's gradient, a copy to send
   std::unique_ptr<SequenceRegions> regions_;
   kernels::DeviceBuffer loss_sum_;  // a double: the token losses summed since the last take
-  // Host: the auxiliary losses since the last take (the layers' runtime points at it: a
+  // Host: the routers' totals since the last take (the layers' runtime points at it: a
   // place of its own, that stays where it is when the model moves).
-  std::unique_ptr<double> aux_loss_sum_ = std::make_unique<double>(0.0);
+  std::unique_ptr<RouterStats> router_stats_ = std::make_unique<RouterStats>();
   double* loss_sum() const { return reinterpret_cast<double*>(loss_sum_.data()); }
   std::unique_ptr<LayerRuntime> runtime_;
 };

@@ -44,6 +44,8 @@ inline const RunMetric kStepMetrics[] = {
 inline const RunMetric kMixtureOfExpertsMetrics[] = {
     {"aux_loss", "moe/auxiliary-loss", "trident_moe_auxiliary_loss",
      "the routers' load-balancing and z-losses of the last logged step, their coefficients applied (nats)"},
+    {"expert_load", "moe/expert-load-max", "trident_moe_expert_load_max",
+     "the most loaded expert's tokens over the mean expert's, in the least balanced layer (1: balanced)"},
 };
 
 // What a validation reports.

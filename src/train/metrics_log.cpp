@@ -1,5 +1,6 @@
 #include "train/metrics_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -35,6 +36,8 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
   std::vector<MetricValue> out;
   for (size_t i = 0; i < std::size(values); i++) out.emplace_back(&kStepMetrics[i], values[i]);
   if (!std::isnan(m.aux_loss)) out.emplace_back(&kMixtureOfExpertsMetrics[0], m.aux_loss);
+  if (!m.expert_load.empty())
+    out.emplace_back(&kMixtureOfExpertsMetrics[1], *std::max_element(m.expert_load.begin(), m.expert_load.end()));
   return out;
 }
 
@@ -122,6 +125,8 @@ void MetricsLog::log_step(const StepMetrics& m) {
   const Timer writing;
   if (tensorboard_ != nullptr) guarded([&] {
       tensorboard_->scalars(values, m.step);
+      for (size_t layer = 0; layer < m.expert_load.size(); layer++)
+        tensorboard_->scalar("moe/expert-load/layer-" + std::to_string(layer), m.expert_load[layer], m.step);
       for (const MachineSample& machine : m.machines) machine_scalars(*tensorboard_, machine, m.step);
       tensorboard_->flush();  // a killed run loses at most what came after this line
     });
@@ -136,6 +141,7 @@ void MetricsLog::log_step(const StepMetrics& m) {
   for (const auto& [metric, value] : values) j[metric->key] = value;
   j["step"] = m.step;
   j["loss_steps"] = m.loss_steps;
+  if (!m.expert_load.empty()) j["expert_load_per_layer"] = m.expert_load;
   for (const char* count : {"global_batch", "skipped_steps", "loss_spikes", "straggler_reports"})
     j[count] = static_cast<int64_t>(j[count].get<double>());
   jsonl_ << j.dump() << "\n";

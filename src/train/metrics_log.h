@@ -28,6 +28,8 @@ struct StepMetrics {
   int loss_steps = 1;
   // A mixture of experts' auxiliary losses this step, apart from the loss (NaN: a dense model).
   double aux_loss = std::numeric_limits<double>::quiet_NaN();
+  // Per MoE layer: the most loaded expert's tokens over the mean expert's (empty: dense).
+  std::vector<double> expert_load;
   double lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
   double memory_gib = 0, eta_s = 0;
   double comm_wait_s = 0;  // waiting for the data-parallel gradient reduction

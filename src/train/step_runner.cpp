@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "monitor/step_trace.h"
 #include "kernels/base/error.h"
@@ -52,11 +53,21 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   comm_wait_s_ = data_parallel_.finish_gradients();
   sum_shared_head_gradients();
   // The step's one read of the losses (the last stage has them; a host synchronization).
-  // With the auxiliary losses (every stage's blocks'): one reduction for both.
-  double sums[2] = {model_.take_loss_sum(), model_.take_aux_loss_sum()};
+  // With the routers' auxiliary losses and tokens per expert (every stage's blocks'): one
+  // reduction for all.
+  const RouterStats router = model_.take_router_stats();
+  std::vector<double> sums = {model_.take_loss_sum(), router.aux_loss_sum};
+  sums.insert(sums.end(), router.tokens.begin(), router.tokens.end());
   if (pipeline_.pp() != nullptr) pipeline_.pp()->all_reduce(std::span<double>(sums));
   dp_.all_reduce(std::span<double>(sums));
   aux_loss_ = sums[1] / global_batch;
+  const int E = model_.spec().n_experts;
+  expert_load_.clear();
+  for (size_t first = 2; E > 0 && first < sums.size(); first += E) {
+    const auto begin = sums.begin() + static_cast<std::ptrdiff_t>(first), end = begin + E;
+    const double total = std::accumulate(begin, end, 0.0);
+    expert_load_.push_back(total > 0 ? *std::max_element(begin, end) * E / total : 1.0);
+  }
   return sums[0] / (static_cast<double>(global_batch) * T);
 }
 

@@ -49,6 +49,9 @@ class StepRunner {
   // z-loss), their mean over the global batch; beside the loss it returns, in the
   // objective the gradients are of. 0 for a dense model.
   double aux_loss() const { return aux_loss_; }
+  // Its expert load per MoE layer over the global batch: the most loaded expert's tokens over
+  // the mean expert's (1: balanced; E/K: every token to the same K). Empty for a dense model.
+  const std::vector<double>& expert_load() const { return expert_load_; }
   double compute_s() const { return compute_s_; }
   const PassTimes& pass_s() const { return pipeline_.pass_s(); }  // the same by kind of pass
 
@@ -66,6 +69,7 @@ class StepRunner {
   kernels::Kernels& k_;
   PipelineRunner pipeline_;  // this rank's stage of the model, `model_`, and its chunks
   double comm_wait_s_ = 0, compute_s_ = 0, aux_loss_ = 0;
+  std::vector<double> expert_load_;
   kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
 };
 

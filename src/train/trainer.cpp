@@ -383,6 +383,7 @@ struct StepOutcome {
   double loss = 0, lr = 0, seconds = 0, data_seconds = 0;
   double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + update
   double aux_loss = std::numeric_limits<double>::quiet_NaN();  // a mixture of experts' (NaN: none)
+  std::vector<double> expert_load;  // per MoE layer (StepRunner::expert_load)
   GradientNorm norm;
   uint64_t host_syncs = 0;  // the kernels' host synchronizations (kernels.h: on a GPU, drained queues)
 };
@@ -402,7 +403,10 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   const double slowed = injected_faults::slow_down(parallel.rank());
   const uint64_t syncs_before = k.host_syncs();
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
-  if (config.model.n_experts > 0) o.aux_loss = s.runner.aux_loss();
+  if (config.model.n_experts > 0) {
+    o.aux_loss = s.runner.aux_loss();
+    o.expert_load = s.runner.expert_load();
+  }
   o.compute_seconds = s.runner.compute_s() + slowed;
   o.host_syncs = k.host_syncs() - syncs_before;
   o.lr = schedule.at(step);
@@ -511,6 +515,7 @@ class StepEnd {
     m.loss_step = o.loss;
     m.loss_steps = mean_of;
     m.aux_loss = o.aux_loss;
+    m.expert_load = o.expert_load;
     m.lr = o.lr;
     m.grad_norm = o.norm.norm;
     m.tokens_per_s = result_.last_step_tokens_per_s;

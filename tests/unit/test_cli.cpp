@@ -486,32 +486,45 @@ std::vector<nlohmann::json> jsonl(const std::string& path) {
 
 // A mixture of experts' run shows its auxiliary losses beside the loss (each log line and
 // metrics.jsonl's aux_loss), scaled by their coefficients: at the first step (the same
-// initial weights and batch) twice the coefficients give twice the value, none give 0. A
-// dense model's records have no aux_loss.
-TEST(Cli, MixtureOfExpertsRunsLogTheirAuxiliaryLoss) {
+// initial weights and batch) twice the coefficients give twice the value, none give 0.
+// Its expert load per layer (the most loaded expert over the mean) is counted over the
+// global batch: the same under dp 2 as on one rank. A dense model's records have neither.
+TEST(Cli, MixtureOfExpertsRunsLogTheirAuxiliaryLossAndLoad) {
   const std::string dir = testing::TempDir() + "moe_aux";
   std::filesystem::remove_all(dir);
   const std::string base = "train --config configs/tiny-mixtral.ini --model.d_model=64 --model.n_layer=2 "
                            "--train.global_batch=4 --train.steps=2 --log.every_steps=1 --log.val_every_steps=0 "
                            "--log.sample_every_steps=0 ";
-  const auto first_aux = [&](const std::string& name, const std::string& coefs) {
-    const CliRun r = run(base + coefs + " --log.run_dir=" + dir + "/" + name);
+  const auto first_step = [&](const std::string& name, const std::string& coefs, const std::string& launcher = "") {
+    const CliRun r = run(base + coefs + " --log.run_dir=" + dir + "/" + name, launcher);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("step 1/2 | loss "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(" | aux "), std::string::npos) << r.out;
     const std::vector<nlohmann::json> records = jsonl(dir + "/" + name + "/metrics.jsonl");
-    if (records.empty() || records[0]["step"] != 1 || !records[0].contains("aux_loss")) return -1.0;
-    return records[0]["aux_loss"].get<double>();
+    if (records.empty() || records[0]["step"] != 1 || !records[0].contains("aux_loss")) return nlohmann::json();
+    return records[0];
   };
-  const double aux = first_aux("c", "--model.router_aux_loss_coef=0.01 --model.router_z_loss_coef=0.001");
+  const nlohmann::json one = first_step("c", "--model.router_aux_loss_coef=0.01 --model.router_z_loss_coef=0.001");
+  ASSERT_TRUE(one.contains("expert_load_per_layer")) << one;
+  const double aux = one["aux_loss"].get<double>();
   EXPECT_GT(aux, 0.0);
-  EXPECT_NEAR(first_aux("2c", "--model.router_aux_loss_coef=0.02 --model.router_z_loss_coef=0.002") / aux, 2.0, 1e-6);
-  EXPECT_EQ(first_aux("0", "--model.router_aux_loss_coef=0 --model.router_z_loss_coef=0"), 0.0);
+  EXPECT_NEAR(first_step("2c", "--model.router_aux_loss_coef=0.02 --model.router_z_loss_coef=0.002")["aux_loss"]
+                      .get<double>() / aux, 2.0, 1e-6);
+  EXPECT_EQ(first_step("0", "--model.router_aux_loss_coef=0 --model.router_z_loss_coef=0")["aux_loss"], 0.0);
+  const std::vector<double> load = one["expert_load_per_layer"];
+  ASSERT_EQ(load.size(), 2u);
+  for (double l : load) EXPECT_TRUE(l >= 1.0 && l <= 8.0 / 2) << l;  // between balanced and E/K
+  EXPECT_DOUBLE_EQ(one["expert_load"].get<double>(), std::max(load[0], load[1]));
+  const nlohmann::json dp2 = first_step("dp2", "--model.router_aux_loss_coef=0.01 --model.router_z_loss_coef=0.001",
+                                        "mpirun --oversubscribe --allow-run-as-root -np 2");
+  EXPECT_EQ(dp2["expert_load_per_layer"], one["expert_load_per_layer"]);
+  EXPECT_NEAR(dp2["aux_loss"].get<double>(), aux, 1e-6 * aux);
   const CliRun dense = run("train --config configs/tiny.ini --model.d_model=64 --model.n_layer=2 --train.steps=1 "
                            "--log.val_every_steps=0 --log.sample_every_steps=0 --log.run_dir=" + dir + "/dense");
   ASSERT_EQ(dense.exit_code, 0) << dense.err;
   EXPECT_EQ(dense.out.find(" | aux "), std::string::npos) << dense.out;
-  EXPECT_FALSE(jsonl(dir + "/dense/metrics.jsonl").at(0).contains("aux_loss"));
+  const nlohmann::json dense_step = jsonl(dir + "/dense/metrics.jsonl").at(0);
+  EXPECT_FALSE(dense_step.contains("aux_loss") || dense_step.contains("expert_load")) << dense_step;
 }
 
 // What a user meets around a resume: one metrics.jsonl and one summary.json for the whole

@@ -95,7 +95,8 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                                                                 .renormalize = c.moe_norm_topk,
                                                                 .aux_loss_coef = c.router_aux_loss_coef,
                                                                 .z_loss_coef = c.router_z_loss_coef,
-                                                                .seq_len = s.seq_len}));
+                                                                .seq_len = s.seq_len,
+                                                                .layer = layer}));
     return b;
   }
   b->add_branch(rmsnorm(s, l + "post_attention_layernorm"),

@@ -13,7 +13,9 @@
 // share is below.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/attention_mask.h"
 #include "kernels/kernels.h"
@@ -27,6 +29,21 @@ namespace trident {
 class RingAttention;
 class Communicator;
 
+// What the mixtures of experts' routers (moe.h) add up over a step, on the host.
+struct RouterStats {
+  // The auxiliary losses' total: the sum over sequences of their load-balancing losses,
+  // plus the z-loss's per-token terms / seq_len.
+  double aux_loss_sum = 0;
+  // The tokens routed to each expert, [layer * n_experts + expert] over the whole model (a
+  // stage fills its own layers').
+  std::vector<double> tokens;
+
+  void clear() {
+    aux_loss_sum = 0;
+    std::fill(tokens.begin(), tokens.end(), 0.0);
+  }
+};
+
 // What every layer of a stage runs with on this rank.
 struct LayerRuntime {
   kernels::Kernels& k;
@@ -38,9 +55,7 @@ struct LayerRuntime {
   RingAttention* ring = nullptr;        // context parallelism's ring (null: each sequence whole here)
   double* loss_sum = nullptr;           // the head's total of token losses, on the device
   Communicator* context = nullptr;      // context parallelism's group (null: each sequence whole here)
-  // The auxiliary losses' total (the MoE router's), on the host: sum over sequences of
-  // their load-balancing losses, plus the z-loss's per-token terms / seq_len.
-  double* aux_loss_sum = nullptr;
+  RouterStats* router = nullptr;        // the MoE routers' step totals (null: not counted)
 
   TensorParallel& tp() const { return regions.tp(); }
   const kernels::Act* weight(int index) const { return store.weight(index); }

@@ -119,8 +119,10 @@ void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) 
   for (float l : host_lse_) z += static_cast<double>(l) * l;
   r.k.copy_to_device(balance, coefficients.data(), coefficients.size() * sizeof(float));
   // The sequence's loss once (every cp rank has it), each token's z term where it is.
-  if (r.aux_loss_sum != nullptr)
-    *r.aux_loss_sum += (r.context == nullptr || r.context->rank() == 0 ? aux : 0.0) + o_.z_loss_coef * z / T;
+  if (r.router == nullptr) return;
+  r.router->aux_loss_sum += (r.context == nullptr || r.context->rank() == 0 ? aux : 0.0) + o_.z_loss_coef * z / T;
+  double* tokens = r.router->tokens.data() + static_cast<size_t>(o_.layer) * E;
+  for (int e = 0; e < E; e++) tokens[e] += counts[e];
 }
 
 void MixtureOfExperts::expert_gemms(LayerRuntime& r, int slot, const Act* x, int x_width, Act* out, int out_width,

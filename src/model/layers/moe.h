@@ -36,6 +36,7 @@ struct MoeOptions {
   bool renormalize = true;
   double aux_loss_coef = 0, z_loss_coef = 0;
   int seq_len = 0;  // a whole sequence's tokens (the balance is per sequence)
+  int layer = 0;    // the block's index in the model (RouterStats::tokens)
 };
 
 class MixtureOfExperts : public Sublayer {
