@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Hugging Face's side of trident's safetensors export and import, written from HF's
 conventions (DATA_FORMATS.md section 4; transformers' modeling_gpt2.py, modeling_llama.py
-and the Llama-style modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py), in numpy
-float64, with its own safetensors reader and writer:
+and the Llama-style modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py,
+modeling_mixtral.py, modeling_qwen3_moe.py), in numpy float64, with its own safetensors
+reader and writer:
 
   logits HF_DIR DUMP.json     the forward pass of the exported model (GPT-2: Conv1D
                               weights [in, out], tied head; Llama: rotate-half RoPE, GQA,
                               SwiGLU; Qwen2's q, k, v biases, Qwen3's q and k norms,
-                              Mistral's sliding window) on the tokens of
+                              Mistral's sliding window; Mixtral's and Qwen3-MoE's
+                              experts, softmax top-k routing) on the tokens of
                               `trident generate --dump_logits`;
                               exit 0 when every position's logits agree to 1e-5 relative
   write HF_DIR OUT_DIR SEED   new random weights in HF's own layout and names, as
@@ -140,7 +142,34 @@ def llama_logits(c, w, tokens):
         y = h @ g(name + ".weight").T
         return y + g(name + ".bias") if name + ".bias" in w else y
 
-    window = c.get("sliding_window") if c["model_type"] == "mistral" else None
+    window = c.get("sliding_window") if c["model_type"] in ("mistral", "mixtral") else None
+
+    def swiglu(h, gate, up, down):
+        a, b = h @ g(gate + ".weight").T, h @ g(up + ".weight").T
+        return (a / (1 + np.exp(-a)) * b) @ g(down + ".weight").T
+
+    def experts(h, p):
+        """Mixtral's MixtralSparseMoeBlock, Qwen3-MoE's Qwen3MoeSparseMoeBlock: softmax over
+        the router's logits, the top num_experts_per_tok, renormalized (Mixtral always,
+        Qwen3-MoE when norm_topk_prob), the weighted sum of those experts' SwiGLU outputs."""
+        mixtral = c["model_type"] == "mixtral"
+        block, names = ("block_sparse_moe", ("w1", "w3", "w2")) if mixtral else ("mlp", ("gate_proj", "up_proj", "down_proj"))
+        E, K = c["num_local_experts"] if mixtral else c["num_experts"], c["num_experts_per_tok"]
+        logits = h @ g(p + block + ".gate.weight").T
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :K]
+        weights = np.take_along_axis(probs, chosen, -1)
+        if mixtral or c.get("norm_topk_prob", False):
+            weights /= weights.sum(-1, keepdims=True)
+        out = np.zeros_like(h)
+        for e in range(E):
+            x = f"{p}{block}.experts.{e}."
+            rows, slot = np.nonzero(chosen == e)
+            if len(rows):
+                out[rows] += weights[rows, slot][:, None] * swiglu(h[rows], *(x + n for n in names))
+        return out
+
     x = g("model.embed_tokens.weight")[tokens]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -155,8 +184,10 @@ def llama_logits(c, w, tokens):
         a = causal_attention(q, k, v, window).transpose(1, 0, 2).reshape(T, H * hd)
         x = x + a @ g(p + "self_attn.o_proj.weight").T
         h = rms_norm(x, g(p + "post_attention_layernorm.weight"), eps)
-        gate, up = h @ g(p + "mlp.gate_proj.weight").T, h @ g(p + "mlp.up_proj.weight").T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ g(p + "mlp.down_proj.weight").T
+        if c["model_type"] in ("mixtral", "qwen3_moe"):
+            x = x + experts(h, p)
+        else:
+            x = x + swiglu(h, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj")
     x = rms_norm(x, g("model.norm.weight"), eps)
     return x @ g("lm_head.weight").T
 

@@ -194,12 +194,17 @@ void import_and_export(const Flow& f, const std::string& from, const std::string
 class HfFlow : public testing::TestWithParam<std::string> {};
 
 // GetParam(): a config, or a Llama-style family on tiny-llama's shape (Mistral with a
-// window of 16 of its 128 tokens).
+// window of 16 of its 128 tokens), or a mixture of experts on tiny-mixtral's (Mixtral with
+// the window too; Qwen3-MoE's experts 64 wide, not renormalized).
 Flow flow_of(const std::string& name) {
   const bool config = name == "tiny" || name == "tiny-llama";
-  return {testing::TempDir() + "hf_" + name,
-          config ? "configs/" + name + ".ini"
-                 : "configs/tiny-llama.ini --model.family=" + name + (name == "mistral" ? " --model.sliding_window=16" : "")};
+  const std::string dir = testing::TempDir() + "hf_" + name;
+  if (name == "mixtral") return {dir, "configs/tiny-mixtral.ini --model.sliding_window=16"};
+  if (name == "qwen3_moe")
+    return {dir, "configs/tiny-mixtral.ini --model.family=qwen3_moe --model.moe_ffn_dim=64 --model.moe_norm_topk=false"};
+  return {dir, config ? "configs/" + name + ".ini"
+                      : "configs/tiny-llama.ini --model.family=" + name +
+                            (name == "mistral" ? " --model.sliding_window=16" : "")};
 }
 
 TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
@@ -209,8 +214,17 @@ TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
   ASSERT_TRUE(fs::exists(hf + "/model.safetensors.index.json"));
   const nlohmann::json config = nlohmann::json::parse(bytes_of(hf + "/config.json"));
   EXPECT_EQ(config["model_type"], GetParam() == "tiny" ? "gpt2" : GetParam() == "tiny-llama" ? "llama" : GetParam());
-  if (GetParam() == "mistral") {
+  if (GetParam() == "mistral" || GetParam() == "mixtral") {
     EXPECT_EQ(config["sliding_window"], 16);
+  }
+  if (GetParam() == "mixtral") {
+    EXPECT_EQ(config["num_local_experts"], 8);
+    EXPECT_EQ(config["num_experts_per_tok"], 2);
+  }
+  if (GetParam() == "qwen3_moe") {
+    EXPECT_EQ(config["num_experts"], 8);
+    EXPECT_EQ(config["moe_intermediate_size"], 64);
+    EXPECT_EQ(config["norm_topk_prob"], false);
   }
 
   // Under another layout and back: the same files, byte for byte.
@@ -240,7 +254,8 @@ TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
   EXPECT_EQ(std::system(compare.c_str()), 0) << slurp(f.dir + "/compare.txt");
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama", "qwen2", "qwen3", "mistral"),
+INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama", "qwen2", "qwen3", "mistral", "mixtral",
+                                                                   "qwen3_moe"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
