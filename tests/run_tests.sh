@@ -107,6 +107,8 @@ shell_check tests/cuda/test_attention_spills.sh bash tests/cuda/test_attention_s
 # and stopped by the script; skipped without the packages), checked with awscli. (The
 # harness's own check, tests/s3/test_s3_server.sh, is run by hand when it changes.)
 run "S3 tests" bash tests/s3/test_s3.sh "$build"
+# The same client against a second S3 implementation, npm's s3rver (skipped without npm).
+run "S3 tests (s3rver)" bash tests/s3/test_s3rver.sh "$build"
 
 # The launch scripts on a real single-node Slurm (and mpirun_ec2.sh): one count per check;
 # skipped without root or the packages. Started first, beside the unit tests: it waits on

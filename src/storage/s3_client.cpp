@@ -27,10 +27,10 @@ namespace trident {
 
 namespace {
 
-std::string sha256_hex(std::string_view data) {
-  unsigned char digest[32];
+std::string digest_hex(std::string_view data, const EVP_MD* kind) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  check(EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) == 1, "EVP_Digest failed");
+  check(EVP_Digest(data.data(), data.size(), digest, &length, kind, nullptr) == 1, "EVP_Digest failed");
   static const char* hex = "0123456789abcdef";
   std::string out;
   for (unsigned int i = 0; i < length; i++) {
@@ -38,6 +38,21 @@ std::string sha256_hex(std::string_view data) {
     out += hex[digest[i] & 15];
   }
   return out;
+}
+
+std::string sha256_hex(std::string_view data) { return digest_hex(data, EVP_sha256()); }
+
+// The ETag S3 gives an object completed from these parts (their ETags, each the MD5 of
+// the part in hex): the MD5 of their binary MD5s, "-" and the number of parts. Empty when
+// a part's ETag is not an MD5 (SSE-KMS encrypted parts).
+std::string multipart_etag(const std::vector<std::string>& part_etags) {
+  std::string md5s;
+  for (std::string etag : part_etags) {
+    etag.erase(std::remove(etag.begin(), etag.end(), '"'), etag.end());
+    if (etag.size() != 32 || etag.find_first_not_of("0123456789abcdef") != std::string::npos) return "";
+    for (size_t i = 0; i < 32; i += 2) md5s += static_cast<char>(std::stoi(etag.substr(i, 2), nullptr, 16));
+  }
+  return "\"" + digest_hex(md5s, EVP_md5()) + "-" + std::to_string(part_etags.size()) + "\"";
 }
 
 // The canonical query SigV4 signs: parameters sorted by name, names and values encoded,
@@ -193,7 +208,7 @@ HttpResponse S3Client::send(HttpSession& http, const Request& r) {
     h.cancel = &cancelled_;
     if (r.before_attempt) r.before_attempt();
     (r.method == "PUT" ? counts_.put : r.method == "HEAD" ? counts_.head : r.method == "POST" ? counts_.post
-     : r.method == "DELETE" ? counts_.del : r.query.find("list-type") != std::string::npos ? counts_.list : counts_.get)++;
+     : r.method == "DELETE" ? counts_.del : r.key.empty() ? counts_.list : counts_.get)++;
     if (r.tally != nullptr) r.tally->put++;  // a transfer counts its requests in one figure
     HttpResponse response = http.perform(h);
     if (r.refused != nullptr && !r.refused->empty()) throw S3Error(what + ": " + *r.refused, -1, "Refused");
@@ -221,11 +236,49 @@ HttpResponse S3Client::send(HttpSession& http, const Request& r) {
   }
 }
 
+// CompleteMultipartUpload, treated as S3 asks: a 200 may carry an <Error> (S3 fails a long
+// completion that way: an InternalError is sent again, within retry_s), and a try whose
+// answer was lost after the store did it leaves its retry a 404 NoSuchUpload (the upload
+// is an object now): then the object under the key, of the file's size and with the ETag
+// these parts make, shows that the completion took.
+void S3Client::complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
+                               const std::vector<std::string>& part_etags) {
+  const std::string what = "POST " + url_of(complete.key) + " (complete)";
+  const Timer since;
+  for (int attempt = 0;; attempt++) {
+    StoreError e;
+    try {
+      e = store_error(send(http, complete).body);
+    } catch (const S3Error& error) {
+      if (error.code != "NoSuchUpload") throw;
+      Request head;
+      head.method = "HEAD";
+      head.key = complete.key;
+      head.missing_ok = true;
+      const HttpResponse object = send(http, head);
+      // The ETag these parts make (AWS, Ceph); a store that gives assembled objects ETags of
+      // its own (s3rver: the whole object's MD5, no "-N") or parts without MD5 ETags: the size.
+      const std::string expected = multipart_etag(part_etags), etag = object.header("etag");
+      const bool ours = object.status == 200 && object.header("content-length") == std::to_string(bytes) &&
+                        (etag == expected || expected.empty() || etag.find('-') == std::string::npos);
+      if (ours) return;
+      throw;
+    }
+    if (e.code.empty()) return;
+    const bool transient = e.code == "InternalError" || e.code == "ServiceUnavailable" || e.code == "SlowDown";
+    if (!transient || since.seconds() > settings_.retry_s)
+      throw S3Error(what + ": 200 carrying " + e.code + " (" + e.message + ")", 200, e.code);
+    counts_.retries++;
+    sleep_before_retry(attempt);
+  }
+}
+
 void S3Client::check_bucket(const std::string& prefix) {
   HttpSession http;
   Request r;
   // Under the prefix: a policy may allow listing there alone (an s3:prefix condition).
-  r.query = canonical_query({{"list-type", "2"}, {"max-keys", "1"}, {"prefix", prefix}});
+  // ListObjects V1, as list() below.
+  r.query = canonical_query({{"max-keys", "1"}, {"prefix", prefix}});
   try {
     send(http, r);
   } catch (const S3Error& e) {
@@ -277,24 +330,31 @@ std::optional<uint64_t> S3Client::object_size(const std::string& key) {
   return std::stoull(response.header("content-length").empty() ? "0" : response.header("content-length"));
 }
 
-std::vector<S3Object> S3Client::list(const std::string& prefix) {
+// ListObjects V1, paged by `marker` (the last key of the page before): every S3 store
+// answers it (AWS, Ceph's gateway, s3rver) and it needs no token made by the server. V2's
+// continuation tokens are where s3rver 3.7 fails: it makes them with DES, which the
+// OpenSSL 3 of Node 17 and later refuses, so every truncated V2 page is a 500 there.
+std::vector<S3Object> S3Client::list(const std::string& prefix, int page_keys) {
   HttpSession http;
   std::vector<S3Object> objects;
-  std::string token;
+  std::string marker;
   for (;;) {
-    std::vector<std::pair<std::string, std::string>> parameters = {{"list-type", "2"}, {"prefix", prefix}};
-    if (!token.empty()) parameters.emplace_back("continuation-token", token);
+    std::vector<std::pair<std::string, std::string>> parameters = {{"max-keys", std::to_string(page_keys)},
+                                                                   {"prefix", prefix}};
+    if (!marker.empty()) parameters.emplace_back("marker", marker);
     Request r;
     r.query = canonical_query(parameters);
     const HttpResponse response = send(http, r);
     pugi::xml_document doc;
     check(static_cast<bool>(doc.load_string(response.body.c_str())), "S3 list of " + url_of(prefix) + ": not XML");
     const pugi::xml_node result = doc.child("ListBucketResult");
+    const size_t before = objects.size();
     for (const pugi::xml_node c : result.children("Contents"))
       objects.push_back({xml_text(c, "Key"), c.child("Size").text().as_ullong()});
     if (std::string(xml_text(result, "IsTruncated")) != "true") break;
-    token = xml_text(result, "NextContinuationToken");
-    check(!token.empty(), "S3 list of " + url_of(prefix) + ": truncated without a continuation token");
+    check(objects.size() > before, "S3 list of " + url_of(prefix) + ": a truncated page without keys");
+    marker = xml_text(result, "NextMarker");  // only with a delimiter; else the page's last key
+    if (marker.empty()) marker = objects.back().key;
   }
   std::sort(objects.begin(), objects.end(), [](const S3Object& a, const S3Object& b) { return a.key < b.key; });
   return objects;
@@ -384,10 +444,7 @@ S3Transfer S3Client::upload_file(const std::string& path, const std::string& key
     complete.query = canonical_query({{"uploadId", upload_id}});
     complete.body = xml;
     complete.headers = {"Content-Type: application/xml"};
-    // A 200 may still carry an <Error> (S3 fails a long completion that way).
-    const HttpResponse done = send(http, complete);
-    const StoreError e = store_error(done.body);
-    if (!e.code.empty()) throw S3Error("POST " + url_of(key) + " (complete): " + e.code + " " + e.message, 200, e.code);
+    complete_upload(http, complete, t.bytes, etags);
   } catch (...) {
     // The parts cost storage until aborted; best effort, the error that matters is above.
     try {

@@ -83,7 +83,8 @@ class S3Client {
   void put_object(const std::string& key, std::string_view data);
   std::optional<std::string> get_object(const std::string& key);  // nullopt: no such key
   std::optional<uint64_t> object_size(const std::string& key);    // HEAD; nullopt: no such key
-  std::vector<S3Object> list(const std::string& prefix);          // every page, in key order
+  // Every key under `prefix`, in key order, in pages of `page_keys` (S3's most: 1000).
+  std::vector<S3Object> list(const std::string& prefix, int page_keys = 1000);
   void delete_object(const std::string& key);
 
   // The file as one object: one PUT up to a part, else a multipart upload, parts in
@@ -106,6 +107,8 @@ class S3Client {
   // Sends a request until it succeeds, retrying what may succeed later; S3Error else.
   // A 404 comes back as the response when the request allows it.
   HttpResponse send(HttpSession& http, const Request& request);
+  void complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
+                       const std::vector<std::string>& part_etags);
   std::string bucket_url() const;
   void sleep_before_retry(int attempt);
 

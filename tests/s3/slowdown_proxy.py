@@ -16,6 +16,14 @@ rename):
   {"delay_ms": D}            every request held D ms before it is forwarded (a slow link,
                              so that a test can stop the server in the middle of an upload)
   {"delay_path": S}          with delay_ms: only requests whose path contains S are held
+  {"lose_answer": {"method": M, "path": S, "requests": N}}
+                             the next N requests of method M whose path (and query)
+                             contains S are forwarded and done upstream, but their answer
+                             is lost: the client's connection is closed without it
+  {"error_in_200": {"method": M, "path": S, "requests": N}}
+                             the next N such requests are not forwarded: a 200 whose body
+                             is an <Error> (InternalError), as S3 fails a long
+                             CompleteMultipartUpload
 A budget (N, T) starts again whenever the file is rewritten. With the upstream down, the
 proxy closes the client's connection without an answer, as a dead server would.
 It keeps --stats up to date ({"requests", "slowdowns", "truncated", "upstream_errors"}),
@@ -36,6 +44,8 @@ import urllib.parse
 
 SLOWDOWN_BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
                  b'<Message>Please reduce your request rate.</Message></Error>')
+ERROR_IN_200_BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n\n<Error><Code>InternalError</Code>'
+                     b'<Message>We encountered an internal error. Please try again.</Message></Error>')
 BLOCK = 1 << 20
 
 
@@ -57,7 +67,9 @@ class Faults:
         self.slowdowns_left = 0
         self.slowdown_until = 0.0
         self.truncations_left = None  # None: every GET
-        self.stats = {"requests": 0, "slowdowns": 0, "truncated": 0, "upstream_errors": 0}
+        self.matched_left = {}   # fault name -> requests it still takes
+        self.stats = {"requests": 0, "slowdowns": 0, "truncated": 0, "upstream_errors": 0, "lost_answers": 0,
+                      "errors_in_200": 0}
 
     def _reload(self):
         if not self.control:
@@ -80,6 +92,22 @@ class Faults:
         self.slowdown_until = time.monotonic() + float(settings.get("slowdown_seconds", 0))
         n = settings.get("truncate_get_requests")
         self.truncations_left = None if n is None else int(n)
+        self.matched_left = {name: int(settings[name].get("requests", 1))
+                             for name in ("lose_answer", "error_in_200") if name in settings}
+
+    def takes(self, name, method, path):
+        """Whether fault `name` ({"method", "path", "requests"}) takes this request; counted."""
+        with self.lock:
+            self._reload()
+            f = self.settings.get(name)
+            if not f or self.matched_left.get(name, 0) <= 0:
+                return False
+            if f.get("method", method) != method or f.get("path", "") not in path:
+                return False
+            self.matched_left[name] -= 1
+            self.stats["lost_answers" if name == "lose_answer" else "errors_in_200"] += 1
+            self._write_stats()
+            return True
 
     def should_slow_down(self, method, path):
         """Counts the request; returns (answer 503?, seconds to hold it first)."""
@@ -177,8 +205,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(SLOWDOWN_BODY)
             self.log_request(503)
             return
+        if faults.takes("error_in_200", self.command, self.path):
+            for _ in self.body_chunks():
+                pass
+            self.send_response_only(200, "OK")
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(ERROR_IN_200_BODY)))
+            self.end_headers()
+            self.wfile.write(ERROR_IN_200_BODY)
+            self.log_request(200)
+            return
+        lose = faults.takes("lose_answer", self.command, self.path)
         try:
             resp = self.forward()
+            if lose:  # done upstream; the answer never reaches the client
+                resp.read()
+                self.log_message("%s: answer %d lost", self.path, resp.status)
+                self.close_connection = True
+                self.upstream_close()
+                return
         except (OSError, http.client.HTTPException) as e:
             faults.count("upstream_errors")
             self.log_message("upstream: %s: closing the client's connection", e)

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
 #include <zlib.h>
 
 #include "cli_helpers.h"
@@ -196,6 +197,15 @@ TEST(AwsCredentials, NoneIsOneClearError) {
 
 // ---- against the server -------------------------------------------------------------
 
+std::string md5_hex(const std::string& data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(data.data(), data.size(), digest, &length, EVP_md5(), nullptr);
+  std::string hex;
+  for (unsigned int i = 0; i < length; i++) hex += "0123456789abcdef"[digest[i] >> 4], hex += "0123456789abcdef"[digest[i] & 15];
+  return hex;
+}
+
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
@@ -259,12 +269,19 @@ TEST_F(S3Store, ObjectsListedReadAndDeleted) {
   ASSERT_EQ(listed.size(), 2u);
   EXPECT_EQ(listed[0].key, "runs/a/latest");
   EXPECT_EQ(listed[1].size, 2u);
+  // In pages of 2 (marker paging: s3rver cannot make V2's continuation tokens), every key
+  // once, in order. (Not across "runs/a b/": s3rver does not list in byte order there.)
+  for (int i = 0; i < 5; i++) client_->put_object("runs/p/" + std::to_string(i), std::string(i, 'p'));
+  const std::vector<S3Object> paged = client_->list("runs/p/", 2);
+  ASSERT_EQ(paged.size(), 5u);
+  for (int i = 0; i < 5; i++) EXPECT_EQ(paged[i].key + " " + std::to_string(paged[i].size),
+                                        "runs/p/" + std::to_string(i) + " " + std::to_string(i));
   client_->delete_object("runs/a/latest");
   client_->delete_object("runs/a/latest");  // twice: gone is what was asked
   EXPECT_EQ(client_->list("runs/a/").size(), 1u);
   // awscli sees what we stored.
   const nlohmann::json j = nlohmann::json::parse(aws("s3api list-objects-v2 --bucket " + bucket_ + " --prefix runs/"));
-  EXPECT_EQ(j["Contents"].size(), 2u);
+  EXPECT_EQ(j["Contents"].size(), 7u);
 }
 
 TEST_F(S3Store, MultipartUploadAndRangedDownload) {
@@ -276,11 +293,13 @@ TEST_F(S3Store, MultipartUploadAndRangedDownload) {
   EXPECT_EQ(up.bytes, bytes);
   EXPECT_EQ(up.crc32, crc);  // combined from the parts' CRCs
   EXPECT_EQ(client_->counts().post.load(), 2u);  // start and complete
-  // awscli: one object of the file's size, with a multipart ETag ("-3"), and its copy is
-  // the file byte for byte.
+  // awscli: one object of the file's size, with a multipart ETag ("-3"; s3rver stores the
+  // parts as one object and gives the whole file's MD5), and its copy is the file byte for
+  // byte.
   const nlohmann::json head = nlohmann::json::parse(aws("s3api head-object --bucket " + bucket_ + " --key ckpt/node_0000.h5"));
   EXPECT_EQ(head["ContentLength"].get<uint64_t>(), bytes);
-  EXPECT_NE(head["ETag"].get<std::string>().find("-3"), std::string::npos) << head.dump();
+  const std::string etag = head["ETag"].get<std::string>();
+  EXPECT_TRUE(etag.find("-3") != std::string::npos || etag == "\"" + md5_hex(slurp(file)) + "\"") << head.dump();
   aws("s3 cp s3://" + bucket_ + "/ckpt/node_0000.h5 " + back);
   EXPECT_EQ(slurp(back), slurp(file));
   fs::remove(back);
@@ -333,6 +352,38 @@ TEST_F(S3Store, SlowDownIsRetriedWithBackoff) {
   EXPECT_EQ(client->counts().slowdowns.load(), 6u);
   EXPECT_GE(client->counts().retries.load(), 6u);
   EXPECT_EQ(client_->object_size("slow/file").value_or(0), size_t{11} << 20);
+}
+
+// CompleteMultipartUpload's two ways of failing: a 200 whose body is an <Error>
+// (InternalError: sent again), and an answer lost after the store completed the upload
+// (the retry gets 404 NoSuchUpload: the object with the ETag of these parts proves it
+// done). Both uploads succeed; the objects are the files.
+TEST_F(S3Store, CompletionFailuresAreToldFromSuccess) {
+  const std::string proxy = env_or_empty("TRIDENT_TEST_S3_PROXY"), control = env_or_empty("TRIDENT_TEST_S3_PROXY_CONTROL");
+  if (proxy.empty()) GTEST_SKIP() << "no fault proxy (tests/s3/test_s3.sh starts one)";
+  const auto client = make_client(proxy);
+  const std::string file = testing::TempDir() + "completed", back = testing::TempDir() + "completed_back";
+  const size_t bytes = (size_t{11} << 20) + 7;
+  const uint32_t crc = random_file(file, bytes, 4);
+  const auto fault = [&](const std::string& name) {
+    std::ofstream(control + ".new") << R"({")" + name + R"(": {"method": "POST", "path": "uploadId=", "requests": 1}})";
+    fs::rename(control + ".new", control);
+  };
+  const std::string stats = env_or_empty("TRIDENT_TEST_S3_PROXY_STATS");
+  for (const std::string name : {"error_in_200", "lose_answer"}) {
+    fault(name);
+    const uint64_t posts = client->counts().post.load();
+    const S3Transfer up = client->upload_file(file, "complete/" + name);
+    EXPECT_EQ(up.crc32, crc) << name;
+    // The fault was met once: start, the completion it took, the completion again (a lost
+    // answer's resend may be libcurl's own, on a fresh connection, and not counted here).
+    const std::string counter = name == "lose_answer" ? "lost_answers" : "errors_in_200";
+    EXPECT_EQ(nlohmann::json::parse(slurp(stats))[counter], 1) << slurp(stats);
+    EXPECT_GE(client->counts().post.load() - posts, name == "lose_answer" ? 2u : 3u) << name;
+    const S3Transfer down = client_->download_file("complete/" + name, bytes, back);
+    EXPECT_EQ(down.crc32, crc) << name;
+  }
+  std::ofstream(control) << "{}";
 }
 
 // A server that does not answer: retried until retry_s, then one error naming it.
