@@ -3,11 +3,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "parallel/agreement.h"
+#include "parallel/node_leaders.h"
 #include "runtime/durable_file.h"
 #include "kernels/base/error.h"
 #include "runtime/timer.h"
@@ -15,38 +15,6 @@
 namespace fs = std::filesystem;
 
 namespace trident {
-
-namespace {
-
-// How many node leaders there are, and this rank's place among them (leaders only).
-void node_leaders(ParallelState& parallel, int& leaders, int& index) {
-  std::vector<double> is_leader(parallel.world().size(), 0.0);
-  is_leader[parallel.rank()] = parallel.node().rank() == 0 ? 1.0 : 0.0;
-  parallel.world().all_reduce(std::span<double>(is_leader));
-  leaders = index = 0;
-  for (int r = 0; r < parallel.world().size(); r++) {
-    if (r < parallel.rank()) index += static_cast<int>(is_leader[r]);
-    leaders += static_cast<int>(is_leader[r]);
-  }
-}
-
-// Whether every node leader sees `folder` as rank 0 does (a shared file system): rank 0
-// leaves a file of a random name there, and every leader looks for it.
-bool shared_folder(ParallelState& parallel, const std::string& folder) {
-  std::string probe;
-  if (parallel.is_root()) {
-    fs::create_directories(folder);
-    probe = (fs::path(folder) / (".shared-probe-" + std::to_string(std::random_device{}()))).string();
-    std::ofstream(probe) << "trident\n";
-  }
-  probe = broadcast_string(probe);
-  const bool seen = parallel.node().rank() != 0 || fs::exists(probe);
-  const bool all = parallel.world().all_reduce(seen ? 0.0 : 1.0, ReduceOp::max) == 0;
-  if (parallel.is_root()) fs::remove(probe);
-  return all;
-}
-
-}  // namespace
 
 std::optional<StagedCheckpoint> stage_from_s3(const CheckpointConfig& config, ParallelState& parallel,
                                               RemoteCheckpoints* remote, const ParameterLayout& layout,
@@ -62,8 +30,7 @@ std::optional<StagedCheckpoint> stage_from_s3(const CheckpointConfig& config, Pa
   });
   candidates = nlohmann::json::parse(broadcast_string(nlohmann::json(candidates).dump())).get<std::vector<std::string>>();
   if (candidates.empty()) return std::nullopt;
-  int leaders = 0, leader_index = 0;
-  node_leaders(parallel, leaders, leader_index);
+  const NodeLeaders leaders = node_leaders(parallel);
   const bool shared = shared_folder(parallel, config.dir);
   std::string problems;
   for (const std::string& name : candidates) {
@@ -84,7 +51,7 @@ std::optional<StagedCheckpoint> stage_from_s3(const CheckpointConfig& config, Pa
     (shared ? world : parallel.node()).all_reduce(std::span<double>(needed), ReduceOp::max);
     if (shared)
       for (size_t i = 0; i < needed.size(); i++)
-        if (static_cast<int>(i) % leaders != leader_index) needed[i] = 0;
+        if (static_cast<int>(i) % leaders.count != leaders.index) needed[i] = 0;
     // The node leader fetches what its disk lacks (a file left by an earlier try, or
     // this node's own from before a crash, counts if it verifies).
     std::string error;
