@@ -60,7 +60,7 @@ trap 'rm -f "$log" "$slurm_log"; rm -rf "$TEST_TMPDIR"; kill "$slurm_pid" 2>/dev
 # The S3 tests run below, against their own server.
 # Bounded (it takes about 9 minutes on 2 cores): a hang fails it, with the test named, and
 # the suite goes on to its summary.
-run unit_tests timeout -k 30 2400 "$build/tests/unit_tests" --gtest_filter='-S3Store.*:S3Checkpoints.*'
+run unit_tests timeout -k 30 2400 "$build/tests/unit_tests" --gtest_filter='-S3Store.*:S3Checkpoints.*:S3Data.*'
 # One OpenMP thread per rank: the ranks share the machine's cores.
 for np in 2 3 4; do
   run "mpi_tests, $np ranks" timeout 600 mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np "$np" "$build/tests/mpi_tests"

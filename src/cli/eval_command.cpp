@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "data/s3_data.h"
 #include "cli/checkpoint_run.h"
 #include "config/config.h"
 #include "data/token_dataset.h"
@@ -41,8 +42,9 @@ int run_eval_command(const std::vector<std::string>& args, const MpiWorld& world
   load_checkpoint_run(run);
   const Config& c = run.config;
   TrainingData data;
+  const DataConfig d = stage_s3_data(c, *run.parallel);  // s3:// entries: their local copies
   run_collectively([&] {
-    data = open_training_data(c.data.path, c.data.val_path, c.data.val_fraction, *run.tokenizer, c.data.json_key);
+    data = open_training_data(d.path, d.val_path, d.val_fraction, *run.tokenizer, d.json_key);
     require(data.max_token < c.model.vocab_size, "the data holds token id " + std::to_string(data.max_token) +
                                                      ", beyond model.vocab_size (" + std::to_string(c.model.vocab_size) +
                                                      ")");

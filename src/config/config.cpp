@@ -114,7 +114,8 @@ po::options_description config_options(Config& c) {
       ("train.recompute", with_default(&t.recompute),
        "activations recomputed in backward: none, selective (attention's core) or full (each layer)")
       ("data.path", with_default(&d.path),
-       "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"")
+       "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"; any "
+       "of them as s3://bucket/key (copied to data.cache_dir first; S3 settings: checkpoint.s3_*)")
       ("data.tokenizer", with_default(&d.tokenizer),
        "byte, gpt2, llama3 or sentencepiece (text data is tokenized with it at start; 'trident prepare' "
        "tokenizes once, for every later run)")
@@ -125,6 +126,9 @@ po::options_description config_options(Config& c) {
       ("data.val_fraction", with_default(&d.val_fraction), "fraction of documents held out")
       ("data.val_path", with_default(&d.val_path),
        "a validation dataset of its own, any data.path form (empty: val_fraction of data.path)")
+      ("data.cache_dir", with_default(&d.cache_dir),
+       "where each node copies data.path and val_path entries given as s3://bucket/prefix before training "
+       "(empty: $SLURM_TMPDIR/trident-data, else /tmp/trident-data); files already there that verify are kept")
       ("data.document_mask", with_default(&d.document_mask),
        "attention within each document only: a token sees the earlier tokens of its own document (documents "
        "end with data.eod_token); positions stay those of the sequence")

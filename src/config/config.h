@@ -150,6 +150,9 @@ struct DataConfig {
   std::string json_key = "text";                    // the document's key in JSONL input (Megatron's --json-keys)
   double val_fraction = 0.05;                       // held-out tail of the documents
   std::string val_path;                             // a validation dataset of its own (instead of val_fraction)
+  // Where each node keeps its copy of data in S3 (an s3:// data.path or val_path):
+  // empty: $SLURM_TMPDIR/trident-data under Slurm, else /tmp/trident-data (data/s3_data.h).
+  std::string cache_dir;
   // Attention stays within each document (Llama 3's packing): a token sees the earlier
   // tokens of its own document only; a document ends with eod_token, which belongs to it.
   bool document_mask = false;

@@ -350,7 +350,7 @@ std::vector<S3Object> S3Client::list(const std::string& prefix, int page_keys) {
     const pugi::xml_node result = doc.child("ListBucketResult");
     const size_t before = objects.size();
     for (const pugi::xml_node c : result.children("Contents"))
-      objects.push_back({xml_text(c, "Key"), c.child("Size").text().as_ullong()});
+      objects.push_back({xml_text(c, "Key"), c.child("Size").text().as_ullong(), xml_text(c, "ETag")});
     if (std::string(xml_text(result, "IsTruncated")) != "true") break;
     check(objects.size() > before, "S3 list of " + url_of(prefix) + ": a truncated page without keys");
     marker = xml_text(result, "NextMarker");  // only with a delimiter; else the page's last key

@@ -61,6 +61,7 @@ struct S3Counts {
 struct S3Object {
   std::string key;
   uint64_t size = 0;
+  std::string etag;  // as listed, quotes and all
 };
 
 struct S3Transfer {

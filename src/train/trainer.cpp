@@ -50,6 +50,7 @@
 #include "train/metrics_log.h"
 #include "train/run_monitor.h"
 #include "train/setup.h"
+#include "data/s3_data.h"
 #include "train/host_faults.h"
 #include "train/replica_check.h"
 #include "train/stragglers.h"
@@ -69,8 +70,8 @@ std::string format_loss(double loss) {
 // ---- data: every rank opens it and takes its slice of each global batch ----
 TrainingData load_data(const Config& config, ParallelState& parallel, std::unique_ptr<Tokenizer>& tokenizer) {
   TrainingData data;
+  const DataConfig d = stage_s3_data(config, parallel);  // s3:// entries: their local copies
   run_collectively([&] {
-    const DataConfig& d = config.data;
     tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
     data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key);
     // Every id the data holds must be a row of the embedding (the tokenizer's vocabulary

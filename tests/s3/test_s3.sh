@@ -61,4 +61,4 @@ elif [ -n "${TRIDENT_TEST_S3_REQUIRED:-}" ]; then
   echo "TRIDENT_TEST_S3_REQUIRED is set and the S3 server did not start"
   exit 1
 fi
-"$build/tests/unit_tests" --gtest_filter='S3Store.*:S3Checkpoints.*' "$@"
+"$build/tests/unit_tests" --gtest_filter='S3Store.*:S3Checkpoints.*:S3Data.*' "$@"

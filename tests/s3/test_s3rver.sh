@@ -2,7 +2,7 @@
 # The S3 tests that a second, independent S3 implementation can serve, against npm's
 # s3rver 3.7 (what a new user reaches for first): objects listed in pages, read and
 # deleted; a multipart upload and ranged download checked with awscli; two nodes
-# uploading checkpoints and a new cluster resuming from them. s3rver checks SigV4
+# uploading checkpoints and a new cluster resuming from them; training data read from it. s3rver checks SigV4
 # signatures (its fixed keys S3RVER / S3RVER); it is installed from npm into
 # BUILD/s3rver, started on a free port and stopped by a trap. Without node, npm or the
 # registry the server is not started and the tests skip themselves (counted as skipped).
@@ -56,4 +56,4 @@ if [ $rc = 2 ]; then
   echo "s3rver was installed and would not start: the tests cannot run"
   exit 1
 fi
-"$build/tests/unit_tests" --gtest_filter='S3Store.ObjectsListedReadAndDeleted:S3Store.MultipartUploadAndRangedDownload:S3Checkpoints.TwoNodesUploadAndANewClusterResumesFromS3'
+"$build/tests/unit_tests" --gtest_filter='S3Store.ObjectsListedReadAndDeleted:S3Store.MultipartUploadAndRangedDownload:S3Checkpoints.TwoNodesUploadAndANewClusterResumesFromS3:S3Data.*'

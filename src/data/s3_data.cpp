@@ -1,0 +1,282 @@
+#include "data/s3_data.h"
+
+#include <fnmatch.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/remote_checkpoints.h"
+#include "parallel/agreement.h"
+#include "parallel/node_leaders.h"
+#include "runtime/durable_file.h"
+#include "runtime/timer.h"
+#include "storage/s3_client.h"
+#include "storage/s3_uri.h"
+
+namespace fs = std::filesystem;
+
+namespace trident {
+
+namespace {
+
+std::vector<std::string> words_of(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+bool has_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// Whether an entry's key (a glob, a file, a folder or a Megatron prefix) names `key`.
+bool named_by(const std::string& pattern, const std::string& key) {
+  if (key.empty() || key.back() == '/') return false;  // a folder marker
+  if (has_glob(pattern)) return fnmatch(pattern.c_str(), key.c_str(), FNM_PATHNAME) == 0;
+  if (pattern.empty() || key == pattern) return true;                                  // the bucket; a file
+  if (key.starts_with(pattern + "/")) return true;                                     // a folder's files
+  return key.starts_with(pattern + ".") && key.find('/', pattern.size()) == std::string::npos;  // prefix.bin, .idx
+}
+
+// One object to copy, and where its copy and its record go.
+struct DataObject {
+  std::string bucket, key, etag;
+  uint64_t size = 0;
+};
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DataObject, bucket, key, etag, size)
+
+std::string copy_path(const std::string& cache, const DataObject& o) {
+  return (fs::path(cache) / o.bucket / o.key).string();
+}
+
+// What a verified copy was made from (beside the data, not among it: a text folder's
+// reader takes every file of the folder).
+std::string record_path(const std::string& cache, const DataObject& o) {
+  return (fs::path(cache) / ".trident-s3" / o.bucket / (o.key + ".json")).string();
+}
+
+int64_t mtime_ns(const std::string& path) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(fs::last_write_time(path).time_since_epoch()).count();
+}
+
+// A copy made from this object (its ETag and size) and not changed since (its size and
+// modification time as recorded).
+bool copy_is_current(const std::string& cache, const DataObject& o) {
+  const std::string path = copy_path(cache, o);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) != o.size) return false;
+  std::ifstream in(record_path(cache, o));
+  const nlohmann::json r = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return r.is_object() && r.value("etag", "") == o.etag && r.value("size", uint64_t{0}) == o.size &&
+         r.value("mtime_ns", int64_t{0}) == mtime_ns(path);
+}
+
+// The MD5 in an ETag ("<32 hex>", an object put whole without SSE-KMS); empty otherwise
+// (a multipart ETag "<hex>-N", an encrypted object's).
+std::string etag_md5(const std::string& etag) {
+  std::string hex = etag;
+  std::erase(hex, '"');
+  if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return "";
+  return hex;
+}
+
+std::string file_md5(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  check(ctx != nullptr && EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) == 1, "EVP_DigestInit_ex failed");
+  std::vector<char> block(8 << 20);
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), block.data(), static_cast<size_t>(in.gcount()));
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &length);
+  std::string hex;
+  for (unsigned int i = 0; i < length; i++) {
+    hex += "0123456789abcdef"[digest[i] >> 4];
+    hex += "0123456789abcdef"[digest[i] & 15];
+  }
+  return hex;
+}
+
+// Downloads one object to its copy (through a .partial file, so that a cut download never
+// looks whole), checks its MD5 where the ETag has one, and records what it was made from.
+uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o) {
+  const std::string path = copy_path(cache, o), partial = path + ".partial";
+  fs::create_directories(fs::path(path).parent_path());
+  fs::create_directories(fs::path(record_path(cache, o)).parent_path());
+  client.download_file(o.key, o.size, partial);
+  const std::string md5 = etag_md5(o.etag);
+  if (!md5.empty() && file_md5(partial) != md5) {
+    fs::remove(partial);
+    throw InfrastructureError("s3://" + o.bucket + "/" + o.key + ": the copy's MD5 is not the object's ETag " + o.etag +
+                              " (changed while it was read?)");
+  }
+  fs::rename(partial, path);
+  write_text_atomically(record_path(cache, o),
+                        nlohmann::json{{"etag", o.etag}, {"size", o.size}, {"mtime_ns", mtime_ns(path)}}.dump() + "\n");
+  return o.size;
+}
+
+std::string gb(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f GB", bytes / 1e9);
+  return text;
+}
+
+// The objects every s3:// entry of `spec` names (rank 0; UsageError for an entry that
+// names nothing, a bucket that cannot be used).
+void list_entries(const std::string& key_name, const std::string& spec, const CheckpointConfig& s3,
+                  std::vector<DataObject>& objects) {
+  for (const std::string& word : words_of(spec)) {
+    if (!is_s3_uri(word)) continue;
+    const S3Uri uri = parse_s3_uri(word);
+    S3Client client(uri.bucket, s3_settings(s3), std::make_shared<AwsCredentialProvider>());
+    const std::string listed_under = uri.prefix.substr(0, uri.prefix.find_first_of("*?["));
+    client.check_bucket(listed_under);
+    size_t found = 0;
+    for (const S3Object& o : client.list(listed_under))
+      if (named_by(uri.prefix, o.key)) {
+        objects.push_back({uri.bucket, o.key, o.etag, o.size});
+        found++;
+      }
+    require(found > 0, key_name + " '" + word + "' names no object in S3 (a Megatron prefix with its .bin and .idx, "
+                                                "a glob of shards, a file or a folder)");
+  }
+}
+
+std::string with_local_copies(const std::string& spec, const std::string& cache) {
+  if (!names_s3(spec)) return spec;
+  std::string out;
+  for (const std::string& word : words_of(spec))
+    out += (out.empty() ? "" : " ") + (is_s3_uri(word) ? local_copy_of(word, cache) : word);
+  return out;
+}
+
+}  // namespace
+
+bool names_s3(const std::string& data_path) {
+  for (const std::string& word : words_of(data_path))
+    if (is_s3_uri(word)) return true;
+  return false;
+}
+
+std::string local_copy_of(const std::string& uri, const std::string& cache_dir) {
+  const S3Uri u = parse_s3_uri(uri);
+  return (fs::path(cache_dir) / u.bucket / u.prefix).string();
+}
+
+std::string data_cache_dir(const DataConfig& data) {
+  if (!data.cache_dir.empty()) return data.cache_dir;
+  const char* slurm = std::getenv("SLURM_TMPDIR");
+  return (fs::path(slurm != nullptr && *slurm != '\0' ? slurm : "/tmp") / "trident-data").string();
+}
+
+DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
+  DataConfig data = config.data;
+  if (!names_s3(data.path) && !names_s3(data.val_path)) return data;
+  const std::string cache = data_cache_dir(data);
+  // Rank 0 lists what the entries name; every rank learns it.
+  std::vector<DataObject> objects;
+  run_collectively([&] {
+    if (!parallel.is_root()) return;
+    list_entries("data.path", data.path, config.checkpoint, objects);
+    list_entries("data.val_path", data.val_path, config.checkpoint, objects);
+  });
+  objects = nlohmann::json::parse(broadcast_string(nlohmann::json(objects).dump())).get<std::vector<DataObject>>();
+  std::sort(objects.begin(), objects.end(), [](const DataObject& a, const DataObject& b) {
+    return std::tie(a.bucket, a.key) < std::tie(b.bucket, b.key);
+  });
+  objects.erase(std::unique(objects.begin(), objects.end(),
+                            [](const DataObject& a, const DataObject& b) { return a.bucket == b.bucket && a.key == b.key; }),
+                objects.end());
+
+  // Each node leader fetches what its node lacks; on a shared folder, its share of it.
+  const NodeLeaders leaders = node_leaders(parallel);
+  bool shared = false;
+  run_collectively([&] { shared = shared_folder(parallel, cache); });
+  std::vector<const DataObject*> mine;
+  double kept = 0;
+  if (leaders.leader)
+    for (size_t i = 0; i < objects.size(); i++) {
+      if (shared && static_cast<int>(i) % leaders.count != leaders.index) continue;
+      if (copy_is_current(cache, objects[i])) kept++;
+      else mine.push_back(&objects[i]);
+    }
+  double to_fetch = 0;
+  for (const DataObject* o : mine) to_fetch += static_cast<double>(o->size);
+  double plan[2] = {to_fetch, kept};
+  parallel.world().all_reduce(std::span<double>(plan, 2));
+  if (parallel.is_root() && plan[0] > 0)
+    std::printf("data: copying %s of s3:// data to %s (%zu objects, %.0f already there)\n", gb(plan[0]).c_str(),
+                cache.c_str(), objects.size(), plan[1]);
+  std::fflush(stdout);
+
+  std::string error;
+  bool usage = false;
+  double fetched = 0, files = 0;
+  const Timer timer;
+  if (!mine.empty()) {
+    try {
+      std::map<std::string, std::unique_ptr<S3Client>> clients;  // one per bucket
+      double last_line = 0;
+      for (const DataObject* o : mine) {
+        auto& client = clients[o->bucket];
+        if (!client) client = std::make_unique<S3Client>(o->bucket, s3_settings(config.checkpoint),
+                                                         std::make_shared<AwsCredentialProvider>());
+        fetched += static_cast<double>(fetch(*client, cache, *o));
+        files++;
+        // Rank 0's own share, as it goes (every 2 s): bytes, rate, time left.
+        const double seconds = timer.seconds();
+        if (parallel.is_root() && seconds - last_line >= 2 && fetched < to_fetch) {
+          const double rate = fetched / seconds;
+          std::printf("data: copied %s of %s (%.3f GB/s), ETA %.0f s\n", gb(fetched).c_str(), gb(to_fetch).c_str(),
+                      rate / 1e9, (to_fetch - fetched) / rate);
+          std::fflush(stdout);
+          last_line = seconds;
+        }
+      }
+    } catch (const UsageError& e) {
+      error = e.what();
+      usage = true;
+    } catch (const std::exception& e) {  // the store (after its retries), the local disk
+      error = e.what();
+    }
+  }
+  const double seconds = timer.seconds();
+  double totals[4] = {fetched, files, error.empty() ? 0.0 : 1.0, usage ? 1.0 : 0.0};
+  parallel.world().all_reduce(std::span<double>(totals, 4));
+  const double slowest = parallel.world().all_reduce(seconds, ReduceOp::max);
+  if (totals[2] > 0) {
+    std::string said;
+    for (const std::string& e : parallel.world().gather_strings(error))
+      if (!e.empty()) said += (said.empty() ? "" : "; ") + e;
+    said = broadcast_string("copying the s3:// data to " + cache + " failed: " + said);
+    if (totals[3] > 0) throw AgreedUsageError(said);
+    throw AgreedInfrastructureError(said);
+  }
+  if (parallel.is_root() && totals[1] > 0)
+    std::printf("data: copied %.0f object%s, %s, in %.2f s (%.3f GB/s); %.0f already there\n", totals[1],
+                totals[1] == 1 ? "" : "s", gb(totals[0]).c_str(), slowest, totals[0] / std::max(slowest, 1e-9) / 1e9,
+                plan[1]);
+  else if (parallel.is_root())
+    std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size(), cache.c_str());
+  std::fflush(stdout);
+  data.path = with_local_copies(data.path, cache);
+  data.val_path = with_local_copies(data.val_path, cache);
+  return data;
+}
+
+}  // namespace trident

@@ -1,0 +1,38 @@
+// Training data in S3. Any data.path or data.val_path entry (a blend's too) may be
+// s3://bucket/key: a Megatron prefix (its .bin and .idx), a glob of llm.c shards
+// (s3://b/fineweb/*_train_*.bin), a text or JSONL file, or a folder. Before training each
+// node's leader copies the objects it names into data.cache_dir/<bucket>/<key> (ranged
+// GETs in parallel, the checkpoint client's retries), and the run reads that copy as it
+// reads any local dataset. On a folder every node sees (a shared file system) the leaders
+// share the files out, each fetched once.
+//
+// A copy is checked against S3: its size, and its MD5 where the ETag is one (an object
+// put whole, without SSE-KMS); what a node already holds and checks out is kept, so a
+// restarted job (a requeue, the next run on the same nodes) fetches only what changed.
+// Rank 0 prints a progress line while copying (bytes, GB/s, ETA) and what it did.
+// Bad input (no credentials, a missing bucket, a key that names nothing) is one error on
+// every rank before training, exit 2.
+#pragma once
+
+#include <string>
+
+#include "config/config.h"
+#include "parallel/parallel_state.h"
+
+namespace trident {
+
+// Whether a data.path / val_path value names S3 anywhere (a blend's entries included).
+bool names_s3(const std::string& data_path);
+
+// The local copy of one s3://bucket/key entry under `cache_dir`: cache_dir/bucket/key
+// (glob characters kept).
+std::string local_copy_of(const std::string& uri, const std::string& cache_dir);
+
+// data.cache_dir, or its default: $SLURM_TMPDIR/trident-data, else /tmp/trident-data.
+std::string data_cache_dir(const DataConfig& data);
+
+// Collective. `config.data` with every s3:// entry of path and val_path replaced by its
+// local copy, fetched first where missing or changed (S3 settings: config.checkpoint's).
+DataConfig stage_s3_data(const Config& config, ParallelState& parallel);
+
+}  // namespace trident

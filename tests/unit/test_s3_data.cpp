@@ -1,0 +1,118 @@
+// Training data in S3 (data/s3_data.h), through the executable, against a real S3 server
+// (Ceph's RADOS Gateway from tests/s3/test_s3.sh, or npm's s3rver from
+// tests/s3/test_s3rver.sh), the data put there by a client that is not ours (awscli).
+// Without a server (TRIDENT_TEST_S3_ENDPOINT) the tests are skipped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "cli_helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace trident {
+namespace {
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+class S3Data : public testing::Test {
+ protected:
+  void SetUp() override {
+    endpoint_ = env_or_empty("TRIDENT_TEST_S3_ENDPOINT");
+    if (endpoint_.empty()) GTEST_SKIP() << "no S3 server (tests/s3/test_s3.sh starts one)";
+    std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::isalnum(c) ? std::tolower(c) : '-'; });
+    bucket_ = ("d-" + name + "-" + std::to_string(getpid())).substr(0, 63);
+    dir_ = testing::TempDir() + "s3data";
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    aws("s3 mb s3://" + bucket_);
+  }
+  void aws(const std::string& args) const {
+    const std::string out = dir_ + "/aws.out";
+    const int status = std::system(("/usr/bin/aws --endpoint-url " + endpoint_ + " " + args + " > " + out + " 2>&1").c_str());
+    ASSERT_EQ(WEXITSTATUS(status), 0) << "aws " << args << ": " << slurp(out);
+  }
+  std::string endpoint_, bucket_, dir_;
+};
+
+// The last step's line of a run's output.
+std::string last_step(const std::string& out) {
+  const size_t at = out.rfind("step 2/2 | loss ");
+  return at == std::string::npos ? "" : out.substr(at, out.find(" | lr", at) - at);
+}
+
+// A Megatron dataset put in S3 beside a decoy that shares its prefix: 2 ranks as 2 nodes
+// on one cache folder copy its 3 files once, the decoy not at all, and train as from the
+// files on disk; the next run finds them there; a copy changed on disk is copied again.
+TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
+  const std::string prefix = dir_ + "/fortunes", cache = dir_ + "/cache";
+  const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+  for (const char* ext : {".bin", ".idx", ".json"}) aws("s3 cp " + prefix + ext + " s3://" + bucket_ + "/megatron/fortunes" + ext);
+  aws("s3 cp " + prefix + ".bin s3://" + bucket_ + "/megatron/fortunes_v2.bin");
+  const std::string train = "train --config configs/tiny.ini --model.n_layer=2 --model.d_model=64 --train.steps=2 "
+                            "--log.val_batches=0 --log.sample_every_steps=0 --log.every_steps=1 --data.val_fraction=0 ";
+  const std::string from_s3 = train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" + cache +
+                              " --checkpoint.s3_endpoint=" + endpoint_ + " --parallel.ranks_per_node=1";
+  const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
+  const CliRun local = run(train + "--data.path=" + prefix, mpirun2);
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const CliRun first = run(from_s3, mpirun2);
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_NE(first.out.find("data: copied 3 objects"), std::string::npos) << first.out;
+  EXPECT_FALSE(fs::exists(cache + "/" + bucket_ + "/megatron/fortunes_v2.bin"));
+  EXPECT_EQ(slurp(cache + "/" + bucket_ + "/megatron/fortunes.bin"), slurp(prefix + ".bin"));
+  EXPECT_FALSE(last_step(local.out).empty()) << local.out;
+  EXPECT_EQ(last_step(first.out), last_step(local.out));
+
+  const CliRun again = run(from_s3, mpirun2);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("data: the s3:// data's 3 objects are in " + cache + " already"), std::string::npos)
+      << again.out;
+  {  // one byte of the copy changed in place (its size kept)
+    std::fstream f(cache + "/" + bucket_ + "/megatron/fortunes.idx", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);
+    f.put('\x7f');
+  }
+  const CliRun repaired = run(from_s3, mpirun2);
+  ASSERT_EQ(repaired.exit_code, 0) << repaired.err;
+  EXPECT_NE(repaired.out.find("data: copied 1 object,"), std::string::npos) << repaired.out;
+  EXPECT_EQ(last_step(repaired.out), last_step(local.out));
+}
+
+// A bucket that is not there, a key that names nothing, no credentials: one error on every
+// rank, exit 2, before training, no secret in it.
+TEST_F(S3Data, BadInputEndsBeforeTraining) {
+  const std::string train = "train --config configs/tiny.ini --train.steps=1 --data.cache_dir=" + dir_ +
+                            "/cache --checkpoint.s3_endpoint=" + endpoint_ + " --data.path=";
+  struct Case {
+    std::string path, env, expect;
+  };
+  const std::vector<Case> cases = {
+      {"s3://no-such-bucket-" + std::to_string(getpid()) + "/x", "", "NoSuchBucket"},
+      {"s3://" + bucket_ + "/nothing/here", "", "data.path 's3://" + bucket_ + "/nothing/here' names no object in S3"},
+      {"'0.5 /usr/share/games/fortunes 0.5 s3://" + bucket_ + "/none'", "", "names no object in S3"},
+      {"s3://" + bucket_ + "/x", "-u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_SHARED_CREDENTIALS_FILE=/nonexistent "
+                               "AWS_EC2_METADATA_DISABLED=true ", "no AWS credentials"},
+  };
+  const std::string secret = env_or_empty("AWS_SECRET_ACCESS_KEY");
+  for (const Case& c : cases) {
+    const CliRun r = run(train + c.path, "env " + c.env + "mpirun --oversubscribe --allow-run-as-root -np 2");
+    EXPECT_EQ(r.exit_code, 2) << c.path << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.path << "\n" << r.err;
+    EXPECT_EQ(count(r.err, "trident: error"), 1) << r.err;
+    EXPECT_EQ(r.out.find("step 1/1"), std::string::npos) << r.out;
+    if (!secret.empty()) EXPECT_EQ((r.out + r.err).find(secret), std::string::npos) << "the secret in the output";
+  }
+}
+
+}  // namespace
+}  // namespace trident
