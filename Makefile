@@ -120,6 +120,10 @@ $(BUILD)/tests/mpi_tests: $(MPI_TEST_OBJS) $(BUILD)/tests/test_main.o $(BUILD)/l
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $(filter-out %.a,$^) $(WHOLE_LIB) -lgtest -lpthread $(LDLIBS)
 
+# The benchmarks' objects come from pattern rules alone: make would take them for
+# intermediates, delete them after linking and build them again on the next make.
+.SECONDARY: $(BENCH_SRCS:%.cpp=$(BUILD)/%.o) $(GPU_BENCH_SRCS:%.cpp=$(BUILD)/%.o)
+
 $(BUILD)/bench/%: $(BUILD)/benchmarks/%.o $(BUILD)/libtrident.a
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -o $@ $(filter-out %.a,$^) $(WHOLE_LIB) $(LDLIBS)

@@ -94,6 +94,9 @@ shell_check() {  # label, command...
     failed=$((failed + 1))
   fi
 }
+# A build that is done stays done: make has nothing left to do for any binary.
+shell_check "make twice is a no-op" make -q BUILD="$build" "$build/trident" "$build/tests/unit_tests" \
+  "$build/tests/mpi_tests" "$build"/bench/*
 # The GPU check's shell helpers (bundle_env.sh's library search, build_deps.sh), on fake trees.
 shell_check tests/unit/test_gpu_scripts.sh bash tests/unit/test_gpu_scripts.sh
 # slurm/efa_env.sh's variables forwarded by every mpirun launcher (fake mpirun and fi_info).
