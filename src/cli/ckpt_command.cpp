@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_lease.h"
 #include "ckpt/hf_checkpoint.h"
 #include "ckpt/remote_checkpoints.h"
 #include "kernels/base/error.h"
@@ -44,6 +47,29 @@ Manifest choose(const std::string& dir, int step) {
 }
 
 double mib(double bytes) { return bytes / (1 << 20); }
+
+// Who holds the folder (ckpt/checkpoint_lease.h): a run that holds it renews it at step
+// ends; one not renewed within its lease_s is stale (its run gone), and the next run takes it.
+void print_lease(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "LEASE");
+  if (!in) {
+    std::printf("lease: none (no run holds this folder)\n");
+    return;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    const LeaseHolder h = parse_lease(text.str());
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const bool stale = h.lease_s > 0 && now - h.renewed > h.lease_s;
+    std::printf("lease: %s%s\n", h.describe(now).c_str(),
+                stale ? (" (stale: not renewed within its lease_s of " + std::to_string(static_cast<int>(h.lease_s)) +
+                         " s; the next run takes the folder over)").c_str()
+                      : (" (held: renewed within its lease_s of " + std::to_string(static_cast<int>(h.lease_s)) + " s)").c_str());
+  } catch (const UsageError& e) {
+    std::printf("lease: unreadable (%s)\n", e.what());
+  }
+}
 
 // `ckpt ls` of the checkpoints in S3.
 void list_remote(RemoteCheckpoints& remote) {
@@ -163,6 +189,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
         std::printf("%-16s %-10s  (%s)\n", name.c_str(), "incomplete", e.what());
       }
     }
+    print_lease(dir);
     return 0;
   }
   const Manifest m = remote ? download_remote(*remote, step, downloaded) : choose(dir, step);

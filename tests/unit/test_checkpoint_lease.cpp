@@ -189,6 +189,28 @@ TEST(LeaseLogic, ALiveLeaseRefusesASecondRunNamingItsHolder) {
   EXPECT_TRUE(first.renew(true));
 }
 
+// `ckpt ls` says who holds the folder: a live holder, a stale one, or none.
+TEST(LeaseLogic, CkptLsNamesTheHolder) {
+  const std::string dir = fresh_dir("ls");
+  fs::create_directories(dir);
+  const CliRun none = run("ckpt ls --checkpoint.dir=" + dir);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.out.find("lease: none (no run holds this folder)"), std::string::npos) << none.out;
+  LeaseHolder holder = this_process(60);
+  holder.host = "node-17";
+  holder.pid = 4321;
+  holder.job = "99";
+  write_lease(dir, holder);
+  const CliRun live = run("ckpt ls --checkpoint.dir=" + dir);
+  EXPECT_NE(live.out.find("lease: host node-17, pid 4321, Slurm job 99, lease renewed "), std::string::npos) << live.out;
+  EXPECT_NE(live.out.find("(held: renewed within its lease_s of 60 s)"), std::string::npos) << live.out;
+  holder.renewed -= 120;
+  write_lease(dir, holder);
+  const CliRun stale = run("ckpt ls --checkpoint.dir=" + dir);
+  EXPECT_NE(stale.out.find("(stale: not renewed within its lease_s of 60 s; the next run takes the folder over)"),
+            std::string::npos) << stale.out;
+}
+
 TEST(LeaseLogic, AStaleLeaseIsTakenOverNamingItsHolder) {
   const std::string dir = fresh_dir("stale");
   LeaseHolder old = this_process(5);
