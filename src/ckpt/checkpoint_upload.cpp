@@ -191,6 +191,9 @@ void CheckpointUploader::finish_commit_if_done() {
   } else {
     completed_++;
     s3_latest_ = step_name(c.step);
+    last_.bytes = c.bytes;
+    last_.seconds = c.seconds;
+    last_.retries = static_cast<double>(c.retries);
     std::string pruned;
     for (const std::string& p : c.pruned) pruned += (pruned.empty() ? "; removed from S3: " : ", ") + p;
     std::printf("checkpoint: step %d uploaded to %s: %d node file%s, %.1f MB in %.2f s (%.1f MB/s), %llu requests, "
@@ -202,6 +205,13 @@ void CheckpointUploader::finish_commit_if_done() {
   }
   std::fflush(stdout);
   commit_.reset();
+}
+
+CheckpointUploader::Status CheckpointUploader::status() const {
+  Status s = last_;
+  s.s3_step = s3_latest_ ? step_of_name(*s3_latest_) : -1;
+  s.lag_steps = newest_submitted_ >= 0 ? std::max(0, newest_submitted_ - std::max(s.s3_step, 0)) : 0;
+  return s;
 }
 
 std::string CheckpointUploader::finish() {

@@ -47,6 +47,14 @@ class CheckpointUploader {
   const std::optional<std::string>& s3_latest() const { return s3_latest_; }
   // Totals over this run (rank 0's counts for its own requests and the commits).
   int uploads_completed() const { return completed_; }
+  // Rank 0, for the monitors: the step S3's latest names (-1: none), how many steps it is
+  // behind the newest checkpoint given to upload (0 before any), and the last completed
+  // upload's bytes, seconds and retried requests.
+  struct Status {
+    int s3_step = -1, lag_steps = 0;
+    double bytes = 0, seconds = 0, retries = 0;
+  };
+  Status status() const;
 
  private:
   struct Upload;
@@ -64,6 +72,7 @@ class CheckpointUploader {
   int completed_ = 0;
   int newest_submitted_ = -1;  // the same on every rank
   std::optional<std::string> s3_latest_;  // rank 0: what S3's latest names, as of our last commit
+  Status last_;                           // rank 0: the last completed upload's figures
 };
 
 }  // namespace trident

@@ -48,6 +48,16 @@ inline const RunMetric kMixtureOfExpertsMetrics[] = {
      "the most loaded expert's tokens over the mean expert's, in the least balanced layer (1: balanced)"},
 };
 
+// What a run with checkpoint.upload adds (ckpt/checkpoint_upload.h).
+inline const RunMetric kS3Metrics[] = {
+    {"s3_step", "s3/checkpoint-step", "trident_s3_checkpoint_step", "the step of the checkpoint S3's latest names (-1: none)"},
+    {"s3_lag_steps", "s3/lag-steps", "trident_s3_lag_steps",
+     "steps between the newest checkpoint on disk and the one S3's latest names"},
+    {"s3_upload_bytes", "s3/upload-bytes", "trident_s3_upload_bytes", "bytes of the last completed upload's node files"},
+    {"s3_upload_seconds", "s3/upload-seconds", "trident_s3_upload_seconds", "seconds the last completed upload took"},
+    {"s3_upload_retries", "s3/upload-retries", "trident_s3_upload_retries", "requests the last completed upload retried"},
+};
+
 // What a validation reports.
 inline const RunMetric kValidationMetrics[] = {
     {"val_loss", "lm loss validation", "trident_validation_loss", "validation loss (nats)"},

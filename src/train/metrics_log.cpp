@@ -38,6 +38,7 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
   if (!std::isnan(m.aux_loss)) out.emplace_back(&kMixtureOfExpertsMetrics[0], m.aux_loss);
   if (!m.expert_load.empty())
     out.emplace_back(&kMixtureOfExpertsMetrics[1], *std::max_element(m.expert_load.begin(), m.expert_load.end()));
+  for (size_t i = 0; i < m.s3.size() && i < std::size(kS3Metrics); i++) out.emplace_back(&kS3Metrics[i], m.s3[i]);
   return out;
 }
 
@@ -142,8 +143,9 @@ void MetricsLog::log_step(const StepMetrics& m) {
   j["step"] = m.step;
   j["loss_steps"] = m.loss_steps;
   if (!m.expert_load.empty()) j["expert_load_per_layer"] = m.expert_load;
-  for (const char* count : {"global_batch", "skipped_steps", "loss_spikes", "straggler_reports"})
-    j[count] = static_cast<int64_t>(j[count].get<double>());
+  for (const char* count : {"global_batch", "skipped_steps", "loss_spikes", "straggler_reports", "s3_step", "s3_lag_steps",
+                            "s3_upload_retries"})
+    if (j.contains(count)) j[count] = static_cast<int64_t>(j[count].get<double>());
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();
 }

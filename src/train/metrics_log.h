@@ -30,6 +30,8 @@ struct StepMetrics {
   double aux_loss = std::numeric_limits<double>::quiet_NaN();
   // Per MoE layer: the most loaded expert's tokens over the mean expert's (empty: dense).
   std::vector<double> expert_load;
+  // With checkpoint.upload: kS3Metrics's figures, in its order (empty: no upload).
+  std::vector<double> s3;
   double lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
   double memory_gib = 0, eta_s = 0;
   double comm_wait_s = 0;  // waiting for the data-parallel gradient reduction

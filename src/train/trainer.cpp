@@ -517,6 +517,10 @@ class StepEnd {
     m.loss_steps = mean_of;
     m.aux_loss = o.aux_loss;
     m.expert_load = o.expert_load;
+    if (const CheckpointUploader* uploader = checkpointer_.uploader()) {
+      const CheckpointUploader::Status s = uploader->status();
+      m.s3 = {static_cast<double>(s.s3_step), static_cast<double>(s.lag_steps), s.bytes, s.seconds, s.retries};
+    }
     m.lr = o.lr;
     m.grad_norm = o.norm.norm;
     m.tokens_per_s = result_.last_step_tokens_per_s;

@@ -242,6 +242,20 @@ TEST_F(S3Checkpoints, SlowDownIsRetriedAndCounted) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("5 retried (5 on 503 Slow Down)"), std::string::npos) << r.out;
   EXPECT_EQ(s3_latest("s"), "step_00000002\n");
+  // Resumed: the step S3 holds is in the monitors' figures from the first step on, and
+  // S3 does not lag the disk (nothing newer saved yet).
+  const CliRun more = run(kTrain + "--train.steps=3 --checkpoint.every_steps=2 --checkpoint.dir=" + dir +
+                          " --log.run_dir=" + dir + "_run" + upload_flags("s", true));
+  ASSERT_EQ(more.exit_code, 0) << more.out << more.err;
+  nlohmann::json last;
+  std::ifstream in(dir + "_run/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("loss")) last = j;
+  }
+  EXPECT_EQ(last["step"], 3) << last;
+  EXPECT_EQ(last["s3_step"], 2) << last;
+  EXPECT_EQ(last["s3_lag_steps"], 0) << last;
 }
 
 // Wrong credentials, a missing bucket, bad input: one clear error, exit 2, on every rank,
