@@ -10,14 +10,18 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ckpt/remote_checkpoints.h"
 #include "config/config.h"
 #include "data/documents.h"
+#include "data/s3_data.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
 #include "parallel/agreement.h"
 #include "parallel/mpi_communicator.h"
 #include "kernels/base/error.h"
 #include "runtime/timer.h"
+#include "storage/s3_client.h"
+#include "storage/s3_uri.h"
 
 namespace fs = std::filesystem;
 namespace po = boost::program_options;
@@ -82,7 +86,8 @@ constexpr const char* kUsage =
     "  dataset PREFIX.bin + PREFIX.idx (one sequence per document, the end-of-document token\n"
     "  appended) and PREFIX.json. Under mpirun every rank tokenizes its share of the input.\n"
     "  --train_tokenizer VOCAB first trains a SentencePiece BPE with Llama 2's settings on\n"
-    "  the input (PREFIX.model) and prepares with it.\n";
+    "  the input (PREFIX.model) and prepares with it. PREFIX may be s3://bucket/key: the files\n"
+    "  are made in data.cache_dir, then uploaded (S3 settings: checkpoint.s3_*).\n";
 
 }  // namespace
 
@@ -120,6 +125,21 @@ int run_prepare_command(const std::vector<std::string>& args) {
   require(train_vocab == 0 || data.tokenizer == TokenizerKind::sentencepiece,
           "--train_tokenizer trains a SentencePiece model: use --data.tokenizer=sentencepiece");
   require(train_vocab >= 0, "--train_tokenizer must be a vocabulary size");
+  // To S3: made under data.cache_dir (where a run reading s3://... keeps its copy), then
+  // uploaded; the bucket checked before any work.
+  const std::string destination = out;
+  std::unique_ptr<S3Client> s3;
+  if (is_s3_uri(destination)) {
+    const S3Uri uri = parse_s3_uri(destination);
+    require(!uri.prefix.empty(), "prepare --out " + destination + " needs a key after the bucket");
+    out = local_copy_of(destination, data_cache_dir(data));
+    run_collectively([&] {
+      if (!root) return;
+      s3 = std::make_unique<S3Client>(uri.bucket, s3_settings(cl.config.checkpoint), std::make_shared<AwsCredentialProvider>());
+      s3->check_bucket(uri.prefix.substr(0, uri.prefix.rfind('/') == std::string::npos ? 0 : uri.prefix.rfind('/')));
+    });
+    if (train_vocab > 0) data.tokenizer_path = out + ".model";
+  }
   const std::vector<InputFile> files = list_inputs(inputs);
   const uint64_t total = total_bytes(files);
   if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
@@ -212,6 +232,19 @@ int run_prepare_command(const std::vector<std::string>& args) {
                 "(%.1f MB/s) on %d rank(s)\n",
                 out.c_str(), counts[0], counts[1], tokenizer->kind().c_str(), token_type_name(type), total / 1e6,
                 timer.seconds(), total / 1e6 / timer.seconds(), ranks);
+  if (is_s3_uri(destination)) {
+    run_collectively([&] {
+      if (!root) return;
+      const S3Uri uri = parse_s3_uri(destination);
+      const Timer uploading;
+      double bytes = 0;
+      std::vector<std::string> extensions = {".bin", ".idx", ".json"};
+      if (train_vocab > 0) extensions.push_back(".model");
+      for (const std::string& ext : extensions) bytes += static_cast<double>(s3->upload_file(out + ext, uri.prefix + ext).bytes);
+      std::printf("prepare: uploaded %s%s: %.1f MB in %.2f s\n", destination.c_str(),
+                  train_vocab > 0 ? ".bin/.idx/.json/.model" : ".bin/.idx/.json", bytes / 1e6, uploading.seconds());
+    });
+  }
   return 0;
 }
 

@@ -49,14 +49,20 @@ std::string last_step(const std::string& out) {
   return at == std::string::npos ? "" : out.substr(at, out.find(" | lr", at) - at);
 }
 
-// A Megatron dataset put in S3 beside a decoy that shares its prefix: 2 ranks as 2 nodes
-// on one cache folder copy its 3 files once, the decoy not at all, and train as from the
-// files on disk; the next run finds them there; a copy changed on disk is copied again.
+// A Megatron dataset written to S3 by `prepare --out s3://...`, beside a decoy that shares
+// its prefix: 2 ranks as 2 nodes on one cache folder copy its 3 files once, the decoy not
+// at all, and train as from the same dataset prepared on disk; the next run finds them
+// there; a copy changed on disk is copied again.
 TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
   const std::string prefix = dir_ + "/fortunes", cache = dir_ + "/cache";
   const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
   ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
-  for (const char* ext : {".bin", ".idx", ".json"}) aws("s3 cp " + prefix + ext + " s3://" + bucket_ + "/megatron/fortunes" + ext);
+  const CliRun to_s3 = run("prepare --input /usr/share/games/fortunes --out s3://" + bucket_ + "/megatron/fortunes "
+                           "--data.tokenizer=byte --checkpoint.s3_endpoint=" + endpoint_ + " --data.cache_dir=" + dir_ +
+                           "/prepared");
+  ASSERT_EQ(to_s3.exit_code, 0) << to_s3.out << to_s3.err;
+  EXPECT_NE(to_s3.out.find("prepare: uploaded s3://" + bucket_ + "/megatron/fortunes.bin/.idx/.json"), std::string::npos)
+      << to_s3.out;
   aws("s3 cp " + prefix + ".bin s3://" + bucket_ + "/megatron/fortunes_v2.bin");
   const std::string train = "train --config configs/tiny.ini --model.n_layer=2 --model.d_model=64 --train.steps=2 "
                             "--log.val_batches=0 --log.sample_every_steps=0 --log.every_steps=1 --data.val_fraction=0 ";
