@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../moe_router.h"
 #include "cpu_kernels.h"
 
 namespace trident::kernels::cpu {
@@ -20,21 +21,7 @@ void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weigh
     for (int e = 0; e < E; e++) sum += std::exp(static_cast<double>(l[e]) - max);
     for (int e = 0; e < E; e++) p[e] = static_cast<float>(std::exp(static_cast<double>(l[e]) - max) / sum);
     lse[t] = max + static_cast<float>(std::log(sum));
-    int32_t* chosen = experts + static_cast<size_t>(t) * K;
-    float* w = weights + static_cast<size_t>(t) * K;
-    float total = 0;
-    for (int j = 0; j < K; j++) {  // the j-th largest: the first of the largest not yet taken
-      int best = -1;
-      for (int e = 0; e < E; e++) {
-        if (std::find(chosen, chosen + j, e) != chosen + j) continue;
-        if (best < 0 || p[e] > p[best]) best = e;
-      }
-      chosen[j] = best;
-      w[j] = p[best];
-      total += p[best];
-    }
-    if (renormalize)
-      for (int j = 0; j < K; j++) w[j] /= total;
+    choose_top_k(p, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
   }
 }
 
@@ -44,27 +31,11 @@ void moe_router_backward(T* dlogits, const float* probs, const float* lse, const
                          float aux_scale, float z_scale, int N, int E, int K, bool renormalize) {
 #pragma omp parallel for
   for (int t = 0; t < N; t++) {
-    const float* p = probs + static_cast<size_t>(t) * E;
-    const int32_t* chosen = experts + static_cast<size_t>(t) * K;
-    const float *w = weights + static_cast<size_t>(t) * K, *dw = dweights + static_cast<size_t>(t) * K;
-    // d loss / d p[e], then through the softmax: dl = p (dp - sum p dp).
-    float dp[512];  // E <= 512 (checked by the layer)
-    for (int e = 0; e < E; e++)
-      dp[e] = balance != nullptr ? aux_scale * balance[static_cast<size_t>(t / tokens_per_sequence) * E + e] : 0.0f;
-    // w = p[chosen] / Z: d/dp[chosen j] = (dw_j - sum_i dw_i w_i) / Z, Z = sum of p[chosen].
-    float z = 1, mean = 0;
-    if (renormalize) {
-      z = 0;
-      for (int j = 0; j < K; j++) {
-        z += p[chosen[j]];
-        mean += dw[j] * w[j];
-      }
-    }
-    for (int j = 0; j < K; j++) dp[chosen[j]] += (dw[j] - mean) / z;
-    float dot = 0;
-    for (int e = 0; e < E; e++) dot += p[e] * dp[e];
+    const size_t k = static_cast<size_t>(t) * K;
     T* dl = dlogits + static_cast<size_t>(t) * E;
-    for (int e = 0; e < E; e++) dl[e] = static_cast<T>(p[e] * (dp[e] - dot) + 2.0f * z_scale * lse[t] * p[e]);
+    router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k,
+                          balance != nullptr ? balance + static_cast<size_t>(t / tokens_per_sequence) * E : nullptr,
+                          aux_scale, z_scale, E, K, renormalize, [dl](int e, float v) { dl[e] = static_cast<T>(v); });
   }
 }
 

@@ -2,6 +2,7 @@
 // few hundred), and the tokens' dispatch to their experts' rows and the weighted
 // combination back (a thread per element; each output element is written by one thread,
 // so no atomics). Semantics: kernels/ops.def.
+#include "../moe_router.h"
 #include "cuda_kernels.cuh"
 
 namespace trident::kernels::cuda {
@@ -9,7 +10,6 @@ namespace trident::kernels::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
-constexpr int kMaxExperts = 512;  // checked by the layer (model/layers/moe.cpp)
 
 template <typename T>
 __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
@@ -24,22 +24,7 @@ __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts
   for (int e = 0; e < E; e++) sum += __expf(to_float(l[e]) - max);
   for (int e = 0; e < E; e++) p[e] = __expf(to_float(l[e]) - max) / sum;
   lse[t] = max + logf(sum);
-  int32_t* chosen = experts + static_cast<size_t>(t) * K;
-  float* w = weights + static_cast<size_t>(t) * K;
-  float total = 0;
-  for (int j = 0; j < K; j++) {
-    int best = -1;
-    for (int e = 0; e < E; e++) {
-      bool taken = false;
-      for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
-      if (!taken && (best < 0 || p[e] > p[best])) best = e;
-    }
-    chosen[j] = best;
-    w[j] = p[best];
-    total += p[best];
-  }
-  if (renormalize)
-    for (int j = 0; j < K; j++) w[j] /= total;
+  choose_top_k(p, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
 }
 
 template <typename T>
@@ -49,25 +34,11 @@ __global__ void router_backward_kernel(T* dlogits, const float* probs, const flo
                                        bool renormalize) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= N) return;
-  const float* p = probs + static_cast<size_t>(t) * E;
-  const int32_t* chosen = experts + static_cast<size_t>(t) * K;
-  const float *w = weights + static_cast<size_t>(t) * K, *dw = dweights + static_cast<size_t>(t) * K;
-  float dp[kMaxExperts];
-  for (int e = 0; e < E; e++)
-    dp[e] = balance != nullptr ? aux_scale * balance[static_cast<size_t>(t / tokens_per_sequence) * E + e] : 0.0f;
-  float z = 1, mean = 0;
-  if (renormalize) {
-    z = 0;
-    for (int j = 0; j < K; j++) {
-      z += p[chosen[j]];
-      mean += dw[j] * w[j];
-    }
-  }
-  for (int j = 0; j < K; j++) dp[chosen[j]] += (dw[j] - mean) / z;
-  float dot = 0;
-  for (int e = 0; e < E; e++) dot += p[e] * dp[e];
+  const size_t k = static_cast<size_t>(t) * K;
   T* dl = dlogits + static_cast<size_t>(t) * E;
-  for (int e = 0; e < E; e++) dl[e] = from_float<T>(p[e] * (dp[e] - dot) + 2.0f * z_scale * lse[t] * p[e]);
+  router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k,
+                        balance != nullptr ? balance + static_cast<size_t>(t / tokens_per_sequence) * E : nullptr,
+                        aux_scale, z_scale, E, K, renormalize, [dl](int e, float v) { dl[e] = from_float<T>(v); });
 }
 
 template <typename T>

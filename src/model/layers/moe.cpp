@@ -4,18 +4,18 @@
 #include <span>
 
 #include "kernels/base/error.h"
+#include "kernels/moe_router.h"
 #include "parallel/communicator.h"
 
 namespace trident {
 
 namespace {
 
-constexpr int kMaxExperts = 512;  // the router kernels' per-token buffers
 
 }  // namespace
 
 MixtureOfExperts::MixtureOfExperts(MoeOptions o) : o_(std::move(o)) {
-  check(o_.n_experts > 0 && o_.n_experts <= kMaxExperts, "a mixture of 1 to 512 experts");
+  check(o_.n_experts > 0 && o_.n_experts <= kernels::kMaxRouterExperts, "a mixture of 1 to 512 experts");
   check(o_.top_k > 0 && o_.top_k <= o_.n_experts, "top-k between 1 and the experts");
 }
 
