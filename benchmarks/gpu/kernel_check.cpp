@@ -316,6 +316,61 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     cpu.swiglu_backward(as_act(dgate_up.data()), as_act(gate_up.data()), as_act(dout.data()), N, F);
     c.compare("swiglu_backward dgate_up F=300", c.host(g_dgate_up, 2 * n), dgate_up);
   });
+  // Mixture of experts (8 experts, top-2, renormalized and not): the router's softmax, top-k
+  // and logit gradient; the dispatch to rows grouped by expert and the weighted combine.
+  for (bool renormalize : {true, false}) c.run("moe", [&] {
+    const int E = 8, K = 2;
+    const std::string at = renormalize ? " E=8 K=2 renormalized" : " E=8 K=2";
+    const auto logits = c.input(static_cast<size_t>(N) * E);
+    std::vector<float> probs(static_cast<size_t>(N) * E), lse(N), weights(static_cast<size_t>(N) * K);
+    std::vector<int32_t> experts(static_cast<size_t>(N) * K);
+    float *g_probs = c.f32(probs.size()), *g_lse = c.f32(N), *g_weights = c.f32(weights.size());
+    int32_t* g_experts = c.i32(experts);
+    gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.act(logits), N, E, K, renormalize);
+    cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), as_act(logits.data()), N, E, K,
+                           renormalize);
+    c.compare("moe_router_forward probs" + at, c.host(g_probs, probs.size()), probs, 1e-5);
+    c.compare("moe_router_forward lse" + at, c.host(g_lse, N), lse, 1e-5);
+    c.compare("moe_router_forward weights" + at, c.host(g_weights, weights.size()), weights, 1e-5);
+    std::vector<int32_t> chosen(experts.size());
+    gpu.copy_to_host(chosen.data(), g_experts, chosen.size() * sizeof(int32_t));
+    c.compare("moe_router_forward experts (exact)", std::vector<float>(chosen.begin(), chosen.end()),
+              std::vector<float>(experts.begin(), experts.end()), 0.0);
+    // Backward from the CPU's routing on both: the weights' gradient, balance and z-loss.
+    const auto dweights = c.input(weights.size()), balance = c.input(static_cast<size_t>(B) * E);
+    std::vector<float> dlogits(probs.size());
+    Act* g_dlogits = c.act(dlogits.size());
+    gpu.moe_router_backward(g_dlogits, c.f32(probs), c.f32(lse), c.i32(experts), c.f32(weights), c.f32(dweights),
+                            c.f32(balance), T, 0.3f, 0.01f, N, E, K, renormalize);
+    cpu.moe_router_backward(as_act(dlogits.data()), probs.data(), lse.data(), experts.data(), weights.data(),
+                            dweights.data(), balance.data(), T, 0.3f, 0.01f, N, E, K, renormalize);
+    c.compare("moe_router_backward dlogits" + at, c.host(g_dlogits, dlogits.size()), dlogits);
+    // Rows: a random permutation of the N*K routed rows.
+    std::vector<int32_t> rows(static_cast<size_t>(N) * K);
+    for (size_t i = 0; i < rows.size(); i++) rows[i] = static_cast<int32_t>(i);
+    std::shuffle(rows.begin(), rows.end(), std::mt19937(5));
+    const int32_t* g_rows = c.i32(rows);
+    const size_t routed_n = rows.size() * C, token_n = static_cast<size_t>(N) * C;
+    const auto x = c.input(token_n), expert_out = c.input(routed_n), dout = c.input(token_n);
+    std::vector<float> routed(routed_n), dx(token_n), out(token_n), dexpert_out(routed_n), dw(weights.size());
+    Act *g_routed = c.act(routed_n), *g_dx = c.act(token_n), *g_out = c.act(token_n), *g_dexpert = c.act(routed_n);
+    float* g_dw = c.f32(dw.size());
+    gpu.moe_dispatch(g_routed, c.act(x), g_rows, N, K, C);
+    cpu.moe_dispatch(as_act(routed.data()), as_act(x.data()), rows.data(), N, K, C);
+    c.compare("moe_dispatch (exact)", c.host(g_routed, routed_n), routed, 0.0);
+    gpu.moe_dispatch_backward(g_dx, c.act(expert_out), g_rows, N, K, C);
+    cpu.moe_dispatch_backward(as_act(dx.data()), as_act(expert_out.data()), rows.data(), N, K, C);
+    c.compare("moe_dispatch_backward dx", c.host(g_dx, token_n), dx);
+    const float* g_w = c.f32(weights);
+    gpu.moe_combine(g_out, c.act(expert_out), g_w, g_rows, N, K, C);
+    cpu.moe_combine(as_act(out.data()), as_act(expert_out.data()), weights.data(), rows.data(), N, K, C);
+    c.compare("moe_combine" + at, c.host(g_out, token_n), out);
+    gpu.moe_combine_backward(g_dexpert, g_dw, c.act(dout), c.act(expert_out), g_w, g_rows, N, K, C);
+    cpu.moe_combine_backward(as_act(dexpert_out.data()), dw.data(), as_act(dout.data()), as_act(expert_out.data()),
+                             weights.data(), rows.data(), N, K, C);
+    c.compare("moe_combine_backward dexpert_out" + at, c.host(g_dexpert, routed_n), dexpert_out);
+    c.compare("moe_combine_backward dweights" + at, c.host(g_dw, dw.size()), dw);
+  });
   // Matmuls: an aligned shape and an odd one (cuBLASLt picks other algorithms).
   for (const auto& [rows, in, outc] : std::vector<std::tuple<int, int, int>>{{N, C, 3 * C}, {301, 203, 333}}) c.run("matmul", [&] {
     const size_t n_in = static_cast<size_t>(rows) * in, n_out = static_cast<size_t>(rows) * outc;
