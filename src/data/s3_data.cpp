@@ -1,7 +1,9 @@
 #include "data/s3_data.h"
 
 #include <fnmatch.h>
+#include <glob.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -42,6 +45,9 @@ bool has_glob(const std::string& s) { return s.find_first_of("*?[") != std::stri
 // Whether an entry's key (a glob, a file, a folder or a Megatron prefix) names `key`.
 bool named_by(const std::string& pattern, const std::string& key) {
   if (key.empty() || key.back() == '/') return false;  // a folder marker
+  // A ".." segment would put the copy outside the cache.
+  if (key == ".." || key.starts_with("../") || key.find("/../") != std::string::npos || key.ends_with("/.."))
+    return false;
   if (has_glob(pattern)) return fnmatch(pattern.c_str(), key.c_str(), FNM_PATHNAME) == 0;
   if (pattern.empty() || key == pattern) return true;                                  // the bucket; a file
   if (key.starts_with(pattern + "/")) return true;                                     // a folder's files
@@ -73,13 +79,17 @@ int64_t mtime_ns(const std::string& path) {
 // A copy made from this object (its ETag and size) and not changed since (its size and
 // modification time as recorded).
 bool copy_is_current(const std::string& cache, const DataObject& o) {
-  const std::string path = copy_path(cache, o);
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) != o.size) return false;
-  std::ifstream in(record_path(cache, o));
-  const nlohmann::json r = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return r.is_object() && r.value("etag", "") == o.etag && r.value("size", uint64_t{0}) == o.size &&
-         r.value("mtime_ns", int64_t{0}) == mtime_ns(path);
+  try {
+    const std::string path = copy_path(cache, o);
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) != o.size) return false;
+    std::ifstream in(record_path(cache, o));
+    const nlohmann::json r = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    return r.is_object() && r.value("etag", "") == o.etag && r.value("size", uint64_t{0}) == o.size &&
+           r.value("mtime_ns", int64_t{0}) == mtime_ns(path);
+  } catch (const std::exception&) {  // a record that is not ours, a file gone meanwhile: copy again
+    return false;
+  }
 }
 
 // The MD5 in an ETag ("<32 hex>", an object put whole without SSE-KMS); empty otherwise
@@ -113,18 +123,19 @@ std::string file_md5(const std::string& path) {
 
 // Downloads one object to its copy (through a .partial file, so that a cut download never
 // looks whole), checks its MD5 where the ETag has one, and records what it was made from.
-uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o) {
-  const std::string path = copy_path(cache, o), partial = path + ".partial";
+uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o, const std::string& writer) {
+  const std::string path = copy_path(cache, o), partial = path + ".partial." + writer;  // one per writer
   fs::create_directories(fs::path(path).parent_path());
   fs::create_directories(fs::path(record_path(cache, o)).parent_path());
-  client.download_file(o.key, o.size, partial);
+  client.download_file(o.key, o.size, partial, o.etag);  // every range of the listed object
+  // An ETag that looks like an MD5 but is not one (SSE-KMS, SSE-C): the size and If-Match
+  // above are the check then.
   const std::string md5 = etag_md5(o.etag);
-  if (!md5.empty() && file_md5(partial) != md5) {
+  if (!md5.empty() && file_md5(partial) != md5 && !client.encrypted(o.key)) {
     fs::remove(partial);
-    throw InfrastructureError("s3://" + o.bucket + "/" + o.key + ": the copy's MD5 is not the object's ETag " + o.etag +
-                              " (changed while it was read?)");
+    throw InfrastructureError("s3://" + o.bucket + "/" + o.key + ": the copy's MD5 is not the object's ETag " + o.etag);
   }
-  fs::rename(partial, path);
+  fs::rename(partial, path);  // over another writer's finished copy of the same object: the same bytes
   write_text_atomically(record_path(cache, o),
                         nlohmann::json{{"etag", o.etag}, {"size", o.size}, {"mtime_ns", mtime_ns(path)}}.dump() + "\n");
   return o.size;
@@ -154,6 +165,29 @@ void list_entries(const std::string& key_name, const std::string& spec, const Ch
       }
     require(found > 0, key_name + " '" + word + "' names no object in S3 (a Megatron prefix with its .bin and .idx, "
                                                 "a glob of shards, a file or a folder)");
+  }
+}
+
+// What the readers would take besides the listed objects under an entry's copy (a shard
+// deleted from S3 since an earlier copy, the .partial file of a killed run): removed, so
+// that the run reads what S3 holds now and nothing else.
+void remove_unlisted(const std::string& spec, const std::string& cache, const std::set<std::string>& listed) {
+  for (const std::string& word : words_of(spec)) {
+    if (!is_s3_uri(word)) continue;
+    const std::string local = local_copy_of(word, cache);
+    std::vector<std::string> found;
+    std::error_code ec;
+    if (has_glob(local)) {
+      glob_t g{};
+      if (glob(local.c_str(), 0, nullptr, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) found.emplace_back(g.gl_pathv[i]);
+      globfree(&g);
+    } else if (fs::is_directory(local, ec)) {
+      for (const auto& e : fs::recursive_directory_iterator(local, ec))
+        if (e.is_regular_file(ec)) found.push_back(e.path().string());
+    }
+    for (const std::string& f : found)
+      if (!listed.contains(fs::path(f).lexically_normal().string())) fs::remove(f, ec);
   }
 }
 
@@ -224,6 +258,15 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
                 cache.c_str(), objects.size(), plan[1]);
   std::fflush(stdout);
 
+  // The others wait for the leaders in the reduction below: lift the wait's bound for the
+  // copy (parallel.timeout_s, plus the time of the largest share at 50 MB/s: a leader
+  // slower than that is taken for stuck).
+  const double most = parallel.world().all_reduce(to_fetch, ReduceOp::max);
+  const double bound = parallel.wait_bound_s();
+  parallel.set_wait_bound_s(bound + most / 50e6);
+  char host[256] = "host";
+  gethostname(host, sizeof host - 1);
+  const std::string writer = std::string(host) + "." + std::to_string(getpid());
   std::string error;
   bool usage = false;
   double fetched = 0, files = 0;
@@ -236,7 +279,7 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
         auto& client = clients[o->bucket];
         if (!client) client = std::make_unique<S3Client>(o->bucket, s3_settings(config.checkpoint),
                                                          std::make_shared<AwsCredentialProvider>());
-        fetched += static_cast<double>(fetch(*client, cache, *o));
+        fetched += static_cast<double>(fetch(*client, cache, *o, writer));
         files++;
         // Rank 0's own share, as it goes (every 2 s): bytes, rate, time left.
         const double seconds = timer.seconds();
@@ -259,6 +302,7 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
   double totals[4] = {fetched, files, error.empty() ? 0.0 : 1.0, usage ? 1.0 : 0.0};
   parallel.world().all_reduce(std::span<double>(totals, 4));
   const double slowest = parallel.world().all_reduce(seconds, ReduceOp::max);
+  parallel.set_wait_bound_s(bound);
   if (totals[2] > 0) {
     std::string said;
     for (const std::string& e : parallel.world().gather_strings(error))
@@ -274,6 +318,13 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
   else if (parallel.is_root())
     std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size(), cache.c_str());
   std::fflush(stdout);
+  if (leaders.leader) {
+    std::set<std::string> listed;
+    for (const DataObject& o : objects) listed.insert(fs::path(copy_path(cache, o)).lexically_normal().string());
+    remove_unlisted(data.path, cache, listed);
+    remove_unlisted(data.val_path, cache, listed);
+  }
+  parallel.world().barrier();
   data.path = with_local_copies(data.path, cache);
   data.val_path = with_local_copies(data.val_path, cache);
   return data;

@@ -63,6 +63,10 @@ class ParallelState {
 
   // The step that a timeout message names.
   void set_step(int step) { watchdog_->step = step; }
+  // The bound on every blocking wait (parallel.timeout_s), to lift while some ranks do a
+  // long piece of local work that the others wait for in a collective (a data copy).
+  double wait_bound_s() const { return watchdog_->timeout_s; }
+  void set_wait_bound_s(double seconds) { watchdog_->timeout_s = seconds; }
   // The grid and the nodes, as rank 0 prints them at start.
   std::string describe() const;
 

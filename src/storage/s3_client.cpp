@@ -334,6 +334,16 @@ std::optional<uint64_t> S3Client::object_size(const std::string& key) {
 // answers it (AWS, Ceph's gateway, s3rver) and it needs no token made by the server. V2's
 // continuation tokens are where s3rver 3.7 fails: it makes them with DES, which the
 // OpenSSL 3 of Node 17 and later refuses, so every truncated V2 page is a 500 there.
+bool S3Client::encrypted(const std::string& key) {
+  HttpSession http;
+  Request r;
+  r.method = "HEAD";
+  r.key = key;
+  const HttpResponse response = send(http, r);
+  return response.header("x-amz-server-side-encryption").starts_with("aws:kms") ||
+         !response.header("x-amz-server-side-encryption-customer-algorithm").empty();
+}
+
 std::vector<S3Object> S3Client::list(const std::string& prefix, int page_keys) {
   HttpSession http;
   std::vector<S3Object> objects;
@@ -467,7 +477,8 @@ S3Transfer S3Client::upload_file(const std::string& path, const std::string& key
   return t;
 }
 
-S3Transfer S3Client::download_file(const std::string& key, uint64_t size, const std::string& path) {
+S3Transfer S3Client::download_file(const std::string& key, uint64_t size, const std::string& path,
+                                   const std::string& if_match) {
   const Timer timer;
   S3Transfer t;
   t.bytes = size;
@@ -488,6 +499,7 @@ S3Transfer S3Client::download_file(const std::string& key, uint64_t size, const 
         get.key = key;
         get.refused = &refused;
         get.headers = {"Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1)};
+        if (!if_match.empty()) get.headers.push_back("If-Match: " + if_match);
         get.before_attempt = [&] {
           received = 0;
           crc = crc32(0L, Z_NULL, 0);

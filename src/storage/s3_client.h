@@ -83,7 +83,9 @@ class S3Client {
   void create_bucket();
   void put_object(const std::string& key, std::string_view data);
   std::optional<std::string> get_object(const std::string& key);  // nullopt: no such key
-  std::optional<uint64_t> object_size(const std::string& key);    // HEAD; nullopt: no such key
+  std::optional<uint64_t> object_size(const std::string& key);
+  // Whether the object is encrypted with SSE-KMS or SSE-C (its ETag is then no MD5).
+  bool encrypted(const std::string& key);    // HEAD; nullopt: no such key
   // Every key under `prefix`, in key order, in pages of `page_keys` (S3's most: 1000).
   std::vector<S3Object> list(const std::string& prefix, int page_keys = 1000);
   void delete_object(const std::string& key);
@@ -94,7 +96,10 @@ class S3Client {
   S3Transfer upload_file(const std::string& path, const std::string& key);
   // `size` bytes of the object into `path` (written whole, then synced), ranged GETs in
   // parallel; the CRC-32 of what arrived, combined from the ranges'.
-  S3Transfer download_file(const std::string& key, uint64_t size, const std::string& path);
+  // if_match: the ETag the object must still have (412 Precondition Failed else), so that
+  // the ranges of an object replaced meanwhile are not mixed.
+  S3Transfer download_file(const std::string& key, uint64_t size, const std::string& path,
+                           const std::string& if_match = "");
 
   // From another thread: abandon transfers and retries now (they throw S3Error).
   void cancel() { cancelled_ = true; }
