@@ -55,7 +55,9 @@ LayerTimes layer_times(const TransformerSpec& spec, int micro_batch, int tp, boo
   const PassTimes mlp_out = gemm_passes(expert_rows, expert_width, d, gpu);
   add(mlp_out, experts);
   if (moe) add(gemm_passes(rows, d, experts, gpu), 1);  // the router
-  t.mlp_out_forward = experts * mlp_out.forward;
+  // What full recomputation keeps (the MLP's output projection's input): an expert's down
+  // GEMM runs again (its output is needed for the routing weights' gradient).
+  t.mlp_out_forward = moe ? 0.0 : mlp_out.forward;
   const double hbm = hbm_bytes_per_s(gpu), T = spec.seq_len;
   if (options.flash_attention) {
     // Flash attention over this rank's heads, causal: half of the 4 B T^2 (H hd) FLOPs.

@@ -404,7 +404,7 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   const double slowed = injected_faults::slow_down(parallel.rank());
   const uint64_t syncs_before = k.host_syncs();
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
-  if (config.model.n_experts > 0) {
+  if (!s.runner.expert_load().empty()) {  // a mixture of experts (its count may be the family's default)
     o.aux_loss = s.runner.aux_loss();
     o.expert_load = s.runner.expert_load();
   }
