@@ -1,6 +1,7 @@
 #include "cli/prepare_command.h"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -143,6 +144,21 @@ int run_prepare_command(const std::vector<std::string>& args) {
   const std::vector<InputFile> files = list_inputs(inputs);
   const uint64_t total = total_bytes(files);
   if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+  // Every rank writes its part beside PREFIX and rank 0 merges them: a folder all see.
+  if (world.size() > 1) {
+    std::string probe = root ? out + ".probe-" + std::to_string(getpid()) : "";
+    if (root) std::ofstream(probe) << "trident\n";
+    probe = broadcast_string(probe);
+    const bool seen = fs::exists(probe);
+    const bool all = world.all_reduce(seen ? 0.0 : 1.0, ReduceOp::max) == 0;
+    world.barrier();
+    if (root) fs::remove(probe);
+    if (!all)
+      throw AgreedUsageError("prepare under mpirun: the ranks write their parts beside " + out +
+                             " and rank 0 merges them, but some ranks do not see its folder (node-local disks): give "
+                             "a folder on a file system every node shares" +
+                             (is_s3_uri(destination) ? std::string(" (data.cache_dir)") : std::string("")));
+  }
   Timer timer;
 
   // The tokenizer: trained on the input by rank 0, or loaded; then on every rank.
