@@ -1,5 +1,7 @@
 #include "cli/ckpt_command.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
@@ -61,11 +63,13 @@ void print_lease(const std::string& dir) {
   try {
     const LeaseHolder h = parse_lease(text.str());
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const bool stale = h.lease_s > 0 && now - h.renewed > h.lease_s;
-    std::printf("lease: %s%s\n", h.describe(now).c_str(),
-                stale ? (" (stale: not renewed within its lease_s of " + std::to_string(static_cast<int>(h.lease_s)) +
-                         " s; the next run takes the folder over)").c_str()
-                      : (" (held: renewed within its lease_s of " + std::to_string(static_cast<int>(h.lease_s)) + " s)").c_str());
+    // Judged as a run starting here would (the file's time too; 600 s for a lease naming none).
+    struct stat st {};
+    const double mtime = stat((fs::path(dir) / "LEASE").c_str(), &st) == 0
+                             ? static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9 : 0.0;
+    const LeaseHolder me = this_process(0);
+    const LeaseVerdict v = judge_lease(h, me, now, mtime, 600, holder_process_gone(h, me));
+    std::printf("lease: %s (%s%s)\n", h.describe(now).c_str(), v.may_take() ? "free to take: " : "", v.why.c_str());
   } catch (const UsageError& e) {
     std::printf("lease: unreadable (%s)\n", e.what());
   }
