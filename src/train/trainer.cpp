@@ -323,9 +323,13 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
   const TransformerSpec& spec = s.model.spec();
   const int tp = parallel.size(Axis::tp), dp = parallel.size(Axis::dp);
   const double floats = static_cast<double>(s.model.layout().total_floats());
-  std::printf("model: %s (vocabulary padded to %d): %.2fM parameters, %.2fM on this rank (1/%d of the split tensors), "
+  // A mixture of experts: the parameters a token passes through beside all of them.
+  char active[48] = "";
+  if (active_parameter_count(spec) != parameter_count(spec))
+    std::snprintf(active, sizeof active, " (%.2fM active per token)", active_parameter_count(spec) / 1e6);
+  std::printf("model: %s (vocabulary padded to %d): %.2fM parameters%s, %.2fM on this rank (1/%d of the split tensors), "
               "%.1f MFLOP/token\n",
-              spec.describe().c_str(), spec.padded_vocab(tp), parameter_count(spec) / 1e6, floats / 1e6, tp,
+              spec.describe().c_str(), spec.padded_vocab(tp), parameter_count(spec) / 1e6, active, floats / 1e6, tp,
               flops_per_token(spec) / 1e6);
   std::printf("memory plan of rank 0: %.3f GiB: %s; resident now %.3f GiB\n",
               gib(static_cast<double>(memory.total_bytes())), memory.describe().c_str(),

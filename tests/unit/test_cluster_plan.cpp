@@ -536,7 +536,7 @@ TEST(ClusterPlan, ExpertsCostTheirActiveWork) {
     const std::string args = "plan --config configs/mixtral-8x7b.ini --nodes " + std::to_string(nodes) + " --gpu h100";
     const CliRun r = run(args);
     ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.err;
-    EXPECT_NE(r.out.find("E8x14336 top2 T4096 V32000 (46.70B parameters)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("E8x14336 top2 T4096 V32000 (46.70B parameters, 12.88B active)"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("best: sbatch --nodes=" + std::to_string(nodes)), std::string::npos) << r.out;
     std::printf("%s\n%s", args.c_str(), r.out.c_str());
   }
