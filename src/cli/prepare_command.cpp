@@ -256,7 +256,12 @@ int run_prepare_command(const std::vector<std::string>& args) {
       double bytes = 0;
       std::vector<std::string> extensions = {".bin", ".idx", ".json"};
       if (train_vocab > 0) extensions.push_back(".model");
-      for (const std::string& ext : extensions) bytes += static_cast<double>(s3->upload_file(out + ext, uri.prefix + ext).bytes);
+      for (const std::string& ext : extensions) {
+        const S3Transfer t = s3->upload_file(out + ext, uri.prefix + ext);
+        bytes += static_cast<double>(t.bytes);
+        // The files stay where a run reading s3://... keeps its copy: that run need not fetch them.
+        if (!t.etag.empty()) remember_copy(data_cache_dir(data), uri.bucket, uri.prefix + ext, t.etag, t.bytes);
+      }
       std::printf("prepare: uploaded %s%s: %.1f MB in %.2f s\n", destination.c_str(),
                   train_vocab > 0 ? ".bin/.idx/.json/.model" : ".bin/.idx/.json", bytes / 1e6, uploading.seconds());
     });

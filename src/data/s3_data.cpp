@@ -121,6 +121,14 @@ std::string file_md5(const std::string& path) {
   return hex;
 }
 
+// What a verified copy was made from, beside the data.
+void record(const std::string& cache, const DataObject& o) {
+  fs::create_directories(fs::path(record_path(cache, o)).parent_path());
+  write_text_atomically(record_path(cache, o),
+                        nlohmann::json{{"etag", o.etag}, {"size", o.size}, {"mtime_ns", mtime_ns(copy_path(cache, o))}}.dump() +
+                            "\n");
+}
+
 // Downloads one object to its copy (through a .partial file, so that a cut download never
 // looks whole), checks its MD5 where the ETag has one, and records what it was made from.
 uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o, const std::string& writer) {
@@ -136,8 +144,7 @@ uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o, 
     throw InfrastructureError("s3://" + o.bucket + "/" + o.key + ": the copy's MD5 is not the object's ETag " + o.etag);
   }
   fs::rename(partial, path);  // over another writer's finished copy of the same object: the same bytes
-  write_text_atomically(record_path(cache, o),
-                        nlohmann::json{{"etag", o.etag}, {"size", o.size}, {"mtime_ns", mtime_ns(path)}}.dump() + "\n");
+  record(cache, o);
   return o.size;
 }
 
@@ -200,6 +207,11 @@ std::string with_local_copies(const std::string& spec, const std::string& cache)
 }
 
 }  // namespace
+
+void remember_copy(const std::string& cache_dir, const std::string& bucket, const std::string& key,
+                   const std::string& etag, uint64_t size) {
+  record(cache_dir, DataObject{bucket, key, etag, size});
+}
 
 bool names_s3(const std::string& data_path) {
   for (const std::string& word : words_of(data_path))

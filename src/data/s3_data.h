@@ -31,6 +31,12 @@ std::string local_copy_of(const std::string& uri, const std::string& cache_dir);
 // data.cache_dir, or its default: $SLURM_TMPDIR/trident-data, else /tmp/trident-data.
 std::string data_cache_dir(const DataConfig& data);
 
+// Records the file at local_copy_of(s3://bucket/key) as the copy of that object (its ETag
+// and size as uploaded): `prepare --out s3://...` leaves what it uploaded where a run
+// reading it keeps its copy, and that run need not fetch it again.
+void remember_copy(const std::string& cache_dir, const std::string& bucket, const std::string& key,
+                   const std::string& etag, uint64_t size);
+
 // Collective. `config.data` with every s3:// entry of path and val_path replaced by its
 // local copy, fetched first where missing or changed (S3 settings: config.checkpoint's).
 DataConfig stage_s3_data(const Config& config, ParallelState& parallel);

@@ -241,14 +241,16 @@ HttpResponse S3Client::send(HttpSession& http, const Request& r) {
 // answer was lost after the store did it leaves its retry a 404 NoSuchUpload (the upload
 // is an object now): then the object under the key, of the file's size and with the ETag
 // these parts make, shows that the completion took.
-void S3Client::complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
-                               const std::vector<std::string>& part_etags) {
+std::string S3Client::complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
+                                      const std::vector<std::string>& part_etags) {
   const std::string what = "POST " + url_of(complete.key) + " (complete)";
   const Timer since;
   for (int attempt = 0;; attempt++) {
     StoreError e;
+    std::string body;
     try {
-      e = store_error(send(http, complete).body);
+      body = send(http, complete).body;
+      e = store_error(body);
     } catch (const S3Error& error) {
       if (error.code != "NoSuchUpload") throw;
       Request head;
@@ -261,10 +263,14 @@ void S3Client::complete_upload(HttpSession& http, const Request& complete, uint6
       const std::string expected = multipart_etag(part_etags), etag = object.header("etag");
       const bool ours = object.status == 200 && object.header("content-length") == std::to_string(bytes) &&
                         (etag == expected || expected.empty() || etag.find('-') == std::string::npos);
-      if (ours) return;
+      if (ours) return etag;
       throw;
     }
-    if (e.code.empty()) return;
+    if (e.code.empty()) {
+      pugi::xml_document doc;
+      doc.load_string(body.c_str());
+      return xml_text(doc.child("CompleteMultipartUploadResult"), "ETag");
+    }
     const bool transient = e.code == "InternalError" || e.code == "ServiceUnavailable" || e.code == "SlowDown";
     if (!transient || since.seconds() > settings_.retry_s)
       throw S3Error(what + ": 200 carrying " + e.code + " (" + e.message + ")", 200, e.code);
@@ -414,7 +420,7 @@ S3Transfer S3Client::upload_file(const std::string& path, const std::string& key
     put.key = key;
     put.body = std::string_view(buffer.data(), buffer.size());
     put.tally = &tally;
-    send(http, put);
+    t.etag = send(http, put).header("etag");
     t.crc32 = crcs[0];
     finish();
     return t;
@@ -454,7 +460,7 @@ S3Transfer S3Client::upload_file(const std::string& path, const std::string& key
     complete.query = canonical_query({{"uploadId", upload_id}});
     complete.body = xml;
     complete.headers = {"Content-Type: application/xml"};
-    complete_upload(http, complete, t.bytes, etags);
+    t.etag = complete_upload(http, complete, t.bytes, etags);
   } catch (...) {
     // The parts cost storage until aborted; best effort, the error that matters is above.
     try {

@@ -70,6 +70,7 @@ struct S3Transfer {
   double seconds = 0;
   uint64_t requests = 0, retries = 0, slowdowns = 0;  // this transfer's own (retries included in requests)
   uint32_t crc32 = 0;  // of the bytes (zlib's CRC-32, as checkpoint manifests hold)
+  std::string etag;    // an upload's: the object's ETag as the store gave it, quotes and all
 };
 
 class S3Client {
@@ -113,8 +114,9 @@ class S3Client {
   // Sends a request until it succeeds, retrying what may succeed later; S3Error else.
   // A 404 comes back as the response when the request allows it.
   HttpResponse send(HttpSession& http, const Request& request);
-  void complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
-                       const std::vector<std::string>& part_etags);
+  // Returns the object's ETag.
+  std::string complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
+                              const std::vector<std::string>& part_etags);
   std::string bucket_url() const;
   void sleep_before_retry(int attempt);
 

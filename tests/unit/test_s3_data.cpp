@@ -69,6 +69,12 @@ TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
   const std::string from_s3 = train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" + cache +
                               " --checkpoint.s3_endpoint=" + endpoint_ + " --parallel.ranks_per_node=1";
   const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
+  // What prepare uploaded it left as the copy a run keeps: nothing to fetch there.
+  const CliRun where_prepared = run(train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" +
+                                    dir_ + "/prepared --checkpoint.s3_endpoint=" + endpoint_);
+  ASSERT_EQ(where_prepared.exit_code, 0) << where_prepared.err;
+  EXPECT_NE(where_prepared.out.find("data: the s3:// data's 3 objects are in " + dir_ + "/prepared already"),
+            std::string::npos) << where_prepared.out;
   const CliRun local = run(train + "--data.path=" + prefix, mpirun2);
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const CliRun first = run(from_s3, mpirun2);
