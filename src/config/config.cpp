@@ -64,6 +64,9 @@ po::options_description config_options(Config& c) {
       ("parallel.cp", with_default(&p.cp),
        "context-parallel size: each sequence cut into 2 cp chunks, rank i of the group holding chunks i and "
        "2cp-1-i; attention passes keys and values around the ring")
+      ("parallel.ep", with_default(&p.ep),
+       "expert-parallel size: a mixture of experts' experts split over blocks of ep data-parallel (dp x cp) "
+       "ranks, tokens sent to their experts' ranks and back (all-to-all); must divide dp x cp and the experts")
       ("parallel.pp", with_default(&p.pp), "pipeline-parallel stages")
       ("parallel.pp_layers", with_default(&p.pp_layers), "layers per stage, e.g. 3,3,2 (empty: balanced)")
       ("parallel.schedule", with_default(&p.schedule),
@@ -308,6 +311,12 @@ void Config::validate() const {
   positive(parallel.tp, "parallel.tp");
   positive(parallel.cp, "parallel.cp");
   positive(parallel.pp, "parallel.pp");
+  positive(parallel.ep, "parallel.ep");
+  require(parallel.ep == 1 || parallel.zero <= 1,
+          "parallel.ep > 1 with parallel.zero=" + std::to_string(parallel.zero) +
+              " is not supported yet: the experts are sharded over their own group with ZeRO 0 or 1 only");
+  require(parallel.ep == 1 || parallel.shard_size == 0,
+          "parallel.ep > 1 with parallel.shard_size (hybrid sharding) is not supported: set parallel.shard_size=0");
   positive(parallel.vpp, "parallel.vpp");
   require(parallel.schedule != Schedule::interleaved || parallel.pp > 1,
           "parallel.schedule=interleaved needs parallel.pp > 1 (it interleaves the stages' model chunks)");
@@ -414,8 +423,8 @@ std::pair<int, int> LogConfig::trace_range() const {
 }
 
 void Config::resolve_layout(int world_size) {
-  const ParallelDims d =
-      ParallelDims::resolve(world_size, parallel.axis_sizes());
+  ParallelDims d = ParallelDims::resolve(world_size, parallel.axis_sizes());
+  d.set_expert_parallel(parallel.ep);
   parallel.dp = d.size(Axis::dp);
   if (train.global_batch % parallel.dp != 0) {
     // What would do: the dp sizes that divide the batch, as rank counts of this tp x pp
@@ -456,7 +465,9 @@ ParallelDims Config::dims() const {
   check(parallel.dp > 0, "Config::dims() before resolve_layout (dp is still 0)");
   int world = 1;
   for (const AxisSize& a : parallel.axis_sizes()) world *= a.size;
-  return ParallelDims::resolve(world, parallel.axis_sizes());
+  ParallelDims d = ParallelDims::resolve(world, parallel.axis_sizes());
+  d.set_expert_parallel(parallel.ep);
+  return d;
 }
 
 std::string Config::to_ini() const {

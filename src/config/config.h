@@ -89,6 +89,7 @@ struct ParallelConfig {
   int dp = 0;               // data-parallel size; 0: world / (tp * cp * pp)
   int tp = 1;               // tensor-parallel size
   int cp = 1;               // context-parallel size: each sequence split over cp ranks (ring attention)
+  int ep = 1;               // expert-parallel size: a mixture's experts split over ep of the dp x cp ranks
   int pp = 1;               // pipeline stages
   std::string pp_layers;    // layers per stage, "3,3,2"; empty: balanced
   Schedule schedule = Schedule::one_f_one_b;  // pipeline schedule: 1f1b, gpipe, interleaved or zb1

@@ -22,8 +22,9 @@ ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int t
 
 ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spec, int tp_rank, int tp_size,
                                  size_t pad_to, const StageSpec& stage)
-    : spec_(spec), tp_rank_(tp_rank), tp_size_(tp_size) {
+    : spec_(spec), tp_rank_(tp_rank), tp_size_(tp_size), ep_rank_(stage.ep_rank), ep_(stage.ep) {
   check_tensor_parallel(spec, tp_size);
+  check(ep_ >= 1 && ep_rank_ >= 0 && ep_rank_ < ep_, "expert-parallel rank out of range");
   check(!stage.chunks.empty(), "a stage without a model chunk");
   chunk_begin_.push_back(0);
   for (const LayerRange& chunk : stage.chunks) {
@@ -38,6 +39,7 @@ ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spe
   // multiple of pad_to, so that ZeRO can reduce-scatter each unit in equal blocks;
   // every tensor start stays 64-byte aligned.
   const size_t unit_align = std::lcm<size_t>(16, pad_to);
+  unit_align_ = unit_align;
   const auto end_unit = [&](size_t begin) {
     total_ = (total_ + unit_align - 1) / unit_align * unit_align;
     if (total_ > begin) units_.push_back({begin, total_});
@@ -59,6 +61,15 @@ ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spe
   end_unit(unit_begin);
   unit_is_block_.assign(units_.size(), false);
   for (int u : block_units_) unit_is_block_[u] = true;
+  if (ep_ == 1) return;
+  // add() started every run of experts' tensors at a multiple of unit_align, and what
+  // follows one (another tensor, a unit's end) too.
+  for (const ParameterTensor& t : tensors_) {
+    if (!t.placement.expert) continue;
+    const size_t end = (t.offset + t.stored + unit_align - 1) / unit_align * unit_align;
+    if (!expert_ranges_.empty() && expert_ranges_.back().end >= t.offset) expert_ranges_.back().end = end;
+    else expert_ranges_.push_back({t.offset, end});
+  }
 }
 
 int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) {
@@ -83,6 +94,13 @@ int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) 
   p.weight_decay = t.shape.size() >= 2;  // matrices and embeddings (FORMAT.md)
   p.multiplied = declared.multiplied;
   p.active = declared.active;
+  p.expert = declared.expert;
+  // Under expert parallelism the experts' tensors and the others never share a stretch
+  // of pad_to floats: data parallelism reduces the two over different groups.
+  if (ep_ > 1 && !tensors_.empty() && tensors_.back().placement.expert != p.expert) {
+    check(!declared.adjacent, "an expert's tensor adjacent to a shared one");
+    total_ = (total_ + unit_align_ - 1) / unit_align_ * unit_align_;
+  }
   if (declared.adjacent) {
     check(!tensors_.empty(), "an adjacent tensor needs one before it");
     total_ = tensors_.back().offset + tensors_.back().stored;

@@ -40,6 +40,7 @@ struct TensorDeclaration {
   bool counted = true;         // false: a copy another stage's counts (the last stage's tied table)
   bool multiplied = true;      // false: only looked up (Placement::multiplied)
   double active = 1.0;         // the share of tokens it multiplies (Placement::active)
+  bool expert = false;         // one of the experts split over ep ranks (Placement::expert)
 };
 
 struct ParameterTensor {
@@ -66,6 +67,9 @@ struct LayerRange {
 struct StageSpec {
   std::vector<LayerRange> chunks = {LayerRange{}};  // in the order of their virtual stages
   bool has_embedding = true, has_head = true;
+  // Expert parallelism (parallel/parallel_dims.h): of a mixture's E experts, this rank
+  // holds E / ep, those of ep rank ep_rank.
+  int ep_rank = 0, ep = 1;
 };
 
 struct StageLayers;
@@ -123,6 +127,12 @@ class ParameterLayout {
   const std::vector<bool>& unit_is_block() const { return unit_is_block_; }
   // The unit holding flat offset `offset` (an index into units()); check-fails outside.
   size_t unit_of(size_t offset) const;
+  // Expert parallelism: this rank's share of the experts, and where their tensors lie (runs
+  // of experts' tensors, each starting and ending at a multiple of pad_to so that data
+  // parallelism reduces them over their own group; empty when ep is 1).
+  int ep_rank() const { return ep_rank_; }
+  int ep_size() const { return ep_; }
+  const std::vector<FlatRange>& expert_ranges() const { return expert_ranges_; }
 
  private:
   friend class ParameterDeclarations;
@@ -138,8 +148,9 @@ class ParameterLayout {
   std::vector<FlatRange> units_;
   std::vector<int> block_units_;
   std::vector<bool> unit_is_block_;
-  int tp_rank_ = 0, tp_size_ = 1;
-  size_t total_ = 0;
+  std::vector<FlatRange> expert_ranges_;
+  int tp_rank_ = 0, tp_size_ = 1, ep_rank_ = 0, ep_ = 1;
+  size_t total_ = 0, unit_align_ = 16;
 };
 
 // What a layer declares its tensors into while its stage's layout is built: each added
@@ -153,6 +164,8 @@ class ParameterDeclarations {
   int find(const std::string& name) const { return layout_.index_of(name); }
   int tp_rank() const { return layout_.tp_rank(); }
   int tp_size() const { return layout_.tp_size(); }
+  int ep_rank() const { return layout_.ep_rank(); }
+  int ep_size() const { return layout_.ep_size(); }
 
  private:
   ParameterLayout& layout_;

@@ -50,6 +50,10 @@ struct Placement {
   // The share of the tokens it multiplies: 1, or an expert's K / E (each token reaches K
   // of E experts): the active parameters, what a token's FLOPs count.
   double active = 1.0;
+  // One of a mixture's experts, held by one rank of each expert-parallel group: its
+  // gradient is summed over the ranks holding the same experts (the expert-data-parallel
+  // group), not over all of dp x cp, and ZeRO shards it over them.
+  bool expert = false;
 
   bool sharded() const { return pieces > 1; }
 };

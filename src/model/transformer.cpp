@@ -97,6 +97,8 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
                                                    tp_.sequence_parallel() ? tp_.size() : 1, options.split_backward,
                                                    cp_));
   StageBuffers buffers;
+  check((options.expert_parallel != nullptr ? options.expert_parallel->size() : 1) == options.stage.ep,
+        "the expert-parallel group does not match the stage's ep");
   declare_stage(layers_, stage_, s.d_model, declared, buffers);
   activations_ = ActivationArena(declared, k);
   dresidual_ = buffers.dresidual;
@@ -124,7 +126,8 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   }
   slot_batch_.assign(options.slots, 0);
   runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_, rope_table_.data(),
-                                                         ring_.get(), loss_sum(), cp, router_stats_.get()});
+                                                         ring_.get(), loss_sum(), cp, router_stats_.get(),
+                                                         options.expert_parallel});
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
 }

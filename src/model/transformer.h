@@ -68,6 +68,9 @@ struct TransformerOptions {
   int32_t document_end = -1;
   // Context parallelism's group (model/context_parallel.h); null: each sequence whole here.
   Communicator* context_parallel = nullptr;
+  // Expert parallelism's group (parallel/parallel_dims.h): the ranks holding the other
+  // experts, which tokens are exchanged with; null: every expert here.
+  Communicator* expert_parallel = nullptr;
 };
 
 // Which part of a micro-batch's backward pass to run (pipeline/schedule.h): all of it, or
@@ -81,6 +84,8 @@ class Transformer {
   const TransformerSpec& spec() const { return layout_.spec(); }
   const ParameterLayout& layout() const { return layout_; }
   TensorParallel& tensor_parallel() { return tp_; }
+  // Expert parallelism's group (null: every expert here).
+  Communicator* expert_parallel() const { return runtime_->experts; }
   int micro_batch() const { return B_; }
   Recompute recompute() const { return activations_.shape().recompute; }
   int slots() const { return activations_.slots(); }

@@ -57,8 +57,9 @@ inline void finish(RequestPtr& request) {
 // Operation counts and payload bytes (the size of the buffer each call reduces,
 // gathers or sends), per kind, as counted by this rank.
 // connect: NCCL's set-up of a communicator and of its connections to the peers.
-enum class CommOp { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier, connect };
-inline constexpr int kCommOps = 8;
+// all_to_all: each rank's blocks to every rank (a mixture of experts' token exchange).
+enum class CommOp { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier, connect, all_to_all };
+inline constexpr int kCommOps = 9;
 const char* comm_op_name(CommOp op);
 
 struct CommStats {
@@ -95,6 +96,12 @@ class Communicator {
   virtual RequestPtr all_gather_async(ActivationSpan data) = 0;
   virtual RequestPtr send_async(ActivationSpan data, int peer, int tag) = 0;
   virtual RequestPtr recv_async(ActivationSpan data, int peer, int tag) = 0;
+  // Every rank sends block p of `send` (send_counts[p] elements, the blocks one after the
+  // other in rank order) to rank p, and receives rank p's block for it into block p of
+  // `recv` (recv_counts[p] elements): the tokens of a mixture of experts going to the
+  // ranks that hold their experts, and back. A block may be empty.
+  virtual RequestPtr all_to_all_v_async(ActivationSpan send, const std::vector<size_t>& send_counts,
+                                        ActivationSpan recv, const std::vector<size_t>& recv_counts) = 0;
   virtual void broadcast(std::span<float> data, int root) = 0;
   virtual void barrier() = 0;
   // Bytes in host memory, on every backend (the runtime's own messages: checkpoint
@@ -119,6 +126,10 @@ class Communicator {
   void all_gather(ActivationSpan data) { all_gather_async(data)->wait(); }
   void send(ActivationSpan data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
   void recv(ActivationSpan data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
+  void all_to_all_v(ActivationSpan send, const std::vector<size_t>& send_counts, ActivationSpan recv,
+                    const std::vector<size_t>& recv_counts) {
+    all_to_all_v_async(send, send_counts, recv, recv_counts)->wait();
+  }
   void send(std::span<const std::byte> data, int peer, int tag = 0) { send_async(data, peer, tag)->wait(); }
   void recv(std::span<std::byte> data, int peer, int tag = 0) { recv_async(data, peer, tag)->wait(); }
   // Every rank's `text` on rank 0, in rank order (empty elsewhere): reports, host names.

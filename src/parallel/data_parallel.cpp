@@ -31,14 +31,41 @@ std::vector<FlatRange> DataParallel::sharded_ranges(const std::vector<FlatRange>
   return owned;
 }
 
+std::vector<FlatRange> DataParallel::split_at(const std::vector<FlatRange>& buckets,
+                                              const std::vector<FlatRange>& runs) {
+  std::vector<size_t> edges;
+  for (const FlatRange& r : runs) edges.insert(edges.end(), {r.begin, r.end});
+  std::vector<FlatRange> pieces;
+  for (const FlatRange& b : buckets) {
+    size_t begin = b.begin;
+    for (size_t edge : edges)
+      if (edge > begin && edge < b.end) {
+        pieces.push_back({begin, edge});
+        begin = edge;
+      }
+    pieces.push_back({begin, b.end});
+  }
+  return pieces;
+}
+
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
-                           bool overlap, Communicator* replica)
+                           bool overlap, Communicator* replica, ExpertGradients experts)
     : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr),
       stage_(zero && dp.size() > 1 ? 1 : 0), overlap_(overlap), n_(n), memory_(memory) {
   check(replica_ == nullptr || stage_ == 1, "hybrid sharding needs ZeRO over a shard group of 2 or more ranks");
+  check(replica_ == nullptr || experts.group == nullptr, "hybrid sharding with expert parallelism");
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
   buckets_ = bucket_ranges(n, bucket_mb, ranks);
+  if (experts.group != nullptr) {
+    buckets_ = split_at(buckets_, experts.ranges);
+    for (const FlatRange& b : buckets_) {
+      const bool expert = std::any_of(experts.ranges.begin(), experts.ranges.end(),
+                                      [&](const FlatRange& r) { return b.begin >= r.begin && b.end <= r.end; });
+      bucket_group_.push_back(expert ? experts.group : &dp_);
+      check(b.size() % bucket_group_.back()->size() == 0, "DataParallel: an expert bucket not a multiple of its group");
+    }
+  }
   next_bucket_ = buckets_.size();
   if (stage_ == 0) {
     owned_ = {{0, n}};
@@ -71,7 +98,12 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
 }
 
 void DataParallel::shard_buckets() {
-  owned_ = sharded_ranges(buckets_, dp_.size(), dp_.rank());
+  owned_.clear();
+  for (size_t b = 0; b < buckets_.size(); b++) {
+    Communicator& group = group_of(b);
+    const std::vector<FlatRange> block = sharded_ranges({buckets_[b]}, group.size(), group.rank());
+    owned_.push_back(block[0]);
+  }
   size_t shard_floats = 0;
   for (const FlatRange& r : owned_) {
     shard_offset_.push_back(shard_floats);
@@ -123,8 +155,8 @@ class DataParallel::ReplicaChain final : public Request {
   RequestPtr second_;
 };
 
-RequestPtr DataParallel::reduce_to_shard(std::span<const float> in, std::span<float> out) {
-  RequestPtr scatter = dp_.reduce_scatter_async(in, out);
+RequestPtr DataParallel::reduce_to_shard(Communicator& group, std::span<const float> in, std::span<float> out) {
+  RequestPtr scatter = group.reduce_scatter_async(in, out);
   if (replica_ == nullptr) return scatter;
   Communicator* replica = replica_;
   return std::make_unique<ReplicaChain>(std::move(scatter), [replica, out] { return replica->all_reduce_async(out); },
@@ -183,9 +215,13 @@ void DataParallel::admit(RequestPtr request) {
 void DataParallel::start_bucket(size_t b) {
   const FlatRange& r = buckets_[b];
   std::span<float> data(grads_ + r.begin, r.size());
-  if (dp_.size() == 1) return;
-  if (stage_ == 1) admit(reduce_to_shard(data, {shard_ + shard_offset_[b], r.size() / dp_.size()}));
-  else admit(dp_.all_reduce_async(data));
+  Communicator& group = group_of(b);
+  if (group.size() == 1) {  // the experts' when ep covers dp x cp: no one else holds them
+    if (stage_ == 1) memory_.copy_on_device(shard_ + shard_offset_[b], data.data(), data.size_bytes());
+    return;
+  }
+  if (stage_ == 1) admit(reduce_to_shard(group, data, {shard_ + shard_offset_[b], r.size() / group.size()}));
+  else admit(group.all_reduce_async(data));
 }
 
 void DataParallel::gradients_final_from(size_t offset) {
@@ -204,7 +240,7 @@ void DataParallel::gradients_final_from(size_t offset) {
       check(t != temporaries_.end(), "ZeRO-2/3: a second micro-batch, but GradientUnits::accumulates was false");
       r.temporary = t->second;
     }
-    r.request = reduce_to_shard({window, buckets_[u].size()}, {r.temporary ? r.temporary : r.shard, floats});
+    r.request = reduce_to_shard(dp_, {window, buckets_[u].size()}, {r.temporary ? r.temporary : r.shard, floats});
     auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });
     if (slot == in_flight_.end()) in_flight_.push_back(std::move(r));
     else *slot = std::move(r);  // block_begins() finished the one before
@@ -224,7 +260,7 @@ double DataParallel::finish_gradients() {
     for (BlockReduction& r : in_flight_) finish(r);
     for (size_t u = 0; u < buckets_.size(); u++)
       if (!units_.windowed[u])
-        admit(reduce_to_shard({units_.locate(buckets_[u].begin), buckets_[u].size()},
+        admit(reduce_to_shard(dp_, {units_.locate(buckets_[u].begin), buckets_[u].size()},
                               {shard_ + shard_offset_[u], owned_[u].size()}));
     for (auto& p : pending_) p->wait();
     pending_.clear();
@@ -245,19 +281,22 @@ double DataParallel::finish_gradients() {
 void DataParallel::gather_parameters(float* params) {
   if (stage_ == 0) return;
   std::vector<RequestPtr> requests;  // within max_in_flight_, as the reductions
-  for (const FlatRange& b : buckets_) {
+  for (size_t i = 0; i < buckets_.size(); i++) {
+    const FlatRange& b = buckets_[i];
+    if (group_of(i).size() == 1) continue;
     if (max_in_flight_ > 0 && requests.size() >= max_in_flight_) {
       requests.front()->wait();
       requests.erase(requests.begin());
     }
-    requests.push_back(dp_.all_gather_async({params + b.begin, b.size()}));
+    requests.push_back(group_of(i).all_gather_async({params + b.begin, b.size()}));
   }
   for (auto& r : requests) r->wait();
 }
 
 void DataParallel::gather_host_buffer(float* host) {
   if (stage_ == 0) return;
-  for (const FlatRange& b : buckets_) dp_.all_gather(std::span<float>(host + b.begin, b.size()));
+  for (size_t i = 0; i < buckets_.size(); i++)
+    if (group_of(i).size() > 1) group_of(i).all_gather(std::span<float>(host + buckets_[i].begin, buckets_[i].size()));
 }
 
 std::vector<float> DataParallel::gathered_gradients() {

@@ -40,6 +40,15 @@ namespace trident {
 // ranks holding the same block in the other groups); parameters are gathered within the
 // group only.
 
+// Expert parallelism: the layout's runs of experts' tensors (model/parameters.h
+// expert_ranges) and the ranks holding the same experts (ParallelState::expert_data_parallel),
+// over which their gradients are summed and ZeRO-1 shards them; buckets never straddle a
+// run's edge.
+struct ExpertGradients {
+  std::vector<FlatRange> ranges;
+  Communicator* group = nullptr;
+};
+
 // Gradient-bucket reductions in flight at once on the CPU backend (MPI): each holds a
 // temporary of its size in Open MPI (DataParallel::set_max_in_flight).
 constexpr size_t kMpiReductionsInFlight = 2;
@@ -61,7 +70,7 @@ class DataParallel {
   // false starts every bucket only when backward is complete (for measuring what
   // overlap buys).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero, bool overlap = true,
-               Communicator* replica = nullptr);
+               Communicator* replica = nullptr, ExpertGradients experts = {});
   // ZeRO-2 over the units of a layout of n floats (each unit a multiple of dp); stage 3
   // reduces the gradients the same way (the model shards and gathers its parameters).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
@@ -74,6 +83,8 @@ class DataParallel {
   // that ZeRO's rank `rank` owns: what the constructor uses, for memory plans.
   static std::vector<FlatRange> bucket_ranges(size_t n, double bucket_mb, size_t ranks);
   static std::vector<FlatRange> sharded_ranges(const std::vector<FlatRange>& buckets, size_t ranks, size_t rank);
+  // The buckets cut where a run of experts' tensors begins or ends (the runs sorted).
+  static std::vector<FlatRange> split_at(const std::vector<FlatRange>& buckets, const std::vector<FlatRange>& runs);
 
   // 0 to 3 (0 with one rank: nothing to shard).
   int zero_stage() const { return stage_; }
@@ -127,10 +138,12 @@ class DataParallel {
   class ReplicaChain;
   // ZeRO: owned_ = this rank's block of every bucket, and the shard that holds them.
   void shard_buckets();
+  // The ranks that sum bucket b's gradients: dp, or the expert-data-parallel group.
+  Communicator& group_of(size_t b) const { return bucket_group_.empty() ? dp_ : *bucket_group_[b]; }
   void start_bucket(size_t b);
   // A sum of `in` over dp into this rank's block `out`: reduce-scatter over the shard
   // group, then (hybrid) all-reduce of the block over the replicas.
-  RequestPtr reduce_to_shard(std::span<const float> in, std::span<float> out);
+  RequestPtr reduce_to_shard(Communicator& group, std::span<const float> in, std::span<float> out);
   void admit(RequestPtr request);  // into pending_, within max_in_flight_
   size_t unit_at(size_t offset) const;
   void finish(BlockReduction& r);
@@ -142,6 +155,7 @@ class DataParallel {
   bool overlap_ = true;
   size_t n_ = 0;
   std::vector<FlatRange> buckets_, owned_;
+  std::vector<Communicator*> bucket_group_;  // expert parallelism: per bucket (empty: dp for all)
   kernels::Kernels& memory_;
   float* shard_ = nullptr;  // ZeRO: the block of each bucket, in order
   std::vector<size_t> shard_offset_;

@@ -17,7 +17,7 @@ namespace trident {
 
 const char* comm_op_name(CommOp op) {
   static const char* names[kCommOps] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                        "send", "recv", "barrier", "connect"};
+                                        "send", "recv", "barrier", "connect", "all_to_all"};
   return names[static_cast<int>(op)];
 }
 
@@ -290,6 +290,53 @@ RequestPtr MpiCommunicator::send_async(ActivationSpan data, int peer, int tag) {
 
 RequestPtr MpiCommunicator::recv_async(ActivationSpan data, int peer, int tag) {
   return recv_async(host_floats(data), peer, tag);
+}
+
+namespace {
+
+// A request that keeps what MPI reads until the operation completes (MPI_Ialltoallv's
+// counts and displacements).
+class KeepingRequest final : public Request {
+ public:
+  KeepingRequest(std::vector<int> kept, RequestPtr inner) : kept_(std::move(kept)), inner_(std::move(inner)) {}
+  ~KeepingRequest() override { inner_.reset(); }  // waits before kept_ goes
+  bool test() override { return inner_->test(); }
+  void wait() override { inner_->wait(); }
+
+ private:
+  std::vector<int> kept_;
+  RequestPtr inner_;
+};
+
+}  // namespace
+
+RequestPtr MpiCommunicator::all_to_all_v_async(ActivationSpan send, const std::vector<size_t>& send_counts,
+                                               ActivationSpan recv, const std::vector<size_t>& recv_counts) {
+  check(send_counts.size() == static_cast<size_t>(size_) && recv_counts.size() == static_cast<size_t>(size_),
+        "all_to_all_v: one count per rank");
+  const std::span<float> out = host_floats(send), in = host_floats(recv);
+  // counts and displacements, sent then received, in one vector that outlives the operation
+  std::vector<int> v(4 * static_cast<size_t>(size_));
+  size_t sent = 0, received = 0;
+  for (int p = 0; p < size_; p++) {
+    check(send_counts[p] < (size_t{1} << 31) && sent < (size_t{1} << 31) && received < (size_t{1} << 31),
+          "all_to_all_v: a block over 2^31 elements");
+    v[p] = static_cast<int>(send_counts[p]);
+    v[size_ + p] = static_cast<int>(sent);
+    v[2 * size_ + p] = static_cast<int>(recv_counts[p]);
+    v[3 * size_ + p] = static_cast<int>(received);
+    sent += send_counts[p];
+    received += recv_counts[p];
+  }
+  check(sent <= out.size() && received <= in.size(), "all_to_all_v: the counts exceed the buffers");
+  last_started_ = count_started(CommOp::all_to_all, sent * sizeof(float), watchdog_->step);
+  MPI_Request r;
+  const int n = size_;
+  check_mpi(MPI_Ialltoallv(out.data(), v.data(), v.data() + n, MPI_FLOAT, in.data(), v.data() + 2 * n,
+                           v.data() + 3 * n, MPI_FLOAT, comm_, &r),
+            "MPI_Ialltoallv");
+  RequestPtr inner = started(r, CommOp::all_to_all, sent);
+  return std::make_unique<KeepingRequest>(std::move(v), std::move(inner));
 }
 
 void MpiCommunicator::broadcast(std::span<float> data, int root) {

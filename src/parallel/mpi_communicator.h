@@ -37,6 +37,8 @@ class MpiCommunicator final : public Communicator {
   RequestPtr all_gather_async(ActivationSpan data) override;
   RequestPtr send_async(ActivationSpan data, int peer, int tag) override;
   RequestPtr recv_async(ActivationSpan data, int peer, int tag) override;
+  RequestPtr all_to_all_v_async(ActivationSpan send, const std::vector<size_t>& send_counts, ActivationSpan recv,
+                                const std::vector<size_t>& recv_counts) override;
   void broadcast(std::span<float> data, int root) override;
   void barrier() override;
   RequestPtr send_async(std::span<const std::byte> data, int peer, int tag) override;

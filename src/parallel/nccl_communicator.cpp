@@ -206,6 +206,35 @@ class NcclCommunicator final : public Communicator {
   RequestPtr recv_async(ActivationSpan data, int peer, int tag) override {
     return recv(data.data, data.count, data.bytes(), nccl_type(data.type), peer, tag);
   }
+  // One group of sends and receives on the collectives' channel: NCCL's all-to-all.
+  RequestPtr all_to_all_v_async(ActivationSpan send, const std::vector<size_t>& send_counts, ActivationSpan recv,
+                                const std::vector<size_t>& recv_counts) override {
+    check(send_counts.size() == static_cast<size_t>(size()) && recv_counts.size() == static_cast<size_t>(size()),
+          "all_to_all_v: one count per rank");
+    check(send.type == recv.type && !on_host(send.data) && !on_host(recv.data), "NCCL all_to_all_v needs device buffers");
+    size_t sent = 0, received = 0;
+    for (int p = 0; p < size(); p++) sent += send_counts[p], received += recv_counts[p];
+    check(sent <= send.count && received <= recv.count, "all_to_all_v: the counts exceed the buffers");
+    const size_t element = kernels::dtype_bytes(send.type);
+    last_started_ = count_started(CommOp::all_to_all, sent * element, watchdog_->step);
+    after_compute(collectives_);
+    const char* out = reinterpret_cast<const char*>(send.data);
+    char* in = reinterpret_cast<char*>(recv.data);
+    NCCL_CHECK(ncclGroupStart());
+    ncclResult_t queued = ncclSuccess;
+    for (int p = 0; p < size() && queued == ncclSuccess; p++) {
+      if (send_counts[p] > 0)
+        queued = ncclSend(out, send_counts[p], nccl_type(send.type), p, collectives_.comm, collectives_.stream);
+      if (queued == ncclSuccess && recv_counts[p] > 0)
+        queued = ncclRecv(in, recv_counts[p], nccl_type(recv.type), p, collectives_.comm, collectives_.stream);
+      out += send_counts[p] * element;
+      in += recv_counts[p] * element;
+    }
+    const ncclResult_t ended = ncclGroupEnd();  // the group ends whatever a call said
+    nccl_ok(queued, "ncclSend/ncclRecv");
+    settle(collectives_, ended, "ncclGroupEnd", CommOp::all_to_all, sent);
+    return finished(collectives_, CommOp::all_to_all, sent);
+  }
   void broadcast(std::span<float> data, int root) override {
     last_started_ = count_started(CommOp::broadcast, data.size_bytes(), watchdog_->step);
     float* device = stage_in(data.data(), data.size_bytes());

@@ -91,6 +91,14 @@ std::vector<std::vector<int>> ParallelDims::groups(Axis axis) const {
   return out;
 }
 
+void ParallelDims::set_expert_parallel(int ep) {
+  if (ep < 1 || data_parallel_size() % ep != 0)
+    throw UsageError("parallel.ep (" + std::to_string(ep) + ") must divide dp x cp (" +
+                     std::to_string(size(Axis::dp)) + " x " + std::to_string(size(Axis::cp)) +
+                     "): the experts are split over data-parallel ranks");
+  ep_ = ep;
+}
+
 std::string ParallelDims::describe() const {
   std::ostringstream s;
   // The sizes, dp first and then from the slowest axis (dp=2 pp=2 tp=2), then the rank
@@ -111,6 +119,24 @@ std::string ParallelDims::describe() const {
       for (size_t i = 0; i < g.size(); i++) s << (i ? "," : "") << g[i];
       s << "}";
     }
+  }
+  if (ep_ > 1) {
+    // The ep groups: consecutive data-parallel ranks of each (tp, pp) column.
+    s << "\n  ep groups:";
+    for (int pp = 0; pp < size(Axis::pp); pp++)
+      for (int tp = 0; tp < size(Axis::tp); tp++)
+        for (int first = 0; first < data_parallel_size(); first += ep_) {
+          s << " {";
+          for (int i = first; i < first + ep_; i++) {
+            RankCoords c;
+            c[Axis::tp] = tp;
+            c[Axis::pp] = pp;
+            c[Axis::cp] = i % size(Axis::cp);
+            c[Axis::dp] = i / size(Axis::cp);
+            s << (i > first ? "," : "") << rank_of(c);
+          }
+          s << "}";
+        }
   }
   return s.str();
 }

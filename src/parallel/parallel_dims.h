@@ -69,6 +69,19 @@ class ParallelDims {
   // among them, cp fastest. ZeRO shards over them; replica 0 writes checkpoints.
   int data_parallel_size() const { return size(Axis::dp) * size(Axis::cp); }
   int data_parallel_rank(const RankCoords& c) const { return c[Axis::cp] + size(Axis::cp) * c[Axis::dp]; }
+  // Expert parallelism (a mixture of experts' experts split over ranks): the data-parallel
+  // ranks (dp x cp, cp fastest) in blocks of ep consecutive ones; a block holds every
+  // expert once (ep rank q: experts [q E/ep, (q+1) E/ep)) and exchanges its tokens. The
+  // ranks at the same place in every block hold the same experts (the expert-data-parallel
+  // group: their expert gradients are summed and ZeRO shards them). Megatron's expert
+  // order tp-cp-ep-dp-pp with cp folded in: an ep group is as close as dp x cp allows.
+  // Not an axis of the rank order: ep folds into dp x cp. Throws UsageError unless ep
+  // divides dp x cp.
+  void set_expert_parallel(int ep);
+  int expert_parallel_size() const { return ep_; }
+  int expert_parallel_rank(const RankCoords& c) const { return data_parallel_rank(c) % ep_; }
+  int expert_data_parallel_size() const { return data_parallel_size() / ep_; }
+  int expert_data_parallel_rank(const RankCoords& c) const { return data_parallel_rank(c) / ep_; }
   // The global ranks of every group along `axis`, each group in rank order of that axis.
   std::vector<std::vector<int>> groups(Axis axis) const;
   // "grid: dp=2 pp=2 tp=2 (8 ranks; ...)" and the groups of every axis, one line each.
@@ -77,6 +90,7 @@ class ParallelDims {
 
  private:
   std::array<int, kAxisCount> sizes_;
+  int ep_ = 1;
 };
 
 }  // namespace trident

@@ -55,6 +55,15 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
     data_parallel_ = make(split(dims.rank_of(coords_.with(Axis::cp, 0).with(Axis::dp, 0)),
                                 dims.data_parallel_rank(coords_)),
                           "dp x cp");
+  if (const int ep = dims.expert_parallel_size(); ep > 1) {
+    // The coordinates of data-parallel rank i (cp fastest) in this rank's (tp, pp) column.
+    const auto at = [&](int i) {
+      return coords_.with(Axis::cp, i % dims.size(Axis::cp)).with(Axis::dp, i / dims.size(Axis::cp));
+    };
+    const int i = dims.data_parallel_rank(coords_);
+    expert_parallel_ = make(split(dims.rank_of(at(i / ep * ep)), i % ep), "ep");
+    expert_data_parallel_ = make(split(dims.rank_of(at(i % ep)), i / ep), "expert dp");
+  }
   // Every rank takes part in the split; those of neither end stage get no communicator.
   const int stages = dims.size(Axis::pp), stage = coords_[Axis::pp];
   const bool end_stage = stages > 1 && (stage == 0 || stage == stages - 1);

@@ -43,6 +43,11 @@ class ParallelState {
   Communicator& data_parallel() { return data_parallel_ ? *data_parallel_ : dp(); }
   int data_parallel_size() const { return dims_.data_parallel_size(); }
   int data_parallel_rank() const { return dims_.data_parallel_rank(coords_); }
+  // Expert parallelism (ParallelDims::set_expert_parallel): the ep ranks that exchange
+  // tokens and hold the other experts (null when ep is 1), and the ranks holding the same
+  // experts, over which their gradients are summed (the data-parallel group when ep is 1).
+  Communicator* expert_parallel() { return expert_parallel_.get(); }
+  Communicator& expert_data_parallel() { return expert_data_parallel_ ? *expert_data_parallel_ : data_parallel(); }
   Communicator& node() { return *node_; }
   // The first and last pipeline stage of this rank's (dp, tp) column, which both hold
   // the tied embedding; null on other stages and when pp == 1.
@@ -78,7 +83,7 @@ class ParallelState {
   std::unique_ptr<Communicator> make_group(MPI_Comm comm, const std::string& name);
 
   std::array<std::unique_ptr<Communicator>, kAxisCount> groups_;
-  std::unique_ptr<Communicator> embedding_, data_parallel_;
+  std::unique_ptr<Communicator> embedding_, data_parallel_, expert_parallel_, expert_data_parallel_;
   int nodes_ = 1, ranks_on_machine_ = 1, machine_rank_ = 0;
   bool cuda_ = false;
 };

@@ -61,7 +61,7 @@ size_t buffer_bytes(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(
 
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
   if (config.checkpoint.dir.empty()) return 0;
-  return Checkpointer::piece_bytes(rank_layout(config, coords), config.dims().data_parallel_rank(coords) == 0,
+  return Checkpointer::piece_bytes(rank_layout(config, coords), CheckpointWrites::of(config.dims(), coords),
                                    optimizer_kind(config.train.optimizer).state_names);
 }
 
@@ -80,7 +80,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   char detail[160];
 
   const int zero = stage.zero;
-  const bool writer = d.data_parallel_rank(coords) == 0;  // of the checkpoint's pieces
+  const CheckpointWrites writer = CheckpointWrites::of(d, coords);  // of the checkpoint's pieces
   // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
   // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
   const ZeroStage zero_stage = static_cast<ZeroStage>(zero);
@@ -190,7 +190,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   if (!config.checkpoint.dir.empty()) {
     add("checkpoint staging", "host copy of parameters and optimizer state",
         Checkpointer::staging_bytes(layout, optimizer.state_names), true);
-    add("checkpoint pieces", writer ? "handed to the node leader" : "none: dp rank 0 writes",
+    add("checkpoint pieces", writer.any() ? "handed to the node leader" : "none: dp rank 0 writes",
         Checkpointer::piece_bytes(layout, writer, optimizer.state_names), true);
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
     if (node_leader)

@@ -15,6 +15,11 @@ void resolve_for_world(Config& config, int world_size) {
   require(p.shard_size == 0 || config.parallel.dp % p.shard_size == 0,
           "parallel.shard_size (" + std::to_string(p.shard_size) + ") must divide dp (" +
               std::to_string(config.parallel.dp) + ")");
+  require(p.ep == 1 || spec.n_experts > 0,
+          "parallel.ep (" + std::to_string(p.ep) + ") needs a mixture of experts (model.family mixtral or qwen3_moe)");
+  require(p.ep == 1 || spec.n_experts % p.ep == 0,
+          "parallel.ep (" + std::to_string(p.ep) + ") must divide the experts (model.n_experts = " +
+              std::to_string(spec.n_experts) + "): each ep rank holds the same number of them");
   require(config.model.seq_len % (2 * p.cp) == 0,
           "parallel.cp (" + std::to_string(p.cp) + ") needs model.seq_len (" + std::to_string(config.model.seq_len) +
               ") to be a multiple of 2 cp = " + std::to_string(2 * p.cp) + " (each sequence is cut into 2 cp chunks)");
@@ -37,6 +42,8 @@ RankStage rank_stage(const Config& config, const ParallelDims& d, const RankCoor
   RankStage s;
   const int pp = coords[Axis::pp], stages = d.size(Axis::pp);
   s.stage = stage_spec(config.model.n_layer, pp, stages, p.pp_layers, p.vpp);
+  s.stage.ep = d.expert_parallel_size();
+  s.stage.ep_rank = d.expert_parallel_rank(coords);
   s.tp_rank = coords[Axis::tp];
   s.tp = d.size(Axis::tp);
   s.cp = d.size(Axis::cp);

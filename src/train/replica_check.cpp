@@ -63,9 +63,22 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
   std::vector<float> copy;
   const float* values = host_values(params, copy);
   std::ostringstream lines;
-  if (replicas_ != nullptr)
+  const ParameterLayout& layout = *params.layout;
+  if (replicas_ != nullptr && layout.ep_size() == 1)
     lines << replicas_->name() << " " << replicas_->world_ranks().front() << " "
-          << crc_of(0, values, params.layout->total_floats()) << "\n";
+          << crc_of(0, values, layout.total_floats()) << "\n";
+  if (layout.ep_size() > 1) {
+    // Expert parallelism: the shared tensors across the replicas, each expert across the
+    // ranks holding it (the expert-data-parallel group).
+    uint32_t shared = 0, experts = 0;
+    for (const ParameterTensor& t : layout.tensors()) {
+      uint32_t& crc = t.placement.expert ? experts : shared;
+      crc = crc_of(crc, values + t.offset, t.stored);
+    }
+    if (replicas_ != nullptr) lines << replicas_->name() << " " << replicas_->world_ranks().front() << " " << shared << "\n";
+    Communicator& holders = parallel_.expert_data_parallel();
+    if (holders.size() > 1) lines << "expert-dp " << holders.world_ranks().front() << " " << experts << "\n";
+  }
   if (compare_tp_) {
     uint32_t crc = 0;
     for (const ParameterTensor& t : params.layout->tensors())

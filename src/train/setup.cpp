@@ -28,9 +28,12 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
   const ParameterLayout& layout = model.layout();
   Communicator& shards = hybrid.shard != nullptr ? *hybrid.shard : parallel.data_parallel();
   const int zero = zero_stage(config, parallel.dims());
+  ExpertGradients experts;
+  if (parallel.expert_parallel() != nullptr) experts = {layout.expert_ranges(), &parallel.expert_data_parallel()};
   if (zero < 2)
     return DataParallel(shards, k, layout.total_floats(), config.parallel.bucket_mb, config.parallel.zero >= 1,
-                        config.parallel.overlap, hybrid.replica.get());
+                        config.parallel.overlap, hybrid.replica.get(), std::move(experts));
+  check(experts.group == nullptr, "ZeRO-2/3 with expert parallelism");
   GradientUnits units;
   units.units = layout.units();
   units.windowed = layout.unit_is_block();
@@ -64,7 +67,8 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .zero = static_cast<ZeroStage>(stage.zero),
              .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.data_parallel(),
              .document_end = document_end(config.data),
-             .context_parallel = parallel.size(Axis::cp) > 1 ? &parallel.cp() : nullptr}),
+             .context_parallel = parallel.size(Axis::cp) > 1 ? &parallel.cp() : nullptr,
+             .expert_parallel = parallel.expert_parallel()}),
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(make_optimizer(config.train.optimizer, model.layout(),
                                {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay},

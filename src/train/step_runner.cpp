@@ -14,7 +14,7 @@ StepRunner::StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& d
                        kernels::Kernels& k, PipelineLinks pipeline)
     : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k),
       pipeline_(model, pipeline) {
-  norm_total_ = kernels::DeviceBuffer(k, 2);  // one double
+  norm_total_ = kernels::DeviceBuffer(k, 4);  // two doubles: the shared tensors', the experts'
 }
 
 double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch,
@@ -138,15 +138,21 @@ double StepRunner::gradient_norm_squared() {
   // Summed on the device, in order, and read once (one host synchronization).
   TensorParallel& tp = model_.tensor_parallel();
   const ParameterLayout& layout = model_.layout();
+  // Without ZeRO under expert parallelism each rank holds only its experts: theirs are
+  // summed over the ep group (with ZeRO the sum over dp x cp covers them once, as the rest).
   double* total = reinterpret_cast<double*>(norm_total_.data());
-  k_.fill_zero(total, sizeof(double));
+  k_.fill_zero(total, 2 * sizeof(double));
   for (const FlatRange& r : data_parallel_.owned())
     for (const ParameterTensor& t : layout.tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (begin < end && t.placement.counted) k_.accumulate_sum_squares(total, data_parallel_.gradient_at(begin), end - begin);
+      if (begin < end && t.placement.counted)
+        k_.accumulate_sum_squares(total + (t.placement.expert ? 1 : 0), data_parallel_.gradient_at(begin), end - begin);
     }
-  double sum = 0.0;
-  k_.copy_to_host(&sum, total, sizeof sum);
+  double sums[2] = {0.0, 0.0};
+  k_.copy_to_host(sums, total, sizeof sums);
+  Communicator* experts = model_.expert_parallel();
+  if (experts != nullptr && !data_parallel_.shards_optimizer_state()) sums[1] = experts->all_reduce(sums[1]);
+  double sum = sums[0] + sums[1];
   if (data_parallel_.shards_optimizer_state()) sum = data_parallel_.shard_group().all_reduce(sum);
   if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
   if (pipeline_.pp() != nullptr) sum = pipeline_.pp()->all_reduce(sum);

@@ -56,6 +56,7 @@ struct LayerRuntime {
   double* loss_sum = nullptr;           // the head's total of token losses, on the device
   Communicator* context = nullptr;      // context parallelism's group (null: each sequence whole here)
   RouterStats* router = nullptr;        // the MoE routers' step totals (null: not counted)
+  Communicator* experts = nullptr;      // expert parallelism's group (null: every expert here)
 
   TensorParallel& tp() const { return regions.tp(); }
   const kernels::Act* weight(int index) const { return store.weight(index); }

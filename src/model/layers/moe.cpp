@@ -11,6 +11,12 @@ namespace trident {
 
 namespace {
 
+// `b` made to hold at least `elements` activations (what it held is not kept).
+kernels::Act* grown(kernels::DeviceBuffer& b, kernels::Kernels& k, size_t elements) {
+  const size_t floats = std::max<size_t>(1, (k.activation_bytes(elements) + sizeof(float) - 1) / sizeof(float));
+  if (b.size() < floats) b = kernels::DeviceBuffer(k, floats);
+  return reinterpret_cast<kernels::Act*>(b.data());
+}
 
 }  // namespace
 
@@ -22,20 +28,25 @@ MixtureOfExperts::MixtureOfExperts(MoeOptions o) : o_(std::move(o)) {
 void MixtureOfExperts::declare_parameters(ParameterDeclarations& d) {
   const int tp = d.tp_size(), E = o_.n_experts;
   check(o_.ffn % tp == 0, "an expert's hidden width must divide over tp");
+  check(E % d.ep_size() == 0, "the experts must divide over ep");
   F_ = o_.ffn / tp;
+  ep_ = d.ep_size();
+  const int local = E / ep_;
+  first_expert_ = d.ep_rank() * local;
   router_ = d.add({.name = o_.router + ".weight", .shape = {E, o_.d_model}, .init = Init::normal});
   // Each expert's weights take part in K of E tokens' multiplies (the active parameters).
   const double active = static_cast<double>(o_.top_k) / E;
-  experts_.resize(E);
-  for (int e = 0; e < E; e++) {
-    const std::string name = o_.experts + "." + std::to_string(e) + ".";
-    experts_[e].gate_up = d.add({.name = name + o_.gate + ".weight", .shape = {o_.ffn, o_.d_model},
-                                 .sharding = Sharding::rows, .pieces = tp, .init = Init::normal, .active = active});
+  experts_.resize(local);
+  for (int i = 0; i < local; i++) {
+    const std::string name = o_.experts + "." + std::to_string(first_expert_ + i) + ".";
+    experts_[i].gate_up = d.add({.name = name + o_.gate + ".weight", .shape = {o_.ffn, o_.d_model},
+                                 .sharding = Sharding::rows, .pieces = tp, .init = Init::normal, .active = active,
+                                 .expert = true});
     d.add({.name = name + o_.up + ".weight", .shape = {o_.ffn, o_.d_model}, .sharding = Sharding::rows, .pieces = tp,
-           .init = Init::normal, .adjacent = true, .active = active});
-    experts_[e].down = d.add({.name = name + o_.down + ".weight", .shape = {o_.d_model, o_.ffn},
+           .init = Init::normal, .adjacent = true, .active = active, .expert = true});
+    experts_[i].down = d.add({.name = name + o_.down + ".weight", .shape = {o_.d_model, o_.ffn},
                               .sharding = Sharding::columns, .pieces = tp, .init = Init::normal_residual,
-                              .active = active});
+                              .active = active, .expert = true});
   }
 }
 
@@ -51,22 +62,30 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   // The balance loss's coefficients per (sequence, expert), and its statistics before
   // them: counted once per forward, so kept when the rest is recomputed.
   balance_ = a.keep(static_cast<size_t>(a.shape().micro_batch) * 2 * E, Element::f32);
+  // The routed rows and what their experts gave back; the experts' own rows are these
+  // (without expert parallelism) or what the exchange brings (ExpertSide).
   routed_ = a.keep(N * K * C, Element::act, rerun);
-  gate_up_ = a.keep(N * K * 2 * F, Element::act, rerun);
-  act_ = a.keep(N * K * F, Element::act, rerun);
   expert_out_ = a.keep(N * K * C, Element::act, rerun);
+  if (ep_ == 1) {
+    gate_up_ = a.keep(N * K * 2 * F, Element::act, rerun);
+    act_ = a.keep(N * K * F, Element::act, rerun);
+  }
   a.scratch(dinput_, "d norm", N * C, Element::act);
   a.scratch(drouter_input_, "d moe router input", N * C, Element::act);
   a.scratch(drouted_, "d moe routed", N * K * C, Element::act);
-  a.scratch(dgate_up_, "d moe gate up", N * K * 2 * F, Element::act);
-  a.scratch(dact_, "d moe activation", N * K * F, Element::act);
   a.scratch(dexpert_out_, "d moe expert out", N * K * C, Element::act);
+  if (ep_ == 1) {
+    a.scratch(dgate_up_, "d moe gate up", N * K * 2 * F, Element::act);
+    a.scratch(dact_, "d moe activation", N * K * F, Element::act);
+  }
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
   a.scratch(dweights_, "d moe weights", N * K, Element::f32);
   a.gemm_output(2 * F_);
   a.gemm_output(o_.d_model);
   a.gemm_output(o_.n_experts);
   counts_.assign(a.shape().slots, std::vector<int>(E, 0));
+  exchanges_.clear();
+  exchanges_.resize(ep_ > 1 ? a.shape().slots : 0);
 }
 
 void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) {
@@ -125,15 +144,95 @@ void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) 
   for (int e = 0; e < E; e++) tokens[e] += counts[e];
 }
 
-void MixtureOfExperts::expert_gemms(LayerRuntime& r, int slot, const Act* x, int x_width, Act* out, int out_width,
-                                    int Expert::*weight) const {
+MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int slot) {
+  if (ep_ == 1) {
+    const std::vector<int>& counts = counts_.at(slot);
+    size_t rows = 0;
+    for (int n : counts) rows += n;
+    return {r.kept(slot, routed_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, expert_out_), &counts, rows};
+  }
+  Exchange& x = exchanges_.at(slot);
+  const auto act = [](const kernels::DeviceBuffer& b) { return reinterpret_cast<Act*>(b.data()); };
+  return {act(x.x), act(x.gate_up), act(x.act), act(x.out), &x.local_counts, x.rows};
+}
+
+void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act* routed) {
+  check(r.experts != nullptr && r.experts->size() == ep_, "expert parallelism without its group");
+  const int E = o_.n_experts, local = E / ep_, C = o_.d_model;
+  Communicator& group = *r.experts;
+  // Every ep rank's rows per expert (small integers: exact in floats).
+  const std::vector<int>& counts = counts_.at(p.slot);
+  std::vector<float> all(static_cast<size_t>(ep_) * E, 0.0f);
+  for (int e = 0; e < E; e++) all[static_cast<size_t>(group.rank()) * E + e] = static_cast<float>(counts[e]);
+  group.all_gather(std::span<float>(all));
+  Exchange& x = exchanges_.at(p.slot);
+  x.sent.assign(ep_, 0);
+  x.received.assign(ep_, 0);
+  x.local_counts.assign(local, 0);
+  // The routed rows are grouped by expert, so rank q's are one block: its experts' rows.
+  for (int q = 0; q < ep_; q++)
+    for (int l = 0; l < local; l++) x.sent[q] += counts[q * local + l];
+  std::vector<int> from(static_cast<size_t>(ep_) * local);  // rows from rank s for local expert l
+  for (int s = 0; s < ep_; s++)
+    for (int l = 0; l < local; l++) {
+      const int n = static_cast<int>(all[static_cast<size_t>(s) * E + first_expert_ + l]);
+      from[static_cast<size_t>(s) * local + l] = n;
+      x.received[s] += n;
+      x.local_counts[l] += n;
+    }
+  x.rows = 0;
+  for (size_t n : x.received) x.rows += n;
+  // They arrive by sender, each sender's grouped by expert; the GEMMs want them grouped
+  // by expert: arrival row i goes to row order[i].
+  std::vector<int32_t> order(x.rows);
+  std::vector<int32_t> next(local, 0);
+  for (int l = 1; l < local; l++) next[l] = next[l - 1] + x.local_counts[l - 1];
+  size_t i = 0;
+  for (int s = 0; s < ep_; s++)
+    for (int l = 0; l < local; l++)
+      for (int n = 0; n < from[static_cast<size_t>(s) * local + l]; n++) order[i++] = next[l]++;
+  const size_t order_floats = std::max<size_t>(1, x.rows);  // an int32 per float
+  if (x.order.size() < order_floats) x.order = kernels::DeviceBuffer(r.k, order_floats);
+  if (x.rows > 0) r.k.upload(x.order.data(), order.data(), x.rows * sizeof(int32_t));
+  grown(x.x, r.k, x.rows * C);
+  grown(x.gate_up, r.k, x.rows * 2 * F_);
+  grown(x.act, r.k, x.rows * F_);
+  grown(x.out, r.k, x.rows * C);
+  exchange(r, p.slot, routed, expert_side(r, p.slot).x, C, /*towards_experts=*/true);
+}
+
+void MixtureOfExperts::exchange(LayerRuntime& r, int slot, const Act* from, Act* to, int width, bool towards_experts) {
+  const Exchange& x = exchanges_.at(slot);
+  std::vector<size_t> mine(ep_), theirs(ep_);  // elements: of this rank's tokens, of its experts'
+  size_t token_rows = 0;
+  for (int q = 0; q < ep_; q++) {
+    mine[q] = x.sent[q] * width;
+    theirs[q] = x.received[q] * width;
+    token_rows += x.sent[q];
+  }
+  const kernels::DType type = r.k.activation_type();
+  Act* transfer = grown(transfer_, r.k, x.rows * width);
+  const int32_t* order = reinterpret_cast<const int32_t*>(x.order.data());
+  const int rows = static_cast<int>(x.rows);
+  if (towards_experts) {
+    r.experts->all_to_all_v({const_cast<Act*>(from), token_rows * width, type}, mine, {transfer, x.rows * width, type},
+                            theirs);
+    if (rows > 0) r.k.moe_dispatch(to, transfer, order, rows, 1, width);
+  } else {
+    if (rows > 0) r.k.moe_dispatch_backward(transfer, from, order, rows, 1, width);
+    r.experts->all_to_all_v({transfer, x.rows * width, type}, theirs, {to, token_rows * width, type}, mine);
+  }
+}
+
+void MixtureOfExperts::expert_gemms(LayerRuntime& r, const ExpertSide& e, const Act* x, int x_width, Act* out,
+                                    int out_width, int Expert::*weight) const {
   const kernels::DType type = r.k.activation_type();
   size_t row = 0;
-  for (size_t e = 0; e < experts_.size(); e++) {
-    const int rows = counts_[slot][e];
+  for (size_t i = 0; i < experts_.size(); i++) {
+    const int rows = (*e.counts)[i];
     if (rows > 0)
       r.k.matmul_forward(kernels::offset(out, row * out_width, type), kernels::offset(x, row * x_width, type),
-                         r.weight(experts_[e].*weight), nullptr, rows, x_width, out_width);
+                         r.weight(experts_[i].*weight), nullptr, rows, x_width, out_width);
     row += rows;
   }
 }
@@ -146,13 +245,16 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
   r.k.moe_router_forward(r.kept<float>(p.slot, probs_), r.kept<float>(p.slot, lse_), r.kept<int32_t>(p.slot, chosen_),
                          r.kept<float>(p.slot, weights_), logits, N, E, K, o_.renormalize);
   route(r, p, /*count_losses=*/output_needed);
-  Act *routed = r.kept(p.slot, routed_), *gate_up = r.kept(p.slot, gate_up_), *act = r.kept(p.slot, act_);
+  Act* routed = r.kept(p.slot, routed_);
   Act* expert_out = r.kept(p.slot, expert_out_);
   const int32_t* rows = r.kept<int32_t>(p.slot, rows_);
   r.k.moe_dispatch(routed, x, rows, N, K, C);
-  expert_gemms(r, p.slot, routed, C, gate_up, 2 * F_, &Expert::gate_up);
-  r.k.swiglu_forward(act, gate_up, N * K, F_);
-  expert_gemms(r, p.slot, act, F_, expert_out, C, &Expert::down);
+  if (ep_ > 1) send_to_experts(r, p, routed);
+  const ExpertSide e = expert_side(r, p.slot);
+  expert_gemms(r, e, e.x, C, e.gate_up, 2 * F_, &Expert::gate_up);
+  if (e.rows > 0) r.k.swiglu_forward(e.act, e.gate_up, static_cast<int>(e.rows), F_);
+  expert_gemms(r, e, e.act, F_, e.out, C, &Expert::down);
+  if (ep_ > 1) exchange(r, p.slot, e.out, expert_out, C, /*towards_experts=*/false);
   r.store.progress_gathers();
   if (!output_needed) return;
   // Each rank's experts' columns gave partial outputs: summed over tp as a row-parallel layer's.
@@ -165,7 +267,6 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
                                                Act* /*out*/) {
   const int N = p.B * r.T, E = o_.n_experts, K = o_.top_k, C = o_.d_model;
   const kernels::DType type = r.k.activation_type();
-  Act *routed = r.kept(p.slot, routed_), *gate_up = r.kept(p.slot, gate_up_), *act = r.kept(p.slot, act_);
   Act* expert_out = r.kept(p.slot, expert_out_);
   const int32_t* rows = r.kept<int32_t>(p.slot, rows_);
   const float* weights = r.kept<float>(p.slot, weights_);
@@ -175,32 +276,43 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
   r.k.moe_combine_backward(dexpert_out_, dweights_, r.regions.gathered_rows(dout, p.B), expert_out, weights, rows, N,
                            K, C);
   r.tp().sum_routing_weight_gradients(dweights_, NK);
+  // The experts' side: the routed rows' gradients go where their experts are.
+  const ExpertSide e = expert_side(r, p.slot);
+  Act *d_out = dexpert_out_, *d_act = dact_, *d_gate_up = dgate_up_, *d_x = drouted_;
+  if (ep_ > 1) {
+    d_out = grown(d_out_, r.k, e.rows * C);
+    d_act = grown(d_act_, r.k, e.rows * F_);
+    d_gate_up = grown(d_gate_up_, r.k, e.rows * 2 * F_);
+    d_x = grown(d_x_, r.k, e.rows * C);
+    exchange(r, p.slot, dexpert_out_, d_out, C, /*towards_experts=*/true);
+  }
   // Through each expert: down, SwiGLU, gate | up.
   size_t row = 0;
-  for (int e = 0; e < E; e++) {
-    const int n = counts_[p.slot][e];
+  for (size_t i = 0; i < experts_.size(); i++) {
+    const int n = (*e.counts)[i];
     if (n > 0)
-      r.k.matmul_backward(kernels::offset(dact_, row * F_, type), p.defer ? nullptr : r.grad(experts_[e].down),
-                          nullptr, kernels::offset(dexpert_out_, row * C, type),
-                          p.defer ? nullptr : kernels::offset(act, row * F_, type), r.weight(experts_[e].down), n, F_,
-                          C);
+      r.k.matmul_backward(kernels::offset(d_act, row * F_, type), p.defer ? nullptr : r.grad(experts_[i].down),
+                          nullptr, kernels::offset(d_out, row * C, type),
+                          p.defer ? nullptr : kernels::offset(e.act, row * F_, type), r.weight(experts_[i].down), n,
+                          F_, C);
     row += n;
   }
-  r.k.swiglu_backward(dgate_up_, gate_up, dact_, static_cast<int>(NK), F_);
+  if (e.rows > 0) r.k.swiglu_backward(d_gate_up, e.gate_up, d_act, static_cast<int>(e.rows), F_);
   if (p.defer) {  // the weight half reads the outputs' gradients where the outputs were
-    r.k.copy_on_device(expert_out, dexpert_out_, r.k.activation_bytes(NK * C));
-    r.k.copy_on_device(gate_up, dgate_up_, r.k.activation_bytes(NK * 2 * F_));
+    r.k.copy_on_device(e.out, d_out, r.k.activation_bytes(e.rows * C));
+    r.k.copy_on_device(e.gate_up, d_gate_up, r.k.activation_bytes(e.rows * 2 * F_));
   }
   row = 0;
-  for (int e = 0; e < E; e++) {
-    const int n = counts_[p.slot][e];
+  for (size_t i = 0; i < experts_.size(); i++) {
+    const int n = (*e.counts)[i];
     if (n > 0)
-      r.k.matmul_backward(kernels::offset(drouted_, row * C, type), p.defer ? nullptr : r.grad(experts_[e].gate_up),
-                          nullptr, kernels::offset(dgate_up_, row * 2 * F_, type),
-                          p.defer ? nullptr : kernels::offset(routed, row * C, type), r.weight(experts_[e].gate_up), n,
+      r.k.matmul_backward(kernels::offset(d_x, row * C, type), p.defer ? nullptr : r.grad(experts_[i].gate_up),
+                          nullptr, kernels::offset(d_gate_up, row * 2 * F_, type),
+                          p.defer ? nullptr : kernels::offset(e.x, row * C, type), r.weight(experts_[i].gate_up), n,
                           C, 2 * F_);
     row += n;
   }
+  if (ep_ > 1) exchange(r, p.slot, d_x, drouted_, C, /*towards_experts=*/false);
   r.k.moe_dispatch_backward(dinput_, drouted_, rows, N, K, C);
   // The router (replicated, every rank the same: its input's gradient added once, by tp
   // rank 0, before the sum over tp). Its weight's gradient is taken now under zb1 too.
@@ -218,16 +330,15 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
 void MixtureOfExperts::weight_gradients(LayerRuntime& r, const Pass& p, const Act* /*in*/, Act* /*out*/) {
   const kernels::DType type = r.k.activation_type();
   const int C = o_.d_model;
-  Act *routed = r.kept(p.slot, routed_), *gate_up = r.kept(p.slot, gate_up_), *act = r.kept(p.slot, act_);
-  Act* expert_out = r.kept(p.slot, expert_out_);  // the gradients backward left there
+  const ExpertSide e = expert_side(r, p.slot);  // out and gate_up hold the gradients backward left there
   size_t row = 0;
-  for (size_t e = 0; e < experts_.size(); e++) {
-    const int n = counts_[p.slot][e];
+  for (size_t i = 0; i < experts_.size(); i++) {
+    const int n = (*e.counts)[i];
     if (n > 0) {
-      r.k.matmul_backward(nullptr, r.grad(experts_[e].down), nullptr, kernels::offset(expert_out, row * C, type),
-                          kernels::offset(act, row * F_, type), nullptr, n, F_, C);
-      r.k.matmul_backward(nullptr, r.grad(experts_[e].gate_up), nullptr, kernels::offset(gate_up, row * 2 * F_, type),
-                          kernels::offset(routed, row * C, type), nullptr, n, C, 2 * F_);
+      r.k.matmul_backward(nullptr, r.grad(experts_[i].down), nullptr, kernels::offset(e.out, row * C, type),
+                          kernels::offset(e.act, row * F_, type), nullptr, n, F_, C);
+      r.k.matmul_backward(nullptr, r.grad(experts_[i].gate_up), nullptr, kernels::offset(e.gate_up, row * 2 * F_, type),
+                          kernels::offset(e.x, row * C, type), nullptr, n, C, 2 * F_);
     }
     row += n;
   }

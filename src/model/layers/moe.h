@@ -12,6 +12,14 @@
 // router is replicated and sees all rows (gathered under sequence parallelism), the
 // partial outputs are summed over tp as a row-parallel layer's.
 //
+// Expert parallelism (parallel.ep): this rank holds E / ep of the experts; the rows of
+// its tokens grouped by expert are sent to the ranks holding their experts and the
+// experts' outputs come back (all-to-all over the ep group, twice forward and twice
+// backward), as Megatron-Core's all-to-all token dispatcher. The rows received are
+// regrouped by local expert (one permutation) for the GEMMs and put back in arrival order
+// for the return. Their number depends on the routing (dropless): those buffers grow to
+// the largest micro-batch seen, outside the activation arena.
+//
 // Auxiliary losses, added to the objective (their gradients) and reported apart:
 // - load balancing (Switch Transformer, Mixtral): per sequence s of T tokens,
 //   aux_coef * E / (K T^2) * sum_e count(s, e) * sum_t p(t, e), count(s, e) the tokens of
@@ -23,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device_buffer.h"
 #include "model/layers/layer.h"
 
 namespace trident {
@@ -58,15 +67,43 @@ class MixtureOfExperts : public Sublayer {
   struct Expert {
     int gate_up = -1, down = -1;  // weights: gate | up (adjacent), down
   };
+  // This rank's experts' side of a micro-batch: their rows (grouped by local expert), the
+  // GEMMs' outputs, and the rows per local expert. Without expert parallelism the
+  // routed rows themselves, in the arena; with it, what the exchange brought.
+  struct ExpertSide {
+    Act *x = nullptr, *gate_up = nullptr, *act = nullptr, *out = nullptr;
+    const std::vector<int>* counts = nullptr;
+    size_t rows = 0;
+  };
+  // Expert parallelism, per slot: the rows sent to and received from each ep rank, the
+  // permutation from arrival order to grouped by local expert, and the kept buffers.
+  struct Exchange {
+    std::vector<size_t> sent, received;  // rows, per ep rank
+    std::vector<int> local_counts;       // rows per local expert
+    size_t rows = 0;                     // received in all
+    kernels::DeviceBuffer order, x, gate_up, act, out;
+  };
   // The router's choices, on the host: the rows grouped by expert, and the balance loss.
   void route(LayerRuntime& r, const Pass& p, bool count_losses);
-  // out = x W^T for each expert's rows (x, out: rows of x_width, out_width elements).
-  void expert_gemms(LayerRuntime& r, int slot, const Act* x, int x_width, Act* out, int out_width,
+  ExpertSide expert_side(LayerRuntime& r, int slot);
+  // Expert parallelism: the counts of every ep rank's rows for every expert, what this rank
+  // sends and receives, the buffers sized, then the routed rows to their experts' ranks
+  // (into ExpertSide::x, grouped by local expert).
+  void send_to_experts(LayerRuntime& r, const Pass& p, const Act* routed);
+  // An [rows of width] block of expert-side rows back to (or from, `towards_experts`) the
+  // ranks whose tokens they are, through the exchange buffer and the slot's permutation.
+  void exchange(LayerRuntime& r, int slot, const Act* from, Act* to, int width, bool towards_experts);
+  // out = x W^T for each local expert's rows (x, out: rows of x_width, out_width elements).
+  void expert_gemms(LayerRuntime& r, const ExpertSide& e, const Act* x, int x_width, Act* out, int out_width,
                     int Expert::*weight) const;
 
   MoeOptions o_;
   int router_ = -1, F_ = 0;  // F_: each expert's hidden columns on this rank
-  std::vector<Expert> experts_;
+  int ep_ = 1, first_expert_ = 0;  // expert parallelism: this rank's experts start at first_expert_
+  std::vector<Expert> experts_;    // this rank's: E / ep of them
+  std::vector<Exchange> exchanges_;  // per slot (ep > 1)
+  // Expert parallelism's backward scratch, grown as the rows received need.
+  kernels::DeviceBuffer transfer_, d_out_, d_act_, d_gate_up_, d_x_;
   // Kept per micro-batch (N = B*T rows, all of them under sequence parallelism):
   int logits_ = -1, probs_ = -1, lse_ = -1, chosen_ = -1, weights_ = -1, rows_ = -1, balance_ = -1;
   int routed_ = -1, gate_up_ = -1, act_ = -1, expert_out_ = -1;  // [N*K, d], [N*K, 2F], [N*K, F], [N*K, d]
