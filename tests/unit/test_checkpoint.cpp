@@ -191,6 +191,29 @@ TEST(Checkpoint, ContextParallelCheckpointsContinueAtOtherCp) {
   }
 }
 
+TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
+  // A mixture of 8 experts saved at ep 2 with ZeRO-1 (each rank writes its 4 experts, their
+  // optimizer state sharded over nobody else), continued with every expert on one rank and
+  // at ep 4 with tp 1 and dp 4: each to the uninterrupted run's losses.
+  const std::string base = "train --config configs/tiny-mixtral.ini --model.n_layer=2 --model.seq_len=32 "
+                           "--train.global_batch=4 --log.every_steps=1 --log.val_batches=0 --log.peak_gflops=100 ";
+  const std::string saved = fresh_dir("ep2_saved");
+  const CliRun a = run(base + "--parallel.ep=2 --parallel.zero=1 --train.steps=4 --checkpoint.every_steps=2 "
+                              "--checkpoint.dir=" + saved + run_dir_flag(saved),
+                       kMpirun + "2", 120);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("ep groups: {0,1}"), std::string::npos) << a.out;
+  const auto reference = step_losses(a.out);
+  for (const auto& [flags, ranks] : std::vector<std::pair<std::string, std::string>>{
+           {"--parallel.ep=1", "1"}, {"--parallel.ep=4 --parallel.zero=1", "4"}}) {
+    const std::string copy = copy_of_step_2(saved, "ep_resumed");
+    const CliRun r = run(base + flags + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy),
+                         kMpirun + ranks, 120);
+    expect_continues_like(r, reference, flags);
+    EXPECT_NE(r.out.find("resumed from " + copy + "/step_00000002"), std::string::npos) << r.out;
+  }
+}
+
 TEST(Checkpoint, AsyncWritesTheSameCheckpointsAndReportsTheStall) {
   const std::string sync_dir = fresh_dir("sync"), async_dir = fresh_dir("async");
   const CliRun s = run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + sync_dir + run_dir_flag(sync_dir));

@@ -66,17 +66,24 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   // (without expert parallelism) or what the exchange brings (ExpertSide).
   routed_ = a.keep(N * K * C, Element::act, rerun);
   expert_out_ = a.keep(N * K * C, Element::act, rerun);
-  if (ep_ == 1) {
-    gate_up_ = a.keep(N * K * 2 * F, Element::act, rerun);
-    act_ = a.keep(N * K * F, Element::act, rerun);
+  gate_up_ = a.keep(N * K * 2 * F, Element::act, rerun);
+  act_ = a.keep(N * K * F, Element::act, rerun);
+  capacity_ = N * K;
+  if (ep_ > 1) {  // the rows this rank's experts receive, as many as it sends when balanced
+    order_ = a.keep(N * K, Element::i32, rerun);
+    received_ = a.keep(N * K * C, Element::act, rerun);
+    received_out_ = a.keep(N * K * C, Element::act, rerun);
   }
   a.scratch(dinput_, "d norm", N * C, Element::act);
   a.scratch(drouter_input_, "d moe router input", N * C, Element::act);
   a.scratch(drouted_, "d moe routed", N * K * C, Element::act);
   a.scratch(dexpert_out_, "d moe expert out", N * K * C, Element::act);
-  if (ep_ == 1) {
-    a.scratch(dgate_up_, "d moe gate up", N * K * 2 * F, Element::act);
-    a.scratch(dact_, "d moe activation", N * K * F, Element::act);
+  a.scratch(dgate_up_, "d moe gate up", N * K * 2 * F, Element::act);
+  a.scratch(dact_, "d moe activation", N * K * F, Element::act);
+  if (ep_ > 1) {
+    a.scratch(transfer_, "moe exchange", N * K * C, Element::act);
+    a.scratch(d_out_, "d moe received out", N * K * C, Element::act);
+    a.scratch(d_x_, "d moe received", N * K * C, Element::act);
   }
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
   a.scratch(dweights_, "d moe weights", N * K, Element::f32);
@@ -152,8 +159,21 @@ MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int 
     return {r.kept(slot, routed_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, expert_out_), &counts, rows};
   }
   Exchange& x = exchanges_.at(slot);
+  if (x.rows <= capacity_)
+    return {r.kept(slot, received_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, received_out_),
+            &x.local_counts, x.rows};
   const auto act = [](const kernels::DeviceBuffer& b) { return reinterpret_cast<Act*>(b.data()); };
   return {act(x.x), act(x.gate_up), act(x.act), act(x.out), &x.local_counts, x.rows};
+}
+
+kernels::Act* MixtureOfExperts::room(Act* declared, kernels::DeviceBuffer& more, kernels::Kernels& k, size_t rows,
+                                     size_t width) const {
+  return rows <= capacity_ ? declared : grown(more, k, rows * width);
+}
+
+const int32_t* MixtureOfExperts::order(LayerRuntime& r, int slot) {
+  const Exchange& x = exchanges_.at(slot);
+  return x.rows <= capacity_ ? r.kept<int32_t>(slot, order_) : reinterpret_cast<const int32_t*>(x.order.data());
 }
 
 void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act* routed) {
@@ -191,13 +211,14 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
   for (int s = 0; s < ep_; s++)
     for (int l = 0; l < local; l++)
       for (int n = 0; n < from[static_cast<size_t>(s) * local + l]; n++) order[i++] = next[l]++;
-  const size_t order_floats = std::max<size_t>(1, x.rows);  // an int32 per float
-  if (x.order.size() < order_floats) x.order = kernels::DeviceBuffer(r.k, order_floats);
-  if (x.rows > 0) r.k.upload(x.order.data(), order.data(), x.rows * sizeof(int32_t));
-  grown(x.x, r.k, x.rows * C);
-  grown(x.gate_up, r.k, x.rows * 2 * F_);
-  grown(x.act, r.k, x.rows * F_);
-  grown(x.out, r.k, x.rows * C);
+  if (x.rows > capacity_) {  // more than the arena's share: buffers of their own
+    if (x.order.size() < x.rows) x.order = kernels::DeviceBuffer(r.k, x.rows);  // an int32 per float
+    grown(x.x, r.k, x.rows * C);
+    grown(x.gate_up, r.k, x.rows * 2 * F_);
+    grown(x.act, r.k, x.rows * F_);
+    grown(x.out, r.k, x.rows * C);
+  }
+  if (x.rows > 0) r.k.upload(const_cast<int32_t*>(this->order(r, p.slot)), order.data(), x.rows * sizeof(int32_t));
   exchange(r, p.slot, routed, expert_side(r, p.slot).x, C, /*towards_experts=*/true);
 }
 
@@ -211,8 +232,8 @@ void MixtureOfExperts::exchange(LayerRuntime& r, int slot, const Act* from, Act*
     token_rows += x.sent[q];
   }
   const kernels::DType type = r.k.activation_type();
-  Act* transfer = grown(transfer_, r.k, x.rows * width);
-  const int32_t* order = reinterpret_cast<const int32_t*>(x.order.data());
+  Act* transfer = room(transfer_, more_transfer_, r.k, x.rows, width);
+  const int32_t* order = this->order(r, slot);
   const int rows = static_cast<int>(x.rows);
   if (towards_experts) {
     r.experts->all_to_all_v({const_cast<Act*>(from), token_rows * width, type}, mine, {transfer, x.rows * width, type},
@@ -280,10 +301,10 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
   const ExpertSide e = expert_side(r, p.slot);
   Act *d_out = dexpert_out_, *d_act = dact_, *d_gate_up = dgate_up_, *d_x = drouted_;
   if (ep_ > 1) {
-    d_out = grown(d_out_, r.k, e.rows * C);
-    d_act = grown(d_act_, r.k, e.rows * F_);
-    d_gate_up = grown(d_gate_up_, r.k, e.rows * 2 * F_);
-    d_x = grown(d_x_, r.k, e.rows * C);
+    d_out = room(d_out_, more_d_out_, r.k, e.rows, C);
+    d_act = room(dact_, more_d_act_, r.k, e.rows, F_);
+    d_gate_up = room(dgate_up_, more_d_gate_up_, r.k, e.rows, 2 * F_);
+    d_x = room(d_x_, more_d_x_, r.k, e.rows, C);
     exchange(r, p.slot, dexpert_out_, d_out, C, /*towards_experts=*/true);
   }
   // Through each expert: down, SwiGLU, gate | up.

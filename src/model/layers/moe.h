@@ -76,12 +76,14 @@ class MixtureOfExperts : public Sublayer {
     size_t rows = 0;
   };
   // Expert parallelism, per slot: the rows sent to and received from each ep rank, the
-  // permutation from arrival order to grouped by local expert, and the kept buffers.
+  // permutation from arrival order to grouped by local expert, and where the received
+  // rows' buffers are: in the arena at up to N K rows (a balanced routing's share), else
+  // in buffers of their own (a dropless layer receives whatever the routers chose).
   struct Exchange {
     std::vector<size_t> sent, received;  // rows, per ep rank
     std::vector<int> local_counts;       // rows per local expert
     size_t rows = 0;                     // received in all
-    kernels::DeviceBuffer order, x, gate_up, act, out;
+    kernels::DeviceBuffer order, x, gate_up, act, out;  // beyond N K rows
   };
   // The router's choices, on the host: the rows grouped by expert, and the balance loss.
   void route(LayerRuntime& r, const Pass& p, bool count_losses);
@@ -102,8 +104,14 @@ class MixtureOfExperts : public Sublayer {
   int ep_ = 1, first_expert_ = 0;  // expert parallelism: this rank's experts start at first_expert_
   std::vector<Expert> experts_;    // this rank's: E / ep of them
   std::vector<Exchange> exchanges_;  // per slot (ep > 1)
-  // Expert parallelism's backward scratch, grown as the rows received need.
-  kernels::DeviceBuffer transfer_, d_out_, d_act_, d_gate_up_, d_x_;
+  size_t capacity_ = 0;  // the rows the arena holds for the received ones: N K
+  int order_ = -1, received_ = -1, received_out_ = -1;  // kept (ep > 1): [N*K], [N*K, d], [N*K, d]
+  // Expert parallelism's scratch: in the arena up to N K rows, beyond in buffers grown as needed.
+  Act *transfer_ = nullptr, *d_out_ = nullptr, *d_x_ = nullptr;  // and dact_, dgate_up_ at N K rows
+  kernels::DeviceBuffer more_transfer_, more_d_out_, more_d_act_, more_d_gate_up_, more_d_x_;
+  // `declared` (rows of width) when the rows fit the arena's N K, else `more`, grown.
+  Act* room(Act* declared, kernels::DeviceBuffer& more, kernels::Kernels& k, size_t rows, size_t width) const;
+  const int32_t* order(LayerRuntime& r, int slot);
   // Kept per micro-batch (N = B*T rows, all of them under sequence parallelism):
   int logits_ = -1, probs_ = -1, lse_ = -1, chosen_ = -1, weights_ = -1, rows_ = -1, balance_ = -1;
   int routed_ = -1, gate_up_ = -1, act_ = -1, expert_out_ = -1;  // [N*K, d], [N*K, 2F], [N*K, F], [N*K, d]
