@@ -36,8 +36,11 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
   std::vector<MetricValue> out;
   for (size_t i = 0; i < std::size(values); i++) out.emplace_back(&kStepMetrics[i], values[i]);
   if (!std::isnan(m.aux_loss)) out.emplace_back(&kMixtureOfExpertsMetrics[0], m.aux_loss);
-  if (!m.expert_load.empty())
+  if (!m.expert_load.empty()) {
     out.emplace_back(&kMixtureOfExpertsMetrics[1], *std::max_element(m.expert_load.begin(), m.expert_load.end()));
+    out.emplace_back(&kMixtureOfExpertsMetrics[2], m.all_to_all_bytes);
+    out.emplace_back(&kMixtureOfExpertsMetrics[3], m.tokens_dropped);
+  }
   for (size_t i = 0; i < m.s3.size() && i < std::size(kS3Metrics); i++) out.emplace_back(&kS3Metrics[i], m.s3[i]);
   return out;
 }

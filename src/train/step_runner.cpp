@@ -17,8 +17,14 @@ StepRunner::StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& d
   norm_total_ = kernels::DeviceBuffer(k, 4);  // two doubles: the shared tensors', the experts'
 }
 
+uint64_t StepRunner::exchanged_bytes() const {
+  const Communicator* ep = model_.expert_parallel();
+  return ep == nullptr ? 0 : ep->stats().bytes[static_cast<int>(CommOp::all_to_all)];
+}
+
 double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch,
                                      int global_batch) {
+  const uint64_t exchanged_before = exchanged_bytes();
   const int B = model_.micro_batch(), T = model_.spec().seq_len;
   check(local_batch % B == 0, "local batch must be a multiple of the micro-batch");
   const int micro_batches = local_batch / B;
@@ -56,14 +62,20 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   // With the routers' auxiliary losses and tokens per expert (every stage's blocks'): one
   // reduction for all.
   const RouterStats router = model_.take_router_stats();
-  std::vector<double> sums = {model_.take_loss_sum(), router.aux_loss_sum};
+  const uint64_t exchanged = exchanged_bytes() - exchanged_before;
+  std::vector<double> sums = {model_.take_loss_sum(), router.aux_loss_sum, router.rows_routed - router.rows_computed,
+                              static_cast<double>(exchanged)};
   sums.insert(sums.end(), router.tokens.begin(), router.tokens.end());
   if (pipeline_.pp() != nullptr) pipeline_.pp()->all_reduce(std::span<double>(sums));
   dp_.all_reduce(std::span<double>(sums));
   aux_loss_ = sums[1] / global_batch;
+  tokens_dropped_ = sums[2];
+  // Summed over pp and dp x cp; every tp rank exchanges as many.
+  const Communicator* tp = model_.tensor_parallel().communicator();
+  all_to_all_bytes_ = sums[3] * (tp != nullptr ? tp->size() : 1);
   const int E = model_.spec().n_experts;
   expert_load_.clear();
-  for (size_t first = 2; E > 0 && first < sums.size(); first += E) {
+  for (size_t first = 4; E > 0 && first < sums.size(); first += E) {
     const auto begin = sums.begin() + static_cast<std::ptrdiff_t>(first), end = begin + E;
     const double total = std::accumulate(begin, end, 0.0);
     expert_load_.push_back(total > 0 ? *std::max_element(begin, end) * E / total : 1.0);

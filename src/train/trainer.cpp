@@ -389,6 +389,7 @@ struct StepOutcome {
   double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + update
   double aux_loss = std::numeric_limits<double>::quiet_NaN();  // a mixture of experts' (NaN: none)
   std::vector<double> expert_load;  // per MoE layer (StepRunner::expert_load)
+  double all_to_all_bytes = 0, tokens_dropped = 0;  // StepRunner's
   GradientNorm norm;
   uint64_t host_syncs = 0;  // the kernels' host synchronizations (kernels.h: on a GPU, drained queues)
 };
@@ -411,6 +412,8 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   if (!s.runner.expert_load().empty()) {  // a mixture of experts (its count may be the family's default)
     o.aux_loss = s.runner.aux_loss();
     o.expert_load = s.runner.expert_load();
+    o.all_to_all_bytes = s.runner.all_to_all_bytes();
+    o.tokens_dropped = s.runner.tokens_dropped();
   }
   o.compute_seconds = s.runner.compute_s() + slowed;
   o.host_syncs = k.host_syncs() - syncs_before;
@@ -521,6 +524,8 @@ class StepEnd {
     m.loss_steps = mean_of;
     m.aux_loss = o.aux_loss;
     m.expert_load = o.expert_load;
+    m.all_to_all_bytes = o.all_to_all_bytes;
+    m.tokens_dropped = o.tokens_dropped;
     if (const CheckpointUploader* uploader = checkpointer_.uploader()) {
       const CheckpointUploader::Status s = uploader->status();
       m.s3 = {static_cast<double>(s.s3_step), static_cast<double>(s.lag_steps), s.bytes, s.seconds, s.retries};

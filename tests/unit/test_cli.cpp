@@ -507,7 +507,8 @@ std::vector<nlohmann::json> jsonl(const std::string& path) {
 // metrics.jsonl's aux_loss), scaled by their coefficients: at the first step (the same
 // initial weights and batch) twice the coefficients give twice the value, none give 0.
 // Its expert load per layer (the most loaded expert over the mean) is counted over the
-// global batch: the same under dp 2 as on one rank. A dense model's records have neither.
+// global batch: the same under dp 2 and ep 2 as on one rank; ep's all-to-all bytes are the
+// formula's. A dense model's records have none of it.
 TEST(Cli, MixtureOfExpertsRunsLogTheirAuxiliaryLossAndLoad) {
   const std::string dir = testing::TempDir() + "moe_aux";
   std::filesystem::remove_all(dir);
@@ -538,6 +539,15 @@ TEST(Cli, MixtureOfExpertsRunsLogTheirAuxiliaryLossAndLoad) {
                                         "mpirun --oversubscribe --allow-run-as-root -np 2");
   EXPECT_EQ(dp2["expert_load_per_layer"], one["expert_load_per_layer"]);
   EXPECT_NEAR(dp2["aux_loss"].get<double>(), aux, 1e-6 * aux);
+  // Expert parallelism routes as one rank does. Its exchanges, per MoE layer: the routed
+  // rows (tokens x K of width d) to their experts and back, forward and backward, all
+  // ranks together: 4 x 512 x 2 x 64 floats per layer, 2 layers. Every pair computed.
+  const nlohmann::json ep2 = first_step("ep2", "--model.router_aux_loss_coef=0.01 --model.router_z_loss_coef=0.001 "
+                                        "--parallel.ep=2", "mpirun --oversubscribe --allow-run-as-root -np 2");
+  EXPECT_EQ(ep2["expert_load_per_layer"], one["expert_load_per_layer"]);
+  EXPECT_EQ(ep2["all_to_all_bytes"].get<double>(), 2.0 * 4 * 512 * 2 * 64 * sizeof(float));
+  EXPECT_EQ(ep2["tokens_dropped"].get<double>(), 0.0);
+  EXPECT_EQ(one["all_to_all_bytes"].get<double>(), 0.0);
   const CliRun dense = run("train --config configs/tiny.ini --model.d_model=64 --model.n_layer=2 --train.steps=1 "
                            "--log.val_every_steps=0 --log.sample_every_steps=0 --log.run_dir=" + dir + "/dense");
   ASSERT_EQ(dense.exit_code, 0) << dense.err;

@@ -37,9 +37,13 @@ struct RouterStats {
   // The tokens routed to each expert, [layer * n_experts + expert] over the whole model (a
   // stage fills its own layers').
   std::vector<double> tokens;
+  // Token-expert pairs the routers chose, and those the experts computed (counted by tp
+  // rank 0): equal when dropless.
+  double rows_routed = 0, rows_computed = 0;
 
   void clear() {
     aux_loss_sum = 0;
+    rows_routed = rows_computed = 0;
     std::fill(tokens.begin(), tokens.end(), 0.0);
   }
 };

@@ -275,6 +275,10 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
   expert_gemms(r, e, e.x, C, e.gate_up, 2 * F_, &Expert::gate_up);
   if (e.rows > 0) r.k.swiglu_forward(e.act, e.gate_up, static_cast<int>(e.rows), F_);
   expert_gemms(r, e, e.act, F_, e.out, C, &Expert::down);
+  if (output_needed && r.router != nullptr && r.tp().rank() == 0) {  // once per forward, not when recomputed
+    r.router->rows_routed += static_cast<double>(N) * K;
+    r.router->rows_computed += static_cast<double>(e.rows);
+  }
   if (ep_ > 1) exchange(r, p.slot, e.out, expert_out, C, /*towards_experts=*/false);
   r.store.progress_gathers();
   if (!output_needed) return;
