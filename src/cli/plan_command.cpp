@@ -78,17 +78,24 @@ int run_plan_command(const std::vector<std::string>& args) {
   if (pins.any()) std::printf("pinned (set in the config or by flags): %s\n", pins.describe(cl.config).c_str());
   std::printf("%zu layouts fit (busiest GPU within 95%% of %.0f GiB); the %d fastest:\n", layouts.size(),
               cluster.gpu.memory_gib, std::min<int>(top, static_cast<int>(layouts.size())));
-  std::printf("%3s %4s %3s %3s %3s %-11s %3s %4s %-9s %3s %8s %8s %10s %6s  %s\n", "#", "dp", "tp", "cp", "pp", "schedule", "vpp",
-              "zero", "recompute", "mb", "GiB/GPU", "step s", "tokens/s", "MFU",
-              "step: compute + tp + bubble + pp + dp exposed (of dp) + optimizer, s");
+  const bool experts = spec.n_experts > 0;  // a mixture of experts: the ep column and its exchanges
+  std::printf("%3s %4s %3s %3s %3s%s %-11s %3s %4s %-9s %3s %8s %8s %10s %6s  %s\n", "#", "dp", "tp", "cp", "pp",
+              experts ? "  ep" : "", "schedule", "vpp", "zero", "recompute", "mb", "GiB/GPU", "step s", "tokens/s", "MFU",
+              experts ? "step: compute + tp + all-to-all + bubble + pp + dp exposed (of dp) + optimizer, s"
+                      : "step: compute + tp + bubble + pp + dp exposed (of dp) + optimizer, s");
   for (int i = 0; i < top && i < static_cast<int>(layouts.size()); i++) {
     const PlannedLayout& l = layouts[i];
     const ParallelConfig& p = l.config.parallel;
     const StepPrediction& s = l.step;
-    std::printf("%3d %4d %3d %3d %3d %-11s %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
-                i + 1, p.dp, p.tp, p.cp, p.pp, name_of(p.schedule), p.vpp, p.zero, name_of(l.config.train.recompute),
+    char ep[8] = "", exchange[16] = "";
+    if (experts) {
+      std::snprintf(ep, sizeof ep, " %3d", p.ep);
+      std::snprintf(exchange, sizeof exchange, " + %.3f", s.ep_s);
+    }
+    std::printf("%3d %4d %3d %3d %3d%s %-11s %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f%s + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
+                i + 1, p.dp, p.tp, p.cp, p.pp, ep, name_of(p.schedule), p.vpp, p.zero, name_of(l.config.train.recompute),
                 l.config.train.micro_batch, gib(static_cast<double>(l.memory.device_bytes())), s.step_s, s.tokens_per_s,
-                100 * s.mfu, s.compute_s, s.tp_s, s.bubble_s, s.pp_s, s.dp_exposed_s, s.dp_s, s.optimizer_s);
+                100 * s.mfu, s.compute_s, s.tp_s, exchange, s.bubble_s, s.pp_s, s.dp_exposed_s, s.dp_s, s.optimizer_s);
   }
   const PlannedLayout& best = layouts.front();
   std::printf("memory of the best layout's busiest GPU: %s\n", best.memory.describe().c_str());

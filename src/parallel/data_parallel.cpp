@@ -48,6 +48,10 @@ std::vector<FlatRange> DataParallel::split_at(const std::vector<FlatRange>& buck
   return pieces;
 }
 
+bool DataParallel::within(const FlatRange& b, const std::vector<FlatRange>& runs) {
+  return std::any_of(runs.begin(), runs.end(), [&](const FlatRange& r) { return b.begin >= r.begin && b.end <= r.end; });
+}
+
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
                            bool overlap, Communicator* replica, ExpertGradients experts)
     : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr),
@@ -60,9 +64,7 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   if (experts.group != nullptr) {
     buckets_ = split_at(buckets_, experts.ranges);
     for (const FlatRange& b : buckets_) {
-      const bool expert = std::any_of(experts.ranges.begin(), experts.ranges.end(),
-                                      [&](const FlatRange& r) { return b.begin >= r.begin && b.end <= r.end; });
-      bucket_group_.push_back(expert ? experts.group : &dp_);
+      bucket_group_.push_back(within(b, experts.ranges) ? experts.group : &dp_);
       check(b.size() % bucket_group_.back()->size() == 0, "DataParallel: an expert bucket not a multiple of its group");
     }
   }

@@ -85,6 +85,8 @@ class DataParallel {
   static std::vector<FlatRange> sharded_ranges(const std::vector<FlatRange>& buckets, size_t ranks, size_t rank);
   // The buckets cut where a run of experts' tensors begins or ends (the runs sorted).
   static std::vector<FlatRange> split_at(const std::vector<FlatRange>& buckets, const std::vector<FlatRange>& runs);
+  // Whether bucket `b` (of split_at's) lies within one of the runs.
+  static bool within(const FlatRange& b, const std::vector<FlatRange>& runs);
 
   // 0 to 3 (0 with one rank: nothing to shard).
   int zero_stage() const { return stage_; }

@@ -37,7 +37,7 @@ RankMemoryPlan busiest_stage_plan(const Config& config, const kernels::Footprint
 std::string layout_flags(const Config& c) {
   const ParallelConfig& p = c.parallel;
   std::string flags = "--parallel.dp=" + std::to_string(p.dp) + " --parallel.tp=" + std::to_string(p.tp) +
-                      " --parallel.cp=" + std::to_string(p.cp) +
+                      " --parallel.cp=" + std::to_string(p.cp) + " --parallel.ep=" + std::to_string(p.ep) +
                       " --parallel.pp=" + std::to_string(p.pp) + " --parallel.schedule=" + name_of(p.schedule) +
                       " --parallel.vpp=" + std::to_string(p.vpp) + " --parallel.zero=" + std::to_string(p.zero) +
                       " --parallel.sequence_parallel=" + (p.sequence_parallel ? "true" : "false") +
@@ -126,12 +126,24 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   double all_reduce = 0;
   if (tp > 1) all_reduce = 2.0 * (tp - 1) / tp * (micro_batch * T * d * 2) / nvlink;
   const int reruns = recompute != Recompute::full ? 0 : options.whole_layer_recompute ? 2 : 1;
+  // Expert parallelism: per MoE layer and micro-batch the routed rows (the micro-batch's
+  // tokens x K, bf16, all rows under sequence parallelism) go to their experts' ranks and
+  // come back, forward and backward, and again in a full recompute's rerun; (ep - 1) / ep
+  // of them leave the rank. An ep group is consecutive data-parallel ranks, tp apart: the
+  // members on this node over NVLink, the others over the network.
+  double exchange = 0;
+  if (p.ep > 1 && spec.n_experts > 0) {
+    const double bytes = micro_batch * T * spec.experts_per_token * d * 2;
+    const int on_node = std::min(p.ep, std::max(1, G / (tp * cp)));
+    exchange = bytes / p.ep * ((on_node - 1) / nvlink + (p.ep - on_node) / network);
+  }
+  const int exchanges_forward = 2, exchanges_backward = 2 + (recompute == Recompute::full ? 2 : 0);
 
   // The busiest stage: the most layers (the first ones of a balanced split) or the head (the last).
   const std::vector<int> layers = stage_layer_counts(spec.n_layer, pp, p.pp_layers);
   const PassTimes head = head_times(local, micro_batch, tp, gpu);
   PassTimes compute, busiest;
-  double tp_per_micro_batch = 0;
+  double tp_per_micro_batch = 0, ep_per_micro_batch = 0;
   for (int stage : {0, pp - 1}) {
     const double n = layers[stage], with_head = stage == pp - 1 ? 1.0 : 0.0;
     PassTimes c{n * layer.forward() + with_head * head.forward,
@@ -139,11 +151,14 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
                 n * layer.gemm_weight_grad + with_head * head.weight_gradient};
     const double tp_forward = n * (2 * all_reduce + ring_forward),
                  tp_backward = n * ((2 + reruns) * all_reduce + ring_backward + (recompute == Recompute::none ? 0.0 : ring_forward));
-    const PassTimes total{c.forward + tp_forward, c.input_gradient + tp_backward, c.weight_gradient};
+    const double ep_forward = n * exchanges_forward * exchange, ep_backward = n * exchanges_backward * exchange;
+    const PassTimes total{c.forward + tp_forward + ep_forward, c.input_gradient + tp_backward + ep_backward,
+                          c.weight_gradient};
     if (total.total() <= busiest.total()) continue;
     busiest = total;
     compute = c;
     tp_per_micro_batch = tp_forward + tp_backward;
+    ep_per_micro_batch = ep_forward + ep_backward;
   }
   StepPrediction s;
   s.forward_s = busiest.forward;
@@ -151,6 +166,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   s.weight_grad_s = busiest.weight_gradient;
   s.compute_s = m * compute.total();
   s.tp_s = m * tp_per_micro_batch;
+  s.ep_s = m * ep_per_micro_batch;
   s.bubble_s = pipeline_bubble(p.schedule, pp, p.vpp, busiest);
   if (pp > 1) {
     const double bytes = micro_batch * T * d * 2 / (sequence_parallel ? tp : 1);
@@ -160,11 +176,17 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
 
   // Data parallelism over the busiest stage's parameters (this rank's tp share): its
   // blocks, and the embeddings / final norm and head that ZeRO-2/3 keep whole.
-  double stage_floats = 0, kept_floats = 0;
+  // Under expert parallelism the stage holds E / ep experts, whose gradients are summed
+  // over the replicas / ep ranks holding the same ones.
+  double stage_floats = 0, kept_floats = 0, expert_floats = 0;
   for (int stage : {0, pp - 1}) {
-    const ParameterLayout layout(spec, 0, tp, 1, stage_spec(spec.n_layer, stage, pp, p.pp_layers));
+    StageSpec held = stage_spec(spec.n_layer, stage, pp, p.pp_layers);
+    held.ep = spec.n_experts > 0 ? p.ep : 1;
+    const ParameterLayout layout(spec, 0, tp, 1, held);
     if (static_cast<double>(layout.total_floats()) <= stage_floats) continue;
     stage_floats = static_cast<double>(layout.total_floats());
+    expert_floats = 0;
+    for (const FlatRange& r : layout.expert_ranges()) expert_floats += static_cast<double>(r.size());
     kept_floats = 0;
     for (size_t u = 0; u < layout.units().size(); u++)
       if (!layout.unit_is_block()[u]) kept_floats += static_cast<double>(layout.units()[u].size());
@@ -176,7 +198,11 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     // Under context parallelism the group is dp x cp.
     const int members_per_node = std::max(1, G / (tp * pp));
     const double bw = replicas * tp * pp <= G ? nvlink : std::min(nvlink, members_per_node * network);
-    const double share = (replicas - 1.0) / replicas, gradients = stage_floats * 4;
+    const double share = (replicas - 1.0) / replicas;
+    const int expert_replicas = replicas / std::max(1, p.ep);
+    // The experts' share of the traffic, as floats reduced over all the replicas.
+    const double experts_as_shared = expert_floats * ((expert_replicas - 1.0) / expert_replicas) / share;
+    const double gradients = (stage_floats - expert_floats + experts_as_shared) * 4;
     const double block_floats = stage_floats - kept_floats;
     const double backward = compute.input_gradient + compute.weight_gradient;  // of one micro-batch
     double overlapped = 0, window = 0, after = 0;
@@ -202,10 +228,11 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   // The optimizer's update of the parameters updated here (AdamW: read parameter,
   // gradient, both moments, write them and the bf16 copy, 30 bytes each), at 80% of HBM
   // bandwidth.
-  const double updated = zero >= 1 ? stage_floats / replicas : stage_floats;
+  const double updated = zero >= 1 ? (stage_floats - expert_floats) / replicas + expert_floats * p.ep / replicas
+                                   : stage_floats;
   s.optimizer_s = updated * optimizer_kind(config.train.optimizer).update_bytes_per_parameter /
                   (gpu.hbm_tbps * 1e12 * 0.8);
-  s.step_s = s.compute_s + s.tp_s + s.bubble_s + s.pp_s + s.dp_exposed_s + s.optimizer_s;
+  s.step_s = s.compute_s + s.tp_s + s.ep_s + s.bubble_s + s.pp_s + s.dp_exposed_s + s.optimizer_s;
   const double tokens = static_cast<double>(config.train.global_batch) * spec.seq_len;
   s.tokens_per_s = tokens / s.step_s;
   s.mfu = flops_per_token(spec) * s.tokens_per_s / (cluster.world() * gpu.bf16_tflops * 1e12);
@@ -255,6 +282,11 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
     const int local = config.train.global_batch / dp;
     std::vector<int> micro_batches;
     for (int micro_batch = 1; micro_batch <= std::min(local, 16); micro_batch *= 2) micro_batches.push_back(micro_batch);
+    // A mixture of experts: its experts over ep of the dp x cp ranks (ep dividing both).
+    std::vector<int> expert_groups = {1};
+    for (int ep = 2; spec.n_experts > 0 && ep <= dp * cp; ep++)
+      if ((dp * cp) % ep == 0 && spec.n_experts % ep == 0) expert_groups.push_back(ep);
+    for (int ep : values("parallel.ep", expert_groups, config.parallel.ep))
     for (const auto& [schedule, vpp] : schedules(pp, config, pins))
       for (int zero : values("parallel.zero", dp * cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}, config.parallel.zero))
         for (Recompute recompute : pins.pinned("train.recompute") ? std::vector<Recompute>{config.train.recompute}
@@ -266,6 +298,8 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
             c.parallel.dp = dp;
             c.parallel.tp = tp;
             c.parallel.cp = cp;
+            c.parallel.ep = ep;
+            if (ep > 1 && zero > 1 && !pins.pinned("parallel.zero")) continue;  // ZeRO 0 and 1 only with ep
             c.parallel.pp = pp;
             c.parallel.schedule = schedule;
             c.parallel.vpp = vpp;

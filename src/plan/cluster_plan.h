@@ -49,6 +49,7 @@ struct Cluster {
 
 struct StepPrediction {
   double compute_s = 0, tp_s = 0, bubble_s = 0, pp_s = 0, dp_s = 0, dp_exposed_s = 0, optimizer_s = 0;
+  double ep_s = 0;  // expert parallelism's all-to-all exchanges (not hidden)
   double forward_s = 0, input_grad_s = 0, weight_grad_s = 0;  // one micro-batch on the busiest stage, tp included
   double step_s = 0;
   double tokens_per_s = 0;  // the whole cluster's

@@ -96,15 +96,23 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
   const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.data_parallel_size();
+  // Expert parallelism (ZeRO-1): the experts' buckets over the ranks holding the same experts.
   std::vector<FlatRange> owned;
-  if (zero > 0)
-    owned = DataParallel::sharded_ranges(
-        zero >= 2 ? layout.units() : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards), shards,
-        d.data_parallel_rank(coords) % shards);
+  if (zero >= 2) owned = DataParallel::sharded_ranges(layout.units(), shards, d.data_parallel_rank(coords) % shards);
+  if (zero == 1)
+    for (const FlatRange& b : DataParallel::split_at(DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards),
+                                                     layout.expert_ranges())) {
+      const bool experts = DataParallel::within(b, layout.expert_ranges());
+      owned.push_back(DataParallel::sharded_ranges(
+          {b}, experts ? d.expert_data_parallel_size() : shards,
+          experts ? d.expert_data_parallel_rank(coords) : d.data_parallel_rank(coords) % shards)[0]);
+    }
+  const std::string expert_share =
+      d.expert_parallel_size() > 1 ? ", experts' 1/" + std::to_string(d.expert_data_parallel_size()) : "";
   const OptimizerKind& optimizer = optimizer_kind(config.train.optimizer);
   std::string state;
   for (const std::string& name : optimizer.state_names) state += (state.empty() ? " " : ", ") + name;
-  add("optimizer state", optimizer.name + state + (zero > 0 ? "; 1/" + std::to_string(shards) : std::string()),
+  add("optimizer state", optimizer.name + state + (zero > 0 ? "; 1/" + std::to_string(shards) + expert_share : std::string()),
       optimizer.state_floats_for(layout, owned) * f32);
   if (zero > 0) {
     size_t shard = 0, window_shard = 0;
@@ -169,7 +177,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     const bool shared_kv = d.size(Axis::tp) > ts.n_kv_head;
     const bool hybrid = zero > 0 && shards < d.data_parallel_size();
     const int communicators = (d.size(Axis::tp) > 1) * (1 + shared_kv) + (d.data_parallel_size() > 1) * (1 + 2 * hybrid) + (d.size(Axis::cp) > 1) + (d.size(Axis::pp) > 1) * 3 +
-                              (d.size(Axis::pp) > 1 && ts.tied_head);
+                              (d.size(Axis::pp) > 1 && ts.tied_head) +
+                              (d.expert_parallel_size() > 1) * (1 + (d.expert_data_parallel_size() > 1));
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator",
         static_cast<size_t>(communicators) * (64u << 20));
     // A NCCL communicator stages host buffers (the checkpoint's optimizer state) in device memory.

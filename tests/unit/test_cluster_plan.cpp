@@ -509,7 +509,8 @@ TEST(ClusterPlan, LongSequencesGetContextParallelism) {
 // GEMMs on its share of the rows: Mixtral 8x7B against the dense Llama with the same
 // active width (2 x 14336) on the same layout: more time (8 GEMMs of a quarter of the rows
 // run further from the peak, and the router), not 4x more; MFU counts active parameters.
-// `plan` prints a layout for 8 and 16 p5 nodes.
+// Expert parallelism's exchanges cost the formula's time. `plan` prints a layout for 8 and
+// 16 p5 nodes, with the experts split over ranks.
 TEST(ClusterPlan, ExpertsCostTheirActiveWork) {
   const Cluster cluster = h100s(8);
   Config moe;
@@ -532,12 +533,29 @@ TEST(ClusterPlan, ExpertsCostTheirActiveWork) {
   // The same model FLOPs (active parameters, plus the router's 8 x 4096 per layer), so MFU
   // falls with the time.
   EXPECT_NEAR(m.mfu / d.mfu, d.step_s / m.step_s, 0.01);
+  // Expert parallelism over the 2 dp ranks: tp 8 fills a node, so the other ep rank is on
+  // another node and half of each exchange's rows (a micro-batch's 4096 tokens x 2 experts
+  // x 4096, bf16) cross the network; 4 exchanges per MoE layer and micro-batch, 8 layers on
+  // the busiest stage, 32 micro-batches. The experts' gradients are no longer summed over dp.
+  Config ep = moe;
+  ep.parallel.ep = 2;
+  const StepPrediction e = predict_step(ep, cluster);
+  EXPECT_EQ(m.ep_s, 0.0);
+  EXPECT_NEAR(e.ep_s, 32 * 8 * 4 * (4096.0 * 2 * 4096 * 2) / 2 / cluster.network.bus_bytes_per_s(), 1e-9);
+  EXPECT_LT(e.dp_s, 0.5 * m.dp_s);
+  EXPECT_DOUBLE_EQ(e.compute_s, m.compute_s);
   for (int nodes : {8, 16}) {
     const std::string args = "plan --config configs/mixtral-8x7b.ini --nodes " + std::to_string(nodes) + " --gpu h100";
     const CliRun r = run(args);
     ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.err;
     EXPECT_NE(r.out.find("E8x14336 top2 T4096 V32000 (46.70B parameters, 12.88B active)"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("best: sbatch --nodes=" + std::to_string(nodes)), std::string::npos) << r.out;
+    // The best layout splits the experts (all-to-all within a node beats summing every
+    // expert's gradients over dp).
+    const size_t best = r.out.find("best: sbatch"), flag = r.out.find("--parallel.ep=", best);
+    ASSERT_NE(flag, std::string::npos) << r.out;
+    EXPECT_GT(std::stoi(r.out.substr(flag + 14)), 1) << r.out;
+    EXPECT_NE(r.out.find("compute + tp + all-to-all + bubble"), std::string::npos) << r.out;
     std::printf("%s\n%s", args.c_str(), r.out.c_str());
   }
 }
