@@ -127,7 +127,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   slot_batch_.assign(options.slots, 0);
   runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_, rope_table_.data(),
                                                          ring_.get(), loss_sum(), cp, router_stats_.get(),
-                                                         options.expert_parallel});
+                                                         options.expert_parallel, growing_.get()});
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
 }

@@ -233,6 +233,7 @@ class Transformer {
   // Host: the routers' totals since the last take (the layers' runtime points at it: a
   // place of its own, that stays where it is when the model moves).
   std::unique_ptr<RouterStats> router_stats_ = std::make_unique<RouterStats>();
+  std::unique_ptr<GrowingScratch> growing_ = std::make_unique<GrowingScratch>();
   double* loss_sum() const { return reinterpret_cast<double*>(loss_sum_.data()); }
   std::unique_ptr<LayerRuntime> runtime_;
 };

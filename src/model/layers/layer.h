@@ -14,10 +14,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "kernels/attention_mask.h"
+#include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/activations.h"
 #include "model/layers/sequence_regions.h"
@@ -48,6 +50,13 @@ struct RouterStats {
   }
 };
 
+// Scratch whose size the data decides (a dropless mixture's rows received from other
+// ranks, beyond what the arena holds), shared by the stage's layers: grown when needed,
+// kept for the next time.
+struct GrowingScratch {
+  std::array<kernels::DeviceBuffer, 4> buffers;
+};
+
 // What every layer of a stage runs with on this rank.
 struct LayerRuntime {
   kernels::Kernels& k;
@@ -61,6 +70,7 @@ struct LayerRuntime {
   Communicator* context = nullptr;      // context parallelism's group (null: each sequence whole here)
   RouterStats* router = nullptr;        // the MoE routers' step totals (null: not counted)
   Communicator* experts = nullptr;      // expert parallelism's group (null: every expert here)
+  GrowingScratch* growing = nullptr;
 
   TensorParallel& tp() const { return regions.tp(); }
   const kernels::Act* weight(int index) const { return store.weight(index); }

@@ -82,7 +82,6 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   a.scratch(dact_, "d moe activation", N * K * F, Element::act);
   if (ep_ > 1) {
     a.scratch(transfer_, "moe exchange", N * K * C, Element::act);
-    a.scratch(d_out_, "d moe received out", N * K * C, Element::act);
     a.scratch(d_x_, "d moe received", N * K * C, Element::act);
   }
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
@@ -166,9 +165,10 @@ MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int 
   return {act(x.x), act(x.gate_up), act(x.act), act(x.out), &x.local_counts, x.rows};
 }
 
-kernels::Act* MixtureOfExperts::room(Act* declared, kernels::DeviceBuffer& more, kernels::Kernels& k, size_t rows,
-                                     size_t width) const {
-  return rows <= capacity_ ? declared : grown(more, k, rows * width);
+kernels::Act* MixtureOfExperts::room(LayerRuntime& r, Act* declared, Growing which, size_t rows, size_t width) const {
+  if (rows <= capacity_) return declared;
+  check(r.growing != nullptr, "a mixture's rows beyond the arena without growing scratch");
+  return grown(r.growing->buffers[which], r.k, rows * width);
 }
 
 const int32_t* MixtureOfExperts::order(LayerRuntime& r, int slot) {
@@ -232,7 +232,7 @@ void MixtureOfExperts::exchange(LayerRuntime& r, int slot, const Act* from, Act*
     token_rows += x.sent[q];
   }
   const kernels::DType type = r.k.activation_type();
-  Act* transfer = room(transfer_, more_transfer_, r.k, x.rows, width);
+  Act* transfer = room(r, transfer_, kTransfer, x.rows, width);
   const int32_t* order = this->order(r, slot);
   const int rows = static_cast<int>(x.rows);
   if (towards_experts) {
@@ -305,10 +305,10 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
   const ExpertSide e = expert_side(r, p.slot);
   Act *d_out = dexpert_out_, *d_act = dact_, *d_gate_up = dgate_up_, *d_x = drouted_;
   if (ep_ > 1) {
-    d_out = room(d_out_, more_d_out_, r.k, e.rows, C);
-    d_act = room(dact_, more_d_act_, r.k, e.rows, F_);
-    d_gate_up = room(dgate_up_, more_d_gate_up_, r.k, e.rows, 2 * F_);
-    d_x = room(d_x_, more_d_x_, r.k, e.rows, C);
+    d_out = e.out;  // what the experts gave was sent back in forward: their gradients take its place
+    d_act = room(r, dact_, kDAct, e.rows, F_);
+    d_gate_up = room(r, dgate_up_, kDGateUp, e.rows, 2 * F_);
+    d_x = room(r, d_x_, kDX, e.rows, C);
     exchange(r, p.slot, dexpert_out_, d_out, C, /*towards_experts=*/true);
   }
   // Through each expert: down, SwiGLU, gate | up.
@@ -324,7 +324,7 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
   }
   if (e.rows > 0) r.k.swiglu_backward(d_gate_up, e.gate_up, d_act, static_cast<int>(e.rows), F_);
   if (p.defer) {  // the weight half reads the outputs' gradients where the outputs were
-    r.k.copy_on_device(e.out, d_out, r.k.activation_bytes(e.rows * C));
+    if (d_out != e.out) r.k.copy_on_device(e.out, d_out, r.k.activation_bytes(e.rows * C));
     r.k.copy_on_device(e.gate_up, d_gate_up, r.k.activation_bytes(e.rows * 2 * F_));
   }
   row = 0;

@@ -107,10 +107,12 @@ class MixtureOfExperts : public Sublayer {
   size_t capacity_ = 0;  // the rows the arena holds for the received ones: N K
   int order_ = -1, received_ = -1, received_out_ = -1;  // kept (ep > 1): [N*K], [N*K, d], [N*K, d]
   // Expert parallelism's scratch: in the arena up to N K rows, beyond in buffers grown as needed.
-  Act *transfer_ = nullptr, *d_out_ = nullptr, *d_x_ = nullptr;  // and dact_, dgate_up_ at N K rows
-  kernels::DeviceBuffer more_transfer_, more_d_out_, more_d_act_, more_d_gate_up_, more_d_x_;
-  // `declared` (rows of width) when the rows fit the arena's N K, else `more`, grown.
-  Act* room(Act* declared, kernels::DeviceBuffer& more, kernels::Kernels& k, size_t rows, size_t width) const;
+  Act *transfer_ = nullptr, *d_x_ = nullptr;  // and dact_, dgate_up_ at N K rows
+  // Which of GrowingScratch's buffers holds which beyond N K rows.
+  enum Growing { kTransfer, kDAct, kDGateUp, kDX };
+  // `declared` (rows of width) when the rows fit the arena's N K, else the stage's growing
+  // buffer `which`.
+  Act* room(LayerRuntime& r, Act* declared, Growing which, size_t rows, size_t width) const;
   const int32_t* order(LayerRuntime& r, int slot);
   // Kept per micro-batch (N = B*T rows, all of them under sequence parallelism):
   int logits_ = -1, probs_ = -1, lse_ = -1, chosen_ = -1, weights_ = -1, rows_ = -1, balance_ = -1;
