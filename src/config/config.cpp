@@ -312,9 +312,6 @@ void Config::validate() const {
   positive(parallel.cp, "parallel.cp");
   positive(parallel.pp, "parallel.pp");
   positive(parallel.ep, "parallel.ep");
-  require(parallel.ep == 1 || parallel.zero <= 1,
-          "parallel.ep > 1 with parallel.zero=" + std::to_string(parallel.zero) +
-              " is not supported yet: the experts are sharded over their own group with ZeRO 0 or 1 only");
   require(parallel.ep == 1 || parallel.shard_size == 0,
           "parallel.ep > 1 with parallel.shard_size (hybrid sharding) is not supported: set parallel.shard_size=0");
   positive(parallel.vpp, "parallel.vpp");

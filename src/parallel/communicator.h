@@ -54,6 +54,23 @@ inline void finish(RequestPtr& request) {
   request.reset();
 }
 
+// Several operations in flight as one: complete when every one is.
+class AllOf final : public Request {
+ public:
+  explicit AllOf(std::vector<RequestPtr> parts) : parts_(std::move(parts)) {}
+  bool test() override {
+    bool done = true;
+    for (RequestPtr& p : parts_) done = p->test() && done;
+    return done;
+  }
+  void wait() override {
+    for (RequestPtr& p : parts_) p->wait();
+  }
+
+ private:
+  std::vector<RequestPtr> parts_;
+};
+
 // Operation counts and payload bytes (the size of the buffer each call reduces,
 // gathers or sends), per kind, as counted by this rank.
 // connect: NCCL's set-up of a communicator and of its connections to the peers.

@@ -31,27 +31,6 @@ std::vector<FlatRange> DataParallel::sharded_ranges(const std::vector<FlatRange>
   return owned;
 }
 
-std::vector<FlatRange> DataParallel::split_at(const std::vector<FlatRange>& buckets,
-                                              const std::vector<FlatRange>& runs) {
-  std::vector<size_t> edges;
-  for (const FlatRange& r : runs) edges.insert(edges.end(), {r.begin, r.end});
-  std::vector<FlatRange> pieces;
-  for (const FlatRange& b : buckets) {
-    size_t begin = b.begin;
-    for (size_t edge : edges)
-      if (edge > begin && edge < b.end) {
-        pieces.push_back({begin, edge});
-        begin = edge;
-      }
-    pieces.push_back({begin, b.end});
-  }
-  return pieces;
-}
-
-bool DataParallel::within(const FlatRange& b, const std::vector<FlatRange>& runs) {
-  return std::any_of(runs.begin(), runs.end(), [&](const FlatRange& r) { return b.begin >= r.begin && b.end <= r.end; });
-}
-
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
                            bool overlap, Communicator* replica, ExpertGradients experts)
     : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr),
@@ -61,13 +40,7 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
   buckets_ = bucket_ranges(n, bucket_mb, ranks);
-  if (experts.group != nullptr) {
-    buckets_ = split_at(buckets_, experts.ranges);
-    for (const FlatRange& b : buckets_) {
-      bucket_group_.push_back(within(b, experts.ranges) ? experts.group : &dp_);
-      check(b.size() % bucket_group_.back()->size() == 0, "DataParallel: an expert bucket not a multiple of its group");
-    }
-  }
+  assign_groups(experts);
   next_bucket_ = buckets_.size();
   if (stage_ == 0) {
     owned_ = {{0, n}};
@@ -77,26 +50,66 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
 }
 
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
-                           Communicator* replica, int stage)
+                           Communicator* replica, int stage, ExpertGradients experts)
     : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr), stage_(stage), n_(n),
       buckets_(units.units), memory_(memory), units_(std::move(units)) {
   const size_t ranks = dp.size();
   check(stage == 2 || stage == 3, "DataParallel: gradient units are for ZeRO-2 and -3");
   check(ranks > 1, "ZeRO-2 and -3 need dp > 1");
+  check(replica_ == nullptr || experts.group == nullptr, "hybrid sharding with expert parallelism");
   for (const FlatRange& u : buckets_) check(u.size() % ranks == 0, "ZeRO-2/3: a unit must be a multiple of dp");
+  // The buckets are the units' pieces (a unit of its own without expert parallelism).
+  const std::vector<FlatRange>& all = units_.units;
+  assign_groups(experts);
+  for (size_t u = 0, b = 0; u < all.size(); u++) {
+    unit_pieces_.push_back(b);
+    while (b < buckets_.size() && buckets_[b].end <= all[u].end) b++;
+  }
+  unit_pieces_.push_back(buckets_.size());
   shard_buckets();
-  reductions_.assign(buckets_.size(), 0);
-  armed_.assign(buckets_.size(), false);
-  for (size_t u = 0; u < buckets_.size(); u++)
-    if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, buckets_[u].size() / ranks);
+  reductions_.assign(all.size(), 0);
+  armed_.assign(all.size(), false);
+  for (size_t u = 0; u < all.size(); u++)
+    if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, unit_shard_floats(u));
   if (!units_.accumulates) return;
-  for (size_t u = 0; u < buckets_.size(); u++) {
+  for (size_t u = 0; u < all.size(); u++) {
     if (!units_.windowed[u]) continue;
-    const float* window = units_.locate(buckets_[u].begin);
+    const float* window = units_.locate(all[u].begin);
     const auto known = [&](const auto& e) { return e.first == window; };
     if (std::find_if(temporaries_.begin(), temporaries_.end(), known) == temporaries_.end())
       temporaries_.emplace_back(window, static_cast<float*>(memory_.alloc(window_shard_floats_ * sizeof(float))));
   }
+}
+
+void DataParallel::assign_groups(const ExpertGradients& experts) {
+  if (experts.group == nullptr) return;
+  buckets_ = split_at(buckets_, experts.ranges);
+  for (const FlatRange& b : buckets_) {
+    bucket_group_.push_back(within(b, experts.ranges) ? experts.group : &dp_);
+    check(b.size() % bucket_group_.back()->size() == 0, "DataParallel: a bucket not a multiple of its group");
+  }
+}
+
+size_t DataParallel::unit_shard_floats(size_t u) const {
+  size_t floats = 0;
+  for (size_t p = unit_pieces_[u]; p < unit_pieces_[u + 1]; p++) floats += owned_[p].size();
+  return floats;
+}
+
+RequestPtr DataParallel::reduce_unit(size_t u, const float* from, float* to) {
+  // Each piece over its group, into its block of the unit's shard (the pieces' blocks one
+  // after the other); a piece no other rank holds is copied.
+  std::vector<RequestPtr> parts;
+  const FlatRange& unit = units_.units[u];
+  for (size_t p = unit_pieces_[u]; p < unit_pieces_[u + 1]; p++) {
+    const float* in = from + (buckets_[p].begin - unit.begin);
+    float* out = to + (shard_offset_[p] - shard_offset_[unit_pieces_[u]]);
+    Communicator& group = group_of(p);
+    if (group.size() == 1) memory_.copy_on_device(out, in, buckets_[p].size() * sizeof(float));
+    else parts.push_back(reduce_to_shard(group, {in, buckets_[p].size()}, {out, owned_[p].size()}));
+  }
+  if (parts.size() == 1) return std::move(parts[0]);
+  return std::make_unique<AllOf>(std::move(parts));
 }
 
 void DataParallel::shard_buckets() {
@@ -165,16 +178,22 @@ RequestPtr DataParallel::reduce_to_shard(Communicator& group, std::span<const fl
                                         replica_order_);
 }
 
-size_t DataParallel::unit_at(size_t offset) const {
-  const auto u = std::upper_bound(buckets_.begin(), buckets_.end(), offset,
+namespace {
+
+size_t index_of(const std::vector<FlatRange>& ranges, size_t offset) {
+  const auto u = std::upper_bound(ranges.begin(), ranges.end(), offset,
                                   [](size_t o, const FlatRange& r) { return o < r.end; });
-  check(u != buckets_.end() && offset >= u->begin, "DataParallel: offset outside the buckets");
-  return static_cast<size_t>(u - buckets_.begin());
+  check(u != ranges.end() && offset >= u->begin, "DataParallel: offset outside the buckets");
+  return static_cast<size_t>(u - ranges.begin());
 }
+
+}  // namespace
+
+size_t DataParallel::unit_at(size_t offset) const { return index_of(units_.units, offset); }
 
 float* DataParallel::gradient_at(size_t offset) const {
   if (stage_ < 2) return grads_ + offset;
-  const size_t i = unit_at(offset);
+  const size_t i = index_of(buckets_, offset);
   check(offset >= owned_[i].begin && offset < owned_[i].end, "gradient_at: not an owned offset");
   return shard_ + shard_offset_[i] + (offset - owned_[i].begin);
 }
@@ -197,10 +216,10 @@ void DataParallel::finish(BlockReduction& r) {
 void DataParallel::block_begins(size_t offset) {
   if (stage_ < 2) return;
   const size_t u = unit_at(offset);
-  float* window = units_.locate(buckets_[u].begin);
+  float* window = units_.locate(units_.units[u].begin);
   for (BlockReduction& r : in_flight_)
     if (r.window == window) finish(r);
-  memory_.fill_zero(window, buckets_[u].size() * sizeof(float));
+  memory_.fill_zero(window, units_.units[u].size() * sizeof(float));
   armed_[u] = true;
 }
 
@@ -232,17 +251,17 @@ void DataParallel::gradients_final_from(size_t offset) {
     const size_t u = unit_at(offset);
     // The kept units go at the end; a block once per block_begins() (backward also
     // reports offset 0 at its end, a block's own offset on a stage without embeddings).
-    if (!units_.windowed[u] || buckets_[u].begin != offset || !armed_[u]) return;
+    if (!units_.windowed[u] || units_.units[u].begin != offset || !armed_[u]) return;
     armed_[u] = false;
     const float* window = units_.locate(offset);
-    const size_t floats = buckets_[u].size() / dp_.size();
-    BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[u], floats};
+    const size_t floats = unit_shard_floats(u);
+    BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[unit_pieces_[u]], floats};
     if (reductions_[u]++ > 0) {  // an earlier micro-batch's sum is in the shard: add to it
       auto t = std::find_if(temporaries_.begin(), temporaries_.end(), [&](const auto& e) { return e.first == window; });
       check(t != temporaries_.end(), "ZeRO-2/3: a second micro-batch, but GradientUnits::accumulates was false");
       r.temporary = t->second;
     }
-    r.request = reduce_to_shard(dp_, {window, buckets_[u].size()}, {r.temporary ? r.temporary : r.shard, floats});
+    r.request = reduce_unit(u, window, r.temporary ? r.temporary : r.shard);
     auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });
     if (slot == in_flight_.end()) in_flight_.push_back(std::move(r));
     else *slot = std::move(r);  // block_begins() finished the one before
@@ -260,10 +279,9 @@ double DataParallel::finish_gradients() {
   Timer waiting;
   if (stage_ >= 2) {
     for (BlockReduction& r : in_flight_) finish(r);
-    for (size_t u = 0; u < buckets_.size(); u++)
+    for (size_t u = 0; u < units_.units.size(); u++)
       if (!units_.windowed[u])
-        admit(reduce_to_shard(dp_, {units_.locate(buckets_[u].begin), buckets_[u].size()},
-                              {shard_ + shard_offset_[u], owned_[u].size()}));
+        admit(reduce_unit(u, units_.locate(units_.units[u].begin), shard_ + shard_offset_[unit_pieces_[u]]));
     for (auto& p : pending_) p->wait();
     pending_.clear();
     return waiting.seconds() + std::exchange(admission_wait_s_, 0.0);
@@ -310,7 +328,8 @@ std::vector<float> DataParallel::gathered_gradients() {
   }
   for (size_t b = 0; b < buckets_.size(); b++)
     memory_.copy_to_host(full.data() + owned_[b].begin, shard_ + shard_offset_[b], owned_[b].size() * sizeof(float));
-  for (const FlatRange& b : buckets_) dp_.all_gather(std::span<float>(full.data() + b.begin, b.size()));
+  for (size_t b = 0; b < buckets_.size(); b++)
+    if (group_of(b).size() > 1) group_of(b).all_gather(std::span<float>(full.data() + buckets_[b].begin, buckets_[b].size()));
   return full;
 }
 

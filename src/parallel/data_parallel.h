@@ -74,7 +74,7 @@ class DataParallel {
   // ZeRO-2 over the units of a layout of n floats (each unit a multiple of dp); stage 3
   // reduces the gradients the same way (the model shards and gathers its parameters).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
-               Communicator* replica = nullptr, int stage = 2);
+               Communicator* replica = nullptr, int stage = 2, ExpertGradients experts = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -83,10 +83,6 @@ class DataParallel {
   // that ZeRO's rank `rank` owns: what the constructor uses, for memory plans.
   static std::vector<FlatRange> bucket_ranges(size_t n, double bucket_mb, size_t ranks);
   static std::vector<FlatRange> sharded_ranges(const std::vector<FlatRange>& buckets, size_t ranks, size_t rank);
-  // The buckets cut where a run of experts' tensors begins or ends (the runs sorted).
-  static std::vector<FlatRange> split_at(const std::vector<FlatRange>& buckets, const std::vector<FlatRange>& runs);
-  // Whether bucket `b` (of split_at's) lies within one of the runs.
-  static bool within(const FlatRange& b, const std::vector<FlatRange>& runs);
 
   // 0 to 3 (0 with one rank: nothing to shard).
   int zero_stage() const { return stage_; }
@@ -147,7 +143,14 @@ class DataParallel {
   // group, then (hybrid) all-reduce of the block over the replicas.
   RequestPtr reduce_to_shard(Communicator& group, std::span<const float> in, std::span<float> out);
   void admit(RequestPtr request);  // into pending_, within max_in_flight_
-  size_t unit_at(size_t offset) const;
+  size_t unit_at(size_t offset) const;  // ZeRO-2/3: the index of the unit holding `offset`
+  // Expert parallelism: the buckets cut where the experts' tensors begin and end, and each
+  // bucket's group (bucket_group_), the experts' or dp's.
+  void assign_groups(const ExpertGradients& experts);
+  // ZeRO-2/3: unit u's floats in the shard (its pieces' blocks), and its reduction from
+  // `from` (the unit's gradients) into `to` (where its shard begins, or a temporary).
+  size_t unit_shard_floats(size_t u) const;
+  RequestPtr reduce_unit(size_t u, const float* from, float* to);
   void finish(BlockReduction& r);
 
   Communicator& dp_;
@@ -166,8 +169,10 @@ class DataParallel {
   std::vector<RequestPtr> pending_;
   size_t max_in_flight_ = 0;
   double admission_wait_s_ = 0;  // waited in admit() this step
-  // ZeRO-2
+  // ZeRO-2: the buckets are the units' pieces (split where the experts' tensors begin and
+  // end); unit u's are buckets_[unit_pieces_[u] .. unit_pieces_[u + 1]).
   GradientUnits units_;
+  std::vector<size_t> unit_pieces_;
   std::vector<int> reductions_;              // per unit, this step
   std::vector<bool> armed_;                  // per unit: gradients written since its last reduction
   std::vector<BlockReduction> in_flight_;    // at most one per window

@@ -55,7 +55,7 @@ size_t ParamGradStore::compute_weight_floats_for(const ParameterLayout& layout, 
 }
 
 ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero,
-                               Communicator* shard_group)
+                               Communicator* shard_group, Communicator* expert_shard_group)
     : layout_(layout), k_(k),
       shards_(zero == ZeroStage::parameters && shard_group != nullptr && shard_group->size() > 1 ? shard_group
                                                                                                  : nullptr),
@@ -69,14 +69,24 @@ ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& 
   for (const ParameterTensor& t : layout_.tensors()) param_offset_.push_back(t.offset);
   if (shards_ != nullptr) {
     const std::vector<FlatRange>& units = layout_.units();
-    const size_t ranks = shards_->size(), rank = shards_->rank();
+    expert_shards_ = layout_.ep_size() > 1 ? expert_shard_group : nullptr;
+    check(layout_.ep_size() == 1 || expert_shards_ != nullptr, "ZeRO-3 under expert parallelism without its group");
+    pieces_ = expert_shards_ != nullptr ? split_at(units, layout_.expert_ranges()) : units;
+    for (size_t u = 0, p = 0; u < units.size(); u++) {
+      unit_pieces_.push_back(p);
+      while (p < pieces_.size() && pieces_[p].end <= units[u].end) p++;
+    }
+    unit_pieces_.push_back(pieces_.size());
     size_t floats = 0;
-    for (const FlatRange& u : units) {
-      check(u.size() % ranks == 0, "ZeRO-3: a unit must be a multiple of the shard group");
-      const size_t piece = u.size() / ranks;
-      held_.push_back({u.begin + rank * piece, u.begin + (rank + 1) * piece});
+    for (const FlatRange& p : pieces_) {
+      Communicator* group = expert_shards_ != nullptr && within(p, layout_.expert_ranges()) ? expert_shards_ : shards_;
+      piece_group_.push_back(group);
+      const size_t ranks = group->size(), rank = group->rank();
+      check(p.size() % ranks == 0, "ZeRO-3: a unit must be a multiple of the shard group");
+      const size_t block = p.size() / ranks;
+      held_.push_back({p.begin + rank * block, p.begin + (rank + 1) * block});
       master_offset_.push_back(floats);
-      floats += piece;
+      floats += block;
     }
     master_ = kernels::DeviceBuffer(k, floats);
     param_offset_ = grad_offset_;
@@ -98,7 +108,10 @@ void ParamGradStore::zero_grad() { k_.fill_zero(grads_.data(), grads_.size() * s
 
 float* ParamGradStore::parameter_at(size_t offset) const {
   if (shards_ == nullptr) return params_.data() + offset;
-  const size_t i = layout_.unit_of(offset);
+  const auto piece = std::upper_bound(pieces_.begin(), pieces_.end(), offset,
+                                      [](size_t o, const FlatRange& r) { return o < r.end; });
+  check(piece != pieces_.end(), "parameter_at: an offset outside the layout");
+  const size_t i = static_cast<size_t>(piece - pieces_.begin());
   check(offset >= held_[i].begin && offset < held_[i].end, "parameter_at: not an offset this rank holds");
   return master_.data() + master_offset_[i] + (offset - held_[i].begin);
 }
@@ -120,8 +133,10 @@ std::vector<float> ParamGradStore::parameter_to_host(int index) {
   const ParameterTensor& t = layout_[index];
   std::vector<float> mine(t.stored);
   parameters().shard_to_host(t, mine.data());
-  // ZeRO-3: this rank's part of it, the others' parts from them (zeros here).
-  if (shards_ != nullptr) shards_->all_reduce(std::span<float>(mine));
+  // ZeRO-3: this rank's part of it, the others' parts from them (zeros here): the ranks
+  // holding the same tensor.
+  Communicator* holders = t.placement.expert && expert_shards_ != nullptr ? expert_shards_ : shards_;
+  if (holders != nullptr && holders->size() > 1) holders->all_reduce(std::span<float>(mine));
   return mine;
 }
 
@@ -155,18 +170,26 @@ void ParamGradStore::progress_gathers() {
 
 RequestPtr ParamGradStore::gather_unit(size_t u) {
   const FlatRange& unit = layout_.units()[u];
-  const size_t piece = held_[u].size(), mine = shards_->rank() * piece;
-  const float* master = master_.data() + master_offset_[u];
-  // In place: this rank's piece at its position, the others' arrive around it. In bf16
-  // the compute copy is what travels.
-  if (weights_.data() == nullptr) {  // fp32: the layers read the parameters themselves
-    float* storage = params_.data() + unit_storage_[u];
-    k_.copy_on_device(storage + mine, master, piece * sizeof(float));
-    return shards_->all_gather_async(std::span<float>(storage, unit.size()));
+  std::vector<RequestPtr> gathers;
+  for (size_t p = unit_pieces_[u]; p < unit_pieces_[u + 1]; p++) {
+    Communicator& group = *piece_group_[p];
+    const size_t block = held_[p].size(), mine = group.rank() * block, at = unit_storage_[u] + (pieces_[p].begin - unit.begin);
+    const float* master = master_.data() + master_offset_[p];
+    // In place: this rank's block at its position, the others' arrive around it (none
+    // where no other rank holds the piece). In bf16 the compute copy is what travels.
+    if (weights_.data() == nullptr) {  // fp32: the layers read the parameters themselves
+      float* storage = params_.data() + at;
+      k_.copy_on_device(storage + mine, master, block * sizeof(float));
+      if (group.size() > 1) gathers.push_back(group.all_gather_async(std::span<float>(storage, pieces_[p].size())));
+      continue;
+    }
+    Act* storage = kernels::offset(weights_act_, at, act_type_);
+    k_.cast_to_activation(kernels::offset(storage, mine, act_type_), master, block);
+    if (group.size() > 1)
+      gathers.push_back(group.all_gather_async(ActivationSpan{storage, pieces_[p].size(), act_type_}));
   }
-  Act* storage = kernels::offset(weights_act_, unit_storage_[u], act_type_);
-  k_.cast_to_activation(kernels::offset(storage, mine, act_type_), master, piece);
-  return shards_->all_gather_async(ActivationSpan{storage, unit.size(), act_type_});
+  if (gathers.size() == 1) return std::move(gathers[0]);
+  return std::make_unique<AllOf>(std::move(gathers));
 }
 
 void ParamGradStore::gather_block(int l) {

@@ -36,7 +36,10 @@ class ParamGradStore {
   // The storage of `layout` (kept by reference: it must outlive the store) in k's memory.
   // shard_group: the ranks ZeRO-3 shards the parameters over; with none, or one rank,
   // they are whole here (the gradients are still windowed from ZeroStage::gradients).
-  ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero, Communicator* shard_group);
+  // expert_shard_group: under expert parallelism the ranks holding the same experts, which
+  // shard the experts' tensors (the layout's expert_ranges) instead.
+  ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero, Communicator* shard_group,
+                 Communicator* expert_shard_group = nullptr);
   ParamGradStore(const ParamGradStore&) = delete;
   ParamGradStore& operator=(const ParamGradStore&) = delete;
 
@@ -76,7 +79,8 @@ class ParamGradStore {
   // Where the value of flat offset `offset` lives that the optimizer updates: in
   // params(), or under ZeRO-3 in this rank's shard (offset must be in held()).
   float* parameter_at(size_t offset) const;
-  // ZeRO-3: the ranges of the flat layout this rank's shard holds (its piece of each unit).
+  // ZeRO-3: the ranges of the flat layout this rank's shard holds (its block of each unit,
+  // under expert parallelism of each piece of a unit: its experts' tensors and the rest).
   const std::vector<FlatRange>& held() const { return held_; }
   // Call after writing the parameters directly (the optimizer does): the compute copy
   // is refreshed before the next forward pass.
@@ -113,11 +117,17 @@ class ParamGradStore {
   std::vector<size_t> unit_storage_;  // per layout unit: where its gradients (ZeRO-3: and parameters) start
   std::vector<size_t> grad_offset_;   // per tensor: where its gradient starts in grads_
   std::vector<size_t> param_offset_;  // per tensor: where it starts in params_ (and the compute copy)
-  // ZeRO-3: this rank's piece of every unit (held_), one after the other, the fp32 master
-  // values the optimizer updates; per window the block in it (-1: none) and its gather.
+  // ZeRO-3: the units cut into pieces (where the experts' tensors begin and end; unit u's
+  // are pieces_[unit_pieces_[u] .. unit_pieces_[u + 1])), each sharded over its group;
+  // this rank's block of every piece (held_), one after the other, the fp32 master values
+  // the optimizer updates; per window the block in it (-1: none) and its gather.
+  std::vector<FlatRange> pieces_;
+  std::vector<Communicator*> piece_group_;
+  std::vector<size_t> unit_pieces_;
+  Communicator* expert_shards_ = nullptr;
   kernels::DeviceBuffer master_;
   std::vector<FlatRange> held_;
-  std::vector<size_t> master_offset_;  // per unit: where its piece starts in master_
+  std::vector<size_t> master_offset_;  // per piece: where its block starts in master_
   int window_block_[2] = {-1, -1};
   RequestPtr window_gather_[2];
   kernels::DType act_type_;

@@ -96,13 +96,13 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
   const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.data_parallel_size();
-  // Expert parallelism (ZeRO-1): the experts' buckets over the ranks holding the same experts.
+  // Expert parallelism: the experts' pieces over the ranks holding the same experts.
   std::vector<FlatRange> owned;
-  if (zero >= 2) owned = DataParallel::sharded_ranges(layout.units(), shards, d.data_parallel_rank(coords) % shards);
-  if (zero == 1)
-    for (const FlatRange& b : DataParallel::split_at(DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards),
-                                                     layout.expert_ranges())) {
-      const bool experts = DataParallel::within(b, layout.expert_ranges());
+  if (zero > 0)
+    for (const FlatRange& b : split_at(zero >= 2 ? layout.units()
+                                                 : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards),
+                                       layout.expert_ranges())) {
+      const bool experts = within(b, layout.expert_ranges());
       owned.push_back(DataParallel::sharded_ranges(
           {b}, experts ? d.expert_data_parallel_size() : shards,
           experts ? d.expert_data_parallel_rank(coords) : d.data_parallel_rank(coords) % shards)[0]);
@@ -119,8 +119,13 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     for (const FlatRange& r : owned) shard += r.size();
     add("gradient shard", "ZeRO reduce-scatter output", shard * f32);
     if (zero == 3) add("parameter shard", "ZeRO-3: fp32 master, 1/" + std::to_string(shards) + " of each unit", shard * f32);
-    for (int l = 0; l < layout.layers(); l++)
-      window_shard = std::max(window_shard, layout.units()[layout.block_unit(l)].size() / shards);
+    for (int l = 0; l < layout.layers(); l++) {  // a block's blocks of its pieces (owned is in order)
+      const FlatRange& unit = layout.units()[layout.block_unit(l)];
+      size_t floats = 0;
+      for (const FlatRange& r : owned)
+        if (r.begin >= unit.begin && r.end <= unit.end) floats += r.size();
+      window_shard = std::max(window_shard, floats);
+    }
     const int windows = std::min(layout.layers(), 2);
     if (zero >= 2 && config.train.global_batch / d.size(Axis::dp) / config.train.micro_batch > 1)
       add("accumulation buffers", "ZeRO-2/3: a window's shard, per window", windows * window_shard * f32);

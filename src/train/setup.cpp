@@ -33,13 +33,13 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
   if (zero < 2)
     return DataParallel(shards, k, layout.total_floats(), config.parallel.bucket_mb, config.parallel.zero >= 1,
                         config.parallel.overlap, hybrid.replica.get(), std::move(experts));
-  check(experts.group == nullptr, "ZeRO-2/3 with expert parallelism");
   GradientUnits units;
   units.units = layout.units();
   units.windowed = layout.unit_is_block();
   units.locate = [&model](size_t offset) { return model.store().gradient_location(offset); };
   units.accumulates = config.train.global_batch / parallel.size(Axis::dp) / config.train.micro_batch > 1;
-  return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero);
+  return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero,
+                      std::move(experts));
 }
 
 }  // namespace
@@ -66,6 +66,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .split_backward = stage.split_backward,
              .zero = static_cast<ZeroStage>(stage.zero),
              .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.data_parallel(),
+             .expert_shard_group = parallel.expert_parallel() ? &parallel.expert_data_parallel() : nullptr,
              .document_end = document_end(config.data),
              .context_parallel = parallel.size(Axis::cp) > 1 ? &parallel.cp() : nullptr,
              .expert_parallel = parallel.expert_parallel()}),

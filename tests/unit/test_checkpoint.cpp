@@ -192,18 +192,26 @@ TEST(Checkpoint, ContextParallelCheckpointsContinueAtOtherCp) {
 }
 
 TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
-  // A mixture of 8 experts saved at ep 2 with ZeRO-1 (each rank writes its 4 experts, their
-  // optimizer state sharded over nobody else), continued with every expert on one rank and
-  // at ep 4 with tp 1 and dp 4: each to the uninterrupted run's losses.
+  // A mixture of 8 experts saved at ep 2 over dp 4 with ZeRO-1 (ranks 0 and 1 write their 4
+  // experts each, their optimizer state sharded over the 2 ranks holding them), continued
+  // with every expert on one rank and at ep 4: each to the uninterrupted run's losses.
+  // (A learning rate that moves the experts enough for a wrong gradient to show.)
   const std::string base = "train --config configs/tiny-mixtral.ini --model.n_layer=2 --model.seq_len=32 "
-                           "--train.global_batch=4 --log.every_steps=1 --log.val_batches=0 --log.peak_gflops=100 ";
+                           "--train.global_batch=8 --log.every_steps=1 --log.val_batches=0 --log.peak_gflops=100 "
+                           "--train.warmup_steps=1 --train.lr=1e-2 ";
   const std::string saved = fresh_dir("ep2_saved");
   const CliRun a = run(base + "--parallel.ep=2 --parallel.zero=1 --train.steps=4 --checkpoint.every_steps=2 "
                               "--checkpoint.dir=" + saved + run_dir_flag(saved),
-                       kMpirun + "2", 120);
+                       kMpirun + "4", 120);
   ASSERT_EQ(a.exit_code, 0) << a.err;
-  EXPECT_NE(a.out.find("ep groups: {0,1}"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("ep groups: {0,1} {2,3}"), std::string::npos) << a.out;
   const auto reference = step_losses(a.out);
+  // The run itself: every step at one rank's losses (each expert's gradient summed over
+  // the ranks holding it, not over all of dp).
+  const std::string alone = fresh_dir("ep_alone");
+  const CliRun one = run(base + "--train.steps=4 " + run_dir_flag(alone), "", 120);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  for (const auto& [step, loss] : step_losses(one.out)) EXPECT_NEAR(loss, reference.at(step), 2e-4) << "step " << step;
   for (const auto& [flags, ranks] : std::vector<std::pair<std::string, std::string>>{
            {"--parallel.ep=1", "1"}, {"--parallel.ep=4 --parallel.zero=1", "4"}}) {
     const std::string copy = copy_of_step_2(saved, "ep_resumed");

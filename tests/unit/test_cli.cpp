@@ -158,14 +158,14 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --model.family=qwen3_moe --model.n_experts=4 --model.moe_ffn_dim=32 --parallel.tp=3 --model.n_head=3 "
        "--model.n_kv_head=3 --model.d_model=96 --model.ffn_dim=96",
        "parallel.tp (3) must divide each expert's width model.moe_ffn_dim (32)"},
-      // Expert parallelism: ep not dividing the experts, nor dp x cp; on a dense model; with ZeRO-3.
+      // Expert parallelism: ep not dividing the experts, nor dp x cp; on a dense model; with hybrid sharding.
       {"train --config configs/tiny-mixtral.ini --train.global_batch=6 --parallel.ep=3",
        "parallel.ep (3) must divide the experts (model.n_experts = 8)"},
       {"train --config configs/tiny-mixtral.ini --train.global_batch=6 --parallel.ep=2",
        "parallel.ep (2) must divide dp x cp (3 x 1)"},
       {"train --train.global_batch=6 --parallel.ep=3", "parallel.ep (3) needs a mixture of experts"},
-      {"train --config configs/tiny-mixtral.ini --train.global_batch=6 --parallel.ep=3 --parallel.zero=3",
-       "parallel.ep > 1 with parallel.zero=3 is not supported yet"},
+      {"train --config configs/tiny-mixtral.ini --train.global_batch=6 --parallel.ep=3 --parallel.zero=1 "
+       "--parallel.shard_size=3", "parallel.ep > 1 with parallel.shard_size (hybrid sharding) is not supported"},
   };
   for (const auto& [args, expected] : cases) {
     const CliRun r = run(args, mpirun3, 60);
@@ -204,7 +204,7 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   };
   const std::vector<Layout> layouts = {
       // Expert parallelism: ep 2 and 4, folded into dp x cp, with tp (+ sequence parallelism),
-      // pp, ZeRO-1, full recompute, zb1 and bf16 in the 3D grid.
+      // pp, ZeRO 1 to 3, full recompute, zb1 and bf16 in the 3D grid.
       {2, mixtral, "--parallel.ep=2", "ep groups: {0,1}"},
       {4, mixtral, "--parallel.cp=2 --parallel.ep=4", "ep groups: {0,1,2,3}"},
       {4, mixtral, "--parallel.tp=2 --parallel.ep=2 --parallel.zero=1", "ep groups: {0,2} {1,3}"},
@@ -214,6 +214,11 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, qwen3_moe, "--parallel.ep=2 --parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1",
        "ep groups: {0,1} {2,3}"},
       {4, qwen3_moe, "--parallel.ep=2 --parallel.tp=2 --parallel.sequence_parallel=true", "ep groups: {0,2} {1,3}"},
+      // ZeRO-2 and -3: the experts' pieces of each block reduced (and gathered) over their group.
+      {4, mixtral, "--parallel.ep=2 --parallel.zero=2 --train.micro_batch=1", "ep groups: {0,1} {2,3}"},
+      {4, qwen3_moe, "--parallel.ep=2 --parallel.tp=2 --parallel.zero=3 --train.recompute=full", "ep groups: {0,2} {1,3}"},
+      {8, mixtral, "--parallel.tp=2 --parallel.pp=2 --parallel.ep=2 --train.micro_batch=1 --parallel.zero=3 "
+                   "--train.precision=bf16", "ep groups: {0,2} {1,3} {4,6} {5,7}"},
       {1, a, "", "dp groups: {0}"},
       {2, a, "", "dp groups: {0,1}"},
       {2, a, "--parallel.zero=1", "dp groups: {0,1}"},
