@@ -95,6 +95,54 @@ TEST(Communicator, GroupsOfTheGrid) {
   EXPECT_EQ(column, expected);
 }
 
+// Expert parallelism's exchange: rank r sends rank p a block of (r + 2 p) % 3 elements (some
+// empty), each element naming its sender, receiver and place; every block arrives at its place.
+TEST(Communicator, AllToAllVDeliversEveryBlockWhereItBelongs) {
+  ParallelState ps = data_parallel_state();
+  Communicator& c = ps.world();
+  const int n = c.size(), r = c.rank();
+  const auto count = [](int from, int to) { return static_cast<size_t>((from + 2 * to) % 3); };
+  const auto value = [](int from, int to, size_t i) { return 1000.0f * from + 10.0f * to + static_cast<float>(i); };
+  std::vector<size_t> sent(n), received(n);
+  std::vector<float> out, in;
+  for (int p = 0; p < n; p++) {
+    sent[p] = count(r, p);
+    received[p] = count(p, r);
+    for (size_t i = 0; i < sent[p]; i++) out.push_back(value(r, p, i));
+  }
+  size_t expected = 0;
+  for (size_t k : received) expected += k;
+  in.assign(expected + 3, -1.0f);  // room to spare: only the counts are written
+  out.push_back(0.0f);             // a buffer may be larger than its blocks
+  c.all_to_all_v({kernels::as_act(out.data()), out.size(), kernels::DType::f32}, sent,
+                 {kernels::as_act(in.data()), in.size(), kernels::DType::f32}, received);
+  size_t at = 0;
+  for (int p = 0; p < n; p++)
+    for (size_t i = 0; i < received[p]; i++) ASSERT_EQ(in[at++], value(p, r, i)) << "from " << p;
+  EXPECT_EQ(in[at], -1.0f);
+  EXPECT_EQ(c.stats().calls[static_cast<int>(CommOp::all_to_all)], 1u);
+  EXPECT_EQ(c.stats().bytes[static_cast<int>(CommOp::all_to_all)], (out.size() - 1) * sizeof(float));
+}
+
+// ep 2 over dp: consecutive pairs exchange tokens; the ranks at the same place in every pair
+// hold the same experts.
+TEST(Communicator, ExpertParallelGroups) {
+  const int n = world_size();
+  if (n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  ParallelDims dims = ParallelDims::resolve(n, {{Axis::dp, 0}});
+  dims.set_expert_parallel(2);
+  ParallelState ps(dims, 0, 60);
+  ASSERT_NE(ps.expert_parallel(), nullptr);
+  EXPECT_EQ(ps.expert_parallel()->size(), 2);
+  EXPECT_EQ(ps.expert_parallel()->rank(), ps.rank() % 2);
+  EXPECT_EQ(ps.expert_parallel()->all_reduce(static_cast<double>(ps.rank())), 2.0 * (ps.rank() / 2 * 2) + 1);
+  EXPECT_EQ(ps.expert_data_parallel().size(), n / 2);
+  double holders = 0;
+  for (int q = ps.rank() % 2; q < n; q += 2) holders += q;
+  EXPECT_EQ(ps.expert_data_parallel().all_reduce(static_cast<double>(ps.rank())), holders);
+  EXPECT_EQ(data_parallel_state().expert_parallel(), nullptr);  // ep 1: none
+}
+
 TEST(Communicator, NodesFromRanksPerNode) {
   const int n = world_size();
   ParallelState machine = data_parallel_state();

@@ -6,6 +6,7 @@
 
 #include "model/context_parallel.h"
 #include "parallel/parallel_dims.h"
+#include "runtime/flat_range.h"
 #include "kernels/base/error.h"
 
 namespace trident {
@@ -67,6 +68,29 @@ TEST(ParallelDims, ContextParallelSitsBetweenTpAndDp) {
   EXPECT_EQ(c[Axis::tp], 0);
   EXPECT_EQ(c[Axis::cp], 1);
   EXPECT_EQ(c[Axis::dp], 1);
+}
+
+TEST(ParallelDims, ExpertParallelFoldsIntoDpTimesCp) {
+  // 8 ranks as tp 2, cp 2, dp 2 with ep 4: the data-parallel ranks of a tp column (cp
+  // fastest) are all in one ep group, ranks tp apart; with ep 2, pairs of cp neighbours.
+  ParallelDims d = ParallelDims::resolve(8, {{Axis::dp, 0}, {Axis::cp, 2}, {Axis::tp, 2}});
+  d.set_expert_parallel(4);
+  EXPECT_EQ(d.expert_data_parallel_size(), 1);
+  EXPECT_EQ(d.expert_parallel_rank(d.coords(6)), 3);  // cp 1, dp 1: data-parallel rank 3
+  EXPECT_NE(d.describe().find("ep groups: {0,2,4,6} {1,3,5,7}"), std::string::npos) << d.describe();
+  d.set_expert_parallel(2);
+  EXPECT_EQ(d.expert_parallel_rank(d.coords(6)), 1);
+  EXPECT_EQ(d.expert_data_parallel_rank(d.coords(6)), 1);
+  EXPECT_NE(d.describe().find("ep groups: {0,2} {4,6} {1,3} {5,7}"), std::string::npos) << d.describe();
+  EXPECT_THROW(d.set_expert_parallel(3), UsageError);
+  // The buckets of a flat buffer cut at the experts' runs.
+  const std::vector<FlatRange> pieces = split_at({{0, 64}, {64, 128}}, {{16, 48}, {96, 128}});
+  const std::vector<std::pair<size_t, size_t>> expected = {{0, 16}, {16, 48}, {48, 64}, {64, 96}, {96, 128}};
+  ASSERT_EQ(pieces.size(), expected.size());
+  for (size_t i = 0; i < pieces.size(); i++) {
+    EXPECT_EQ(std::make_pair(pieces[i].begin, pieces[i].end), expected[i]);
+    EXPECT_EQ(within(pieces[i], {{16, 48}, {96, 128}}), i == 1 || i == 4);
+  }
 }
 
 TEST(ContextParallel, ChunksBalanceTheCausalWork) {
