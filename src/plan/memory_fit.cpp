@@ -57,6 +57,9 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
   if (p.zero < 3 && p.dp > 1) changes.push_back({"--parallel.zero=3", [](Config& c) { c.parallel.zero = 3; }});
   if (t.recompute != Recompute::full) changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = Recompute::full; }});
   if (t.micro_batch > 1) changes.push_back({"--train.micro_batch=1", [](Config& c) { c.train.micro_batch = 1; }});
+  // A mixture of experts: its experts split over more of the dp ranks.
+  for (int ep = p.ep * 2; transformer_spec(config.model).n_experts > 0 && ep <= p.ep * 8 && p.dp > 1; ep *= 2)
+    changes.push_back({"--parallel.ep=" + std::to_string(ep), [ep](Config& c) { c.parallel.ep = ep; }});
   for (int factor : {2, 4, 8}) {
     const int tp = p.tp * factor, pp = p.pp * factor;
     changes.push_back({"--parallel.tp=" + std::to_string(tp), [tp](Config& c) { c.parallel.tp = tp; }});

@@ -164,6 +164,9 @@ bool have_python_numpy() { return std::system((kPython + " -c 'import numpy' 2>/
 
 struct Flow {
   std::string dir, config;
+  // Where import_and_export loads it: 4 ranks as tp 2 x pp 2, or a mixture of experts'
+  // as tp 2 x dp 2 with its experts split over the two dp ranks (ep 2).
+  std::string layout = "--parallel.tp=2 --parallel.pp=2";
 };
 
 // Trains 3 steps, exports to HF, and returns the folder names.
@@ -176,11 +179,11 @@ std::string train_and_export(const Flow& f, const std::string& extra = "") {
   return f.dir + "/hf";
 }
 
-// Imports `from` under (tp, pp) = (2, 2) without changing it (one step at learning rate
-// 0) and exports the result to `to`.
+// Imports `from` under f.layout without changing it (one step at learning rate 0) and
+// exports the result to `to`.
 void import_and_export(const Flow& f, const std::string& from, const std::string& to, const std::string& extra = "") {
   fs::remove_all(f.dir + "/ck_in");
-  const CliRun t = run("train --config " + f.config + " --parallel.tp=2 --parallel.pp=2 --train.global_batch=4 "
+  const CliRun t = run("train --config " + f.config + " " + f.layout + " --train.global_batch=4 "
                        "--train.micro_batch=2 --train.steps=1 --train.lr=0 --train.min_lr=0 --log.val_batches=0 "
                        "--checkpoint.init_from=" + from + " --checkpoint.dir=" + f.dir + "/ck_in "
                        "--checkpoint.every_steps=1 --log.run_dir=" + f.dir + "/run_in",
@@ -195,13 +198,16 @@ class HfFlow : public testing::TestWithParam<std::string> {};
 
 // GetParam(): a config, or a Llama-style family on tiny-llama's shape (Mistral with a
 // window of 16 of its 128 tokens), or a mixture of experts on tiny-mixtral's (Mixtral with
-// the window too; Qwen3-MoE's experts 64 wide, not renormalized).
+// the window too; Qwen3-MoE's experts 64 wide, not renormalized), imported with its experts
+// split over ranks.
 Flow flow_of(const std::string& name) {
   const bool config = name == "tiny" || name == "tiny-llama";
   const std::string dir = testing::TempDir() + "hf_" + name;
-  if (name == "mixtral") return {dir, "configs/tiny-mixtral.ini --model.sliding_window=16"};
+  const std::string experts = "--parallel.tp=2 --parallel.ep=2";
+  if (name == "mixtral") return {dir, "configs/tiny-mixtral.ini --model.sliding_window=16", experts};
   if (name == "qwen3_moe")
-    return {dir, "configs/tiny-mixtral.ini --model.family=qwen3_moe --model.moe_ffn_dim=64 --model.moe_norm_topk=false"};
+    return {dir, "configs/tiny-mixtral.ini --model.family=qwen3_moe --model.moe_ffn_dim=64 --model.moe_norm_topk=false",
+            experts};
   return {dir, config ? "configs/" + name + ".ini"
                       : "configs/tiny-llama.ini --model.family=" + name +
                             (name == "mistral" ? " --model.sliding_window=16" : "")};

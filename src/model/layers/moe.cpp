@@ -203,14 +203,14 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
   x.rows = 0;
   for (size_t n : x.received) x.rows += n;
   // They arrive by sender, each sender's grouped by expert; the GEMMs want them grouped
-  // by expert: arrival row i goes to row order[i].
-  std::vector<int32_t> order(x.rows);
+  // by expert: arrival row i goes to row grouped[i] (the slot's order()).
+  std::vector<int32_t> grouped(x.rows);
   std::vector<int32_t> next(local, 0);
   for (int l = 1; l < local; l++) next[l] = next[l - 1] + x.local_counts[l - 1];
   size_t i = 0;
   for (int s = 0; s < ep_; s++)
     for (int l = 0; l < local; l++)
-      for (int n = 0; n < from[static_cast<size_t>(s) * local + l]; n++) order[i++] = next[l]++;
+      for (int n = 0; n < from[static_cast<size_t>(s) * local + l]; n++) grouped[i++] = next[l]++;
   if (x.rows > capacity_) {  // more than the arena's share: buffers of their own
     if (x.order.size() < x.rows) x.order = kernels::DeviceBuffer(r.k, x.rows);  // an int32 per float
     grown(x.x, r.k, x.rows * C);
@@ -218,7 +218,7 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
     grown(x.act, r.k, x.rows * F_);
     grown(x.out, r.k, x.rows * C);
   }
-  if (x.rows > 0) r.k.upload(const_cast<int32_t*>(this->order(r, p.slot)), order.data(), x.rows * sizeof(int32_t));
+  if (x.rows > 0) r.k.upload(const_cast<int32_t*>(order(r, p.slot)), grouped.data(), x.rows * sizeof(int32_t));
   exchange(r, p.slot, routed, expert_side(r, p.slot).x, C, /*towards_experts=*/true);
 }
 
@@ -233,14 +233,14 @@ void MixtureOfExperts::exchange(LayerRuntime& r, int slot, const Act* from, Act*
   }
   const kernels::DType type = r.k.activation_type();
   Act* transfer = room(r, transfer_, kTransfer, x.rows, width);
-  const int32_t* order = this->order(r, slot);
+  const int32_t* grouped = order(r, slot);
   const int rows = static_cast<int>(x.rows);
   if (towards_experts) {
     r.experts->all_to_all_v({const_cast<Act*>(from), token_rows * width, type}, mine, {transfer, x.rows * width, type},
                             theirs);
-    if (rows > 0) r.k.moe_dispatch(to, transfer, order, rows, 1, width);
+    if (rows > 0) r.k.moe_dispatch(to, transfer, grouped, rows, 1, width);
   } else {
-    if (rows > 0) r.k.moe_dispatch_backward(transfer, from, order, rows, 1, width);
+    if (rows > 0) r.k.moe_dispatch_backward(transfer, from, grouped, rows, 1, width);
     r.experts->all_to_all_v({transfer, x.rows * width, type}, theirs, {to, token_rows * width, type}, mine);
   }
 }
