@@ -61,11 +61,7 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   // The buckets are the units' pieces (a unit of its own without expert parallelism).
   const std::vector<FlatRange>& all = units_.units;
   assign_groups(experts);
-  for (size_t u = 0, b = 0; u < all.size(); u++) {
-    unit_pieces_.push_back(b);
-    while (b < buckets_.size() && buckets_[b].end <= all[u].end) b++;
-  }
-  unit_pieces_.push_back(buckets_.size());
+  unit_pieces_ = first_pieces(all, buckets_);
   shard_buckets();
   reductions_.assign(all.size(), 0);
   armed_.assign(all.size(), false);

@@ -72,11 +72,7 @@ ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& 
     expert_shards_ = layout_.ep_size() > 1 ? expert_shard_group : nullptr;
     check(layout_.ep_size() == 1 || expert_shards_ != nullptr, "ZeRO-3 under expert parallelism without its group");
     pieces_ = expert_shards_ != nullptr ? split_at(units, layout_.expert_ranges()) : units;
-    for (size_t u = 0, p = 0; u < units.size(); u++) {
-      unit_pieces_.push_back(p);
-      while (p < pieces_.size() && pieces_[p].end <= units[u].end) p++;
-    }
-    unit_pieces_.push_back(pieces_.size());
+    unit_pieces_ = first_pieces(units, pieces_);
     size_t floats = 0;
     for (const FlatRange& p : pieces_) {
       Communicator* group = expert_shards_ != nullptr && within(p, layout_.expert_ranges()) ? expert_shards_ : shards_;

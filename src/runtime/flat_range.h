@@ -30,6 +30,18 @@ inline std::vector<FlatRange> split_at(const std::vector<FlatRange>& ranges, con
   return pieces;
 }
 
+// Where each of `ranges` starts among its `pieces` (split_at's of them): range r's pieces
+// are pieces[first[r] .. first[r + 1]).
+inline std::vector<size_t> first_pieces(const std::vector<FlatRange>& ranges, const std::vector<FlatRange>& pieces) {
+  std::vector<size_t> first;
+  for (size_t r = 0, p = 0; r < ranges.size(); r++) {
+    first.push_back(p);
+    while (p < pieces.size() && pieces[p].end <= ranges[r].end) p++;
+  }
+  first.push_back(pieces.size());
+  return first;
+}
+
 // Whether `piece` (of split_at's) lies within one of the runs.
 inline bool within(const FlatRange& piece, const std::vector<FlatRange>& runs) {
   return std::any_of(runs.begin(), runs.end(),
