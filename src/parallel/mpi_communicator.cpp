@@ -119,6 +119,28 @@ MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t se
   return m;
 }
 
+MissingMembers stopped_peer(const Communicator& group, CommOp op, int peer, int world_rank, double silent_s) {
+  MissingMembers m;
+  const std::vector<int> members = group.world_ranks();
+  if (peer < 0 || peer >= static_cast<int>(members.size()) || members[peer] == world_rank) return m;
+  const int r = members[peer];
+  const progress_board::Seen s = progress_board::lookup(r, group.board_key());
+  const std::string rank = "trident: rank " + std::to_string(world_rank) + ": of the " + group.name() + " group, rank " +
+                           std::to_string(r) + " (this " + comm_op_name(op) + "'s other side) ";
+  if (!s.visible) {
+    m.report = rank + "is on another machine, not visible from here\n";
+    return m;
+  }
+  char item[96];
+  std::snprintf(item, sizeof item, "has been silent for %.1f s", s.silent_s);
+  m.report = rank + item + (s.silent_s >= silent_s ? ": stopped" : ": not stopped") + "\n";
+  if (s.silent_s < silent_s) return m;
+  m.here.push_back(r);
+  m.nodes = s.node;
+  m.last_step = s.latest_step;
+  return m;
+}
+
 namespace {
 
 // The members of this machine that never came: their host is the one to take out.
@@ -165,9 +187,10 @@ void wait_bounded(const std::function<bool()>& done, const char* backend, CommOp
                    "did not complete within %.0f s (parallel.timeout_s) at step %d; aborting the job\n",
                    world_rank, host, backend, comm_op_name(op), count, group.name().c_str(), group.rank(),
                    group.size(), timer.seconds(), watchdog.step);
-      if (seq > 0) {
+      if (seq > 0 || peer >= 0) {
         // A live member beats at least every poll; one silent for half the timeout is not.
-        const MissingMembers missing = missing_members(group, op, seq, world_rank, watchdog.timeout_s / 2);
+        const MissingMembers missing = seq > 0 ? missing_members(group, op, seq, world_rank, watchdog.timeout_s / 2)
+                                               : stopped_peer(group, op, peer, world_rank, watchdog.timeout_s / 2);
         std::fprintf(stderr, "%s", missing.report.c_str());
         if (!missing.here.empty()) {
           std::fflush(stderr);
@@ -319,8 +342,10 @@ RequestPtr MpiCommunicator::all_to_all_v_async(ActivationSpan send, const std::v
   std::vector<int> v(4 * static_cast<size_t>(size_));
   size_t sent = 0, received = 0;
   for (int p = 0; p < size_; p++) {
-    check(send_counts[p] < (size_t{1} << 31) && sent < (size_t{1} << 31) && received < (size_t{1} << 31),
-          "all_to_all_v: a block over 2^31 elements");
+    // MPI's counts and displacements are ints
+    check(send_counts[p] < (size_t{1} << 31) && recv_counts[p] < (size_t{1} << 31) && sent < (size_t{1} << 31) &&
+              received < (size_t{1} << 31),
+          "all_to_all_v: a block or an offset over 2^31 elements");
     v[p] = static_cast<int>(send_counts[p]);
     v[size_ + p] = static_cast<int>(sent);
     v[2 * size_ + p] = static_cast<int>(recv_counts[p]);

@@ -80,5 +80,8 @@ struct MissingMembers {
   std::string report;     // the message's second line
 };
 MissingMembers missing_members(const Communicator& group, CommOp op, uint64_t seq, int world_rank, double silent_s);
+// A send's or receive's other side (`peer`, a group rank) when it is on this machine and
+// has been silent for `silent_s` (stopped), for the same message and verdict.
+MissingMembers stopped_peer(const Communicator& group, CommOp op, int peer, int world_rank, double silent_s);
 
 }  // namespace trident

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -155,6 +156,9 @@ Seen lookup(int world_rank, const std::string& group) {
     s.waiting = r.waiting.load(std::memory_order_relaxed) > 0;
     if (const int64_t beat = r.beat_ns.load(std::memory_order_relaxed); beat > 0)
       s.silent_s = static_cast<double>(now_ns() - beat) / 1e9;
+    for (const GroupProgress& g : r.groups)
+      if (g.named.load(std::memory_order_acquire) && g.seq.load(std::memory_order_acquire) > 0)
+        s.latest_step = std::max(s.latest_step, g.step.load(std::memory_order_relaxed));
     if (const GroupProgress* g = find(r, group)) {
       s.seq = g->seq.load(std::memory_order_acquire);
       s.started = s.seq > 0;

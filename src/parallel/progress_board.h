@@ -44,6 +44,7 @@ struct Seen {
   int step = -1;         // the step it was at then
   double seconds_ago = 0;  // since it started that one
   double silent_s = 0;     // since its last beat() (0: it never beat)
+  int latest_step = -1;    // the latest step of its collectives on any group (-1: none yet)
 };
 // What the board shows of world rank `world_rank` on group `group`.
 Seen lookup(int world_rank, const std::string& group);

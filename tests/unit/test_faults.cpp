@@ -211,6 +211,14 @@ TEST(Faults, ARankLostDuringASaveEndsTheJobAndKeepsThePreviousCheckpoint) {
     EXPECT_NE(r.exit_code, 124) << c.fault << ": hung until the test's own limit";
     if (c.fault.ends_with("stop")) {
       EXPECT_EQ(r.exit_code, 3) << r.err;  // trident's timeout: infrastructure
+      // The receive's other side, stopped on this machine, is named for the batch script
+      // to drain its node (as a stopped rank in a collective is).
+      ASSERT_TRUE(fs::exists(health::verdict_path(dir))) << r.err;
+      const health::Verdict v = health::from_json(slurp(health::verdict_path(dir)));
+      EXPECT_EQ(v.ranks, std::vector<int>{1}) << r.err;
+      EXPECT_EQ(v.host, health::node_name());
+      EXPECT_NE(v.reason.find("rank 1 stopped (last seen in step 4): recv on the node group waited"), std::string::npos)
+          << v.reason;
     }
     EXPECT_LT(elapsed, timeout_s + 15.0 + 5.0) << c.fault << " (start-up included)";
     std::printf("fault: %s (rank:step:how) during a save on %d ranks: exit %d, %.1f s after the job's start (timeout %d s)\n",
