@@ -134,7 +134,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   double exchange = 0;
   if (p.ep > 1 && spec.n_experts > 0) {
     const double bytes = micro_batch * T * spec.experts_per_token * d * 2;
-    const int on_node = std::min(p.ep, std::max(1, G / (tp * cp)));
+    const int on_node = std::min(p.ep, std::max(1, G / tp));
     exchange = bytes / p.ep * ((on_node - 1) / nvlink + (p.ep - on_node) / network);
   }
   const int exchanges_forward = 2, exchanges_backward = 2 + (recompute == Recompute::full ? 2 : 0);
@@ -203,7 +203,8 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     // The experts' share of the traffic, as floats reduced over all the replicas.
     const double experts_as_shared = expert_floats * ((expert_replicas - 1.0) / expert_replicas) / share;
     const double gradients = (stage_floats - expert_floats + experts_as_shared) * 4;
-    const double block_floats = stage_floats - kept_floats;
+    // The blocks' floats as above: the experts' counted as their smaller group moves them.
+    const double block_floats = stage_floats - kept_floats - expert_floats + experts_as_shared;
     const double backward = compute.input_gradient + compute.weight_gradient;  // of one micro-batch
     double overlapped = 0, window = 0, after = 0;
     if (zero == 0) overlapped = 2 * share * gradients / bw, window = backward;  // during the last backward
@@ -299,7 +300,6 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
             c.parallel.tp = tp;
             c.parallel.cp = cp;
             c.parallel.ep = ep;
-            if (ep > 1 && zero > 1 && !pins.pinned("parallel.zero")) continue;  // ZeRO 0 and 1 only with ep
             c.parallel.pp = pp;
             c.parallel.schedule = schedule;
             c.parallel.vpp = vpp;

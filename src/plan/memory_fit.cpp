@@ -52,13 +52,15 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
   std::vector<std::pair<std::string, std::function<void(Config&)>>> changes;
   const ParallelConfig& p = config.parallel;
   const TrainConfig& t = config.train;
-  if (p.zero == 0 && p.dp > 1) changes.push_back({"--parallel.zero=1", [](Config& c) { c.parallel.zero = 1; }});
-  if (p.zero < 2 && p.dp > 1) changes.push_back({"--parallel.zero=2", [](Config& c) { c.parallel.zero = 2; }});
-  if (p.zero < 3 && p.dp > 1) changes.push_back({"--parallel.zero=3", [](Config& c) { c.parallel.zero = 3; }});
+  // ZeRO and the experts split over the data-parallel ranks, dp x cp of them.
+  const bool data_parallel = p.dp * p.cp > 1;
+  if (p.zero == 0 && data_parallel) changes.push_back({"--parallel.zero=1", [](Config& c) { c.parallel.zero = 1; }});
+  if (p.zero < 2 && data_parallel) changes.push_back({"--parallel.zero=2", [](Config& c) { c.parallel.zero = 2; }});
+  if (p.zero < 3 && data_parallel) changes.push_back({"--parallel.zero=3", [](Config& c) { c.parallel.zero = 3; }});
   if (t.recompute != Recompute::full) changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = Recompute::full; }});
   if (t.micro_batch > 1) changes.push_back({"--train.micro_batch=1", [](Config& c) { c.train.micro_batch = 1; }});
   // A mixture of experts: its experts split over more of the dp ranks.
-  for (int ep = p.ep * 2; transformer_spec(config.model).n_experts > 0 && ep <= p.ep * 8 && p.dp > 1; ep *= 2)
+  for (int ep = p.ep * 2; transformer_spec(config.model).n_experts > 0 && ep <= p.ep * 8 && data_parallel; ep *= 2)
     changes.push_back({"--parallel.ep=" + std::to_string(ep), [ep](Config& c) { c.parallel.ep = ep; }});
   for (int factor : {2, 4, 8}) {
     const int tp = p.tp * factor, pp = p.pp * factor;
@@ -77,7 +79,7 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
     change(c);
     try {
       // Hybrid sharding's groups only where they still divide the new dp.
-      const ParallelDims d = ParallelDims::resolve(world, {{Axis::dp, 0}, {Axis::pp, c.parallel.pp}, {Axis::tp, c.parallel.tp}});
+      const ParallelDims d = ParallelDims::resolve(world, {{Axis::dp, 0}, {Axis::pp, c.parallel.pp}, {Axis::tp, c.parallel.tp}, {Axis::cp, c.parallel.cp}});
       if (c.parallel.shard_size > 0 && d.size(Axis::dp) % c.parallel.shard_size != 0) c.parallel.shard_size = 0;
       resolve_for_world(c, world);
       if ((c.train.global_batch / c.parallel.dp) % c.train.micro_batch != 0) continue;

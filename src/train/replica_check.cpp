@@ -47,7 +47,8 @@ ReplicaCheck::ReplicaCheck(ParallelState& parallel, Communicator* replicas, bool
     : parallel_(parallel),
       replicas_(replicas != nullptr && replicas->size() > 1 ? replicas : nullptr),
       compare_tp_(compare_tp && parallel.tp().size() > 1),
-      comparable_(replicas_ != nullptr || compare_tp_),
+      compare_experts_(parallel.expert_parallel() != nullptr && parallel.expert_data_parallel().size() > 1),
+      comparable_(replicas_ != nullptr || compare_tp_ || compare_experts_),
       every_(every_steps) {}
 
 std::string ReplicaCheck::describe() const {
@@ -55,6 +56,7 @@ std::string ReplicaCheck::describe() const {
   std::string what;
   if (replicas_ != nullptr) what = "the parameters across each " + replicas_->name() + " group";
   if (compare_tp_) what += std::string(what.empty() ? "" : ", ") + "the tensors tp keeps whole across each tp group";
+  if (compare_experts_) what += std::string(what.empty() ? "" : ", ") + "each expert across the ranks holding it";
   return "replica check: every " + std::to_string(every_) + " steps, " + what + " (train.replica_check_steps)";
 }
 
@@ -77,7 +79,7 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
     }
     if (replicas_ != nullptr) lines << replicas_->name() << " " << replicas_->world_ranks().front() << " " << shared << "\n";
     Communicator& holders = parallel_.expert_data_parallel();
-    if (holders.size() > 1) lines << "expert-dp " << holders.world_ranks().front() << " " << experts << "\n";
+    if (compare_experts_) lines << "expert-dp " << holders.world_ranks().front() << " " << experts << "\n";
   }
   if (compare_tp_) {
     uint32_t crc = 0;

@@ -39,7 +39,9 @@ class ReplicaCheck {
  private:
   ParallelState& parallel_;
   Communicator* replicas_;
-  bool compare_tp_, comparable_;
+  bool compare_tp_;
+  bool compare_experts_;  // expert parallelism: each expert across the ranks holding it
+  bool comparable_;
   int every_;
 };
 

@@ -327,10 +327,14 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
   char active[48] = "";
   if (active_parameter_count(spec) != parameter_count(spec))
     std::snprintf(active, sizeof active, " (%.2fM active per token)", active_parameter_count(spec) / 1e6);
-  std::printf("model: %s (vocabulary padded to %d): %.2fM parameters%s, %.2fM on this rank (1/%d of the split tensors), "
+  // Expert parallelism: this rank's experts of each block.
+  const int ep = s.model.layout().ep_size();
+  char experts[64] = "";
+  if (ep > 1) std::snprintf(experts, sizeof experts, ", %d of the %d experts", spec.n_experts / ep, spec.n_experts);
+  std::printf("model: %s (vocabulary padded to %d): %.2fM parameters%s, %.2fM on this rank (1/%d of the split tensors%s), "
               "%.1f MFLOP/token\n",
               spec.describe().c_str(), spec.padded_vocab(tp), parameter_count(spec) / 1e6, active, floats / 1e6, tp,
-              flops_per_token(spec) / 1e6);
+              experts, flops_per_token(spec) / 1e6);
   std::printf("memory plan of rank 0: %.3f GiB: %s; resident now %.3f GiB\n",
               gib(static_cast<double>(memory.total_bytes())), memory.describe().c_str(),
               gib(static_cast<double>(resident_bytes())));

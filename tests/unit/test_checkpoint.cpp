@@ -194,7 +194,8 @@ TEST(Checkpoint, ContextParallelCheckpointsContinueAtOtherCp) {
 TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
   // A mixture of 8 experts saved at ep 2 over dp 4 with ZeRO-1 (ranks 0 and 1 write their 4
   // experts each, their optimizer state sharded over the 2 ranks holding them), continued
-  // with every expert on one rank and at ep 4: each to the uninterrupted run's losses.
+  // with every expert on one rank, at ep 4 and at ep 2 over cp 4: each to the uninterrupted
+  // run's losses.
   // (A learning rate that moves the experts enough for a wrong gradient to show.)
   const std::string base = "train --config configs/tiny-mixtral.ini --model.n_layer=2 --model.seq_len=32 "
                            "--train.global_batch=8 --log.every_steps=1 --log.val_batches=0 --log.peak_gflops=100 "
@@ -205,6 +206,7 @@ TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
                        kMpirun + "4", 120);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_NE(a.out.find("ep groups: {0,1} {2,3}"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("(1/1 of the split tensors, 4 of the 8 experts)"), std::string::npos) << a.out;
   const auto reference = step_losses(a.out);
   // The run itself: every step at one rank's losses (each expert's gradient summed over
   // the ranks holding it, not over all of dp).
@@ -213,12 +215,18 @@ TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
   ASSERT_EQ(one.exit_code, 0) << one.err;
   for (const auto& [step, loss] : step_losses(one.out)) EXPECT_NEAR(loss, reference.at(step), 2e-4) << "step " << step;
   for (const auto& [flags, ranks] : std::vector<std::pair<std::string, std::string>>{
-           {"--parallel.ep=1", "1"}, {"--parallel.ep=4 --parallel.zero=1", "4"}}) {
+           {"--parallel.ep=1", "1"}, {"--parallel.ep=4 --parallel.zero=1", "4"},
+           // ep over the cp ranks alone (dp 1): the replica check compares each expert's two holders.
+           {"--parallel.cp=4 --parallel.ep=2 --train.replica_check_steps=1", "4"}}) {
     const std::string copy = copy_of_step_2(saved, "ep_resumed");
     const CliRun r = run(base + flags + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy),
                          kMpirun + ranks, 120);
     expect_continues_like(r, reference, flags);
     EXPECT_NE(r.out.find("resumed from " + copy + "/step_00000002"), std::string::npos) << r.out;
+    if (flags.find("cp=4") != std::string::npos) {
+      EXPECT_NE(r.out.find("replica check: every 1 steps, each expert across the ranks holding it"), std::string::npos)
+          << r.out;
+    }
   }
 }
 
