@@ -315,6 +315,8 @@ else
 fi
 preflight_case preflight_exclude 0
 out=$T/out/preflight_exclude.out
+# The script prints "requeueing" before it requeues and then excludes: wait for its verdict.
+wait_for_line "$out" "excluded $H from this job|could not exclude" 1 60
 excluded=$(job_field "$id" ExcNodeList)
 state_now=$(node_field State)
 scancel "$id"; wait_job "$id" 60 >/dev/null
