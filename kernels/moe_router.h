@@ -1,9 +1,10 @@
 // One token's routing math, shared by the CPU and CUDA router kernels (kernels/cpu/moe.cpp,
-// kernels/cuda/moe.cu; semantics: kernels/ops.def): the top-k of its probabilities and
-// their weights, and the gradient of its logits. The softmax itself stays in each backend
-// (the CPU sums in double, the GPU with its fast exp).
+// kernels/cuda/moe.cu; semantics: kernels/ops.def): the top-k of its scores and their
+// weights, and the gradient of its logits. The softmax itself stays in each backend (the
+// CPU sums in double, the GPU with its fast exp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "bf16.h"  // TRIDENT_HOST_DEVICE
@@ -57,6 +58,45 @@ TRIDENT_HOST_DEVICE inline void router_logit_gradient(const float* p, float lse,
   float dot = 0;
   for (int e = 0; e < E; e++) dot += p[e] * dp[e];
   for (int e = 0; e < E; e++) store(e, p[e] * (dp[e] - dot) + 2.0f * z_scale * lse * p[e]);
+}
+
+// The sigmoid router (DeepSeek-V3's scoring, Megatron's moe_router_score_function =
+// sigmoid): each expert's score on its own, s = 1 / (1 + exp(-logit)). The router keeps the
+// logits, and both passes compute the scores from them the same way.
+TRIDENT_HOST_DEVICE inline float sigmoid_score(float logit) { return 1.0f / (1.0f + expf(-logit)); }
+
+// d objective / d logits of one token under sigmoid scores s (from its `logits`): the
+// weights' gradients dw through the renormalization as above; the balance loss on the
+// normalized scores s / sum(s) (its coefficients per expert times aux_scale; null: none),
+// through the normalization; all through the sigmoid, s (1 - s). The z-loss (2 z_scale lse
+// softmax) is on the logits as under softmax.
+template <typename Store>
+TRIDENT_HOST_DEVICE inline void sigmoid_router_logit_gradient(const float* logits, float lse, const int32_t* chosen,
+                                                              const float* w, const float* dw, const float* balance,
+                                                              float aux_scale, float z_scale, int E, int K,
+                                                              bool renormalize, Store store) {
+  float s[kMaxRouterExperts], ds[kMaxRouterExperts];  // the scores, d loss / d s
+  float total = 0;
+  for (int e = 0; e < E; e++) {
+    s[e] = sigmoid_score(logits[e]);
+    total += s[e];
+  }
+  // n = s / total: d/ds[f] = (b[f] - sum_e b[e] n[e]) / total.
+  float dot = 0;
+  if (balance != nullptr)
+    for (int e = 0; e < E; e++) dot += balance[e] * s[e] / total;
+  for (int e = 0; e < E; e++) ds[e] = balance != nullptr ? aux_scale * (balance[e] - dot) / total : 0.0f;
+  float z = 1, mean = 0;
+  if (renormalize) {
+    z = 0;
+    for (int j = 0; j < K; j++) {
+      z += s[chosen[j]];
+      mean += dw[j] * w[j];
+    }
+  }
+  for (int j = 0; j < K; j++) ds[chosen[j]] += (dw[j] - mean) / z;
+  for (int e = 0; e < E; e++)
+    store(e, ds[e] * s[e] * (1.0f - s[e]) + 2.0f * z_scale * lse * expf(logits[e] - lse));
 }
 
 }  // namespace trident::kernels

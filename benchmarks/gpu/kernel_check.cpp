@@ -316,19 +316,22 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     cpu.swiglu_backward(as_act(dgate_up.data()), as_act(gate_up.data()), as_act(dout.data()), N, F);
     c.compare("swiglu_backward dgate_up F=300", c.host(g_dgate_up, 2 * n), dgate_up);
   });
-  // Mixture of experts (8 experts, top-2, renormalized and not): the router's softmax, top-k
-  // and logit gradient; the dispatch to rows grouped by expert and the weighted combine.
-  for (bool renormalize : {true, false}) c.run("moe", [&] {
+  // Mixture of experts (8 experts, top-2, renormalized and not, softmax and sigmoid scores):
+  // the router's scores, top-k and logit gradient; the dispatch to rows grouped by expert
+  // and the weighted combine.
+  for (int mode = 0; mode < 3; mode++) c.run("moe", [&] {
+    const bool renormalize = mode != 1, sigmoid = mode == 2;
     const int E = 8, K = 2;
-    const std::string at = renormalize ? " E=8 K=2 renormalized" : " E=8 K=2";
+    const std::string at =
+        std::string(renormalize ? " E=8 K=2 renormalized" : " E=8 K=2") + (sigmoid ? " sigmoid" : "");
     const auto logits = c.input(static_cast<size_t>(N) * E);
     std::vector<float> probs(static_cast<size_t>(N) * E), lse(N), weights(static_cast<size_t>(N) * K);
     std::vector<int32_t> experts(static_cast<size_t>(N) * K);
     float *g_probs = c.f32(probs.size()), *g_lse = c.f32(N), *g_weights = c.f32(weights.size());
     int32_t* g_experts = c.i32(experts);
-    gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.act(logits), N, E, K, renormalize);
+    gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.act(logits), N, E, K, renormalize, sigmoid);
     cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), as_act(logits.data()), N, E, K,
-                           renormalize);
+                           renormalize, sigmoid);
     c.compare("moe_router_forward probs" + at, c.host(g_probs, probs.size()), probs, 1e-5);
     c.compare("moe_router_forward lse" + at, c.host(g_lse, N), lse, 1e-5);
     c.compare("moe_router_forward weights" + at, c.host(g_weights, weights.size()), weights, 1e-5);
@@ -341,9 +344,9 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     std::vector<float> dlogits(probs.size());
     Act* g_dlogits = c.act(dlogits.size());
     gpu.moe_router_backward(g_dlogits, c.f32(probs), c.f32(lse), c.i32(experts), c.f32(weights), c.f32(dweights),
-                            c.f32(balance), T, 0.3f, 0.01f, N, E, K, renormalize);
+                            c.f32(balance), T, 0.3f, 0.01f, N, E, K, renormalize, sigmoid);
     cpu.moe_router_backward(as_act(dlogits.data()), probs.data(), lse.data(), experts.data(), weights.data(),
-                            dweights.data(), balance.data(), T, 0.3f, 0.01f, N, E, K, renormalize);
+                            dweights.data(), balance.data(), T, 0.3f, 0.01f, N, E, K, renormalize, sigmoid);
     c.compare("moe_router_backward dlogits" + at, c.host(g_dlogits, dlogits.size()), dlogits);
     // Rows: a random permutation of the N*K routed rows.
     std::vector<int32_t> rows(static_cast<size_t>(N) * K);

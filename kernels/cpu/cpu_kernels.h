@@ -79,11 +79,11 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 
 template <typename T>
 void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
-                        int K, bool renormalize);
+                        int K, bool renormalize, bool sigmoid);
 template <typename T>
 void moe_router_backward(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
                          const float* weights, const float* dweights, const float* balance, int tokens_per_sequence,
-                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize);
+                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize, bool sigmoid);
 template <typename T>
 void moe_dispatch(T* routed, const T* x, const int32_t* rows, int N, int K, int C);
 template <typename T>

@@ -1,4 +1,4 @@
-// Mixture of experts: the router's softmax and top-k, and the tokens' dispatch to their
+// Mixture of experts: the router's softmax (or sigmoid) and top-k, and the tokens' dispatch to their
 // experts' rows and the weighted combination back (semantics: kernels/ops.def).
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@ namespace trident::kernels::cpu {
 
 template <typename T>
 void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
-                        int K, bool renormalize) {
+                        int K, bool renormalize, bool sigmoid) {
 #pragma omp parallel for
   for (int t = 0; t < N; t++) {
     const T* l = logits + static_cast<size_t>(t) * E;
@@ -19,23 +19,36 @@ void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weigh
     for (int e = 0; e < E; e++) max = std::max(max, static_cast<float>(l[e]));
     double sum = 0;
     for (int e = 0; e < E; e++) sum += std::exp(static_cast<double>(l[e]) - max);
-    for (int e = 0; e < E; e++) p[e] = static_cast<float>(std::exp(static_cast<double>(l[e]) - max) / sum);
     lse[t] = max + static_cast<float>(std::log(sum));
-    choose_top_k(p, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+    float scores[kMaxRouterExperts];
+    for (int e = 0; e < E; e++) {
+      if (sigmoid) {
+        p[e] = static_cast<float>(l[e]);  // kept: the backward's scores come from the logits
+        scores[e] = sigmoid_score(p[e]);
+      } else {
+        p[e] = scores[e] = static_cast<float>(std::exp(static_cast<double>(l[e]) - max) / sum);
+      }
+    }
+    choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
   }
 }
 
 template <typename T>
 void moe_router_backward(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
                          const float* weights, const float* dweights, const float* balance, int tokens_per_sequence,
-                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize) {
+                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize, bool sigmoid) {
 #pragma omp parallel for
   for (int t = 0; t < N; t++) {
     const size_t k = static_cast<size_t>(t) * K;
     T* dl = dlogits + static_cast<size_t>(t) * E;
-    router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k,
-                          balance != nullptr ? balance + static_cast<size_t>(t / tokens_per_sequence) * E : nullptr,
-                          aux_scale, z_scale, E, K, renormalize, [dl](int e, float v) { dl[e] = static_cast<T>(v); });
+    const float* b = balance != nullptr ? balance + static_cast<size_t>(t / tokens_per_sequence) * E : nullptr;
+    const auto store = [dl](int e, float v) { dl[e] = static_cast<T>(v); };
+    if (sigmoid)
+      sigmoid_router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k,
+                                    b, aux_scale, z_scale, E, K, renormalize, store);
+    else
+      router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k, b,
+                            aux_scale, z_scale, E, K, renormalize, store);
   }
 }
 
@@ -92,9 +105,9 @@ void moe_combine_backward(T* dexpert_out, float* dweights, const T* dout, const 
   }
 }
 
-template void moe_router_forward<float>(float*, float*, int32_t*, float*, const float*, int, int, int, bool);
+template void moe_router_forward<float>(float*, float*, int32_t*, float*, const float*, int, int, int, bool, bool);
 template void moe_router_backward<float>(float*, const float*, const float*, const int32_t*, const float*,
-                                         const float*, const float*, int, float, float, int, int, int, bool);
+                                         const float*, const float*, int, float, float, int, int, int, bool, bool);
 template void moe_dispatch<float>(float*, const float*, const int32_t*, int, int, int);
 template void moe_dispatch_backward<float>(float*, const float*, const int32_t*, int, int, int);
 template void moe_combine<float>(float*, const float*, const float*, const int32_t*, int, int, int);

@@ -1,4 +1,4 @@
-// Mixture of experts: the router's softmax and top-k (a thread per token: E is tens to a
+// Mixture of experts: the router's softmax (or sigmoid) and top-k (a thread per token: E is tens to a
 // few hundred), and the tokens' dispatch to their experts' rows and the weighted
 // combination back (a thread per element; each output element is written by one thread,
 // so no atomics). Semantics: kernels/ops.def.
@@ -13,7 +13,7 @@ constexpr unsigned kThreads = 256;
 
 template <typename T>
 __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
-                                      int N, int E, int K, bool renormalize) {
+                                      int N, int E, int K, bool renormalize, bool sigmoid) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= N) return;
   const T* l = logits + static_cast<size_t>(t) * E;
@@ -22,8 +22,17 @@ __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts
   for (int e = 0; e < E; e++) max = fmaxf(max, to_float(l[e]));
   float sum = 0;
   for (int e = 0; e < E; e++) sum += __expf(to_float(l[e]) - max);
-  for (int e = 0; e < E; e++) p[e] = __expf(to_float(l[e]) - max) / sum;
   lse[t] = max + logf(sum);
+  if (sigmoid) {  // the logits kept; the scores on the stack (the backward computes them again)
+    float scores[kMaxRouterExperts];
+    for (int e = 0; e < E; e++) {
+      p[e] = to_float(l[e]);
+      scores[e] = sigmoid_score(p[e]);
+    }
+    choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+    return;
+  }
+  for (int e = 0; e < E; e++) p[e] = __expf(to_float(l[e]) - max) / sum;
   choose_top_k(p, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
 }
 
@@ -31,14 +40,19 @@ template <typename T>
 __global__ void router_backward_kernel(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
                                        const float* weights, const float* dweights, const float* balance,
                                        int tokens_per_sequence, float aux_scale, float z_scale, int N, int E, int K,
-                                       bool renormalize) {
+                                       bool renormalize, bool sigmoid) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= N) return;
   const size_t k = static_cast<size_t>(t) * K;
   T* dl = dlogits + static_cast<size_t>(t) * E;
-  router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k,
-                        balance != nullptr ? balance + static_cast<size_t>(t / tokens_per_sequence) * E : nullptr,
-                        aux_scale, z_scale, E, K, renormalize, [dl](int e, float v) { dl[e] = from_float<T>(v); });
+  const float* b = balance != nullptr ? balance + static_cast<size_t>(t / tokens_per_sequence) * E : nullptr;
+  const auto store = [dl](int e, float v) { dl[e] = from_float<T>(v); };
+  if (sigmoid)
+    sigmoid_router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k, b,
+                                  aux_scale, z_scale, E, K, renormalize, store);
+  else
+    router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k, b,
+                          aux_scale, z_scale, E, K, renormalize, store);
 }
 
 template <typename T>
@@ -92,21 +106,21 @@ __global__ void combine_backward_kernel(T* dexpert_out, float* dweights, const T
 
 template <typename T>
 void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
-                        int K, bool renormalize) {
+                        int K, bool renormalize, bool sigmoid) {
   if (N <= 0) return;
-  router_forward_kernel<T><<<blocks_for(N, kThreads), kThreads, 0, compute_stream()>>>(probs, lse, experts, weights,
-                                                                                       logits, N, E, K, renormalize);
+  router_forward_kernel<T><<<blocks_for(N, kThreads), kThreads, 0, compute_stream()>>>(
+      probs, lse, experts, weights, logits, N, E, K, renormalize, sigmoid);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void moe_router_backward(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
                          const float* weights, const float* dweights, const float* balance, int tokens_per_sequence,
-                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize) {
+                         float aux_scale, float z_scale, int N, int E, int K, bool renormalize, bool sigmoid) {
   if (N <= 0) return;
   router_backward_kernel<T><<<blocks_for(N, kThreads), kThreads, 0, compute_stream()>>>(
       dlogits, probs, lse, experts, weights, dweights, balance, tokens_per_sequence, aux_scale, z_scale, N, E, K,
-      renormalize);
+      renormalize, sigmoid);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -145,9 +159,9 @@ void moe_combine_backward(T* dexpert_out, float* dweights, const T* dout, const 
 }
 
 #define TRIDENT_INSTANTIATE(T)                                                                                      \
-  template void moe_router_forward<T>(float*, float*, int32_t*, float*, const T*, int, int, int, bool);            \
+  template void moe_router_forward<T>(float*, float*, int32_t*, float*, const T*, int, int, int, bool, bool);      \
   template void moe_router_backward<T>(T*, const float*, const float*, const int32_t*, const float*, const float*, \
-                                       const float*, int, float, float, int, int, int, bool);                      \
+                                       const float*, int, float, float, int, int, int, bool, bool);                \
   template void moe_dispatch<T>(T*, const T*, const int32_t*, int, int, int);                                      \
   template void moe_dispatch_backward<T>(T*, const T*, const int32_t*, int, int, int);                             \
   template void moe_combine<T>(T*, const T*, const float*, const int32_t*, int, int, int);                         \

@@ -94,6 +94,11 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
   require(options.max_shard_gb > 0, "--max_shard_gb must be > 0");
   Timer timer;
   const TransformerSpec spec = transformer_spec(m.model);
+  // Hugging Face's Mixtral and Qwen3-MoE route with softmax: the same weights there would
+  // be another model.
+  require(spec.n_experts == 0 || m.model.moe_router_score == "softmax",
+          "this checkpoint's router scores with sigmoid (model.moe_router_score): Hugging Face's " + spec.family +
+              " routes with softmax, so it has no Hugging Face form");
   const ParameterLayout layout(m.model);
   std::vector<std::pair<std::string, std::vector<float>>> tensors = read_canonical(m, "params");
   const double source_seconds = timer.seconds();

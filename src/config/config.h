@@ -46,6 +46,7 @@ struct ModelConfig {
   int n_experts_per_token = 2;     // top-k: the experts each token is sent to
   int moe_ffn_dim = 0;             // each expert's hidden width (0: ffn_dim)
   bool moe_norm_topk = true;       // the top-k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
+  std::string moe_router_score = "softmax";  // softmax or sigmoid (DeepSeek-V3's, Megatron's moe_router_score_function)
   double router_aux_loss_coef = 0.001;  // the load-balancing loss's coefficient
   double router_z_loss_coef = 0;        // the router z-loss's coefficient
 
@@ -81,6 +82,9 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("n_experts_per_token", m.n_experts_per_token, "mixture of experts: experts each token is routed to (top-k)");
   visit("moe_ffn_dim", m.moe_ffn_dim, "mixture of experts: each expert's hidden width (0: ffn_dim)");
   visit("moe_norm_topk", m.moe_norm_topk, "mixture of experts: divide the top-k routing weights by their sum");
+  visit("moe_router_score", m.moe_router_score,
+        "mixture of experts: the router's scores, softmax or sigmoid (each expert's own; the balance loss on their "
+        "normalized values)");
   visit("router_aux_loss_coef", m.router_aux_loss_coef, "mixture of experts: load-balancing loss coefficient");
   visit("router_z_loss_coef", m.router_z_loss_coef, "mixture of experts: router z-loss coefficient");
 }

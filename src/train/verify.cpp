@@ -49,6 +49,7 @@ Reference load_reference(const std::string& path) {
     if (!file.has_attr(name)) return;
     if constexpr (std::is_integral_v<T>) field = static_cast<T>(file.attr_int(name));
     else if constexpr (std::is_floating_point_v<T>) field = file.attr_double(name);
+    else if constexpr (std::is_same_v<T, std::string>) field = file.attr_string(name);  // moe_router_score
   });
   // Packed documents, each attending within itself (tests/reference/README.md).
   if (file.has_attr("eod_token")) ref.eod_token = static_cast<int32_t>(file.attr_int("eod_token"));

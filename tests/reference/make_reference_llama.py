@@ -9,7 +9,8 @@ grouped-query attention, untied lm_head, no biases. Parameter names are Hugging 
 qwen3 (RMSNorm of each query and key head before the rotary embedding), mistral (with
 --window W: each token attends to the W latest tokens, itself included), mixtral and qwen3_moe
 (--experts E --top-k K: a mixture of experts in place of each MLP, with the load-balancing
-and z-losses of --aux-coef and --z-coef; qwen3_moe has qwen3's norms, --moe-ffn wide experts).
+and z-losses of --aux-coef and --z-coef; qwen3_moe has qwen3's norms, --moe-ffn wide experts;
+--score sigmoid: each expert's score sigmoid(logit), the balance loss on the scores normalized).
 """
 import argparse, math
 import h5py, numpy as np, torch
@@ -36,6 +37,8 @@ p.add_argument("--experts", type=int, default=4)
 p.add_argument("--top-k", type=int, default=2)
 p.add_argument("--moe-ffn", type=int, default=0, help="qwen3_moe: each expert's width (0: --ffn)")
 p.add_argument("--no-renormalize", action="store_true", help="qwen3_moe: norm_topk_prob false")
+p.add_argument("--score", choices=["softmax", "sigmoid"], default="softmax",
+               help="the router's scores: sigmoid(logits) (DeepSeek-V3), the balance loss on them normalized")
 p.add_argument("--aux-coef", type=float, default=0.01)
 p.add_argument("--z-coef", type=float, default=0.001)
 p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
@@ -120,8 +123,12 @@ def moe(q, h):
     (model/layers/moe.h): per sequence aux * E / (K T^2) sum_e count(s,e) sum_t p(t,e),
     averaged over the batch; z * mean over tokens of logsumexp(logits)^2."""
     logits = h @ P[q + MOE_BLOCK + ".gate.weight"].T  # [B, T, E]
-    p = logits.softmax(-1)
-    top, chosen = p.topk(K, dim=-1)
+    if a.score == "sigmoid":  # each expert's score on its own; the balance on them normalized (Megatron)
+        scores = torch.sigmoid(logits)
+        p = scores / scores.sum(-1, keepdim=True)
+    else:
+        scores = p = logits.softmax(-1)
+    top, chosen = scores.topk(K, dim=-1)
     wts = top / top.sum(-1, keepdim=True) if not a.no_renormalize else top
     out = torch.zeros_like(h)
     for e in range(E):
@@ -194,6 +201,7 @@ with h5py.File(a.out, "w") as f:
         f.attrs.update(dict(n_experts=np.int64(E), n_experts_per_token=np.int64(K), moe_ffn_dim=np.int64(FE),
                             moe_norm_topk=np.int64(0 if a.no_renormalize else 1),
                             router_aux_loss_coef=a.aux_coef, router_z_loss_coef=a.z_coef))
+        if a.score != "softmax": f.attrs["moe_router_score"] = a.score
     for k, v in params.items(): f[f"params/{k}"] = v.numpy()
     f["batches/tokens"] = tokens.numpy()
     for t in range(a.steps):

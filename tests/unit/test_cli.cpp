@@ -198,6 +198,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // renormalized; Qwen3-MoE, 8 experts of 16, top-2, not renormalized; both with the
   // load-balancing and z-losses (verify checks their value every step).
   const std::string mixtral = "tests/data/mixtral_ref_e4.h5", qwen3_moe = "tests/data/qwen3_moe_ref_e8.h5";
+  // The sigmoid router (model.moe_router_score = sigmoid, the reference's attribute): Mixtral's shapes.
+  const std::string mixtral_sigmoid = "tests/data/mixtral_ref_sigmoid.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -219,6 +221,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, qwen3_moe, "--parallel.ep=2 --parallel.tp=2 --parallel.zero=3 --train.recompute=full", "ep groups: {0,2} {1,3}"},
       {8, mixtral, "--parallel.tp=2 --parallel.pp=2 --parallel.ep=2 --train.micro_batch=1 --parallel.zero=3 "
                    "--train.precision=bf16", "ep groups: {0,2} {1,3} {4,6} {5,7}"},
+      {1, mixtral_sigmoid, "", "dp groups: {0}"},
+      {4, mixtral_sigmoid, "--parallel.tp=2 --parallel.ep=2 --parallel.zero=1 --parallel.sequence_parallel=true",
+       "ep groups: {0,2} {1,3}"},
       {1, a, "", "dp groups: {0}"},
       {2, a, "", "dp groups: {0,1}"},
       {2, a, "--parallel.zero=1", "dp groups: {0,1}"},

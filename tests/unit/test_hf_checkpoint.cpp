@@ -13,6 +13,7 @@
 #include <random>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/hf_checkpoint.h"
 #include "ckpt/safetensors.h"
 #include "model/hf_conventions.h"
 #include "cli_helpers.h"
@@ -310,6 +311,35 @@ TEST(HfConventions, TheManifestKeepsRopeScalingForTheExport) {
   nlohmann::json older = manifest;
   older["model"].erase("rope_factor");
   EXPECT_EQ(parse_manifest(older.dump(), "step_00000005", "manifest.json").model.rope_scaling.factor, 8);
+}
+
+// Hugging Face's mixtures route with softmax: a sigmoid-routed checkpoint has no HF form,
+// one clear error (exit 2 from the command) before any file is read or written.
+TEST(HfConventions, ASigmoidRouterIsNotExported) {
+  ModelConfig m;
+  m.family = "mixtral";
+  m.n_kv_head = 2;
+  m.n_experts = 4;
+  m.moe_router_score = "sigmoid";
+  const nlohmann::json manifest = {{"format", "trident-checkpoint-v1"},
+                                   {"step", 5},
+                                   {"model", model_json(m)},
+                                   {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}, {"nodes", 1}}},
+                                   {"files", nlohmann::json::array()}};
+  const Manifest read = parse_manifest(manifest.dump(), "step_00000005", "manifest.json");
+  EXPECT_EQ(read.model.moe_router_score, "sigmoid");
+  const std::string out = testing::TempDir() + "hf_sigmoid";
+  fs::remove_all(out);
+  try {
+    export_hf(read, out, HfExportOptions{});
+    ADD_FAILURE() << "exported";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("router scores with sigmoid (model.moe_router_score): Hugging Face's mixtral "
+                                         "routes with softmax"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(HfCheckpoint, Bf16ExportRoundsAndImportsWithinBf16) {

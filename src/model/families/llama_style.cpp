@@ -32,6 +32,8 @@ void configure_experts(const LlamaStyle& style, const ModelConfig& c, Transforme
   }
   require(x.renormalize_option || c.moe_norm_topk,
           "model.moe_norm_topk = false: " + style.name + " always divides the top-k weights by their sum");
+  require(c.moe_router_score == "softmax" || c.moe_router_score == "sigmoid",
+          "model.moe_router_score must be softmax or sigmoid, got '" + c.moe_router_score + "'");
   require(c.router_aux_loss_coef >= 0 && c.router_z_loss_coef >= 0,
           "model.router_aux_loss_coef and model.router_z_loss_coef must not be negative");
 }
@@ -93,6 +95,7 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                                                                 .n_experts = s.n_experts,
                                                                 .top_k = s.experts_per_token,
                                                                 .renormalize = c.moe_norm_topk,
+                                                                .sigmoid = c.moe_router_score == "sigmoid",
                                                                 .aux_loss_coef = c.router_aux_loss_coef,
                                                                 .z_loss_coef = c.router_z_loss_coef,
                                                                 .seq_len = s.seq_len,

@@ -111,7 +111,8 @@ void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) 
   if (!count_losses) return;  // a recomputation: counted the first time
 
   // Per sequence: its tokens per expert and its probabilities' sums, over the whole
-  // sequence (summed over the context-parallel ranks that hold its parts).
+  // sequence (summed over the context-parallel ranks that hold its parts). Sigmoid scores:
+  // the router kept the logits; the balance is on the scores normalized over the experts.
   host_probs_.resize(static_cast<size_t>(N) * E);
   host_lse_.resize(N);
   r.k.copy_to_host(host_probs_.data(), r.kept<float>(p.slot, probs_), host_probs_.size() * sizeof(float));
@@ -121,7 +122,13 @@ void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) 
   for (int t = 0; t < N; t++) {
     float* s = host_stats_.data() + static_cast<size_t>(t / r.T) * 2 * E;
     for (int j = 0; j < K; j++) s[host_chosen_[static_cast<size_t>(t) * K + j]] += 1;
-    for (int e = 0; e < E; e++) s[E + e] += host_probs_[static_cast<size_t>(t) * E + e];
+    float* probs = host_probs_.data() + static_cast<size_t>(t) * E;
+    if (o_.sigmoid) {
+      float total = 0;
+      for (int e = 0; e < E; e++) total += probs[e] = kernels::sigmoid_score(probs[e]);
+      for (int e = 0; e < E; e++) probs[e] /= total;
+    }
+    for (int e = 0; e < E; e++) s[E + e] += probs[e];
   }
   float* balance = r.kept<float>(p.slot, balance_);
   if (r.context != nullptr) {
@@ -264,7 +271,7 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
   Act* logits = r.kept(p.slot, logits_);
   r.k.matmul_forward(logits, x, r.weight(router_), nullptr, N, C, E);
   r.k.moe_router_forward(r.kept<float>(p.slot, probs_), r.kept<float>(p.slot, lse_), r.kept<int32_t>(p.slot, chosen_),
-                         r.kept<float>(p.slot, weights_), logits, N, E, K, o_.renormalize);
+                         r.kept<float>(p.slot, weights_), logits, N, E, K, o_.renormalize, o_.sigmoid);
   route(r, p, /*count_losses=*/output_needed);
   Act* routed = r.kept(p.slot, routed_);
   Act* expert_out = r.kept(p.slot, expert_out_);
@@ -345,7 +352,7 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
   r.k.moe_router_backward(dlogits_, r.kept<float>(p.slot, probs_), r.kept<float>(p.slot, lse_),
                           r.kept<int32_t>(p.slot, chosen_), weights, dweights_,
                           balanced ? r.kept<float>(p.slot, balance_) : nullptr, r.T, p.loss_scale,
-                          static_cast<float>(o_.z_loss_coef) * p.loss_scale, N, E, K, o_.renormalize);
+                          static_cast<float>(o_.z_loss_coef) * p.loss_scale, N, E, K, o_.renormalize, o_.sigmoid);
   r.k.matmul_backward(drouter_input_, r.grad(router_), nullptr, dlogits_, r.regions.gathered_rows(in, p.B),
                       r.weight(router_), N, C, E);
   if (r.tp().rank() == 0) r.k.add(dinput_, dinput_, drouter_input_, static_cast<size_t>(N) * C);

@@ -43,6 +43,7 @@ struct MoeOptions {
   int d_model = 0, ffn = 0;  // ffn: each expert's hidden width
   int n_experts = 0, top_k = 0;
   bool renormalize = true;
+  bool sigmoid = false;  // scores: sigmoid(logits) (the balance loss on their normalized values), not softmax
   double aux_loss_coef = 0, z_loss_coef = 0;
   int seq_len = 0;  // a whole sequence's tokens (the balance is per sequence)
   int layer = 0;    // the block's index in the model (RouterStats::tokens)
