@@ -98,6 +98,9 @@ int run_verify(const Args& args, const MpiWorld& world) {
   line("loss, step 0", r.loss_error, r.tolerance.loss);
   line("loss, every step (max)", r.max_step_loss_error, r.tolerance.loss);
   if (r.max_aux_loss_error >= 0) line("auxiliary loss, every step (max)", r.max_aux_loss_error, r.tolerance.loss);
+  if (r.tokens_dropped_differing >= 0)
+    std::printf("%-34s %10.0f  (%.0f differ from the reference's) %s\n", "tokens dropped, all steps", r.tokens_dropped,
+                r.tokens_dropped_differing, r.tokens_dropped_differing == 0 ? "ok" : "FAIL");
   line("grad norm, every step (max)", r.max_grad_norm_error, r.tolerance.gradient);
   line("gradients, per tensor (max)", r.max_gradient_error(), r.tolerance.gradient);
   line("final parameters, per tensor (max)", r.max_final_param_error(), r.tolerance.param);

@@ -47,6 +47,8 @@ struct ModelConfig {
   int moe_ffn_dim = 0;             // each expert's hidden width (0: ffn_dim)
   bool moe_norm_topk = true;       // the top-k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
   std::string moe_router_score = "softmax";  // softmax or sigmoid (DeepSeek-V3's, Megatron's moe_router_score_function)
+  double moe_capacity_factor = 0;  // each expert takes at most ceil(factor T K / E) of a sequence's tokens (0: dropless)
+  std::string moe_token_drop_policy = "probs";  // over capacity, drop the lowest weights (probs) or the latest (position)
   double router_aux_loss_coef = 0.001;  // the load-balancing loss's coefficient
   double router_z_loss_coef = 0;        // the router z-loss's coefficient
 
@@ -85,6 +87,11 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("moe_router_score", m.moe_router_score,
         "mixture of experts: the router's scores, softmax or sigmoid (each expert's own; the balance loss on their "
         "normalized values)");
+  visit("moe_capacity_factor", m.moe_capacity_factor,
+        "mixture of experts: each expert takes at most ceil(factor x seq_len x top-k / experts) of a sequence's tokens, "
+        "the rest dropped (0: dropless)");
+  visit("moe_token_drop_policy", m.moe_token_drop_policy,
+        "mixture of experts, over capacity: drop the tokens of lowest routing weight (probs) or the latest ones (position)");
   visit("router_aux_loss_coef", m.router_aux_loss_coef, "mixture of experts: load-balancing loss coefficient");
   visit("router_z_loss_coef", m.router_z_loss_coef, "mixture of experts: router z-loss coefficient");
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -118,8 +119,10 @@ MetricsLog::MetricsLog(const std::string& run_dir, int resumed_from, const std::
 }
 
 void MetricsLog::log_step(const StepMetrics& m) {
-  char aux[32] = "";
+  char aux[64] = "";
   if (!std::isnan(m.aux_loss)) std::snprintf(aux, sizeof aux, " | aux %.4f", m.aux_loss);
+  if (m.tokens_dropped > 0)  // a capacity factor's: the (token, expert) pairs no expert took this step
+    std::snprintf(aux + std::strlen(aux), sizeof aux - std::strlen(aux), " | dropped %.0f", m.tokens_dropped);
   std::printf("step %*d/%d | loss %.4f%s | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.1f ms | mem %.2f GiB | ETA %s\n",
               static_cast<int>(std::to_string(m.total_steps).size()), m.step, m.total_steps, m.loss, aux,
               m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, 1000.0 * m.step_time_s, m.memory_gib,

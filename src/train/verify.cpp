@@ -88,7 +88,7 @@ double VerifyReport::max_final_param_error() const {
 bool VerifyReport::passed() const {
   // Written so that a NaN anywhere fails.
   return loss_error <= tolerance.loss && max_step_loss_error <= tolerance.loss &&
-         max_aux_loss_error <= tolerance.loss &&
+         max_aux_loss_error <= tolerance.loss && tokens_dropped_differing <= 0 &&
          max_grad_norm_error <= tolerance.gradient && max_gradient_error() <= tolerance.gradient &&
          max_final_param_error() <= tolerance.param && !tensors.empty();
 }
@@ -137,6 +137,9 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   // A mixture of experts' auxiliary losses (load balance, z-loss), every step.
   const std::vector<double> aux_losses = file.has("steps/aux_loss") ? file.read_double("steps/aux_loss")
                                                                     : std::vector<double>{};
+  // A capacity factor's drops, every step: the same pairs, so the same count.
+  const std::vector<double> dropped = file.has("steps/tokens_dropped") ? file.read_double("steps/tokens_dropped")
+                                                                       : std::vector<double>{};
 
   VerifyReport report;
   report.tolerance = VerifyReport::tolerances_for(k.precision());
@@ -171,6 +174,11 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
       report.max_aux_loss_error =
           nan_max(std::max(report.max_aux_loss_error, 0.0),
                   std::abs(runner.aux_loss() - aux_losses[step]) / std::max(std::abs(aux_losses[step]), 1e-30));
+    if (!dropped.empty()) {
+      report.tokens_dropped += runner.tokens_dropped();
+      report.tokens_dropped_differing =
+          std::max(report.tokens_dropped_differing, 0.0) + std::abs(runner.tokens_dropped() - dropped[step]);
+    }
     report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
                                          std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
   }

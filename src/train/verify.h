@@ -35,6 +35,10 @@ struct VerifyReport {
   // A mixture of experts' auxiliary losses, every step (the reference's steps/aux_loss):
   // -1 when the reference has none.
   double max_aux_loss_error = -1;
+  // With a capacity factor, the (token, expert) pairs dropped each step, summed over the
+  // steps, and how many of those differ from the reference's steps/tokens_dropped (-1:
+  // the reference has none).
+  double tokens_dropped = 0, tokens_dropped_differing = -1;
   std::vector<TensorError> tensors;
   double max_gradient_error() const;
   double max_final_param_error() const;

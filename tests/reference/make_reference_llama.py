@@ -39,6 +39,10 @@ p.add_argument("--moe-ffn", type=int, default=0, help="qwen3_moe: each expert's 
 p.add_argument("--no-renormalize", action="store_true", help="qwen3_moe: norm_topk_prob false")
 p.add_argument("--score", choices=["softmax", "sigmoid"], default="softmax",
                help="the router's scores: sigmoid(logits) (DeepSeek-V3), the balance loss on them normalized")
+p.add_argument("--capacity-factor", type=float, default=0.0,
+               help="each expert takes at most ceil(factor T K / E) of a sequence's tokens, the rest dropped (0: dropless)")
+p.add_argument("--drop-policy", choices=["probs", "position"], default="probs",
+               help="which of an expert's tokens over its capacity are dropped: the lowest scores, or the latest")
 p.add_argument("--aux-coef", type=float, default=0.01)
 p.add_argument("--z-coef", type=float, default=0.001)
 p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
@@ -117,6 +121,22 @@ def rope(x): return x * cos + rot_half(x) * sin
 def rms(x, g): return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + NORM_EPS) * g
 
 AUX = []  # this step's auxiliary losses, one per layer
+DROPPED = []  # this step's (token, expert) pairs dropped over the experts' capacity, per layer
+def over_capacity(wts, chosen):
+    """--capacity-factor: per sequence and expert, the pairs routed to it beyond its capacity
+    ceil(factor T K / E), by --drop-policy (probs: the lowest routing weights go, after the
+    renormalization as Megatron's, the later token first among equals; position: the later
+    tokens go). True where a pair is dropped."""
+    dropped = torch.zeros_like(chosen, dtype=torch.bool)
+    if a.capacity_factor <= 0: return dropped
+    cap = math.ceil(a.capacity_factor * T * K / E)
+    for b in range(B):
+        for e in range(E):
+            ts, js = (chosen[b] == e).nonzero(as_tuple=True)
+            key = (lambda i: (-float(wts[b, ts[i], js[i]]), int(ts[i]))) if a.drop_policy == "probs" \
+                else (lambda i: int(ts[i]))
+            for i in sorted(range(len(ts)), key=key)[cap:]: dropped[b, ts[i], js[i]] = True
+    return dropped
 def moe(q, h):
     """Route each token to its K best experts (softmax, top-k, renormalized unless
     --no-renormalize), each a SwiGLU MLP; the weighted sum of their outputs. Auxiliary losses
@@ -130,6 +150,9 @@ def moe(q, h):
         scores = p = logits.softmax(-1)
     top, chosen = scores.topk(K, dim=-1)
     wts = top / top.sum(-1, keepdim=True) if not a.no_renormalize else top
+    dropped = over_capacity(wts.detach(), chosen)  # their weights 0 after the renormalization (Megatron)
+    wts = wts.masked_fill(dropped, 0.0)
+    DROPPED.append(int(dropped.sum()))
     out = torch.zeros_like(h)
     for e in range(E):
         x = q + MOE_BLOCK + f".experts.{e}."
@@ -182,14 +205,14 @@ def loss_fn(batch):
 
 def objective(batch):
     """The loss, and the objective its gradients are of (with the auxiliary losses)."""
-    AUX.clear()
+    AUX.clear(); DROPPED.clear()
     loss = loss_fn(batch)
     aux = sum(AUX) if AUX else torch.zeros((), dtype=torch.float64)
     return loss, loss + aux, float(aux)
 
 m = {k: torch.zeros_like(v) for k, v in P.items()}
 s = {k: torch.zeros_like(v) for k, v in P.items()}
-losses, norms, aux_losses = [], [], []
+losses, norms, aux_losses, dropped = [], [], [], []
 with h5py.File(a.out, "w") as f:
     f.attrs.update(dict(format="trident-reference-v1", model=a.family, n_layer=L, n_head=H, n_kv_head=KV,
                         d_model=d, ffn_dim=F, seq_len=T, vocab_size=V, batch_size=B, steps=a.steps,
@@ -202,11 +225,14 @@ with h5py.File(a.out, "w") as f:
                             moe_norm_topk=np.int64(0 if a.no_renormalize else 1),
                             router_aux_loss_coef=a.aux_coef, router_z_loss_coef=a.z_coef))
         if a.score != "softmax": f.attrs["moe_router_score"] = a.score
+        if a.capacity_factor > 0:
+            f.attrs.update(dict(moe_capacity_factor=a.capacity_factor, moe_token_drop_policy=a.drop_policy))
     for k, v in params.items(): f[f"params/{k}"] = v.numpy()
     f["batches/tokens"] = tokens.numpy()
     for t in range(a.steps):
         for v in P.values(): v.grad = None
         loss, total, aux = objective(tokens[t]); total.backward(); aux_losses.append(aux)
+        dropped.append(sum(DROPPED))
         norm = math.sqrt(sum(float((v.grad ** 2).sum()) for v in P.values()))
         losses.append(float(loss)); norms.append(norm)
         if t == 0:
@@ -222,5 +248,6 @@ with h5py.File(a.out, "w") as f:
                 v.sub_(a.lr * mh / (vh.sqrt() + EPS))
     f["steps/loss"] = np.array(losses); f["steps/grad_norm"] = np.array(norms)
     if MOE: f["steps/aux_loss"] = np.array(aux_losses)
+    if a.capacity_factor > 0: f["steps/tokens_dropped"] = np.array(dropped, dtype=np.float64)
     for k, v in P.items(): f[f"final/params/{k}"] = v.detach().numpy()
-print("losses", losses, "grad norms", norms)
+print("losses", losses, "grad norms", norms, *(["tokens dropped", dropped] if a.capacity_factor > 0 else []))

@@ -158,6 +158,9 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --model.family=qwen3_moe --model.n_experts=4 --model.moe_ffn_dim=32 --parallel.tp=3 --model.n_head=3 "
        "--model.n_kv_head=3 --model.d_model=96 --model.ffn_dim=96",
        "parallel.tp (3) must divide each expert's width model.moe_ffn_dim (32)"},
+      {"train --config configs/tiny-mixtral.ini --train.global_batch=6 --model.moe_capacity_factor=1 "
+       "--model.moe_token_drop_policy=random",
+       "model.moe_token_drop_policy must be probs or position, got 'random'"},
       // Expert parallelism: ep not dividing the experts, nor dp x cp; on a dense model; with hybrid sharding.
       {"train --config configs/tiny-mixtral.ini --train.global_batch=6 --parallel.ep=3",
        "parallel.ep (3) must divide the experts (model.n_experts = 8)"},
@@ -200,6 +203,10 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   const std::string mixtral = "tests/data/mixtral_ref_e4.h5", qwen3_moe = "tests/data/qwen3_moe_ref_e8.h5";
   // The sigmoid router (model.moe_router_score = sigmoid, the reference's attribute): Mixtral's shapes.
   const std::string mixtral_sigmoid = "tests/data/mixtral_ref_sigmoid.h5";
+  // A capacity factor (model.moe_capacity_factor): Mixtral's shapes at 1.0, dropping the
+  // lowest scores; Qwen3-MoE's at 1.25 with sigmoid scores, dropping the latest tokens;
+  // about a tenth of the pairs dropped, per sequence, which verify counts every step.
+  const std::string capacity = "tests/data/mixtral_ref_capacity.h5", position = "tests/data/qwen3_moe_ref_position.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -224,6 +231,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {1, mixtral_sigmoid, "", "dp groups: {0}"},
       {4, mixtral_sigmoid, "--parallel.tp=2 --parallel.ep=2 --parallel.zero=1 --parallel.sequence_parallel=true",
        "ep groups: {0,2} {1,3}"},
+      {2, capacity, "--parallel.cp=2", "cp groups: {0,1}"},
+      {4, position, "--parallel.tp=2 --parallel.cp=2 --parallel.ep=2 --parallel.zero=3", "ep groups: {0,2} {1,3}"},
       {1, a, "", "dp groups: {0}"},
       {2, a, "", "dp groups: {0,1}"},
       {2, a, "--parallel.zero=1", "dp groups: {0,1}"},

@@ -34,6 +34,10 @@ void configure_experts(const LlamaStyle& style, const ModelConfig& c, Transforme
           "model.moe_norm_topk = false: " + style.name + " always divides the top-k weights by their sum");
   require(c.moe_router_score == "softmax" || c.moe_router_score == "sigmoid",
           "model.moe_router_score must be softmax or sigmoid, got '" + c.moe_router_score + "'");
+  require(c.moe_capacity_factor >= 0, "model.moe_capacity_factor (" + std::to_string(c.moe_capacity_factor) +
+                                         ") must not be negative (0: dropless)");
+  require(c.moe_token_drop_policy == "probs" || c.moe_token_drop_policy == "position",
+          "model.moe_token_drop_policy must be probs or position, got '" + c.moe_token_drop_policy + "'");
   require(c.router_aux_loss_coef >= 0 && c.router_z_loss_coef >= 0,
           "model.router_aux_loss_coef and model.router_z_loss_coef must not be negative");
 }
@@ -96,6 +100,9 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                                                                 .top_k = s.experts_per_token,
                                                                 .renormalize = c.moe_norm_topk,
                                                                 .sigmoid = c.moe_router_score == "sigmoid",
+                                                                .capacity_factor = c.moe_capacity_factor,
+                                                                .drop_by_position =
+                                                                    c.moe_token_drop_policy == "position",
                                                                 .aux_loss_coef = c.router_aux_loss_coef,
                                                                 .z_loss_coef = c.router_z_loss_coef,
                                                                 .seq_len = s.seq_len,

@@ -5,6 +5,7 @@
 
 #include "kernels/base/error.h"
 #include "kernels/moe_router.h"
+#include "model/context_parallel.h"
 #include "parallel/communicator.h"
 
 namespace trident {
@@ -90,6 +91,7 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   a.gemm_output(o_.d_model);
   a.gemm_output(o_.n_experts);
   counts_.assign(a.shape().slots, std::vector<int>(E, 0));
+  slot_rows_.assign(a.shape().slots, {});
   exchanges_.clear();
   exchanges_.resize(ep_ > 1 ? a.shape().slots : 0);
 }
@@ -99,14 +101,26 @@ void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) 
   const size_t NK = static_cast<size_t>(N) * K;
   host_chosen_.resize(NK);
   r.k.copy_to_host(host_chosen_.data(), r.kept<int32_t>(p.slot, chosen_), NK * sizeof(int32_t));
+  host_dropped_.assign(NK, 0);
+  if (o_.capacity_factor > 0) drop_over_capacity(r, p);
   // Rows grouped by expert, in token order within each: the permutation dispatch applies.
+  // The dropped pairs' rows come after every expert's: no expert reads them.
   std::vector<int>& counts = counts_.at(p.slot);
   std::fill(counts.begin(), counts.end(), 0);
-  for (int32_t e : host_chosen_) counts.at(e)++;
+  SlotRows& slot_rows = slot_rows_.at(p.slot);
+  slot_rows.routed = NK;
+  size_t& kept = slot_rows.kept;
+  kept = 0;
+  for (size_t i = 0; i < NK; i++)
+    if (!host_dropped_[i]) {
+      counts.at(host_chosen_[i])++;
+      kept++;
+    }
   std::vector<int32_t> next(E, 0);
   for (int e = 1; e < E; e++) next[e] = next[e - 1] + counts[e - 1];
+  auto dropped_row = static_cast<int32_t>(kept);
   host_rows_.resize(NK);
-  for (size_t i = 0; i < NK; i++) host_rows_[i] = next[host_chosen_[i]]++;
+  for (size_t i = 0; i < NK; i++) host_rows_[i] = host_dropped_[i] ? dropped_row++ : next[host_chosen_[i]]++;
   r.k.upload(r.kept<int32_t>(p.slot, rows_), host_rows_.data(), NK * sizeof(int32_t));
   if (!count_losses) return;  // a recomputation: counted the first time
 
@@ -153,8 +167,69 @@ void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) 
   // The sequence's loss once (every cp rank has it), each token's z term where it is.
   if (r.router == nullptr) return;
   r.router->aux_loss_sum += (r.context == nullptr || r.context->rank() == 0 ? aux : 0.0) + o_.z_loss_coef * z / T;
+  // The router's choices, before any drop (those are counted as rows not computed).
   double* tokens = r.router->tokens.data() + static_cast<size_t>(o_.layer) * E;
-  for (int e = 0; e < E; e++) tokens[e] += counts[e];
+  for (int32_t e : host_chosen_) tokens[e] += 1;
+}
+
+void MixtureOfExperts::all_gather_host(LayerRuntime& r, Communicator& group, std::vector<float>& values) {
+  const size_t bytes = values.size() * sizeof(float);
+  if (gathered_.size() < values.size()) gathered_ = kernels::DeviceBuffer(r.k, values.size());
+  r.k.copy_to_device(gathered_.data(), values.data(), bytes);
+  group.all_gather(std::span<float>(gathered_.data(), values.size()));
+  r.k.copy_to_host(values.data(), gathered_.data(), bytes);
+}
+
+void MixtureOfExperts::drop_over_capacity(LayerRuntime& r, const Pass& p) {
+  const int N = p.B * r.T, E = o_.n_experts, K = o_.top_k;
+  const size_t NK = static_cast<size_t>(N) * K;
+  // Each pair as (expert, weight, position in its sequence): small integers, exact in
+  // floats. The weight ranks the pairs, as Megatron's "probs" policy: the routing weight,
+  // after the renormalization.
+  host_weights_.resize(NK);
+  float* weights = r.kept<float>(p.slot, weights_);
+  r.k.copy_to_host(host_weights_.data(), weights, NK * sizeof(float));
+  const int cp = r.context != nullptr ? r.context->size() : 1, cp_rank = r.context != nullptr ? r.context->rank() : 0;
+  std::vector<int32_t> positions(r.T);
+  if (cp > 1) positions = context_positions(o_.seq_len, cp, cp_rank);
+  else
+    for (int t = 0; t < r.T; t++) positions[t] = t;
+  host_pairs_.assign(static_cast<size_t>(cp) * NK * 3, 0.0f);
+  float* mine = host_pairs_.data() + static_cast<size_t>(cp_rank) * NK * 3;
+  for (size_t i = 0; i < NK; i++) {
+    const size_t t = i / K;
+    mine[3 * i] = static_cast<float>(host_chosen_[i]);
+    mine[3 * i + 1] = host_weights_[i];
+    mine[3 * i + 2] = static_cast<float>(positions[t % r.T]);
+  }
+  if (cp > 1) all_gather_host(r, *r.context, host_pairs_);
+  // Per sequence and expert, its pairs from every cp rank in the order they keep their place.
+  const auto capacity = static_cast<size_t>(std::ceil(o_.capacity_factor * o_.seq_len * K / E));
+  struct Pair {
+    float score, position;
+    int rank;
+    size_t index;
+  };
+  std::vector<std::vector<Pair>> lists(static_cast<size_t>(p.B) * E);
+  for (int q = 0; q < cp; q++)
+    for (size_t i = 0; i < NK; i++) {
+      const float* pair = host_pairs_.data() + (static_cast<size_t>(q) * NK + i) * 3;
+      const size_t b = i / K / r.T;
+      lists[b * E + static_cast<size_t>(pair[0])].push_back({pair[1], pair[2], q, i});
+    }
+  const bool by_position = o_.drop_by_position;
+  for (std::vector<Pair>& list : lists) {
+    if (list.size() <= capacity) continue;
+    std::sort(list.begin(), list.end(), [by_position](const Pair& a, const Pair& b) {
+      if (!by_position && a.score != b.score) return a.score > b.score;
+      return a.position < b.position;
+    });
+    for (size_t n = capacity; n < list.size(); n++)
+      if (list[n].rank == cp_rank) host_dropped_[list[n].index] = 1;
+  }
+  for (size_t i = 0; i < NK; i++)
+    if (host_dropped_[i]) host_weights_[i] = 0;
+  r.k.copy_to_device(weights, host_weights_.data(), NK * sizeof(float));
 }
 
 MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int slot) {
@@ -191,7 +266,7 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
   const std::vector<int>& counts = counts_.at(p.slot);
   std::vector<float> all(static_cast<size_t>(ep_) * E, 0.0f);
   for (int e = 0; e < E; e++) all[static_cast<size_t>(group.rank()) * E + e] = static_cast<float>(counts[e]);
-  group.all_gather(std::span<float>(all));
+  all_gather_host(r, group, all);
   Exchange& x = exchanges_.at(p.slot);
   x.sent.assign(ep_, 0);
   x.received.assign(ep_, 0);
@@ -227,6 +302,13 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
   }
   if (x.rows > 0) r.k.upload(const_cast<int32_t*>(order(r, p.slot)), grouped.data(), x.rows * sizeof(int32_t));
   exchange(r, p.slot, routed, expert_side(r, p.slot).x, C, /*towards_experts=*/true);
+}
+
+void MixtureOfExperts::zero_dropped_rows(LayerRuntime& r, int slot, Act* rows) const {
+  const SlotRows& n = slot_rows_.at(slot);
+  if (n.kept == n.routed) return;
+  const size_t C = o_.d_model;
+  r.k.fill_zero(kernels::offset(rows, n.kept * C, r.k.activation_type()), r.k.activation_bytes((n.routed - n.kept) * C));
 }
 
 void MixtureOfExperts::exchange(LayerRuntime& r, int slot, const Act* from, Act* to, int width, bool towards_experts) {
@@ -282,11 +364,12 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
   expert_gemms(r, e, e.x, C, e.gate_up, 2 * F_, &Expert::gate_up);
   if (e.rows > 0) r.k.swiglu_forward(e.act, e.gate_up, static_cast<int>(e.rows), F_);
   expert_gemms(r, e, e.act, F_, e.out, C, &Expert::down);
-  if (output_needed && r.router != nullptr && r.tp().rank() == 0) {  // once per forward, not when recomputed
+  if (output_needed && r.router != nullptr) {  // once per forward, not when recomputed (summed over dp, pp: not tp)
     r.router->rows_routed += static_cast<double>(N) * K;
     r.router->rows_computed += static_cast<double>(e.rows);
   }
   if (ep_ > 1) exchange(r, p.slot, e.out, expert_out, C, /*towards_experts=*/false);
+  zero_dropped_rows(r, p.slot, expert_out);  // combined with weight 0; backward reads them too
   r.store.progress_gathers();
   if (!output_needed) return;
   // Each rank's experts' columns gave partial outputs: summed over tp as a row-parallel layer's.
@@ -345,6 +428,7 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
     row += n;
   }
   if (ep_ > 1) exchange(r, p.slot, d_x, drouted_, C, /*towards_experts=*/false);
+  zero_dropped_rows(r, p.slot, drouted_);  // no expert's gradient for them
   r.k.moe_dispatch_backward(dinput_, drouted_, rows, N, K, C);
   // The router (replicated, every rank the same: its input's gradient added once, by tp
   // rank 0, before the sum over tp). Its weight's gradient is taken now under zb1 too.

@@ -2,8 +2,13 @@
 // Megatron-Core's MoELayer): a router scores the E experts for each token (softmax of
 // x W_r^T), the token goes to its K best (their weights: the probabilities, divided by
 // their sum when renormalized), each expert is a SwiGLU MLP over the tokens sent to it,
-// and the token's output is the weighted sum of its experts' outputs. Dropless: every
-// token reaches its K experts (no capacity, nothing dropped).
+// and the token's output is the weighted sum of its experts' outputs. Dropless by default:
+// every token reaches its K experts. With a capacity factor f (Megatron's
+// moe_expert_capacity_factor, per sequence here, so that every layout drops the same
+// tokens), an expert takes at most ceil(f T K / E) of a sequence's T tokens: those over it
+// (the lowest routing weights, or the latest tokens) are dropped, their weights made 0 after the
+// renormalization, so the token's output lacks that expert. The balance loss counts the
+// routing before the drops.
 //
 // The tokens are dispatched to rows grouped by expert (one permutation, computed on the
 // host from the router's choices), each expert's rows go through its own GEMMs, and the
@@ -44,6 +49,8 @@ struct MoeOptions {
   int n_experts = 0, top_k = 0;
   bool renormalize = true;
   bool sigmoid = false;  // scores: sigmoid(logits) (the balance loss on their normalized values), not softmax
+  double capacity_factor = 0;     // 0: dropless
+  bool drop_by_position = false;  // over capacity: the latest tokens dropped, else the lowest weights
   double aux_loss_coef = 0, z_loss_coef = 0;
   int seq_len = 0;  // a whole sequence's tokens (the balance is per sequence)
   int layer = 0;    // the block's index in the model (RouterStats::tokens)
@@ -86,8 +93,18 @@ class MixtureOfExperts : public Sublayer {
     size_t rows = 0;                     // received in all
     kernels::DeviceBuffer order, x, gate_up, act, out;  // beyond N K rows
   };
-  // The router's choices, on the host: the rows grouped by expert, and the balance loss.
+  // The router's choices, on the host: the rows grouped by expert (the dropped ones after
+  // all of them), and the balance loss.
   void route(LayerRuntime& r, const Pass& p, bool count_losses);
+  // The capacity: which of the micro-batch's (token, expert) pairs are over it (host_dropped_),
+  // their weights made 0. Under context parallelism a sequence's pairs are on every cp
+  // rank: each gathers all of them and decides the same.
+  void drop_over_capacity(LayerRuntime& r, const Pass& p);
+  // `values` (each rank's part in place, at its rank) completed from every rank of `group`,
+  // through device memory (NCCL's).
+  void all_gather_host(LayerRuntime& r, Communicator& group, std::vector<float>& values);
+  // The dropped pairs' rows of a [N K, d] block (after the kept ones) set to 0.
+  void zero_dropped_rows(LayerRuntime& r, int slot, Act* rows) const;
   ExpertSide expert_side(LayerRuntime& r, int slot);
   // Expert parallelism: the counts of every ep rank's rows for every expert, what this rank
   // sends and receives, the buffers sized, then the routed rows to their experts' ranks
@@ -122,8 +139,15 @@ class MixtureOfExperts : public Sublayer {
   Act *dinput_ = nullptr, *drouter_input_ = nullptr, *drouted_ = nullptr, *dgate_up_ = nullptr, *dact_ = nullptr,
       *dexpert_out_ = nullptr, *dlogits_ = nullptr;
   float* dweights_ = nullptr;
-  std::vector<std::vector<int>> counts_;  // per slot: tokens per expert (the rows' groups)
+  std::vector<std::vector<int>> counts_;  // per slot: tokens per expert (the rows' groups), the dropped not counted
+  struct SlotRows {
+    size_t routed = 0, kept = 0;  // N K, and those that reach an expert (all when dropless)
+  };
+  std::vector<SlotRows> slot_rows_;
   std::vector<int32_t> host_chosen_, host_rows_;
+  std::vector<char> host_dropped_;  // per (token, k): over its expert's capacity
+  std::vector<float> host_weights_, host_pairs_;
+  kernels::DeviceBuffer gathered_;  // all_gather_host's
   std::vector<float> host_probs_, host_lse_, host_stats_;
 };
 
