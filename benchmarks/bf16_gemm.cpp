@@ -84,7 +84,11 @@ int main(int argc, char** argv) {
     const memory::desc ad({M, K}, memory::data_type::bf16, memory::format_tag::ab);
     const memory::desc bd({K, N}, memory::data_type::bf16, memory::format_tag::ab);
     const memory::desc cd({M, N}, memory::data_type::f32, memory::format_tag::ab);
+#if DNNL_VERSION_MAJOR >= 3
+    const matmul::primitive_desc pd(cpu, ad, bd, cd);
+#else
     const matmul::primitive_desc pd(matmul::desc(ad, bd, cd), cpu);
+#endif
     const matmul mm(pd);
     memory am(ad, cpu, a16.data()), bm(bd, cpu, b16.data()), cm(cd, cpu, c.data());
     const double bf16 = seconds_per_call(
