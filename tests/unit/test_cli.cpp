@@ -233,6 +233,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
        "ep groups: {0,2} {1,3}"},
       {2, capacity, "--parallel.cp=2", "cp groups: {0,1}"},
       {4, position, "--parallel.tp=2 --parallel.cp=2 --parallel.ep=2 --parallel.zero=3", "ep groups: {0,2} {1,3}"},
+      {4, capacity, "--parallel.ep=2 --parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1",
+       "ep groups: {0,1} {2,3}"},
       {1, a, "", "dp groups: {0}"},
       {2, a, "", "dp groups: {0,1}"},
       {2, a, "--parallel.zero=1", "dp groups: {0,1}"},

@@ -1,6 +1,7 @@
 #include "model/layers/moe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 
 #include "kernels/base/error.h"
@@ -199,7 +200,8 @@ void MixtureOfExperts::drop_over_capacity(LayerRuntime& r, const Pass& p) {
   for (size_t i = 0; i < NK; i++) {
     const size_t t = i / K;
     mine[3 * i] = static_cast<float>(host_chosen_[i]);
-    mine[3 * i + 1] = host_weights_[i];
+    // A NaN (a step the trainer will skip) ranks lowest: the sort needs a strict order.
+    mine[3 * i + 1] = std::isnan(host_weights_[i]) ? -INFINITY : host_weights_[i];
     mine[3 * i + 2] = static_cast<float>(positions[t % r.T]);
   }
   if (cp > 1) all_gather_host(r, *r.context, host_pairs_);
