@@ -16,16 +16,19 @@ namespace trident::kernels {
 inline constexpr int kMaxRouterExperts = 512;
 
 // The K largest of p[0..E) in order (the j-th: the first of the largest not yet taken),
-// their probabilities as weights, divided by their sum when `renormalize`.
+// their probabilities as weights, divided by their sum when `renormalize`. `rank` (null:
+// p) orders them instead, when p is a monotonic function of it that rounds distinct values
+// together: the sigmoid router ranks by logit (its scores are all 1.0f above ~17).
 TRIDENT_HOST_DEVICE inline void choose_top_k(const float* p, int E, int K, bool renormalize, int32_t* chosen,
-                                             float* w) {
+                                             float* w, const float* rank = nullptr) {
+  const float* r = rank != nullptr ? rank : p;
   float total = 0;
   for (int j = 0; j < K; j++) {
     int best = -1;
     for (int e = 0; e < E; e++) {
       bool taken = false;
       for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
-      if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      if (!taken && (best < 0 || r[e] > r[best])) best = e;
     }
     chosen[j] = best;
     w[j] = p[best];
@@ -95,8 +98,9 @@ TRIDENT_HOST_DEVICE inline void sigmoid_router_logit_gradient(const float* logit
     }
   }
   for (int j = 0; j < K; j++) ds[chosen[j]] += (dw[j] - mean) / z;
+  // ds/dl = s (1 - s), with 1 - s as sigmoid(-l): it keeps its digits where s rounds to 1.
   for (int e = 0; e < E; e++)
-    store(e, ds[e] * s[e] * (1.0f - s[e]) + 2.0f * z_scale * lse * expf(logits[e] - lse));
+    store(e, ds[e] * s[e] * sigmoid_score(-logits[e]) + 2.0f * z_scale * lse * expf(logits[e] - lse));
 }
 
 }  // namespace trident::kernels

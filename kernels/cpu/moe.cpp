@@ -29,7 +29,8 @@ void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weigh
         p[e] = scores[e] = static_cast<float>(std::exp(static_cast<double>(l[e]) - max) / sum);
       }
     }
-    choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+    choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K,
+                 sigmoid ? p : nullptr);
   }
 }
 

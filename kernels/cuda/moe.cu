@@ -29,7 +29,8 @@ __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts
       p[e] = to_float(l[e]);
       scores[e] = sigmoid_score(p[e]);
     }
-    choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
+    choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K,
+                 p);  // ranked by logit
     return;
   }
   for (int e = 0; e < E; e++) p[e] = __expf(to_float(l[e]) - max) / sum;
