@@ -38,6 +38,22 @@ TRIDENT_HOST_DEVICE inline void choose_top_k(const float* p, int E, int K, bool 
     for (int j = 0; j < K; j++) w[j] /= total;
 }
 
+// The weights' part of d loss / d score, added to d[]: w_j = s[chosen j] / Z when
+// `renormalize` (Z the chosen scores' sum): d/ds[chosen j] = (dw_j - sum_i dw_i w_i) / Z;
+// else w_j = s[chosen j]: dw_j. A dropped pair (w = dw = 0) still counts in Z.
+TRIDENT_HOST_DEVICE inline void add_weight_gradients(const float* s, const int32_t* chosen, const float* w,
+                                                     const float* dw, int K, bool renormalize, float* d) {
+  float z = 1, mean = 0;
+  if (renormalize) {
+    z = 0;
+    for (int j = 0; j < K; j++) {
+      z += s[chosen[j]];
+      mean += dw[j] * w[j];
+    }
+  }
+  for (int j = 0; j < K; j++) d[chosen[j]] += (dw[j] - mean) / z;
+}
+
 // d objective / d logits of one token, each passed to store(e, value): from the weights'
 // gradients dw (through the renormalization), the balance loss's coefficients per expert
 // (times aux_scale; null: none) and the z-loss (2 z_scale lse p), through the softmax.
@@ -47,16 +63,7 @@ TRIDENT_HOST_DEVICE inline void router_logit_gradient(const float* p, float lse,
                                                       float z_scale, int E, int K, bool renormalize, Store store) {
   float dp[kMaxRouterExperts];  // d loss / d p[e]
   for (int e = 0; e < E; e++) dp[e] = balance != nullptr ? aux_scale * balance[e] : 0.0f;
-  // w = p[chosen] / Z: d/dp[chosen j] = (dw_j - sum_i dw_i w_i) / Z, Z = sum of p[chosen].
-  float z = 1, mean = 0;
-  if (renormalize) {
-    z = 0;
-    for (int j = 0; j < K; j++) {
-      z += p[chosen[j]];
-      mean += dw[j] * w[j];
-    }
-  }
-  for (int j = 0; j < K; j++) dp[chosen[j]] += (dw[j] - mean) / z;
+  add_weight_gradients(p, chosen, w, dw, K, renormalize, dp);
   // Through the softmax: dl = p (dp - sum p dp); the z-loss's 2 lse p beside it.
   float dot = 0;
   for (int e = 0; e < E; e++) dot += p[e] * dp[e];
@@ -89,15 +96,7 @@ TRIDENT_HOST_DEVICE inline void sigmoid_router_logit_gradient(const float* logit
   if (balance != nullptr)
     for (int e = 0; e < E; e++) dot += balance[e] * s[e] / total;
   for (int e = 0; e < E; e++) ds[e] = balance != nullptr ? aux_scale * (balance[e] - dot) / total : 0.0f;
-  float z = 1, mean = 0;
-  if (renormalize) {
-    z = 0;
-    for (int j = 0; j < K; j++) {
-      z += s[chosen[j]];
-      mean += dw[j] * w[j];
-    }
-  }
-  for (int j = 0; j < K; j++) ds[chosen[j]] += (dw[j] - mean) / z;
+  add_weight_gradients(s, chosen, w, dw, K, renormalize, ds);
   // ds/dl = s (1 - s), with 1 - s as sigmoid(-l): it keeps its digits where s rounds to 1.
   for (int e = 0; e < E; e++)
     store(e, ds[e] * s[e] * sigmoid_score(-logits[e]) + 2.0f * z_scale * lse * expf(logits[e] - lse));
