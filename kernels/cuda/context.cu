@@ -1,5 +1,6 @@
 // The per-process CUDA state: device choice, the compute stream, the cuBLASLt handle.
 #include "../kernels.h"
+#include "cublaslt_library.h"
 #include "cuda_common.cuh"
 
 namespace trident::kernels {
@@ -50,7 +51,7 @@ cudaStream_t compute_stream() {
 cublasLtHandle_t cublaslt_handle() {
   static cublasLtHandle_t handle = [] {
     cublasLtHandle_t h;
-    CUBLAS_CHECK(cublasLtCreate(&h));
+    CUBLAS_CHECK(cublaslt().Create(&h));
     return h;
   }();
   return handle;

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "cublaslt_library.h"
 #include "cuda_kernels.cuh"
 
 namespace trident::kernels::cuda {
@@ -65,43 +66,43 @@ const Plan& plan_for(bool trans_a, bool trans_b, int M, int N, int K, const T* A
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is
   // our B and its "B" our A, with m = N, n = M.
   Plan p;
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_CHECK(cublaslt().MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   if (bias != nullptr) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const cudaDataType_t bias_type = data_type<T>();
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
     CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+        cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
   }
   // Stored shapes (column-major rows x cols, leading dimension).
-  if (trans_b) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, data_type<T>(), K, N, K));
-  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, data_type<T>(), N, K, N));
-  if (trans_a) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, data_type<T>(), M, K, M));
-  else CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, data_type<T>(), K, M, K));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, data_type<TC>(), N, M, N));
+  if (trans_b) CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.a, data_type<T>(), K, N, K));
+  else CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.a, data_type<T>(), N, K, N));
+  if (trans_a) CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.b, data_type<T>(), M, K, M));
+  else CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.b, data_type<T>(), K, M, K));
+  CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.c, data_type<TC>(), N, M, N));
 
   cublasLtMatmulPreference_t preference;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&preference));
   const size_t workspace_bytes = kWorkspaceBytes;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                     &workspace_bytes, sizeof workspace_bytes));
   const uint32_t align_a = alignment_of(B), align_b = alignment_of(A), align_c = alignment_of(C);
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+  CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                     sizeof align_a));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+  CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                     sizeof align_b));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+  CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
                                                     sizeof align_c));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+  CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                     sizeof align_c));
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.c, p.c, preference, 1, &result,
+  CUBLAS_CHECK(cublaslt().MatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.c, p.c, preference, 1, &result,
                                               &found_count));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
+  CUBLAS_CHECK(cublaslt().MatmulPreferenceDestroy(preference));
   check(found_count > 0, "cuBLASLt found no algorithm for a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                              std::to_string(K) + " matmul");
   p.algo = result.algo;
@@ -146,9 +147,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
           bool accumulate) {
   const Plan& p = plan_for(trans_a, trans_b, M, N, K, A, B, C, bias, accumulate);
   if (bias != nullptr)
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
+  CUBLAS_CHECK(cublaslt().Matmul(cublaslt_handle(), p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo,
                               gemm_workspace(), kWorkspaceBytes, compute_stream()));
 }
 
