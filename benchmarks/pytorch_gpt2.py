@@ -18,6 +18,7 @@ p.add_argument("--steps", type=int, default=3)
 p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
 p.add_argument("--peak", type=float, default=0.0, help="sgemm peak GFLOP/s measured in the same run")
 p.add_argument("--threads", type=int, default=os.cpu_count())
+p.add_argument("--bf16", action="store_true", help="forward under torch.autocast(cpu, bfloat16): PyTorch's own mixed precision")
 a = p.parse_args()
 torch.set_num_threads(a.threads)  # Debian's build starts with one
 torch.manual_seed(0)
@@ -65,7 +66,9 @@ idx, tgt = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
 
 def step():
     opt.zero_grad(set_to_none=True)
-    model(idx, tgt).backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        loss = model(idx, tgt)
+    loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
 
@@ -77,4 +80,4 @@ for _ in range(a.steps):
     step()
 dt = (time.perf_counter() - t0) / a.steps
 n = sum(p.numel() for p in model.parameters()) - model.wpe.weight.numel()
-print(row(torch, f"gpt2 L{L} H{H} d{d} T{T} V{V}", B, T, dt, 6 * n + 12 * L * T * d, a.peak))
+print(row(torch, f"gpt2 L{L} H{H} d{d} T{T} V{V}" + (" [autocast bf16]" if a.bf16 else ""), B, T, dt, 6 * n + 12 * L * T * d, a.peak))

@@ -25,6 +25,7 @@ p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
 p.add_argument("--theta", type=float, default=10000.0)
 p.add_argument("--peak", type=float, default=0.0, help="sgemm peak GFLOP/s measured in the same run")
 p.add_argument("--threads", type=int, default=os.cpu_count())
+p.add_argument("--bf16", action="store_true", help="forward under torch.autocast(cpu, bfloat16): PyTorch's own mixed precision")
 p.add_argument("--reference", help="HDF5 reference: print its step-0 loss beside this model's")
 a = p.parse_args()
 if a.reference:
@@ -125,7 +126,8 @@ idx, tgt = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss = model(idx, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        loss = model(idx, tgt)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
@@ -143,4 +145,4 @@ dt = (time.perf_counter() - t0) / a.steps
 n = sum(p.numel() for p in model.parameters()) - model.embed_tokens.weight.numel()  # as trident counts
 flops = 6 * n + 12 * L * T * (H * hd)
 describe = f"llama L{L} H{H}" + (f" KV{KV}" if KV != H else "") + f" d{d}" + (f" F{F}" if F != 4 * d else "") + f" T{T} V{V}"
-print(row(torch, describe, B, T, dt, flops, a.peak))
+print(row(torch, describe + (" [autocast bf16]" if a.bf16 else ""), B, T, dt, flops, a.peak))

@@ -1,7 +1,7 @@
 // Single-rank training throughput beside the machine's sgemm peak, both measured in
 // this run: a whole step (forward, backward, clipping, AdamW) on random tokens.
 //
-//   build/bench/throughput --config configs/gpt2-124m.ini [--steps 3] [--header]
+//   build/bench/throughput --config configs/gpt2-124m.ini [--steps 3] [--header] [--train.precision=bf16]
 //
 // Prints one table row: tokens/s, model GFLOP/s (the family's FLOPs per token:
 // model/transformer_spec.h), the
@@ -41,7 +41,10 @@ int main(int argc, char** argv) {
   const ModelConfig& mc = config.model;
   const int B = config.train.micro_batch, T = mc.seq_len;
   const int accumulation = config.train.accumulation_steps(1);
-  auto k = kernels::make_cpu_kernels();
+  // --train.precision=bf16: the CPU's bf16 (GEMMs in bf16 where it has the instructions;
+  // DNNL_MAX_CPU_ISA=AVX512_CORE gives the emulated path for comparison). The row names it.
+  auto k = kernels::make_cpu_kernels(config.train.resolved_precision());
+  const std::string backend = k->precision() == kernels::Precision::fp32 ? "" : " [" + k->name() + "]";
 
   // The peak first, on a quiet machine: large square sgemm, best of several sizes.
   double peak = 0;
@@ -82,7 +85,7 @@ int main(int argc, char** argv) {
     std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   }
   std::printf("| %s | %d x %d | %d | %.3f | %.0f | %.1f | %.1f | %.1f%% | %.2f | %.1f |\n",
-              model.spec().describe().c_str(), config.train.global_batch, T,
+              (model.spec().describe() + backend).c_str(), config.train.global_batch, T,
               omp_get_max_threads(), step_s, tokens_per_s, gflops, peak, 100.0 * gflops / peak,
               peak_resident_bytes() / double(1 << 30), setup_s);
   return 0;

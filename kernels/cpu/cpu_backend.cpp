@@ -2,6 +2,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <vector>
@@ -10,6 +11,7 @@
 
 #include "../bf16.h"
 #include "../kernels.h"
+#include "bf16_gemm.h"
 #include "cpu_kernels.h"
 #include "kernels/base/memory.h"
 
@@ -42,9 +44,15 @@ namespace {
 // Precision::bf16 rounds what the kernels write (see make_cpu_kernels in kernels.h).
 class CpuKernels final : public Kernels {
  public:
-  explicit CpuKernels(Precision precision) : precision_(precision) {}
+  explicit CpuKernels(Precision precision) : precision_(precision) {
+    if (precision == Precision::bf16 && !cpu::bf16_gemm_isa().empty()) bf16_gemm_ = std::make_unique<cpu::Bf16Gemm>();
+  }
 
-  std::string name() const override { return precision_ == Precision::fp32 ? "cpu" : "cpu (bf16 emulated)"; }
+  std::string name() const override {
+    if (precision_ == Precision::fp32) return "cpu";
+    if (bf16_gemm_) return "cpu (bf16: GEMMs in bf16 on " + cpu::bf16_gemm_isa() + ", the rest emulated)";
+    return "cpu (bf16 emulated)";
+  }
   Precision precision() const override { return precision_; }
   DType activation_type() const override { return DType::f32; }
 
@@ -80,9 +88,11 @@ class CpuKernels final : public Kernels {
     written(x, n);
   }
 
-  // Every op: the CPU kernel, then the rounding of what it wrote (written()).
+  // Every op: the CPU kernel (its linear layers' GEMMs in bf16 where the CPU has bf16
+  // instructions), then the rounding of what it wrote (written()).
 #define TRIDENT_KERNEL_OP(name, params, args, output)            \
   void name params override {                                     \
+    const cpu::LinearLayersInBf16 gemms(bf16_gemm_.get());        \
     [](auto... arg) { cpu::name(f(arg)...); } args;               \
     written output;                                               \
   }
@@ -98,14 +108,16 @@ class CpuKernels final : public Kernels {
     gethostname(host, sizeof host - 1);
     return {"RAM", available_memory_bytes(), total_memory_bytes(), host};
   }
-  size_t workspace_bytes(int /*N*/, int C, int /*max_width*/, int /*B*/, int T, int /*NH*/) const override {
+  size_t workspace_bytes(int N, int C, int max_width, int /*B*/, int T, int /*NH*/) const override {
     // The norms' per-thread partial sums; attention keeps one row chunk of its scores and
     // their gradients per thread. oneDNN's sgemm adds its JIT code and per-thread packing buffers, which
     // it does not report: 6 MiB + 4 MiB per thread covers what was measured on 1 and 2
     // threads for GEMMs from 2048 x 384 x 1152 to 16384 x 768 x 3072 (5-8 MiB on one
     // thread, 6-20 on two: benchmarks/RESULTS.md "Memory plan").
     const size_t threads = static_cast<size_t>(omp_get_max_threads());
-    const size_t ours = threads * (2 * C + cpu::attention_scratch_floats(T)) * sizeof(float);
+    size_t ours = threads * (2 * C + cpu::attention_scratch_floats(T)) * sizeof(float);
+    // bf16 GEMMs: the bf16 copies of the widest GEMM's inputs (the head's gradient and weights).
+    if (bf16_gemm_) ours += cpu::Bf16Gemm::scratch_bytes(size_t(N) * max_width, size_t(C) * std::max(max_width, N));
     return ours + (size_t{6} << 20) + threads * (size_t{4} << 20);
   }
 
@@ -142,6 +154,7 @@ class CpuKernels final : public Kernels {
   }
 
   Precision precision_;
+  std::unique_ptr<cpu::Bf16Gemm> bf16_gemm_;  // under bf16 on a CPU with bf16 GEMM instructions
 };
 
 }  // namespace

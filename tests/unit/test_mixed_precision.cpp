@@ -4,12 +4,16 @@
 // under bf16 tolerances, and the choice of backend at run time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "kernels/bf16.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
 #include "kernels/base/error.h"
@@ -143,6 +147,56 @@ TEST(MixedPrecision, Bf16ModelMatchesTheReferenceWithinBf16Tolerances) {
     EXPECT_LT(r.max_gradient_error(), 2e-2) << file;
     EXPECT_LT(r.loss_error, 1e-3) << file;
   }
+}
+
+// The linear layers' GEMMs in real bf16 (kernels/cpu/bf16_gemm.h) on bf16 values: the fp32
+// GEMM's result but for the order of the fp32 additions, in every transpose and for both
+// betas, with leading dimensions wider than the rows, and nothing done without rows or depth.
+TEST(CpuBf16Gemm, IsTheFp32GemmOnBf16Values) {
+  if (kernels::cpu::bf16_gemm_isa().empty()) GTEST_SKIP() << "this CPU has no bf16 GEMM instructions (oneDNN)";
+  kernels::cpu::Bf16Gemm bf16;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int M = 37, N = 53, K = 71, pad = 5;
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        const int lda = (trans_a ? M : K) + pad, ldb = (trans_b ? K : N) + pad, ldc = N + pad;
+        std::vector<float> A(size_t(trans_a ? K : M) * lda), B(size_t(trans_b ? N : K) * ldb), C(size_t(M) * ldc);
+        for (auto* v : {&A, &B, &C})
+          for (float& x : *v) x = round_to_bf16(normal(rng));
+        std::vector<float> expected = C, got = C;
+        double largest_term_sum = 0;
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) {
+            double sum = beta * C[size_t(i) * ldc + j], magnitude = std::abs(sum);
+            for (int k = 0; k < K; k++) {
+              const double a = trans_a ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k];
+              const double b = trans_b ? B[size_t(j) * ldb + k] : B[size_t(k) * ldb + j];
+              sum += a * b;
+              magnitude += std::abs(a * b);
+            }
+            expected[size_t(i) * ldc + j] = static_cast<float>(sum);
+            largest_term_sum = std::max(largest_term_sum, magnitude);
+          }
+        bf16.gemm(trans_a, trans_b, M, N, K, A.data(), lda, B.data(), ldb, beta, got.data(), ldc);
+        double worst = 0;
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++)
+            worst = std::max(worst, std::abs(double(got[size_t(i) * ldc + j]) - expected[size_t(i) * ldc + j]));
+        // fp32 accumulation: K additions of 2^-24 relative error each, at most.
+        EXPECT_LE(worst, K * std::ldexp(1.0, -24) * largest_term_sum)
+            << "trans_a " << trans_a << " trans_b " << trans_b << " beta " << beta;
+        for (int i = 0; i < M; i++)  // the padding between rows is left alone
+          for (int j = N; j < ldc; j++) EXPECT_EQ(got[size_t(i) * ldc + j], C[size_t(i) * ldc + j]);
+      }
+  std::vector<float> c = {1.0f, 2.0f};
+  bf16.gemm(false, true, 1, 2, 0, nullptr, 1, nullptr, 1, 1.0f, c.data(), 2);  // no depth: C stays
+  EXPECT_EQ(c, (std::vector<float>{1.0f, 2.0f}));
+  bf16.gemm(false, true, 1, 2, 0, nullptr, 1, nullptr, 1, 0.0f, c.data(), 2);  // beta 0: C = 0
+  EXPECT_EQ(c, (std::vector<float>{0.0f, 0.0f}));
+  // The backend says which GEMMs it runs.
+  EXPECT_NE(kernels::make_cpu_kernels(Precision::bf16)->name().find("GEMMs in bf16 on avx512_core_"), std::string::npos);
 }
 
 TEST(Dispatch, PicksTheBackendByName) {
