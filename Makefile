@@ -66,7 +66,7 @@ ifneq ($(CUDA_SRCS),)
   CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
   # cuBLASLt is not linked: kernels/cuda/cublaslt_library.cu opens it on a CUDA run's first
   # GEMM (linked, it costs every process, CPU runs too, ~0.4 s at start); the run path finds it.
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -ldl
   ifeq ($(HAVE_NCCL),yes)
     CPPFLAGS += -DTRIDENT_NCCL -I$(NCCL_HOME)/include
     LDLIBS += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl

@@ -13,6 +13,12 @@
 
 namespace trident::kernels {
 
+// The largest operands of a stage's GEMMs, in elements: A (the input, or the output's
+// gradient) and B (the weight, or the input of a weight gradient).
+struct GemmOperands {
+  size_t a = 0, b = 0;
+};
+
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& name);  // "fp32" or "bf16"; UsageError otherwise
 
@@ -33,6 +39,9 @@ class Footprint {
   // (GEMM workspace, backward scratch), for rows N of width C, outputs up to max_width
   // wide and attention over B sequences of T tokens with NH heads.
   virtual size_t workspace_bytes(int N, int C, int max_width, int B, int T, int NH) const = 0;
+  // What a backend that copies its GEMMs' inputs keeps for the copies (the CPU's bf16
+  // GEMMs: kernels/cpu/bf16_gemm.h); 0 for the others.
+  virtual size_t gemm_copy_bytes(const GemmOperands& /*largest*/) const { return 0; }
 };
 
 // The CUDA backend's footprint, without a GPU (and in builds without CUDA).

@@ -59,11 +59,11 @@ struct Bf16Gemm::Primitives {
   std::mutex mutex;
   static constexpr size_t kMaxShapes = 256;
 
-  const Matmul& get(bool trans_a, bool trans_b, int M, int N, int K, int ldc, bool accumulate) {
+  Matmul get(bool trans_a, bool trans_b, int M, int N, int K, int ldc, bool accumulate) {
     std::lock_guard<std::mutex> lock(mutex);
     const auto key = std::make_tuple(trans_a, trans_b, M, N, K, ldc, accumulate);
     auto it = by_shape.find(key);
-    if (it != by_shape.end()) return it->second;
+    if (it != by_shape.end()) return it->second;  // a copy: a later call may clear the map
     if (by_shape.size() >= kMaxShapes) by_shape.clear();
     using dt = dnnl::memory::data_type;
     Matmul m;
@@ -123,7 +123,7 @@ void Bf16Gemm::gemm(bool trans_a, bool trans_b, int M, int N, int K, const float
   }
   const uint16_t* a = convert(a_, A, trans_a ? K : M, trans_a ? M : K, lda);
   const uint16_t* b = convert(b_, B, trans_b ? N : K, trans_b ? K : N, ldb);
-  const Primitives::Matmul& mm = primitives_->get(trans_a, trans_b, M, N, K, ldc, beta != 0.0f);
+  const Primitives::Matmul mm = primitives_->get(trans_a, trans_b, M, N, K, ldc, beta != 0.0f);
   // oneDNN takes non-const pointers; a matmul only reads its source and weights.
   dnnl::memory am(mm.a, primitives_->engine, const_cast<uint16_t*>(a)),
       bm(mm.b, primitives_->engine, const_cast<uint16_t*>(b)), cm(mm.c, primitives_->engine, C);

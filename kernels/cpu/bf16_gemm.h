@@ -20,6 +20,7 @@ namespace trident::kernels::cpu {
 // or "" when it has none (or DNNL_MAX_CPU_ISA caps them): the emulated path is used then.
 std::string bf16_gemm_isa();
 
+// One thread at a time (the backend's ops run on one): the copies are the object's own.
 class Bf16Gemm {
  public:
   Bf16Gemm();

@@ -108,17 +108,19 @@ class CpuKernels final : public Kernels {
     gethostname(host, sizeof host - 1);
     return {"RAM", available_memory_bytes(), total_memory_bytes(), host};
   }
-  size_t workspace_bytes(int N, int C, int max_width, int /*B*/, int T, int /*NH*/) const override {
+  size_t workspace_bytes(int /*N*/, int C, int /*max_width*/, int /*B*/, int T, int /*NH*/) const override {
     // The norms' per-thread partial sums; attention keeps one row chunk of its scores and
     // their gradients per thread. oneDNN's sgemm adds its JIT code and per-thread packing buffers, which
     // it does not report: 6 MiB + 4 MiB per thread covers what was measured on 1 and 2
     // threads for GEMMs from 2048 x 384 x 1152 to 16384 x 768 x 3072 (5-8 MiB on one
     // thread, 6-20 on two: benchmarks/RESULTS.md "Memory plan").
     const size_t threads = static_cast<size_t>(omp_get_max_threads());
-    size_t ours = threads * (2 * C + cpu::attention_scratch_floats(T)) * sizeof(float);
-    // bf16 GEMMs: the bf16 copies of the widest GEMM's inputs (the head's gradient and weights).
-    if (bf16_gemm_) ours += cpu::Bf16Gemm::scratch_bytes(size_t(N) * max_width, size_t(C) * std::max(max_width, N));
+    const size_t ours = threads * (2 * C + cpu::attention_scratch_floats(T)) * sizeof(float);
     return ours + (size_t{6} << 20) + threads * (size_t{4} << 20);
+  }
+
+  size_t gemm_copy_bytes(const GemmOperands& largest) const override {
+    return bf16_gemm_ ? cpu::Bf16Gemm::scratch_bytes(largest.a, largest.b) : 0;
   }
 
   double measure_gemm_gflops(int n, double seconds) override {

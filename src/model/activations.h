@@ -91,9 +91,15 @@ class ActivationDeclarations {
   void scratch(T*& where, const std::string& name, size_t elements, Element type) {
     add_scratch(reinterpret_cast<void**>(&where), name, elements, type);
   }
-  // The widest output a GEMM writes (the kernels' workspace is sized by it).
-  void gemm_output(int width) { widest_output_ = std::max(widest_output_, width); }
+  // A GEMM of the stage, at its largest: rows x in -> rows x out (the kernels' workspace is
+  // sized by the widest output, and by the largest operands where a backend copies them).
+  void gemm(size_t rows, size_t in, size_t out) {
+    widest_output_ = std::max(widest_output_, static_cast<int>(out));
+    operands_.a = std::max(operands_.a, rows * std::max(in, out));  // x, or the output's gradient
+    operands_.b = std::max(operands_.b, in * std::max(out, rows));  // the weight, or x (weight gradient)
+  }
   int widest_output() const { return widest_output_; }
+  const kernels::GemmOperands& gemm_operands() const { return operands_; }
 
  private:
   friend class ActivationArena;
@@ -116,6 +122,7 @@ class ActivationDeclarations {
   std::vector<Kept> kept_;
   std::vector<Scratch> scratch_;
   int widest_output_ = 0;
+  kernels::GemmOperands operands_;
 };
 
 class ActivationArena {

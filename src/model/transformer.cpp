@@ -68,7 +68,7 @@ StageActivations measure_activations(const TransformerSpec& spec, const StageSpe
   ActivationDeclarations declared(shape);
   StageBuffers buffers;
   declare_stage(layers, stage, spec.d_model, declared, buffers);
-  return {ActivationArena::measure(declared), declared.widest_output()};
+  return {ActivationArena::measure(declared), declared.widest_output(), declared.gemm_operands()};
 }
 
 Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const TransformerOptions& options)

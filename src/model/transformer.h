@@ -39,10 +39,12 @@ ActivationShape activation_shape(const TransformerSpec& spec, const StageSpec& s
                                  bool split_backward = false, int context_parallel = 1);
 
 // What the activations of these layers take (declared as the model declares them, not
-// allocated), and the widest GEMM output (the kernels' workspace): for memory plans.
+// allocated), the widest GEMM output and the largest GEMM operands (the kernels'
+// workspace): for memory plans.
 struct StageActivations {
   ActivationBytes bytes;
   int widest_output = 0;
+  kernels::GemmOperands gemm_operands;
 };
 StageActivations measure_activations(const TransformerSpec& spec, const StageSpec& stage, int tp_rank, int tp_size,
                                      const ActivationShape& shape);

@@ -199,6 +199,45 @@ TEST(CpuBf16Gemm, IsTheFp32GemmOnBf16Values) {
   EXPECT_NE(kernels::make_cpu_kernels(Precision::bf16)->name().find("GEMMs in bf16 on avx512_core_"), std::string::npos);
 }
 
+// Through the backend (make_cpu_kernels(bf16), which picks bf16 GEMMs on this CPU): a
+// linear layer's forward and both halves of its backward are the fp32 kernels' on the same
+// bf16 values, and a second backward on new values in the same memory sees the new values
+// (what one op converted is not reused by the next).
+TEST(CpuBf16Gemm, LinearLayerThroughTheBackendIsTheFp32KernelsOnBf16Values) {
+  if (kernels::cpu::bf16_gemm_isa().empty()) GTEST_SKIP() << "this CPU has no bf16 GEMM instructions (oneDNN)";
+  auto bf16 = kernels::make_cpu_kernels(Precision::bf16), fp32 = kernels::make_cpu_kernels(Precision::fp32);
+  const int N = 33, C = 40, OC = 56;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> inp(N * C), weight(OC * C), bias(OC), dout(N * OC);
+  const auto fill = [&](std::vector<float>& v) {
+    for (float& x : v) x = round_to_bf16(normal(rng));
+  };
+  for (auto* v : {&inp, &weight, &bias, &dout}) fill(*v);
+  const auto near = [](const std::vector<float>& got, const std::vector<float>& want, double relative) {
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); i++)
+      worst = std::max(worst, std::abs(double(got[i]) - want[i]) / (std::abs(double(want[i])) + 1e-3));
+    return worst <= relative;
+  };
+  std::vector<float> out_b(N * OC), out_f(N * OC);
+  bf16->matmul_forward(as_act(out_b.data()), as_act(inp.data()), as_act(weight.data()), as_act(bias.data()), N, C, OC);
+  fp32->matmul_forward(as_act(out_f.data()), as_act(inp.data()), as_act(weight.data()), as_act(bias.data()), N, C, OC);
+  for (float& x : out_f) x = round_to_bf16(x);  // what the bf16 backend stores
+  EXPECT_TRUE(near(out_b, out_f, std::ldexp(1.0, -7)));  // one bf16 step at most, from the order of additions
+  for (int round = 0; round < 2; round++) {
+    if (round == 1) fill(dout);  // new values, same memory
+    std::vector<float> dinp_b(N * C), dinp_f(N * C), dweight_b(OC * C, 0.0f), dweight_f(OC * C, 0.0f);
+    bf16->matmul_backward(as_act(dinp_b.data()), dweight_b.data(), nullptr, as_act(dout.data()), as_act(inp.data()),
+                          as_act(weight.data()), N, C, OC);
+    fp32->matmul_backward(as_act(dinp_f.data()), dweight_f.data(), nullptr, as_act(dout.data()), as_act(inp.data()),
+                          as_act(weight.data()), N, C, OC);
+    for (float& x : dinp_f) x = round_to_bf16(x);
+    EXPECT_TRUE(near(dinp_b, dinp_f, std::ldexp(1.0, -7))) << "round " << round;
+    EXPECT_TRUE(near(dweight_b, dweight_f, 1e-4)) << "round " << round;  // fp32 gradients, fp32 sums
+  }
+}
+
 TEST(Dispatch, PicksTheBackendByName) {
   EXPECT_EQ(kernels::make_kernels(Device::cpu, Precision::fp32)->name(), "cpu");
   EXPECT_EQ(kernels::make_kernels(Device::cpu, Precision::bf16)->precision(), Precision::bf16);

@@ -61,8 +61,8 @@ void Attention::declare_activations(ActivationDeclarations& a) {
         [&](Act*& p, size_t n) { a.scratch(p, "ring " + std::to_string(ring++), n, Element::act); },
         [&](float*& p, size_t n) { a.scratch(p, "ring " + std::to_string(ring++), n, Element::f32); });
   }
-  a.gemm_output(qkv_.out_local());
-  a.gemm_output(o_.d_model);
+  a.gemm(BT, o_.d_model, qkv_.out_local());
+  a.gemm(BT, width, o_.d_model);
 }
 
 void Attention::core_forward(LayerRuntime& r, const Pass& p) const {

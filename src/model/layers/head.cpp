@@ -34,7 +34,7 @@ void Head::declare_activations(ActivationDeclarations& a) {
   sum_and_target_ = a.keep(2 * BT, Element::f32);
   lse_ = a.keep(BT, Element::f32);
   a.scratch(dinput_, "d norm", BT * o_.d_model, Element::act);
-  a.gemm_output(vocab_shard_);
+  a.gemm(BT, o_.d_model, vocab_shard_);
 }
 
 void Head::load(LayerRuntime& r, const Pass& p, const int32_t* targets) {

@@ -36,8 +36,8 @@ void Mlp::declare_activations(ActivationDeclarations& a) {
   // d(gate | up) [BT, 2 ffn], so it needs a buffer of its own.
   if (swiglu()) a.scratch(dfc_act_, "d mlp activation", BT * out_.in_local(), Element::act);
   else a.scratch(dfc_act_, "d mlp in", BT * in_.out_local(), Element::act);
-  a.gemm_output(in_.out_local());
-  a.gemm_output(o_.d_model);
+  a.gemm(BT, o_.d_model, in_.out_local());
+  a.gemm(BT, out_.in_local(), o_.d_model);
 }
 
 void Mlp::forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed) {

@@ -88,9 +88,9 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   }
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
   a.scratch(dweights_, "d moe weights", N * K, Element::f32);
-  a.gemm_output(2 * F_);
-  a.gemm_output(o_.d_model);
-  a.gemm_output(o_.n_experts);
+  a.gemm(N * K, C, 2 * F);  // an expert's rows: at most every routed row
+  a.gemm(N * K, F, C);
+  a.gemm(N, C, E);  // the router
   counts_.assign(a.shape().slots, std::vector<int>(E, 0));
   slot_rows_.assign(a.shape().slots, {});
   exchanges_.clear();
