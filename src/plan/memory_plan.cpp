@@ -145,7 +145,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       k.workspace_bytes(micro_batch * shape.seq_len, spec.d_model, a.widest_output, micro_batch, shape.seq_len,
                         spec.n_head / d.size(Axis::tp)));
   if (const size_t copies = k.gemm_copy_bytes(a.gemm_operands); copies > 0)
-    add("bf16 GEMM inputs", "the largest GEMM's inputs, copied (the CPU's bf16 GEMMs)", copies);
+    add("bf16 GEMM inputs", "the largest GEMM's inputs in bf16, for oneDNN", copies);
 
   // Communication: Open MPI's non-blocking reductions (libnbc, 4.1) take temporaries:
   // an all-reduce one of its message's size, a reduce-scatter one (2 ranks) or two (more),
