@@ -10,7 +10,6 @@
 #include <mutex>
 #include <tuple>
 
-
 namespace trident::kernels::cpu {
 
 std::string bf16_gemm_isa() {
