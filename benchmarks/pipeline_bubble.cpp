@@ -46,6 +46,7 @@ Run run(const Config& config, ParallelState& parallel, kernels::Kernels& k, Sche
   Transformer model(mc, k,
                     {.micro_batch = B, .stage = stage_spec(mc.n_layer, stage, p, "", chunks),
                      .slots = max_in_flight(schedule, stage, p, m, chunks),
+                     .chunk_slots = activation_slots(schedule, stage, p, m, chunks).chunk_slots,
                      .split_backward = schedule == Schedule::zb1});
   model.init_parameters(1);
   DataParallel dp(parallel.dp(), k, model.layout().total_floats(), 25, false);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 #include "kernels/base/error.h"
@@ -40,9 +41,14 @@ void ActivationDeclarations::set_recompute_group(int group) {
   dropped_in_group_[group] = 0;  // from its first place again
 }
 
+void ActivationDeclarations::set_chunk(int chunk, bool own) {
+  chunk_ = chunk;
+  own_ = own;
+}
+
 int ActivationDeclarations::keep(size_t elements, Element type, Retention retention) {
   if (group_ < 0) retention = Retention::always;
-  Kept k{bytes_of(elements, type), retention, group_, -1};
+  Kept k{bytes_of(elements, type), retention, group_, -1, chunk_, own_};
   if (retention != Retention::always) k.place = dropped_in_group_[group_]++;
   kept_.push_back(k);
   return static_cast<int>(kept_.size()) - 1;
@@ -59,7 +65,9 @@ void ActivationDeclarations::add_scratch(void** where, const std::string& name, 
   scratch_.push_back({name, bytes, {where}});
 }
 
-// Per slot every buffer the mode keeps, in declaration order; then the shared set that
+// The shared slots, one after the other, each with every buffer the mode keeps of one
+// chunk's blocks (of all the stage's layers with one chunk), laid out per chunk from the
+// slot's start; then each chunk's own slots (several chunks); then the shared set that
 // recomputation refills, one buffer per (group, place); then the scratch buffers.
 ActivationArena::Plan ActivationArena::plan(const ActivationDeclarations& declared) {
   const ActivationShape& s = declared.shape();
@@ -68,34 +76,51 @@ ActivationArena::Plan ActivationArena::plan(const ActivationDeclarations& declar
         "deferred weight gradients need the activations kept (no recompute)");
   check(s.sequence_shards > 0 && s.tokens() % s.sequence_shards == 0,
         "sequence shards must divide the micro-batch's rows");
+  int chunks = 1;
+  for (const auto& k : declared.kept_) chunks = std::max(chunks, k.chunk + 1);
+  const bool apart = chunks > 1;  // the chunks' own buffers in slots of their own
+  std::vector<int> chunk_slots = s.chunk_slots;
+  if (chunk_slots.empty()) chunk_slots.assign(chunks, s.slots);
+  check(static_cast<int>(chunk_slots.size()) == chunks, "chunk slots for every chunk");
   Plan p;
-  size_t at = 0;
+  p.kept.resize(declared.kept_.size());
+  std::vector<size_t> shared_end(chunks, 0);
+  p.own_bytes.assign(chunks, 0);
+  for (size_t h = 0; h < declared.kept_.size(); h++) {
+    const auto& k = declared.kept_[h];
+    if (dropped(k.retention, s.recompute)) continue;
+    const bool own = apart && k.own;
+    size_t& end = own ? p.own_bytes[k.chunk] : shared_end[k.chunk];
+    p.kept[h] = {own ? Place::own : Place::shared, end, k.chunk};
+    end += aligned(k.bytes);
+  }
+  p.slot_bytes = *std::max_element(shared_end.begin(), shared_end.end());
+  size_t at = s.slots * p.slot_bytes;
+  p.bytes.per_slot = p.slot_bytes;
+  p.own_at.assign(chunks, at);
+  if (apart)
+    for (int c = 0; c < chunks; c++) {
+      p.own_at[c] = at;
+      at += p.own_bytes[c] * chunk_slots[c];
+    }
+  p.bytes.chunk_own = at - s.slots * p.slot_bytes;
+  p.bytes.slots = at;
   std::map<std::pair<int, int>, size_t> shared_bytes;  // (group, place) -> its largest buffer
   for (const auto& k : declared.kept_)
     if (dropped(k.retention, s.recompute)) {
       size_t& b = shared_bytes[{k.group, k.place}];
       b = std::max(b, aligned(k.bytes));
     }
-  p.kept.assign(s.slots, std::vector<size_t>(declared.kept_.size(), 0));
-  for (int slot = 0; slot < s.slots; slot++)
-    for (size_t h = 0; h < declared.kept_.size(); h++) {
-      if (dropped(declared.kept_[h].retention, s.recompute)) continue;
-      p.kept[slot][h] = at;
-      at += aligned(declared.kept_[h].bytes);
-    }
-  p.bytes.slots = at;
-  p.bytes.per_slot = at / s.slots;
   std::map<std::pair<int, int>, size_t> shared_at;
   for (const auto& [key, bytes] : shared_bytes) {
     shared_at[key] = at;
     at += bytes;
   }
   p.bytes.recompute = at - p.bytes.slots;
-  for (int slot = 0; slot < s.slots; slot++)
-    for (size_t h = 0; h < declared.kept_.size(); h++) {
-      const auto& k = declared.kept_[h];
-      if (dropped(k.retention, s.recompute)) p.kept[slot][h] = shared_at.at({k.group, k.place});
-    }
+  for (size_t h = 0; h < declared.kept_.size(); h++) {
+    const auto& k = declared.kept_[h];
+    if (dropped(k.retention, s.recompute)) p.kept[h] = {Place::fixed, shared_at.at({k.group, k.place}), k.chunk};
+  }
   const size_t scratch_begin = at;
   for (const auto& scratch : declared.scratch_) {
     p.scratch.push_back(at);
@@ -108,15 +133,26 @@ ActivationArena::Plan ActivationArena::plan(const ActivationDeclarations& declar
 ActivationBytes ActivationArena::measure(const ActivationDeclarations& declared) { return plan(declared).bytes; }
 
 ActivationArena::ActivationArena(ActivationDeclarations& declared, kernels::Kernels& k) : shape_(declared.shape()) {
-  const Plan p = plan(declared);
+  Plan p = plan(declared);
   bytes_ = p.bytes;
   memory_ = kernels::DeviceBuffer(k, bytes_.total() / sizeof(float));
-  char* base = reinterpret_cast<char*>(memory_.data());
-  kept_.assign(p.kept.size(), std::vector<void*>(declared.kept_.size(), nullptr));
-  for (size_t slot = 0; slot < p.kept.size(); slot++)
-    for (size_t h = 0; h < p.kept[slot].size(); h++) kept_[slot][h] = base + p.kept[slot][h];
+  base_ = reinterpret_cast<char*>(memory_.data());
+  places_ = std::move(p.kept);
+  slot_bytes_ = p.slot_bytes;
+  own_at_ = std::move(p.own_at);
+  own_bytes_ = std::move(p.own_bytes);
+  chunk_slots_ = shape_.chunk_slots.empty() ? std::vector<int>(own_at_.size(), shape_.slots) : shape_.chunk_slots;
+  bound_.resize(shape_.slots);
+  std::iota(bound_.begin(), bound_.end(), 0);
   for (size_t i = 0; i < declared.scratch_.size(); i++)
-    for (void** where : declared.scratch_[i].where) *where = base + p.scratch[i];
+    for (void** where : declared.scratch_[i].where) *where = base_ + p.scratch[i];
+}
+
+void ActivationArena::bind(int slot, int chunk, int chunk_slot) {
+  check(slot >= 0 && slot < shape_.slots && chunk >= 0 && chunk < static_cast<int>(chunk_slots_.size()) &&
+            chunk_slot >= 0 && chunk_slot < chunk_slots_[chunk],
+        "activation slot out of range");
+  bound_[slot] = chunk_slot;
 }
 
 }  // namespace trident

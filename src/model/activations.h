@@ -39,7 +39,14 @@ struct ActivationShape {
   // Sequence parallelism: the residual stream and the norms' outputs hold 1/tp of the
   // B*T rows (this rank's), the rest all of them; 1 without.
   int sequence_shards = 1;
-  int slots = 1;  // micro-batches whose activations are alive at once (the pipeline's)
+  // Micro-batches whose activations are alive at once (the pipeline's), each in a slot;
+  // with several model chunks (interleaved) (micro-batch, chunk) pairs, each slot holding
+  // one chunk's blocks (pipeline/schedule.h: ActivationSlots).
+  int slots = 1;
+  // Several chunks: per chunk, the slots of its own buffers (the embedding's, the final
+  // norm's and the head's: what only one chunk declares), kept apart from the shared
+  // slots; empty: `slots` each.
+  std::vector<int> chunk_slots;
   Recompute recompute = Recompute::none;
   // zb1 (pipeline/schedule.h): the weight-gradient half of backward runs later, from what
   // the input-gradient half leaves in the slot (model/transformer.h); only without recompute.
@@ -64,8 +71,9 @@ enum class Retention {
 
 // The arena's bytes by part.
 struct ActivationBytes {
-  size_t per_slot = 0;   // one micro-batch's kept activations
-  size_t slots = 0;      // all slots: per_slot * shape.slots
+  size_t per_slot = 0;   // one slot's kept activations (one micro-batch's; of one chunk's blocks under several)
+  size_t chunk_own = 0;  // several chunks: the embedding's, final norm's and head's, all their slots
+  size_t slots = 0;      // all kept: per_slot * shape.slots + chunk_own
   size_t recompute = 0;  // the shared set that recomputation refills
   size_t backward = 0;   // backward's scratch
   size_t total() const { return slots + recompute + backward; }
@@ -82,6 +90,9 @@ class ActivationDeclarations {
   // block sets group 0: each block's n-th such buffer shares one). -1 (the default, the
   // layers outside blocks): every buffer is kept.
   void set_recompute_group(int group);
+  // The buffers declared next are model chunk `chunk`'s: its blocks' (and its input), in
+  // the slots the chunks share, or (own) the embedding's or head's, in the chunk's own.
+  void set_chunk(int chunk, bool own = false);
   // A buffer kept from forward to backward, one per micro-batch slot; the handle finds
   // it (ActivationArena::kept).
   int keep(size_t elements, Element type, Retention retention = Retention::always);
@@ -107,6 +118,8 @@ class ActivationDeclarations {
     size_t bytes;
     Retention retention;
     int group, place;  // dropped: the shared buffer (group, place) holds it
+    int chunk;
+    bool own;          // in its chunk's own slots (several chunks)
   };
   struct Scratch {
     std::string name;
@@ -118,6 +131,8 @@ class ActivationDeclarations {
 
   ActivationShape shape_;
   int group_ = -1;
+  int chunk_ = 0;
+  bool own_ = false;
   std::vector<int> dropped_in_group_;  // per group: its dropped buffers so far
   std::vector<Kept> kept_;
   std::vector<Scratch> scratch_;
@@ -136,25 +151,47 @@ class ActivationArena {
 
   const ActivationShape& shape() const { return shape_; }
   const ActivationBytes& bytes() const { return bytes_; }
-  int slots() const { return static_cast<int>(kept_.size()); }
+  int slots() const { return shape_.slots; }
+  // Several chunks: the micro-batch in `slot`, of chunk `chunk`, keeps that chunk's own
+  // buffers in its slot `chunk_slot` (until the slot is bound again); by default slot `slot`.
+  void bind(int slot, int chunk, int chunk_slot);
   // Kept buffer `handle` of slot `slot` (ActivationDeclarations::keep).
   template <class T = kernels::Act>
   T* kept(int slot, int handle) const {
-    return static_cast<T*>(kept_[slot][handle]);
+    const Place& p = places_[handle];
+    size_t at = p.offset;
+    if (p.where == Place::shared) at += slot * slot_bytes_;
+    else if (p.where == Place::own) at += own_at_[p.chunk] + bound_[slot] * own_bytes_[p.chunk];
+    return reinterpret_cast<T*>(base_ + at);
   }
 
  private:
+  // Where a kept buffer is: in the shared slots (slot s's from s * slot_bytes), in its
+  // chunk's own slots (from own_at[chunk], own_bytes[chunk] each), or in one place for
+  // every slot (dropped: the recompute set's); offset within the slot, or in the allocation.
+  struct Place {
+    enum Where { shared, own, fixed } where = shared;
+    size_t offset = 0;
+    int chunk = 0;
+  };
   // Where each buffer goes (offsets into one allocation) and the bytes by part.
   struct Plan {
     ActivationBytes bytes;
-    std::vector<std::vector<size_t>> kept;  // [slot][handle]
-    std::vector<size_t> scratch;            // per scratch name
+    std::vector<Place> kept;                 // per handle
+    size_t slot_bytes = 0;                   // of each shared slot
+    std::vector<size_t> own_at, own_bytes;   // per chunk: where its own slots begin, the bytes of each
+    std::vector<size_t> scratch;             // per scratch name
   };
   static Plan plan(const ActivationDeclarations& declared);
 
   ActivationShape shape_;
   ActivationBytes bytes_;
-  std::vector<std::vector<void*>> kept_;
+  std::vector<Place> places_;
+  std::vector<size_t> own_at_, own_bytes_;
+  std::vector<int> chunk_slots_;  // per chunk: its own slots
+  std::vector<int> bound_;        // per slot: its chunk's own slot
+  size_t slot_bytes_ = 0;
+  char* base_ = nullptr;
   kernels::DeviceBuffer memory_;
 };
 

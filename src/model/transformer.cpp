@@ -16,15 +16,19 @@ namespace {
 
 // Backward's buffers of the stage itself: the residual stream's gradient, the copy of it
 // a stage past the first sends upstream, sequence parallelism's gathered and reduced rows;
-// and (a stage without the embedding) the buffer its input arrives in.
+// and per model chunk but the embedding's the buffer its input arrives in.
 struct StageBuffers {
   kernels::Act *dresidual = nullptr, *sent = nullptr, *gathered = nullptr, *reduced = nullptr;
-  int input = -1;  // kept
+  std::vector<int> chunk_inputs;  // kept, per chunk (-1: the embedding's output)
 };
 
-// Everything a stage declares, in order: its own buffers, then its layers'.
-void declare_stage(StageLayers& layers, const StageSpec& stage, int C, ActivationDeclarations& a, StageBuffers& b) {
+// Everything a stage declares, in order: its own buffers, then its layers', each chunk's
+// blocks (and input) in the slots the chunks share, the embedding's and head's in their
+// chunk's own (model/activations.h).
+void declare_stage(StageLayers& layers, const StageSpec& stage, const ParameterLayout& layout, int C,
+                   ActivationDeclarations& a, StageBuffers& b) {
   const ActivationShape& s = a.shape();
+  const int chunks = layout.chunks();
   a.set_recompute_group(-1);
   a.scratch(b.dresidual, "d residual", s.rows() * C, Element::act);
   if (s.sends_gradients) a.scratch(b.sent, "sent gradient", s.rows() * C, Element::act);
@@ -32,10 +36,17 @@ void declare_stage(StageLayers& layers, const StageSpec& stage, int C, Activatio
     a.scratch(b.gathered, "gathered rows", s.tokens() * C, Element::act);
     a.scratch(b.reduced, "reduced rows", s.rows() * C, Element::act);
   }
-  if (!stage.has_embedding) b.input = a.keep(s.rows() * C, Element::act);
+  a.set_chunk(0, /*own=*/true);
   if (layers.embedding) layers.embedding->declare_activations(a);
-  for (const auto& block : layers.blocks) block->declare_activations(a);
+  b.chunk_inputs.assign(chunks, -1);
+  for (int c = 0; c < chunks; c++) {
+    a.set_recompute_group(-1);
+    a.set_chunk(c);
+    if (c > 0 || !stage.has_embedding) b.chunk_inputs[c] = a.keep(s.rows() * C, Element::act);
+    for (int l = layout.chunk_begin(c); l < layout.chunk_begin(c + 1); l++) layers.blocks[l]->declare_activations(a);
+  }
   a.set_recompute_group(-1);
+  a.set_chunk(chunks - 1, /*own=*/true);
   if (layers.head) {
     layers.final_norm->declare_activations(a);
     layers.head->declare_activations(a);
@@ -46,9 +57,10 @@ void declare_stage(StageLayers& layers, const StageSpec& stage, int C, Activatio
 
 ActivationShape activation_shape(const TransformerSpec& spec, const StageSpec& stage, int micro_batch, int slots,
                                  Recompute recompute, const kernels::Footprint& k, int sequence_shards,
-                                 bool split_backward, int context_parallel) {
+                                 bool split_backward, int context_parallel, const std::vector<int>& chunk_slots) {
   ActivationShape a;
   a.micro_batch = micro_batch;
+  a.chunk_slots = chunk_slots;
   a.seq_len = spec.seq_len / context_parallel;  // this rank's tokens of a sequence
   a.context_parallel = context_parallel;
   a.sequence_shards = sequence_shards;
@@ -67,7 +79,7 @@ StageActivations measure_activations(const TransformerSpec& spec, const StageSpe
   const ParameterLayout layout(layers, spec, tp_rank, tp_size, 1, stage);  // the layers learn their tp shares
   ActivationDeclarations declared(shape);
   StageBuffers buffers;
-  declare_stage(layers, stage, spec.d_model, declared, buffers);
+  declare_stage(layers, stage, layout, spec.d_model, declared, buffers);
   return {ActivationArena::measure(declared), declared.widest_output(), declared.gemm_operands()};
 }
 
@@ -95,15 +107,15 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   // The activations every layer declares, in one arena.
   ActivationDeclarations declared(activation_shape(s, stage_, B_, options.slots, options.recompute, k,
                                                    tp_.sequence_parallel() ? tp_.size() : 1, options.split_backward,
-                                                   cp_));
+                                                   cp_, options.chunk_slots));
   StageBuffers buffers;
   check((options.expert_parallel != nullptr ? options.expert_parallel->size() : 1) == options.stage.ep,
         "the expert-parallel group does not match the stage's ep");
-  declare_stage(layers_, stage_, s.d_model, declared, buffers);
+  declare_stage(layers_, stage_, layout_, s.d_model, declared, buffers);
   activations_ = ActivationArena(declared, k);
   dresidual_ = buffers.dresidual;
   sent_gradient_ = buffers.sent;
-  stage_input_ = buffers.input;
+  chunk_inputs_ = buffers.chunk_inputs;
   regions_ = std::make_unique<SequenceRegions>(tp_, k, T_, s.d_model);
   regions_->gathered = buffers.gathered;
   regions_->reduced = buffers.reduced;
@@ -209,9 +221,18 @@ kernels::AttentionMask Transformer::attention_mask(int slot) const {
   return {mine, mine, starts};
 }
 
-kernels::Act* Transformer::layer_input(int slot, int l) const {
-  if (l > 0) return layers_.blocks[l - 1]->output(*runtime_, slot);
-  return stage_.has_embedding ? layers_.embedding->output(*runtime_, slot) : runtime_->kept(slot, stage_input_);
+kernels::Act* Transformer::chunk_input(int chunk, int slot) const {
+  if (embeds(chunk)) return layers_.embedding->output(*runtime_, slot);
+  return runtime_->kept(slot, chunk_inputs_[chunk]);
+}
+
+kernels::Act* Transformer::chunk_output(int chunk, int slot) const {
+  const int end = layout_.chunk_begin(chunk + 1);
+  return end > layout_.chunk_begin(chunk) ? layers_.blocks[end - 1]->output(*runtime_, slot) : chunk_input(chunk, slot);
+}
+
+kernels::Act* Transformer::block_input(int chunk, int slot, int l) const {
+  return l == layout_.chunk_begin(chunk) ? chunk_input(chunk, slot) : layers_.blocks[l - 1]->output(*runtime_, slot);
 }
 
 std::string Transformer::trace_name(int global_layer, const char* what) {
@@ -223,7 +244,8 @@ void Transformer::forward(int slot, const int32_t* tokens, const int32_t* target
   chunk_forward(0, slot, tokens, targets, B);
 }
 
-void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, const int32_t* targets, int B) {
+void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, const int32_t* targets, int B,
+                                int chunk_slot) {
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
   const int T = T_, V = spec().vocab_size, BT = B * T, seq_len = spec().seq_len;
@@ -247,6 +269,7 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
       starts = my_document_starts_.data();
     }
   }
+  activations_.bind(slot, chunk, chunk_slot >= 0 ? chunk_slot : slot);
   LayerRuntime& r = *runtime_;
   const Pass p = pass(slot, B);
   // Without waiting for the device: the first stage embeds the tokens, the last scores
@@ -262,10 +285,10 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
   for (int l = layout_.chunk_begin(chunk); l < layout_.chunk_begin(chunk + 1); l++) {
     store_.use_block(l, l + 1);  // ZeRO-3: its weights gathered, the next block's on their way
     const trace::Span span("layer", [&] { return trace_name(layout_.global_layer(l), "forward"); });
-    layers_.blocks[l]->forward(r, p, layer_input(slot, l));
+    layers_.blocks[l]->forward(r, p, block_input(chunk, slot, l));
   }
   if (!has_head(chunk)) return;
-  layers_.head->forward(r, p, layers_.final_norm->forward(r, p, layer_input(slot, layout_.layers())));
+  layers_.head->forward(r, p, layers_.final_norm->forward(r, p, chunk_output(chunk, slot)));
 }
 
 double Transformer::take_loss_sum() {
@@ -348,7 +371,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     // Head: logits become dlogits in place, then through the head and the final norm.
     const kernels::Act* dnormed = layers_.head->backward(r, p, loss_scale, layers_.final_norm->output(r, slot));
     k_.fill_zero(dresidual_, regions_->rows_of(dresidual_, B).bytes());
-    layers_.final_norm->backward(r, p, dnormed, layer_input(slot, end), dresidual_);
+    layers_.final_norm->backward(r, p, dnormed, chunk_output(chunk, slot), dresidual_);
     if (!defer) report(head_unit());
   }  // else the pipeline put d loss / d output into dresidual_
   for (int l = end - 1; l >= first; l--) {
@@ -357,14 +380,14 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     // What the block did not keep, recomputed into the shared set (model/activations.h).
     if (recompute() == Recompute::full) {
       const trace::Span span("layer", [&] { return trace_name(layout_.global_layer(l), "recompute"); });
-      layers_.blocks[l]->forward(r, p, layer_input(slot, l), /*up_to_last_output=*/true);
+      layers_.blocks[l]->forward(r, p, block_input(chunk, slot, l), /*up_to_last_output=*/true);
     } else if (recompute() == Recompute::selective) {
       layers_.blocks[l]->recompute_selective(r, p);
     }
     const trace::Span span("layer", [&] {
       return trace_name(layout_.global_layer(l), defer ? "input gradients" : "backward");
     });
-    layers_.blocks[l]->backward(r, p, layer_input(slot, l), dresidual_);
+    layers_.blocks[l]->backward(r, p, block_input(chunk, slot, l), dresidual_);
     if (!defer) report(block_unit(l));
   }
   // A tied embedding's gradient has the head's part and now the embedding's (all rows).

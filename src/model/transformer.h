@@ -36,7 +36,8 @@ namespace trident {
 // recompute; context_parallel: cp, each rank holding seq_len / cp tokens of a sequence).
 ActivationShape activation_shape(const TransformerSpec& spec, const StageSpec& stage, int micro_batch, int slots,
                                  Recompute recompute, const kernels::Footprint& k, int sequence_shards = 1,
-                                 bool split_backward = false, int context_parallel = 1);
+                                 bool split_backward = false, int context_parallel = 1,
+                                 const std::vector<int>& chunk_slots = {});
 
 // What the activations of these layers take (declared as the model declares them, not
 // allocated), the widest GEMM output and the largest GEMM operands (the kernels'
@@ -55,7 +56,11 @@ struct TransformerOptions {
   TensorParallel tp = {};      // the tensor-parallel group
   size_t buffer_multiple = 1;  // the flat parameter and gradient buffers are padded to a multiple
   StageSpec stage = {};        // the part of the model held here (pipeline parallelism)
-  int slots = 1;               // micro-batches whose activations can be alive at once (the schedule's need)
+  // Micro-batches whose activations can be alive at once (the schedule's need); under the
+  // interleaved schedule (micro-batch, chunk) pairs, and per chunk its micro-batches
+  // (pipeline/schedule.h: ActivationSlots; empty: `slots` each).
+  int slots = 1;
+  std::vector<int> chunk_slots;
   Recompute recompute = Recompute::none;  // what backward recomputes instead of keeping (model/activations.h)
   // zb1: backward runs as two halves, the weight gradients deferred (BackwardPart); without
   // recompute only (with it the input half does the whole backward, the weight half nothing).
@@ -139,8 +144,11 @@ class Transformer {
                 const std::function<void(int)>& block_begins = {});
   // The same for one model chunk of the stage (layout().chunks(); one but under the
   // interleaved schedule): its blocks, the embedding if it is the model's first chunk, the
-  // head if its last. forward(slot, ...) and backward(slot, ...) are chunk 0's.
-  void chunk_forward(int chunk, int slot, const int32_t* tokens, const int32_t* targets, int B);
+  // head if its last. forward(slot, ...) and backward(slot, ...) are chunk 0's. Several
+  // chunks share the slots of their blocks' activations; the chunk's own (the embedding's,
+  // the head's) are in its slot `chunk_slot` (-1: `slot`) until `slot` is used again.
+  void chunk_forward(int chunk, int slot, const int32_t* tokens, const int32_t* targets, int B,
+                     int chunk_slot = -1);
   // part: the whole backward, or its input-gradient half (leaves d loss / d input in
   // stage_gradient(), adds no weight gradient: the callbacks are the weight half's), or
   // its weight-gradient half (of a slot whose input half ran; touches no activation
@@ -171,15 +179,10 @@ class Transformer {
   bool embeds(int chunk) const { return stage_.has_embedding && chunk == 0; }
   bool has_head(int chunk) const { return stage_.has_head && chunk == chunks() - 1; }
   // Hidden states [B, T, d] entering / leaving a chunk of this stage for the micro-batch
-  // in `slot` (a later chunk's input is its predecessor's output buffer: the pipeline
-  // has sent that on before it receives into it). Under sequence parallelism each holds
+  // in `slot` (each chunk's in its own buffers). Under sequence parallelism each holds
   // this rank's rows only.
-  ActivationSpan stage_input(int chunk, int slot, int B) const {
-    return regions_->rows_of(layer_input(slot, layout_.chunk_begin(chunk)), B);
-  }
-  ActivationSpan stage_output(int chunk, int slot, int B) const {
-    return regions_->rows_of(layer_input(slot, layout_.chunk_begin(chunk + 1)), B);
-  }
+  ActivationSpan stage_input(int chunk, int slot, int B) const { return regions_->rows_of(chunk_input(chunk, slot), B); }
+  ActivationSpan stage_output(int chunk, int slot, int B) const { return regions_->rows_of(chunk_output(chunk, slot), B); }
   // The gradient [B, T, d] flowing through this stage, in one buffer: before backward()
   // d loss / d (stage output), coming in from the next stage; after it d loss / d (stage
   // input), going out to the previous one (backward turns one into the other in place).
@@ -195,8 +198,11 @@ class Transformer {
  private:
   using Act = kernels::Act;
 
-  // The residual stream entering local block l (l = layers(): the stage's output).
-  Act* layer_input(int slot, int l) const;
+  // The residual stream entering a chunk (the embedding's output, or where the pipeline
+  // puts it), leaving it (its last block's output), and entering its local block l.
+  Act* chunk_input(int chunk, int slot) const;
+  Act* chunk_output(int chunk, int slot) const;
+  Act* block_input(int chunk, int slot, int l) const;
   // The full canonical tensor from this rank's piece of it (host memory), over tp.
   std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
   // The pass of the micro-batch of B sequences in `slot`.
@@ -229,7 +235,7 @@ class Transformer {
 
   ActivationArena activations_;  // every slot's, the recompute set, backward's scratch
   std::vector<int> slot_batch_;  // per slot: the sequences of the micro-batch now in it
-  int stage_input_ = -1;         // kept: a stage's input without the embedding (the pipeline's)
+  std::vector<int> chunk_inputs_;  // kept, per chunk: its input, where the pipeline puts it (-1: the embedding's)
   Act *dresidual_ = nullptr, *sent_gradient_ = nullptr;  // backward's: the residual stream's gradient, a copy to send
   std::unique_ptr<SequenceRegions> regions_;
   kernels::DeviceBuffer loss_sum_;  // a double: the token losses summed since the last take

@@ -13,26 +13,28 @@ namespace trident {
 PipelineRunner::PipelineRunner(Transformer& model, PipelineLinks links) : model_(model), links_(links) {
   if (links_.pp != nullptr && links_.pp->size() == 1) links_.pp = nullptr;
   activation_sends_.resize(model.slots());
-  for (std::vector<RequestPtr>& sends : activation_sends_) sends.resize(model.chunks());
 }
 
 void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets, int micro_batches,
                                   const Backward& backward_pass) {
   const std::vector<PipelineAction> actions = stage_actions(links_.schedule, stage(), stages(), micro_batches, chunks());
-  check(model_.slots() >= max_in_flight(actions), "the model has fewer activation slots than the schedule keeps in flight");
+  const ActivationSlots slots = activation_slots(actions, chunks());
+  check(model_.slots() >= slots.slots, "the model has fewer activation slots than the schedule keeps in flight");
   pass_s_ = {};
-  for (const PipelineAction& action : actions) {
+  for (size_t i = 0; i < actions.size(); i++) {
+    const PipelineAction& action = actions[i];
     const int c = action.chunk, mb = action.micro_batch;
     check(c < chunks(), "the schedule names a model chunk this rank does not hold");
-    // Micro-batches leave in the order they came, never more than slots() at once: mb % slots is free.
-    const int B = model_.micro_batch(), slot = mb % model_.slots();
+    const int B = model_.micro_batch(), slot = slots.slot[i];
     const size_t first = static_cast<size_t>(mb) * B * model_.spec().seq_len;
     const trace::Span span("pipeline", [&] {
       return std::string(action_name(action.kind)) + " mb " + std::to_string(mb) +
              (chunks() > 1 ? " chunk " + std::to_string(c) : "");
     });
     switch (action.kind) {
-      case PipelineAction::forward: pass_s_.forward += forward(c, mb, slot, inputs + first, targets + first, B); break;
+      case PipelineAction::forward:
+        pass_s_.forward += forward(c, mb, slot, slots.chunk_slot[i], inputs + first, targets + first, B);
+        break;
       case PipelineAction::backward:
         pass_s_.input_gradient += backward(c, mb, slot, BackwardPart::whole, backward_pass);
         break;
@@ -48,34 +50,28 @@ void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets,
     }
   }
   compute_s_ = pass_s_.forward + pass_s_.input_gradient + pass_s_.weight_gradient;
-  for (std::vector<RequestPtr>& sends : activation_sends_)
-    for (RequestPtr& send : sends) finish(send);
+  for (RequestPtr& send : activation_sends_) finish(send);
   finish(gradient_send_);
 }
 
 void PipelineRunner::forward_only(const int32_t* inputs, const int32_t* targets, int B) {
-  for (int c = 0; c < chunks(); c++) {
-    forward(c, 0, 0, inputs, targets, B);
-    finish(activation_sends_[0][c]);  // sent before returning: slot 0 is reused by the next call
-  }
+  for (int c = 0; c < chunks(); c++) forward(c, 0, 0, 0, inputs, targets, B);
+  finish(activation_sends_[0]);  // sent before returning: slot 0 is reused by the next call
 }
 
-void PipelineRunner::finish_activation_sends(int slot) {
-  for (RequestPtr& send : activation_sends_[slot]) finish(send);
-}
-
-double PipelineRunner::forward(int c, int micro_batch, int slot, const int32_t* inputs, const int32_t* targets, int B) {
-  finish_activation_sends(slot);  // the slot's last outputs must have left before we overwrite them
+double PipelineRunner::forward(int c, int micro_batch, int slot, int chunk_slot, const int32_t* inputs,
+                               const int32_t* targets, int B) {
+  finish(activation_sends_[slot]);  // the slot's last output must have left before we overwrite it
   if (!model_.embeds(c))
     links_.pp->recv(model_.stage_input(c, slot, B), upstream(c).stage,
                     transfer_tag(Transfer::activation, micro_batch, c, chunks()));
   Timer computing;
-  model_.chunk_forward(c, slot, inputs, targets, B);
+  model_.chunk_forward(c, slot, inputs, targets, B, chunk_slot);
   const double seconds = computing.seconds();
   if (!model_.has_head(c)) {
     const Place to = downstream(c);
     const int tag = transfer_tag(Transfer::activation, micro_batch, to.chunk, chunks());
-    activation_sends_[slot][c] = links_.pp->send_async(model_.stage_output(c, slot, B), to.stage, tag);
+    activation_sends_[slot] = links_.pp->send_async(model_.stage_output(c, slot, B), to.stage, tag);
   }
   return seconds;
 }

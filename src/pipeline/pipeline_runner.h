@@ -1,8 +1,8 @@
 // Runs one rank's part of the pipeline: its schedule's actions in order (pipeline/
 // schedule.h), each a pass of one micro-batch through one of the rank's model chunks,
 // with the activations sent on to the next stage and the gradients back to the previous
-// one (non-blocking sends, blocking receives), each micro-batch in an activation slot
-// (all of its chunks' activations in one slot). What a backward does with the gradients
+// one (non-blocking sends, blocking receives), each (micro-batch, chunk) in an activation
+// slot (pipeline/schedule.h: ActivationSlots). What a backward does with the gradients
 // (scale, reduction) is the training step's (train/step_runner.h).
 //
 // Chunk c of stage s is virtual stage c * stages + s, so a micro-batch passes through
@@ -55,17 +55,14 @@ class PipelineRunner {
   Place place_of(int virtual_stage) const { return {virtual_stage % stages(), virtual_stage / stages()}; }
   Place upstream(int chunk) const { return place_of(chunk * stages() + stage() - 1); }
   Place downstream(int chunk) const { return place_of(chunk * stages() + stage() + 1); }
-  // The slot's outputs still on their way (any chunk's: a chunk's input is its
-  // predecessor's output buffer), finished before the slot is written again.
-  void finish_activation_sends(int slot);
-
   // Each returns the seconds it computed (the transfers are not counted).
-  double forward(int chunk, int micro_batch, int slot, const int32_t* inputs, const int32_t* targets, int B);
+  double forward(int chunk, int micro_batch, int slot, int chunk_slot, const int32_t* inputs, const int32_t* targets,
+                 int B);
   double backward(int chunk, int micro_batch, int slot, BackwardPart part, const Backward& backward_pass);
 
   Transformer& model_;
   PipelineLinks links_;
-  std::vector<std::vector<RequestPtr>> activation_sends_;  // [slot][chunk]
+  std::vector<RequestPtr> activation_sends_;  // per slot: its output on its way, finished before the slot is reused
   RequestPtr gradient_send_;  // stage_gradient() still on its way (one buffer for every chunk)
   double compute_s_ = 0;
   PassTimes pass_s_;

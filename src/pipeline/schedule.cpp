@@ -107,23 +107,53 @@ std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stag
   return {};
 }
 
+ActivationSlots activation_slots(const std::vector<PipelineAction>& actions, int chunks) {
+  const int n = static_cast<int>(actions.size());
+  for (const PipelineAction& a : actions) chunks = std::max(chunks, a.chunk + 1);
+  std::map<std::pair<int, int>, int> last;  // (micro-batch, chunk) -> index of its last action
+  for (int i = 0; i < n; i++) last[{actions[i].micro_batch, actions[i].chunk}] = i;
+  ActivationSlots s;
+  s.slot.assign(n, -1);
+  s.chunk_slot.assign(n, -1);
+  s.chunk_slots.assign(chunks, 0);
+  std::vector<bool> pool_taken;
+  std::vector<std::vector<bool>> chunk_taken(chunks);
+  std::map<std::pair<int, int>, std::pair<int, int>> held;  // (micro-batch, chunk) -> its two slots
+  const auto lowest_free = [](std::vector<bool>& taken) {
+    const auto free = std::find(taken.begin(), taken.end(), false);
+    const int slot = static_cast<int>(free - taken.begin());
+    if (free == taken.end()) taken.push_back(true);
+    else *free = true;
+    return slot;
+  };
+  for (int i = 0; i < n; i++) {
+    const std::pair<int, int> pair{actions[i].micro_batch, actions[i].chunk};
+    auto it = held.find(pair);
+    if (it == held.end()) {  // its first action: a forward
+      it = held.emplace(pair, std::make_pair(lowest_free(pool_taken), lowest_free(chunk_taken[pair.second]))).first;
+      s.slots = std::max(s.slots, static_cast<int>(pool_taken.size()));
+      s.chunk_slots[pair.second] = std::max(s.chunk_slots[pair.second], static_cast<int>(chunk_taken[pair.second].size()));
+    }
+    s.slot[i] = it->second.first;
+    s.chunk_slot[i] = it->second.second;
+    if (last.at(pair) == i) {
+      pool_taken[it->second.first] = false;
+      chunk_taken[pair.second][it->second.second] = false;
+      held.erase(it);
+    }
+  }
+  return s;
+}
+
+ActivationSlots activation_slots(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
+  return activation_slots(stage_actions(schedule, stage, stages, micro_batches, chunks), chunks);
+}
+
 int max_in_flight(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
   return max_in_flight(stage_actions(schedule, stage, stages, micro_batches, chunks));
 }
 
-int max_in_flight(const std::vector<PipelineAction>& actions) {
-  const int n = static_cast<int>(actions.size());
-  std::map<int, int> first, last;  // micro-batch -> index of its first and last action
-  for (int i = n - 1; i >= 0; i--) first[actions[i].micro_batch] = i;
-  for (int i = 0; i < n; i++) last[actions[i].micro_batch] = i;
-  int alive = 0, most = 0;
-  for (int i = 0; i < n; i++) {
-    const int mb = actions[i].micro_batch;
-    if (first[mb] == i) most = std::max(most, ++alive);
-    if (last[mb] == i) alive--;
-  }
-  return most;
-}
+int max_in_flight(const std::vector<PipelineAction>& actions) { return activation_slots(actions).slots; }
 
 std::vector<int> stage_layer_counts(int n_layer, int stages, const std::string& explicit_counts, int chunks) {
   require(stages <= n_layer, "parallel.pp (" + std::to_string(stages) + ") exceeds model.n_layer (" +

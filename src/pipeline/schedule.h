@@ -45,9 +45,22 @@ const char* action_name(PipelineAction::Kind kind);
 // Stage `stage` of `stages`; `chunks` model chunks per rank (interleaved only, else 1).
 std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stages, int micro_batches, int chunks = 1);
 
-// Most micro-batches whose activations a stage holds at once under the schedule: from
-// its first forward to its last action on the rank (all of a micro-batch's chunks share
-// one activation slot; they leave in the order they came).
+// Where a stage keeps each (micro-batch, chunk)'s activations, as Megatron keeps them
+// per (micro-batch, chunk): its blocks' buffers (and the chunk's input) in a slot of one
+// pool shared by the rank's chunks, from its forward to its last action (the lowest free
+// slot); the embedding's and the head's (one chunk holds each) in a slot among its
+// chunk's own, assigned the same way. With one chunk the two are the same slot.
+struct ActivationSlots {
+  std::vector<int> slot;        // per action: its pool slot
+  std::vector<int> chunk_slot;  // per action: its slot among its chunk's own
+  int slots = 0;                // pool slots: the most (micro-batch, chunk) pairs alive at once
+  std::vector<int> chunk_slots; // per chunk: the most of its micro-batches alive at once
+};
+ActivationSlots activation_slots(const std::vector<PipelineAction>& actions, int chunks = 1);
+ActivationSlots activation_slots(Schedule schedule, int stage, int stages, int micro_batches, int chunks = 1);
+
+// The pool slots a stage needs under the schedule: the most (micro-batch, chunk) pairs
+// whose activations it holds at once (with one chunk: micro-batches).
 int max_in_flight(Schedule schedule, int stage, int stages, int micro_batches, int chunks = 1);
 // The same of a stage's actions.
 int max_in_flight(const std::vector<PipelineAction>& actions);

@@ -25,16 +25,16 @@ ScheduleTiming play_schedule(Schedule schedule, int stages, int micro_batches, i
   const int p = stages, V = chunks, last_virtual = p * V - 1;
   ScheduleTiming result;
   std::vector<std::vector<PipelineAction>> actions(p);
-  std::vector<int> slots(p);
+  std::vector<ActivationSlots> slots(p);  // as the runner keeps them (pipeline/pipeline_runner.h)
   for (int s = 0; s < p; s++) {
     actions[s] = stage_actions(schedule, s, p, micro_batches, V);
-    slots[s] = max_in_flight(actions[s]);
+    slots[s] = activation_slots(actions[s], V);
   }
   std::map<Key, Sent> sent;
   // Per stage: the activation sends of each slot and the last gradient send, not yet seen gone.
   std::vector<std::vector<std::vector<Key>>> slot_sends(p);
   std::vector<std::vector<Key>> gradient_send(p);
-  for (int s = 0; s < p; s++) slot_sends[s].resize(slots[s]);
+  for (int s = 0; s < p; s++) slot_sends[s].resize(slots[s].slots);
   // Per (from, to, direction): the tags in sending order, and in receiving order.
   std::map<std::tuple<int, int, Transfer>, std::vector<int>> send_order, receive_order;
   std::vector<size_t> next(p, 0);
@@ -52,7 +52,7 @@ ScheduleTiming play_schedule(Schedule schedule, int stages, int micro_batches, i
     for (int s = 0; s < p; s++) {
       while (next[s] < actions[s].size()) {
         const PipelineAction& a = actions[s][next[s]];
-        const int v = a.chunk * p + s, slot = a.micro_batch % slots[s];
+        const int v = a.chunk * p + s, slot = slots[s].slot[next[s]];
         const bool forward = a.kind == PipelineAction::forward, weight = a.kind == PipelineAction::weight_gradient;
         const double cost = forward  ? times.forward / V
                             : weight ? times.weight_gradient / V

@@ -135,8 +135,16 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   const int micro_batch = stage.micro_batch;
   const ActivationShape shape = stage.activations(spec, k);
   const StageActivations a = measure_activations(spec, stage.stage, stage.tp_rank, stage.tp, shape);
-  std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", stage.slots,
-                static_cast<double>(a.bytes.per_slot) / (1 << 20), micro_batch, name_of(config.train.recompute));
+  const double MiB = 1 << 20;
+  if (stage.chunk_slots.empty())
+    std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", stage.slots,
+                  static_cast<double>(a.bytes.per_slot) / MiB, micro_batch, name_of(config.train.recompute));
+  else  // interleaved: per (micro-batch, chunk), the embedding's and head's apart
+    std::snprintf(detail, sizeof detail,
+                  "%d (micro-batch, chunk) in flight x %.1f MiB + embedding/head %.1f MiB, micro-batch %d, "
+                  "recompute %s",
+                  stage.slots, static_cast<double>(a.bytes.per_slot) / MiB,
+                  static_cast<double>(a.bytes.chunk_own) / MiB, micro_batch, name_of(config.train.recompute));
   add("activations", detail, a.bytes.slots);
   add("recompute set", "one block's, shared", a.bytes.recompute);
   add("backward scratch", "shared by the layers", a.bytes.backward);

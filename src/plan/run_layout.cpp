@@ -49,7 +49,10 @@ RankStage rank_stage(const Config& config, const ParallelDims& d, const RankCoor
   s.cp = d.size(Axis::cp);
   s.buffer_multiple = static_cast<size_t>(d.data_parallel_size());
   s.micro_batch = config.train.micro_batch;
-  s.slots = max_in_flight(p.schedule, pp, stages, config.train.accumulation_steps(d.size(Axis::dp)), p.vpp);
+  const ActivationSlots slots =
+      activation_slots(p.schedule, pp, stages, config.train.accumulation_steps(d.size(Axis::dp)), p.vpp);
+  s.slots = slots.slots;
+  if (p.vpp > 1) s.chunk_slots = slots.chunk_slots;
   s.recompute = config.train.recompute;
   s.sequence_parallel = p.sequence_parallel && s.tp > 1;
   s.split_backward = p.schedule == Schedule::zb1;
@@ -63,7 +66,7 @@ ParameterLayout RankStage::layout(const TransformerSpec& spec) const {
 
 ActivationShape RankStage::activations(const TransformerSpec& spec, const kernels::Footprint& k) const {
   return activation_shape(spec, stage, micro_batch, slots, recompute, k, sequence_parallel ? tp : 1, split_backward,
-                          cp);
+                          cp, chunk_slots);
 }
 
 }  // namespace trident

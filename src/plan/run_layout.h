@@ -27,7 +27,8 @@ struct RankStage {
   int tp_rank = 0, tp = 1, cp = 1;
   size_t buffer_multiple = 1;  // dp x cp: ZeRO cuts the flat buffers into equal blocks
   int micro_batch = 1;
-  int slots = 1;               // the activation sets its schedule keeps alive
+  int slots = 1;               // the activation sets its schedule keeps alive (per (micro-batch, chunk))
+  std::vector<int> chunk_slots;  // interleaved: per chunk, its own (the embedding's, head's)
   Recompute recompute = Recompute::none;
   bool sequence_parallel = false;  // tp > 1 and parallel.sequence_parallel
   bool split_backward = false;     // zb1's deferred weight gradients

@@ -62,6 +62,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .buffer_multiple = stage.buffer_multiple,
              .stage = stage.stage,
              .slots = stage.slots,
+             .chunk_slots = stage.chunk_slots,
              .recompute = stage.recompute,
              .split_backward = stage.split_backward,
              .zero = static_cast<ZeroStage>(stage.zero),

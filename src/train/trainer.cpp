@@ -346,11 +346,11 @@ void print_startup(const Config& config, ParallelState& parallel, TrainingSetup&
     std::string held;  // this rank's chunks' layers (stage 0 is rank 0's)
     for (const LayerRange& r : s.stage.stage.chunks)
       held += (held.empty() ? "" : ", ") + std::to_string(r.first) + ".." + std::to_string(r.first + r.count - 1);
-    std::printf("pipeline: %d stages, layers %s, schedule %s%s; stage 0 holds layers %s and %d activation sets\n",
+    std::printf("pipeline: %d stages, layers %s, schedule %s%s; stage 0 holds layers %s and %d activation sets%s\n",
                 parallel.size(Axis::pp), config.parallel.pp_layers.empty() ? "balanced" : config.parallel.pp_layers.c_str(),
                 name_of(config.parallel.schedule),
                 s.plan.chunks > 1 ? (" with " + std::to_string(s.plan.chunks) + " chunks per stage").c_str() : "",
-                held.c_str(), s.stage.slots);
+                held.c_str(), s.stage.slots, s.plan.chunks > 1 ? " (one chunk's each)" : "");
   }
   if (s.data_parallel.shards_optimizer_state())
     std::printf("ZeRO-%d: states sharded over %d dp ranks%s\n", s.data_parallel.zero_stage(),

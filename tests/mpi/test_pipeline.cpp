@@ -55,6 +55,7 @@ Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, 
   Transformer model(mc, *k,
                     {.micro_batch = B, .stage = stage_spec(mc.n_layer, stage, stages, "", chunks),
                      .slots = max_in_flight(schedule, stage, stages, m, chunks),
+                     .chunk_slots = activation_slots(schedule, stage, stages, m, chunks).chunk_slots,
                      .split_backward = schedule == Schedule::zb1});
   model.init_parameters(21);
   DataParallel dp(self, *k, model.layout().total_floats(), 0.001, false);

@@ -59,6 +59,33 @@ TEST(Recompute, KeepsWhatEachModeSays) {
   EXPECT_THROW(parse_choice<Recompute>("some"), UsageError);
 }
 
+// Under the interleaved schedule (here one rank holding two chunks of two layers) a slot
+// holds one (micro-batch, chunk)'s blocks, the larger chunk's (the second: with its input
+// buffer, where the pipeline puts it); the embedding's and the head's buffers are in
+// slots of their own chunk (5 pairs in flight, 4 of chunk 0's micro-batches, 2 of chunk 1's:
+// stage 0's at p 2, V 2, pipeline/schedule.h).
+TEST(Recompute, InterleavedKeepsPerMicroBatchAndChunk) {
+  auto k = kernels::make_cpu_kernels();
+  const TransformerSpec spec = transformer_spec(gpt2_shape(4, 4, 16, 8, 64));
+  StageSpec two;
+  two.chunks = {{0, 2}, {2, 2}};
+  const ActivationShape shape = activation_shape(spec, two, 2, 5, Recompute::none, *k, 1, false, 1, {4, 2});
+  const ActivationBytes bytes = measure_activations(spec, two, 0, 1, shape).bytes;
+  const size_t BT = 16, C = 16, f = 4, stats = k->attention_stats_floats(2, 8, 4);
+  const size_t block = aligned(BT * 16 * f) + aligned(stats * f) + aligned(BT * C * f) + 2 * aligned(BT * f) +
+                       aligned(BT * 48 * f) + aligned(BT * C * f) + aligned(BT * C * f) + 2 * aligned(BT * f) +
+                       aligned(BT * 64 * f) + aligned(BT * 64 * f) + aligned(BT * C * f);  // as above
+  const size_t embedding = aligned(BT * 4) + aligned(BT * C * f);                           // tokens, output
+  const size_t head = aligned(BT * 4) + aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 64 * f) +
+                      3 * aligned(BT * f) + aligned(2 * BT * f);  // targets, final norm, ..., sums
+  EXPECT_EQ(bytes.per_slot, aligned(BT * C * f) + 2 * block);
+  EXPECT_EQ(bytes.chunk_own, 4 * embedding + 2 * head);
+  EXPECT_EQ(bytes.slots, 5 * bytes.per_slot + bytes.chunk_own);
+  // Against all of the rank's layers per micro-batch (4 of them in flight there): 5 halves.
+  const ActivationBytes whole = measure_activations(spec, {}, 0, 1, activation_shape(spec, {}, 2, 4, Recompute::none, *k)).bytes;
+  EXPECT_EQ(whole.per_slot, embedding + 4 * block + head);
+}
+
 // Gradients of two micro-batches whose forward and backward passes interleave as a
 // pipeline's do (forward 0, forward 1, backward 1, backward 0): the second forward
 // overwrites the shared recompute set, so only a real recomputation gets them right.

@@ -76,19 +76,47 @@ TEST(Schedule, ClosedFormsForEveryShape) {
 
 // Most micro-batches alive at once on a stage, counted from the actions: from a
 // micro-batch's first pass to its last on the rank.
-int alive_at_most(const std::vector<A>& actions) {
-  std::map<int, int> first, last;
+// The most (micro-batch, chunk) pairs alive at once (from the first action to the last),
+// of one chunk if `chunk` >= 0.
+int alive_at_most(const std::vector<A>& actions, int chunk = -1) {
+  std::map<std::pair<int, int>, int> first, last;
   for (int i = 0; i < static_cast<int>(actions.size()); i++) {
-    first.try_emplace(actions[i].micro_batch, i);
-    last[actions[i].micro_batch] = i;
+    if (chunk >= 0 && actions[i].chunk != chunk) continue;
+    first.try_emplace({actions[i].micro_batch, actions[i].chunk}, i);
+    last[{actions[i].micro_batch, actions[i].chunk}] = i;
   }
   int most = 0;
   for (int i = 0; i < static_cast<int>(actions.size()); i++) {
     int alive = 0;
-    for (const auto& [mb, f] : first) alive += f <= i && i <= last[mb];
+    for (const auto& [pair, f] : first) alive += f <= i && i <= last[pair];
     most = std::max(most, alive);
   }
   return most;
+}
+
+// No two pairs alive at once share a slot (of the pool, or of their chunk's own), each
+// pair keeps its slots from its first action to its last, and the slots are as few as
+// the pairs alive at once.
+void expect_slots_hold(const std::vector<A>& actions, int chunks, const std::string& shape) {
+  const ActivationSlots s = activation_slots(actions, chunks);
+  ASSERT_EQ(s.slots, alive_at_most(actions)) << shape;
+  std::map<std::pair<int, int>, std::pair<int, int>> slots_of, span;  // pair -> its slots, its first and last
+  for (int i = 0; i < static_cast<int>(actions.size()); i++) {
+    const std::pair<int, int> pair{actions[i].micro_batch, actions[i].chunk};
+    const auto [it, first] = slots_of.try_emplace(pair, s.slot[i], s.chunk_slot[i]);
+    ASSERT_EQ(it->second, std::make_pair(s.slot[i], s.chunk_slot[i])) << shape;
+    if (first) span[pair].first = i;
+    span[pair].second = i;
+  }
+  for (int c = 0; c < chunks; c++) ASSERT_EQ(s.chunk_slots[c], alive_at_most(actions, c)) << shape;
+  for (const auto& [a, a_span] : span)
+    for (const auto& [b, b_span] : span) {
+      if (a >= b || a_span.second < b_span.first || b_span.second < a_span.first) continue;  // not alive together
+      ASSERT_NE(slots_of[a].first, slots_of[b].first) << shape;
+      if (a.second == b.second) {
+        ASSERT_NE(slots_of[a].second, slots_of[b].second) << shape;
+      }
+    }
 }
 
 TEST(Schedule, InterleavedIsMegatronsOrder) {
@@ -100,6 +128,15 @@ TEST(Schedule, InterleavedIsMegatronsOrder) {
                             {A::forward, 2, 0}, {A::backward, 0, 1}, {A::forward, 3, 0}, {A::backward, 1, 1},
                             {A::forward, 2, 1}, {A::backward, 0, 0}, {A::forward, 3, 1}, {A::backward, 1, 0},
                             {A::backward, 2, 1}, {A::backward, 3, 1}, {A::backward, 2, 0}, {A::backward, 3, 0}}));
+  // Kept per (micro-batch, chunk), as Megatron keeps them: stage s holds its warmup's pairs
+  // and one more, each 1/V of its layers (stage 0 at p 2, V 2: 5 halves, 1.25x 1F1B's 2
+  // micro-batches); the embedding's chunk (0) at most 4 micro-batches, the head's one.
+  for (const auto& [p, V] : {std::pair{2, 2}, {4, 2}, {2, 4}, {4, 4}, {8, 2}})
+    for (int s = 0; s < p; s++)
+      EXPECT_EQ(max_in_flight(Schedule::interleaved, s, p, 4 * p, V), (p - s - 1) * 2 + (V - 1) * p + 1)
+          << p << " " << V << " " << s;
+  EXPECT_EQ(activation_slots(Schedule::interleaved, 0, 2, 8, 2).chunk_slots, (std::vector<int>{4, 2}));
+  EXPECT_EQ(activation_slots(Schedule::interleaved, 1, 2, 8, 2).chunk_slots, (std::vector<int>{3, 1}));
 }
 
 TEST(Schedule, ZeroBubbleH1DefersWeightGradientsWithinPMicroBatches) {
@@ -149,6 +186,7 @@ TEST(Schedule, EveryShapePlaysOutWithItsClosedFormBubble) {
               }
             const int alive = alive_at_most(actions);
             ASSERT_EQ(max_in_flight(schedule, s, p, m, V), alive) << shape << " stage " << s;
+            expect_slots_hold(actions, V, shape + " stage " + std::to_string(s));
             if (schedule == Schedule::zb1) {
               ASSERT_LE(alive, std::min(p, m)) << shape;  // 1F1B's peak, stage 0's
             }
