@@ -119,9 +119,12 @@ std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int posi
 void StepRunner::sync_tied_embedding() {
   if (pipeline_.embedding() == nullptr) return;
   const std::vector<ParameterTensor>& tensors = model_.layout().tensors();
-  for (size_t i = 0; i < tensors.size(); i++)
-    if (tensors[i].placement.gradient_sum == GradientSum::pipeline_ends)
-      pipeline_.embedding()->all_reduce(std::span<float>(model_.store().grad(static_cast<int>(i)), tensors[i].stored));
+  for (size_t i = 0; i < tensors.size(); i++) {
+    if (tensors[i].placement.gradient_sum != GradientSum::pipeline_ends) continue;
+    float* grad = model_.store().grad(static_cast<int>(i));
+    for (size_t at = 0; at < tensors[i].stored; at += kReductionPieceFloats)
+      pipeline_.embedding()->all_reduce(std::span<float>(grad + at, std::min(kReductionPieceFloats, tensors[i].stored - at)));
+  }
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced

@@ -453,11 +453,12 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
 // The memory plan against what the run then takes: the growth of each run's peak
 // resident size from just before the setup, over steps, validation and a checkpoint.
 TEST(Cli, MemoryTakenIsWithinFivePercentOfThePlan) {
-  const std::string base = "train --config configs/tiny.ini --model.d_model=384 --model.n_head=6 --model.n_layer=3 "
+  const std::string base = "train --config configs/tiny.ini --model.d_model=384 --model.n_head=6 "
                            "--train.steps=3 --log.val_batches=1 --log.peak_gflops=1 --log.run_dir=" +
                            testing::TempDir() + "memory";
   struct Case {
     std::string flags, launcher;
+    int layers = 3;
   };
   const std::string np2 = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np 2";
   const std::vector<Case> cases = {
@@ -473,12 +474,15 @@ TEST(Cli, MemoryTakenIsWithinFivePercentOfThePlan) {
       // ZeRO-3 with checkpoints (the parameters gathered into the host copy): its block
       // reductions vary as ZeRO-2's do, by a smaller share of this larger plan.
       {"--parallel.zero=3 --checkpoint.every_steps=2 --checkpoint.dir=" + testing::TempDir() + "memory_ckpt3", np2},
+      // Interleaved: activations per (micro-batch, chunk); the tied embedding summed
+      // between the pipeline's ends.
+      {"--parallel.pp=2 --parallel.schedule=interleaved --parallel.vpp=2 --train.micro_batch=4", np2, 4},
   };
   std::filesystem::remove_all(testing::TempDir() + "memory_ckpt");  // a fresh start, not a resume
   std::filesystem::remove_all(testing::TempDir() + "memory_ckpt3");
   const std::regex taken_re("memory: rank 0 planned ([0-9.]+) MiB, took ([0-9.]+) MiB");
   for (const Case& c : cases) {
-    const CliRun r = run(base + " " + c.flags, c.launcher, 180);
+    const CliRun r = run(base + " --model.n_layer=" + std::to_string(c.layers) + " " + c.flags, c.launcher, 180);
     ASSERT_EQ(r.exit_code, 0) << c.flags << "\n" << r.err;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(r.out, m, taken_re)) << r.out;
