@@ -44,7 +44,7 @@ int run_eval_command(const std::vector<std::string>& args, const MpiWorld& world
   TrainingData data;
   const DataConfig d = stage_s3_data(c, *run.parallel);  // s3:// entries: their local copies
   run_collectively([&] {
-    data = open_training_data(d.path, d.val_path, d.val_fraction, *run.tokenizer, d.json_key);
+    data = open_training_data(d.path, d.val_path, d.val_fraction, *run.tokenizer, d.json_key, s3_dataset_opener(c));
     require(data.max_token < c.model.vocab_size, "the data holds token id " + std::to_string(data.max_token) +
                                                      ", beyond model.vocab_size (" + std::to_string(c.model.vocab_size) +
                                                      ")");

@@ -132,6 +132,12 @@ po::options_description config_options(Config& c) {
       ("data.cache_dir", with_default(&d.cache_dir),
        "where each node copies data.path and val_path entries given as s3://bucket/prefix before training "
        "(empty: $SLURM_TMPDIR/trident-data, else /tmp/trident-data); files already there that verify are kept")
+      ("data.stream", with_default(&d.stream),
+       "read s3:// Megatron prefixes with ranged GETs as training needs them (each batch's sequences "
+       "fetched together), instead of copying them to data.cache_dir first; other s3:// entries are still copied")
+      ("data.stream_cache_mb", with_default(&d.stream_cache_mb),
+       "data.stream: the fetched ranges each rank keeps (least recently used out first; the validation "
+       "batches come from it)")
       ("data.document_mask", with_default(&d.document_mask),
        "attention within each document only: a token sees the earlier tokens of its own document (documents "
        "end with data.eod_token); positions stay those of the sequence")

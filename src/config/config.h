@@ -165,6 +165,10 @@ struct DataConfig {
   // Where each node keeps its copy of data in S3 (an s3:// data.path or val_path):
   // empty: $SLURM_TMPDIR/trident-data under Slurm, else /tmp/trident-data (data/s3_data.h).
   std::string cache_dir;
+  // s3:// Megatron prefixes read with ranged GETs as training needs them instead of copied
+  // first (data/s3_stream.h), each rank keeping up to stream_cache_mb of fetched ranges.
+  bool stream = false;
+  int stream_cache_mb = 256;
   // Attention stays within each document (Llama 3's packing): a token sees the earlier
   // tokens of its own document only; a document ends with eod_token, which belongs to it.
   bool document_mask = false;

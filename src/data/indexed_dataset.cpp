@@ -129,13 +129,44 @@ void decode_tokens(const uint8_t* bytes, TokenType type, size_t count, int32_t* 
 
 // ---- reading --------------------------------------------------------------------------
 
+namespace {
+
+class MappedTokens final : public TokenBytes {
+ public:
+  explicit MappedTokens(const std::string& path) : file_(path) {}
+  uint64_t size() const override { return file_.size(); }
+  const uint8_t* bytes(uint64_t offset, size_t, std::vector<uint8_t>&) const override { return file_.data() + offset; }
+
+ private:
+  MappedFile file_;
+};
+
+}  // namespace
+
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   require(fs::exists(idx_path), "data.path '" + prefix + "': no index " + idx_path);
   require(fs::exists(bin_path), "data.path '" + prefix + "': no token file " + bin_path);
   const MappedFile idx(idx_path);
-  const uint8_t* p = idx.data();
-  const size_t size = idx.size();
+  parse_index(idx_path, idx.data(), idx.size());
+  bin_ = std::make_unique<MappedTokens>(bin_path);
+  require(bin_->size() >= tokens() * token_bytes(type_), bin_path + " has " + std::to_string(bin_->size()) +
+                                                             " bytes, shorter than the " +
+                                                             std::to_string(tokens() * token_bytes(type_)) +
+                                                             " its index says (truncated?)");
+}
+
+IndexedDataset::IndexedDataset(const std::string& name, const uint8_t* idx, size_t idx_size,
+                               std::unique_ptr<TokenBytes> bin)
+    : prefix_(name), bin_(std::move(bin)) {
+  parse_index(name + ".idx", idx, idx_size);
+  require(bin_->size() >= tokens() * token_bytes(type_), name + ".bin has " + std::to_string(bin_->size()) +
+                                                             " bytes, shorter than the " +
+                                                             std::to_string(tokens() * token_bytes(type_)) +
+                                                             " its index says (truncated?)");
+}
+
+void IndexedDataset::parse_index(const std::string& idx_path, const uint8_t* p, size_t size) {
   require(size >= kHeaderBytes, idx_path + ": " + std::to_string(size) + " bytes, shorter than the " +
                                     std::to_string(kHeaderBytes) + "-byte header (truncated?)");
   require(std::memcmp(p, kMagic, 9) == 0, idx_path + ": not a Megatron indexed dataset (the magic at byte 0 is not MMIDIDX)");
@@ -170,18 +201,23 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   require(document_indices_.front() == 0 && document_indices_.back() == static_cast<int64_t>(sequences) &&
               std::is_sorted(document_indices_.begin(), document_indices_.end()),
           idx_path + ": document indices must rise from 0 to the sequence count");
-  bin_ = std::make_unique<MappedFile>(bin_path);
-  require(bin_->size() >= tokens() * item, bin_path + " has " + std::to_string(bin_->size()) + " bytes, shorter than the " +
-                                               std::to_string(tokens() * item) + " its index says (truncated?)");
 }
 
 void IndexedDataset::read(uint64_t begin, size_t count, int32_t* out) const {
   check(begin + count <= tokens(), "IndexedDataset::read past the end");
-  decode_tokens(bin_->data() + begin * token_bytes(type_), type_, count, out);
+  const size_t item = token_bytes(type_);
+  decode_tokens(bin_->bytes(begin * item, count * item, scratch_), type_, count, out);
+}
+
+void IndexedDataset::prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
+  const size_t item = token_bytes(type_);
+  std::vector<std::pair<uint64_t, uint64_t>> bytes;
+  for (const auto& [begin, count] : ranges) bytes.emplace_back(begin * item, count * item);
+  bin_->prefetch(bytes);
 }
 
 int64_t IndexedDataset::max_token() const {
-  if (max_token_ >= 0 || tokens() == 0) return max_token_;
+  if (max_token_ >= 0 || tokens() == 0 || !bin_->local()) return max_token_;
   std::vector<int32_t> chunk(1 << 20);
   int64_t m = 0;
   for (uint64_t at = 0; at < tokens(); at += chunk.size()) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trident {
@@ -46,10 +47,29 @@ class MappedFile {
 // Reads token ids of `type` at `bytes` into int32s (ids must fit: checked by the readers).
 void decode_tokens(const uint8_t* bytes, TokenType type, size_t count, int32_t* out);
 
-// An indexed dataset, memory-mapped; every field checked against the file sizes on open.
+// Where a dataset's token bytes come from: a memory-mapped file, or ranged GETs of an
+// object in S3 (data/s3_stream.h).
+class TokenBytes {
+ public:
+  virtual ~TokenBytes() = default;
+  virtual uint64_t size() const = 0;
+  // n bytes from `offset`: a pointer into the source, or into `scratch`, filled.
+  virtual const uint8_t* bytes(uint64_t offset, size_t n, std::vector<uint8_t>& scratch) const = 0;
+  // The ranges (offset, bytes) about to be read, to fetch together (a remote source); none by default.
+  virtual void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const { (void)ranges; }
+  // What reading cost, for the log ("" for a local file).
+  virtual std::string traffic() const { return ""; }
+  // Whether reading everything is cheap (a local file): max_token() scans it.
+  virtual bool local() const { return true; }
+};
+
+// An indexed dataset; every field checked against the file sizes on open.
 class IndexedDataset {
  public:
+  // <prefix>.idx and <prefix>.bin, memory-mapped.
   explicit IndexedDataset(const std::string& prefix);
+  // The index's bytes (`name` for messages: where they came from) and the tokens' source.
+  IndexedDataset(const std::string& name, const uint8_t* idx, size_t idx_size, std::unique_ptr<TokenBytes> bin);
 
   const std::string& prefix() const { return prefix_; }
   TokenType type() const { return type_; }
@@ -62,12 +82,18 @@ class IndexedDataset {
   size_t document_first_sequence(size_t d) const { return static_cast<size_t>(document_indices_[d]); }
   // count tokens from token offset `begin` of the concatenation of all sequences.
   void read(uint64_t begin, size_t count, int32_t* out) const;
-  // The largest token id (a pass over the data the first time it is asked).
+  // The token ranges (begin, count) about to be read (a remote source fetches them together).
+  void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const;
+  // The largest token id (a pass over the data the first time it is asked); -1 for a
+  // remote source (not read whole: each batch's ids are checked as they are used).
   int64_t max_token() const;
+  const TokenBytes& bin() const { return *bin_; }
 
  private:
+  void parse_index(const std::string& idx_name, const uint8_t* p, size_t size);
   std::string prefix_;
-  std::unique_ptr<MappedFile> bin_;
+  std::unique_ptr<TokenBytes> bin_;
+  mutable std::vector<uint8_t> scratch_;
   TokenType type_ = TokenType::uint16;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_indices_;

@@ -24,6 +24,7 @@
 #include "parallel/node_leaders.h"
 #include "runtime/durable_file.h"
 #include "runtime/timer.h"
+#include "data/s3_stream.h"
 #include "storage/s3_client.h"
 #include "storage/s3_uri.h"
 
@@ -156,22 +157,25 @@ std::string gb(double bytes) {
 
 // The objects every s3:// entry of `spec` names (rank 0; UsageError for an entry that
 // names nothing, a bucket that cannot be used).
-void list_entries(const std::string& key_name, const std::string& spec, const CheckpointConfig& s3,
-                  std::vector<DataObject>& objects) {
+// stream: a Megatron prefix (its .bin and .idx there) goes into `streamed` instead (data.stream).
+void list_entries(const std::string& key_name, const std::string& spec, const CheckpointConfig& s3, bool stream,
+                  std::vector<DataObject>& objects, std::vector<std::string>& streamed) {
   for (const std::string& word : words_of(spec)) {
     if (!is_s3_uri(word)) continue;
     const S3Uri uri = parse_s3_uri(word);
     S3Client client(uri.bucket, s3_settings(s3), std::make_shared<AwsCredentialProvider>());
     const std::string listed_under = uri.prefix.substr(0, uri.prefix.find_first_of("*?["));
     client.check_bucket(listed_under);
-    size_t found = 0;
+    std::vector<DataObject> found;
     for (const S3Object& o : client.list(listed_under))
-      if (named_by(uri.prefix, o.key)) {
-        objects.push_back({uri.bucket, o.key, o.etag, o.size});
-        found++;
-      }
-    require(found > 0, key_name + " '" + word + "' names no object in S3 (a Megatron prefix with its .bin and .idx, "
-                                                "a glob of shards, a file or a folder)");
+      if (named_by(uri.prefix, o.key)) found.push_back({uri.bucket, o.key, o.etag, o.size});
+    require(!found.empty(), key_name + " '" + word + "' names no object in S3 (a Megatron prefix with its .bin and .idx, "
+                                                     "a glob of shards, a file or a folder)");
+    const auto has = [&](const std::string& key) {
+      return std::any_of(found.begin(), found.end(), [&](const DataObject& o) { return o.key == key; });
+    };
+    if (stream && !has_glob(uri.prefix) && has(uri.prefix + ".bin") && has(uri.prefix + ".idx")) streamed.push_back(word);
+    else objects.insert(objects.end(), found.begin(), found.end());
   }
 }
 
@@ -198,11 +202,14 @@ void remove_unlisted(const std::string& spec, const std::string& cache, const st
   }
 }
 
-std::string with_local_copies(const std::string& spec, const std::string& cache) {
+// The entries with their copies' paths, but those streamed (left as s3://).
+std::string with_local_copies(const std::string& spec, const std::string& cache, const std::vector<std::string>& streamed) {
   if (!names_s3(spec)) return spec;
   std::string out;
-  for (const std::string& word : words_of(spec))
-    out += (out.empty() ? "" : " ") + (is_s3_uri(word) ? local_copy_of(word, cache) : word);
+  for (const std::string& word : words_of(spec)) {
+    const bool copied = is_s3_uri(word) && std::find(streamed.begin(), streamed.end(), word) == streamed.end();
+    out += (out.empty() ? "" : " ") + (copied ? local_copy_of(word, cache) : word);
+  }
   return out;
 }
 
@@ -236,12 +243,21 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
   const std::string cache = data_cache_dir(data);
   // Rank 0 lists what the entries name; every rank learns it.
   std::vector<DataObject> objects;
+  std::vector<std::string> streamed;
   run_collectively([&] {
     if (!parallel.is_root()) return;
-    list_entries("data.path", data.path, config.checkpoint, objects);
-    list_entries("data.val_path", data.val_path, config.checkpoint, objects);
+    list_entries("data.path", data.path, config.checkpoint, data.stream, objects, streamed);
+    list_entries("data.val_path", data.val_path, config.checkpoint, data.stream, objects, streamed);
   });
-  objects = nlohmann::json::parse(broadcast_string(nlohmann::json(objects).dump())).get<std::vector<DataObject>>();
+  const nlohmann::json listed = nlohmann::json::parse(
+      broadcast_string(nlohmann::json{{"objects", objects}, {"streamed", streamed}}.dump()));
+  objects = listed.at("objects").get<std::vector<DataObject>>();
+  streamed = listed.at("streamed").get<std::vector<std::string>>();
+  if (parallel.is_root())
+    for (const std::string& s : streamed)
+      std::printf("data: streaming %s (data.stream: ranged GETs as batches need them, %d MB cached per rank)\n",
+                  s.c_str(), data.stream_cache_mb);
+  if (objects.empty()) return data;  // all streamed
   std::sort(objects.begin(), objects.end(), [](const DataObject& a, const DataObject& b) {
     return std::tie(a.bucket, a.key) < std::tie(b.bucket, b.key);
   });
@@ -337,9 +353,16 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
     remove_unlisted(data.val_path, cache, listed);
   }
   parallel.world().barrier();
-  data.path = with_local_copies(data.path, cache);
-  data.val_path = with_local_copies(data.val_path, cache);
+  data.path = with_local_copies(data.path, cache, streamed);
+  data.val_path = with_local_copies(data.val_path, cache, streamed);
   return data;
+}
+
+RemoteOpener s3_dataset_opener(const Config& config) {
+  require(config.data.stream_cache_mb > 0, "data.stream_cache_mb must be positive");
+  const S3Settings settings = s3_settings(config.checkpoint);
+  const size_t cache = static_cast<size_t>(config.data.stream_cache_mb) << 20;
+  return [settings, cache](const std::string& uri) { return open_streamed_megatron_dataset(uri, settings, cache); };
 }
 
 }  // namespace trident

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "data/token_dataset.h"
 #include "parallel/parallel_state.h"
 
 namespace trident {
@@ -38,7 +39,10 @@ void remember_copy(const std::string& cache_dir, const std::string& bucket, cons
                    const std::string& etag, uint64_t size);
 
 // Collective. `config.data` with every s3:// entry of path and val_path replaced by its
-// local copy, fetched first where missing or changed (S3 settings: config.checkpoint's).
+// local copy, fetched first where missing or changed (S3 settings: config.checkpoint's);
+// under data.stream a Megatron prefix stays s3:// (data/s3_stream.h).
 DataConfig stage_s3_data(const Config& config, ParallelState& parallel);
+// What opens the entries left s3:// (open_training_data's open_remote).
+RemoteOpener s3_dataset_opener(const Config& config);
 
 }  // namespace trident

@@ -64,26 +64,42 @@ class InMemoryDataset final : public TokenDataset {
 class MegatronDataset final : public TokenDataset {
  public:
   explicit MegatronDataset(const std::string& prefix) : data_(prefix) {
+    const MappedFile idx(prefix + ".idx");
+    set_up(prefix, idx.data(), idx.size());
+  }
+  MegatronDataset(const std::string& name, const std::string& idx, std::unique_ptr<TokenBytes> bin)
+      : data_(name, reinterpret_cast<const uint8_t*>(idx.data()), idx.size(), std::move(bin)) {
+    set_up(name, reinterpret_cast<const uint8_t*>(idx.data()), idx.size());
+  }
+  uint64_t tokens() const override { return data_.tokens(); }
+  void read(uint64_t begin, size_t count, int32_t* out) const override { data_.read(begin, count, out); }
+  void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override { data_.prefetch(ranges); }
+  bool streamed() const override { return !data_.bin().local(); }
+  std::string traffic() const override {
+    const std::string t = data_.bin().traffic();
+    return t.empty() ? "" : data_.prefix() + ".bin: " + t;
+  }
+  const std::vector<uint64_t>& document_starts() const override { return starts_; }
+  int64_t max_token() const override { return data_.max_token(); }
+  std::string describe() const override {
+    return "Megatron indexed dataset " + data_.prefix() + " (" + token_type_name(data_.type()) + "): " +
+           std::to_string(data_.documents()) + " documents, " + std::to_string(data_.tokens()) + " tokens" +
+           (data_.bin().local() ? "" : ", streamed");
+  }
+  std::string fingerprint() const override { return fingerprint_; }
+
+ private:
+  // The documents' starts and the fingerprint, from the index (the same for a copy and
+  // the object it was copied from: a checkpoint taken on either continues on the other).
+  void set_up(const std::string& prefix, const uint8_t* idx, size_t idx_size) {
     for (size_t d = 0; d < data_.documents(); d++) {
       const uint64_t start = data_.sequence_start(data_.document_first_sequence(d));
       if (starts_.empty() || start > starts_.back()) starts_.push_back(start);  // empty documents add none
     }
     if (starts_.empty()) starts_.push_back(0);
-    const MappedFile idx(prefix + ".idx");
-    fingerprint_ = "megatron " + fs::path(prefix).filename().string() + " idx " + std::to_string(idx.size()) +
-                   " bytes fnv " + hex(fnv1a(idx.data(), idx.size())) + ", " + std::to_string(data_.tokens()) + " tokens";
+    fingerprint_ = "megatron " + fs::path(prefix).filename().string() + " idx " + std::to_string(idx_size) +
+                   " bytes fnv " + hex(fnv1a(idx, idx_size)) + ", " + std::to_string(data_.tokens()) + " tokens";
   }
-  uint64_t tokens() const override { return data_.tokens(); }
-  void read(uint64_t begin, size_t count, int32_t* out) const override { data_.read(begin, count, out); }
-  const std::vector<uint64_t>& document_starts() const override { return starts_; }
-  int64_t max_token() const override { return data_.max_token(); }
-  std::string describe() const override {
-    return "Megatron indexed dataset " + data_.prefix() + " (" + token_type_name(data_.type()) + "): " +
-           std::to_string(data_.documents()) + " documents, " + std::to_string(data_.tokens()) + " tokens";
-  }
-  std::string fingerprint() const override { return fingerprint_; }
-
- private:
   IndexedDataset data_;
   std::vector<uint64_t> starts_;
   std::string fingerprint_;
@@ -224,17 +240,30 @@ std::vector<std::string> glob_files(const std::string& pattern) {
 }
 
 double entropy_of(const Split& split, int64_t max_token) {
-  std::vector<double> count(static_cast<size_t>(max_token) + 1, 0.0);
+  std::vector<double> count(static_cast<size_t>(std::max<int64_t>(max_token, 0)) + 1, 0.0);
   std::vector<int32_t> chunk(1 << 16);
   double total = 0;
   for (const TokenRange& r : split.ranges) {
-    // Everything up to 16M tokens, else 256 evenly spaced chunks of 64K.
-    const uint64_t n = r.size(), step = n <= (16u << 20) ? chunk.size() : n / 256;
-    for (uint64_t at = r.begin; at < r.end; at += step) {
-      const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk.size(), r.end - at));
-      r.dataset->read(at, len, chunk.data());
-      for (size_t i = 0; i < len; i++) count[chunk[i]] += 1;
-      total += static_cast<double>(len);
+    // Everything up to 16M tokens, else 256 evenly spaced chunks of 64K; a streamed
+    // dataset 16 chunks (1M tokens a rank), fetched together.
+    const uint64_t n = r.size();
+    const uint64_t step = r.dataset->streamed() ? std::max<uint64_t>(n / 16, chunk.size())
+                          : n <= (16u << 20)    ? chunk.size()
+                                                : n / 256;
+    std::vector<std::pair<uint64_t, uint64_t>> chunks;
+    for (uint64_t at = r.begin; at < r.end; at += step) chunks.emplace_back(at, std::min<uint64_t>(chunk.size(), r.end - at));
+    for (size_t first = 0; first < chunks.size(); first += 64) {
+      r.dataset->prefetch({chunks.begin() + first, chunks.begin() + std::min(chunks.size(), first + 64)});
+      for (size_t c = first; c < std::min(chunks.size(), first + 64); c++) {
+        const auto [at, len] = chunks[c];
+        r.dataset->read(at, len, chunk.data());
+        for (size_t i = 0; i < len; i++) {
+          require(chunk[i] >= 0, r.dataset->describe() + ": a negative token id at token " + std::to_string(at + i));
+          if (static_cast<size_t>(chunk[i]) >= count.size()) count.resize(static_cast<size_t>(chunk[i]) + 1, 0.0);
+          count[chunk[i]] += 1;
+        }
+        total += static_cast<double>(len);
+      }
     }
   }
   double h = 0;
@@ -259,6 +288,11 @@ std::unique_ptr<TokenDataset> in_memory_dataset(std::vector<int32_t> tokens, std
 
 std::unique_ptr<TokenDataset> open_megatron_dataset(const std::string& prefix) {
   return std::make_unique<MegatronDataset>(prefix);
+}
+
+std::unique_ptr<TokenDataset> open_megatron_dataset(const std::string& name, const std::string& idx,
+                                                    std::unique_ptr<TokenBytes> bin) {
+  return std::make_unique<MegatronDataset>(name, idx, std::move(bin));
 }
 
 std::unique_ptr<TokenDataset> open_llmc_shards(const std::vector<std::string>& files) {
@@ -305,7 +339,12 @@ namespace {
 
 // One data.path entry: a Megatron prefix, a glob of llm.c shards, or text.
 std::unique_ptr<TokenDataset> open_one(const std::string& path, const Tokenizer& tokenizer, size_t& files,
-                                       const std::string& json_key) {
+                                       const std::string& json_key, const RemoteOpener& open_remote) {
+  if (path.starts_with("s3://")) {
+    check(static_cast<bool>(open_remote), "an s3:// entry left for the dataset to open, without an opener");
+    files += 2;
+    return open_remote(path);
+  }
   if (fs::exists(path + ".idx") || fs::exists(path + ".bin")) {
     files += 2;
     return open_megatron_dataset(path);
@@ -330,7 +369,8 @@ std::unique_ptr<TokenDataset> open_one(const std::string& path, const Tokenizer&
 }  // namespace
 
 TrainingData open_training_data(const std::string& path, const std::string& val_path, double val_fraction,
-                                const Tokenizer& tokenizer, const std::string& json_key) {
+                                const Tokenizer& tokenizer, const std::string& json_key,
+                                const RemoteOpener& open_remote) {
   TrainingData data;
   // "w1 p1 w2 p2 ...": a blend; one path otherwise.
   std::istringstream words(path);
@@ -352,7 +392,7 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
     // llm.c names its validation shards *_val_*: they are the validation split.
     std::vector<std::string> val_shards;
     std::unique_ptr<TokenDataset> d;
-    if (val_path.empty() && (p.ends_with(".bin") || p.find_first_of("*?[") != std::string::npos)) {
+    if (val_path.empty() && !p.starts_with("s3://") && (p.ends_with(".bin") || p.find_first_of("*?[") != std::string::npos)) {
       std::vector<std::string> train_shards;
       for (const std::string& f : glob_files(p)) (f.find("_val_") != std::string::npos ? val_shards : train_shards).push_back(f);
       if (!val_shards.empty() && !train_shards.empty()) {
@@ -364,7 +404,7 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
         data.val.weights.push_back(weight / total_weight);
       }
     }
-    if (d == nullptr) d = open_one(p, tokenizer, data.files, json_key);
+    if (d == nullptr) d = open_one(p, tokenizer, data.files, json_key, open_remote);
     require(d->tokens() > 0, "data.path '" + p + "' holds no tokens (an empty dataset)");
     const TokenDataset& ds = *d;
     data.datasets.push_back(std::move(d));
@@ -390,7 +430,7 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
     data.fingerprint += (data.fingerprint.empty() ? "" : "; ") + ds.fingerprint();
   }
   if (!val_path.empty()) {
-    data.datasets.push_back(open_one(val_path, tokenizer, data.files, json_key));
+    data.datasets.push_back(open_one(val_path, tokenizer, data.files, json_key, open_remote));
     const TokenDataset& v = *data.datasets.back();
     data.val.ranges.push_back({&v, 0, v.tokens()});
     data.val.weights.push_back(1.0);
@@ -416,6 +456,8 @@ void BatchSampler::fill(int64_t step, int first, int count, std::vector<int32_t>
   inputs.resize(static_cast<size_t>(count) * T_);
   targets.resize(static_cast<size_t>(count) * T_);
   window_.resize(T_ + 1);
+  // Where each sequence is: a streamed dataset fetches a batch's together, then reads them.
+  std::vector<std::pair<const TokenDataset*, uint64_t>> at(count);
   for (int i = 0; i < count; i++) {
     const uint64_t index = (static_cast<uint64_t>(step) << 24) + first + i;
     // The blend's dataset, by its weight (one dataset: no draw).
@@ -428,8 +470,16 @@ void BatchSampler::fill(int64_t step, int first, int count, std::vector<int32_t>
     }
     const TokenRange& r = split_.ranges[which];
     const uint64_t starts = r.size() - T_;  // start + T is the last target
-    const uint64_t start = r.begin + hash_key(seed_, stream_, index) % starts;
-    r.dataset->read(start, T_ + 1, window_.data());
+    at[i] = {r.dataset, r.begin + hash_key(seed_, stream_, index) % starts};
+  }
+  for (const TokenRange& r : split_.ranges) {
+    std::vector<std::pair<uint64_t, uint64_t>> wanted;
+    for (const auto& [dataset, start] : at)
+      if (dataset == r.dataset) wanted.emplace_back(start, T_ + 1);
+    if (!wanted.empty()) r.dataset->prefetch(wanted);
+  }
+  for (int i = 0; i < count; i++) {
+    at[i].first->read(at[i].second, T_ + 1, window_.data());
     std::copy(window_.begin(), window_.end() - 1, inputs.begin() + static_cast<size_t>(i) * T_);
     std::copy(window_.begin() + 1, window_.end(), targets.begin() + static_cast<size_t>(i) * T_);
   }

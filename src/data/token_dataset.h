@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 namespace trident {
 
 class Tokenizer;
+class TokenBytes;
 
 class TokenDataset {
  public:
@@ -25,8 +27,16 @@ class TokenDataset {
   virtual uint64_t tokens() const = 0;
   // count tokens from token offset `begin`.
   virtual void read(uint64_t begin, size_t count, int32_t* out) const = 0;
+  // The token ranges (begin, count) about to be read: a remote dataset fetches them
+  // together (data.stream); nothing by default.
+  virtual void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const { (void)ranges; }
+  // What reading it cost, for the log ("" for local data).
+  virtual std::string traffic() const { return ""; }
+  // Read over the network as needed (data.stream): a pass over it is not cheap.
+  virtual bool streamed() const { return false; }
   // Token offsets where documents start, ascending, from 0.
   virtual const std::vector<uint64_t>& document_starts() const = 0;
+  // The largest token id; -1 where unknown (a streamed dataset is not read whole).
   virtual int64_t max_token() const = 0;
   // "Megatron indexed dataset web (uint16): 1234 documents, 5678 tokens"
   virtual std::string describe() const = 0;
@@ -38,6 +48,10 @@ class TokenDataset {
 std::unique_ptr<TokenDataset> in_memory_dataset(std::vector<int32_t> tokens, std::vector<uint64_t> document_starts,
                                                 std::string description, std::string fingerprint);
 std::unique_ptr<TokenDataset> open_megatron_dataset(const std::string& prefix);
+// The same from its index's bytes and its tokens' source (data/s3_stream.h); `name` is
+// where it is (s3://bucket/prefix).
+std::unique_ptr<TokenDataset> open_megatron_dataset(const std::string& name, const std::string& idx,
+                                                    std::unique_ptr<TokenBytes> bin);
 // All shards matching `glob_pattern`, in name order, as one stream.
 std::unique_ptr<TokenDataset> open_llmc_shards(const std::vector<std::string>& files);
 // A text file or folder, tokenized with `tokenizer` (documents separated by its
@@ -78,8 +92,11 @@ struct TrainingData {
 // of it), else llm.c's *_val_* shards, else the last val_fraction of each dataset's
 // documents (at least one when val_fraction > 0). UsageError naming the file and what
 // is wrong.
+// An entry given as s3://... is opened with `open_remote` (data.stream: data/s3_data.h).
+using RemoteOpener = std::function<std::unique_ptr<TokenDataset>(const std::string& uri)>;
 TrainingData open_training_data(const std::string& path, const std::string& val_path, double val_fraction,
-                                const Tokenizer& tokenizer, const std::string& json_key = "text");
+                                const Tokenizer& tokenizer, const std::string& json_key = "text",
+                                const RemoteOpener& open_remote = {});
 
 // Sequences of T+1 tokens (inputs [:T], targets [1:]) drawn from a split. Sequence i of
 // step s comes from the blend's dataset and start chosen by (seed, stream, s, i) alone,

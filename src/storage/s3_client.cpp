@@ -483,6 +483,39 @@ S3Transfer S3Client::upload_file(const std::string& path, const std::string& key
   return t;
 }
 
+std::vector<std::string> S3Client::get_ranges(const std::string& key,
+                                              const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                              const std::string& if_match) {
+  std::vector<std::string> out(ranges.size());
+  in_parallel(static_cast<int>(ranges.size()), settings_.parallel, [&](int i, HttpSession& session) {
+    const auto [offset, length] = ranges[i];
+    std::string& body = out[i];
+    if (length == 0) return;
+    std::string refused;
+    Request get;
+    get.key = key;
+    get.refused = &refused;
+    get.headers = {"Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1)};
+    if (!if_match.empty()) get.headers.push_back("If-Match: " + if_match);
+    get.before_attempt = [&] { body.clear(); };
+    get.on_body = [&](const char* data, size_t n) {
+      if (body.size() + n > length) {
+        refused = "more bytes than the " + std::to_string(length) + " asked for";
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    };
+    send(session, get);
+    if (body.size() != length)
+      throw S3Error("GET " + url_of(key) + ": bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
+                        " came back " + std::to_string(body.size()) + " bytes long (the object is shorter?)",
+                    206, "Truncated");
+    counts_.bytes_down += length;
+  });
+  return out;
+}
+
 S3Transfer S3Client::download_file(const std::string& key, uint64_t size, const std::string& path,
                                    const std::string& if_match) {
   const Timer timer;

@@ -102,6 +102,11 @@ class S3Client {
   S3Transfer download_file(const std::string& key, uint64_t size, const std::string& path,
                            const std::string& if_match = "");
 
+  // Byte ranges [offset, offset + length) of one object, each a ranged GET, up to
+  // settings.parallel at once; each comes back whole (S3Error else). if_match as above.
+  std::vector<std::string> get_ranges(const std::string& key, const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                      const std::string& if_match = "");
+
   // From another thread: abandon transfers and retries now (they throw S3Error).
   void cancel() { cancelled_ = true; }
   const S3Counts& counts() const { return counts_; }

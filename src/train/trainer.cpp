@@ -73,7 +73,7 @@ TrainingData load_data(const Config& config, ParallelState& parallel, std::uniqu
   const DataConfig d = stage_s3_data(config, parallel);  // s3:// entries: their local copies
   run_collectively([&] {
     tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
-    data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key);
+    data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key, s3_dataset_opener(config));
     // Every id the data holds must be a row of the embedding (the tokenizer's vocabulary
     // may be larger: pre-tokenized data whose ids all fit trains).
     require(data.max_token < config.model.vocab_size,
@@ -961,6 +961,8 @@ TrainResult train(const Config& given, ParallelState& parallel) {
                 result.step_time_s > 0 ? 100.0 * result.comm_wait_s / result.step_time_s : 0.0,
                 gib(static_cast<double>(peak_resident_bytes())), end.log().path().empty() ? "" : ", metrics in ",
                 end.log().path().c_str());
+    for (const auto& dataset : data.datasets)  // data.stream's requests (rank 0's)
+      if (const std::string t = dataset->traffic(); !t.empty()) std::printf("data: %s (rank 0)\n", t.c_str());
     if (end.saved_any()) {
       const std::string me = this_executable(), dir = config.checkpoint.dir;
       std::printf("next: %s eval --checkpoint.dir=%s\n      %s generate --checkpoint.dir=%s --prompt \"...\"\n"

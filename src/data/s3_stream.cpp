@@ -1,0 +1,115 @@
+#include "data/s3_stream.h"
+
+#include <cstdio>
+#include <list>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "data/indexed_dataset.h"
+#include "kernels/base/error.h"
+#include "storage/s3_uri.h"
+
+namespace trident {
+
+namespace {
+
+// An object's bytes by ranged GETs, each range kept (exactly as asked) in an LRU cache.
+class StreamedTokens final : public TokenBytes {
+ public:
+  StreamedTokens(std::unique_ptr<S3Client> client, std::string key, uint64_t size, std::string etag, size_t cache_bytes)
+      : client_(std::move(client)), key_(std::move(key)), size_(size), etag_(std::move(etag)),
+        cache_bytes_(cache_bytes) {}
+
+  uint64_t size() const override { return size_; }
+  bool local() const override { return false; }
+
+  const uint8_t* bytes(uint64_t offset, size_t n, std::vector<uint8_t>&) const override {
+    read_bytes_ += n;
+    const Range range{offset, n};
+    auto it = cached_.find(range);
+    if (it != cached_.end()) {
+      if (!it->second.fresh) hit_bytes_ += n;  // fetched for an earlier read
+      recent_.splice(recent_.begin(), recent_, it->second.used);  // most recently used first
+    } else {
+      fetch({range});
+      it = cached_.find(range);
+    }
+    it->second.fresh = false;
+    return reinterpret_cast<const uint8_t*>(it->second.bytes.data());
+  }
+
+  void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
+    std::vector<Range> missing;
+    for (const auto& r : ranges)
+      if (!cached_.contains(r) && std::find(missing.begin(), missing.end(), r) == missing.end()) missing.push_back(r);
+    if (!missing.empty()) fetch(missing);
+  }
+
+  std::string traffic() const override {
+    char text[200];
+    std::snprintf(text, sizeof text, "streamed from S3: %llu ranged GETs, %.3f MB fetched for %.3f MB read (%.1f%% from the cache)",
+                  static_cast<unsigned long long>(gets_), fetched_bytes_ / 1e6, read_bytes_ / 1e6,
+                  read_bytes_ > 0 ? 100.0 * hit_bytes_ / read_bytes_ : 0.0);
+    return text;
+  }
+
+ private:
+  using Range = std::pair<uint64_t, uint64_t>;  // offset, bytes
+  struct Entry {
+    std::string bytes;
+    std::list<Range>::iterator used;
+    bool fresh = true;  // fetched for a read to come (not a cache hit when it comes)
+  };
+
+  void fetch(const std::vector<Range>& ranges) const {
+    for (const Range& r : ranges)
+      check(r.first + r.second <= size_, "a streamed read past the end of " + client_->url_of(key_));
+    std::vector<std::string> got = client_->get_ranges(key_, ranges, etag_);
+    gets_ += ranges.size();
+    for (size_t i = 0; i < ranges.size(); i++) {
+      fetched_bytes_ += got[i].size();
+      held_ += got[i].size();
+      recent_.push_front(ranges[i]);
+      cached_[ranges[i]] = Entry{std::move(got[i]), recent_.begin(), true};
+    }
+    // The least recently used out, but never what this fetch brought (about to be read).
+    while (held_ > cache_bytes_ && recent_.size() > ranges.size()) {
+      const auto old = cached_.find(recent_.back());
+      held_ -= old->second.bytes.size();
+      cached_.erase(old);
+      recent_.pop_back();
+    }
+  }
+
+  std::unique_ptr<S3Client> client_;
+  std::string key_;
+  uint64_t size_;
+  std::string etag_;
+  size_t cache_bytes_;
+  mutable std::map<Range, Entry> cached_;
+  mutable std::list<Range> recent_;  // most recently used first
+  mutable size_t held_ = 0;
+  mutable uint64_t gets_ = 0;
+  mutable double fetched_bytes_ = 0, read_bytes_ = 0, hit_bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Settings& settings,
+                                                             size_t cache_bytes) {
+  const S3Uri u = parse_s3_uri(uri);
+  auto client = std::make_unique<S3Client>(u.bucket, settings, std::make_shared<AwsCredentialProvider>());
+  const std::string idx_key = u.prefix + ".idx", bin_key = u.prefix + ".bin";
+  std::optional<std::string> idx = client->get_object(idx_key);
+  require(idx.has_value(), "data.path '" + uri + "': no index " + client->url_of(idx_key) +
+                               " (data.stream reads a Megatron prefix: its .bin and .idx)");
+  std::optional<S3Object> bin;
+  for (const S3Object& o : client->list(bin_key))
+    if (o.key == bin_key) bin = o;
+  require(bin.has_value(), "data.path '" + uri + "': no token file " + client->url_of(bin_key));
+  auto tokens = std::make_unique<StreamedTokens>(std::move(client), bin_key, bin->size, bin->etag, cache_bytes);
+  return open_megatron_dataset(uri, *idx, std::move(tokens));
+}
+
+}  // namespace trident

@@ -1,0 +1,25 @@
+// data.stream: a Megatron dataset in S3 read as training needs it, instead of copied to
+// the node first (data/s3_data.h). Opening it reads the index (<prefix>.idx, whole: the
+// documents and where each sequence is) and the token file's size and ETag; then each
+// batch's sequences are ranged GETs of exactly their bytes, a batch's fetched together
+// (up to checkpoint.s3_parallel at once), every range with If-Match on the ETag (an object
+// replaced meanwhile is an error, not a mix). What was fetched stays in a bounded cache,
+// least recently used out first (the validation batches, the same at every evaluation,
+// come from it). Every rank reads its own sequences: no copy on disk, no wait for one.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "data/token_dataset.h"
+#include "storage/s3_client.h"
+
+namespace trident {
+
+// The Megatron dataset at s3://bucket/prefix (its .idx and .bin), `cache_bytes` of fetched
+// ranges kept. UsageError when the pair is not there.
+std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Settings& settings,
+                                                             size_t cache_bytes);
+
+}  // namespace trident
