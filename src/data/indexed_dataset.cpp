@@ -191,11 +191,12 @@ void IndexedDataset::parse_index(const std::string& idx_path, const uint8_t* p, 
   token_starts_.resize(sequences + 1, 0);
   for (uint64_t i = 0; i < sequences; i++) {
     const int64_t pointer = read_le<int64_t>(pointers + 8 * i);
-    require(lengths_[i] >= 0, idx_path + ": sequence " + std::to_string(i) + " has a negative length");
-    require(pointer == static_cast<int64_t>(token_starts_[i] * item),
-            idx_path + ": the pointer of sequence " + std::to_string(i) + " (at byte " +
-                std::to_string(kHeaderBytes + 4 * sequences + 8 * i) + ") is " + std::to_string(pointer) +
-                ", not the end of the sequences before it (" + std::to_string(token_starts_[i] * item) + ")");
+    // The messages are built only on failure (this runs for every sequence).
+    if (lengths_[i] < 0) throw UsageError(idx_path + ": sequence " + std::to_string(i) + " has a negative length");
+    if (pointer != static_cast<int64_t>(token_starts_[i] * item))
+      throw UsageError(idx_path + ": the pointer of sequence " + std::to_string(i) + " (at byte " +
+                       std::to_string(kHeaderBytes + 4 * sequences + 8 * i) + ") is " + std::to_string(pointer) +
+                       ", not the end of the sequences before it (" + std::to_string(token_starts_[i] * item) + ")");
     token_starts_[i + 1] = token_starts_[i] + static_cast<uint64_t>(lengths_[i]);
   }
   require(document_indices_.front() == 0 && document_indices_.back() == static_cast<int64_t>(sequences) &&
@@ -224,7 +225,7 @@ int64_t IndexedDataset::max_token() const {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), tokens() - at));
     read(at, n, chunk.data());
     for (size_t i = 0; i < n; i++) {
-      require(chunk[i] >= 0, prefix_ + ".bin: a negative token id at token " + std::to_string(at + i));
+      if (chunk[i] < 0) throw UsageError(prefix_ + ".bin: a negative token id at token " + std::to_string(at + i));
       m = std::max<int64_t>(m, chunk[i]);
     }
   }

@@ -88,8 +88,9 @@ class SentencePieceTokenizer final : public Tokenizer {
     const int n = sp_.GetPieceSize();
     std::vector<int> v(ids.begin(), ids.end());
     for (size_t i = 0; i < v.size(); i++)
-      require(v[i] >= 0 && v[i] < n, "token id " + std::to_string(v[i]) + " (position " + std::to_string(i) +
-                                         ") is not in the vocabulary of " + path_ + " (0.." + std::to_string(n - 1) + ")");
+      if (v[i] < 0 || v[i] >= n)
+        throw UsageError("token id " + std::to_string(v[i]) + " (position " + std::to_string(i) +
+                         ") is not in the vocabulary of " + path_ + " (0.." + std::to_string(n - 1) + ")");
     // SentencePiece's surfaces (dummy prefix removed, controls empty, <unk> as " ⁇ "),
     // but each byte piece as its raw byte.
     const sentencepiece::ImmutableSentencePieceText spt = sp_.DecodeIdsAsImmutableProto(v);

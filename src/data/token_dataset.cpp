@@ -258,7 +258,7 @@ double entropy_of(const Split& split, int64_t max_token) {
         const auto [at, len] = chunks[c];
         r.dataset->read(at, len, chunk.data());
         for (size_t i = 0; i < len; i++) {
-          require(chunk[i] >= 0, r.dataset->describe() + ": a negative token id at token " + std::to_string(at + i));
+          if (chunk[i] < 0) throw UsageError(r.dataset->describe() + ": a negative token id at token " + std::to_string(at + i));
           if (static_cast<size_t>(chunk[i]) >= count.size()) count.resize(static_cast<size_t>(chunk[i]) + 1, 0.0);
           count[chunk[i]] += 1;
         }

@@ -25,8 +25,9 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids) const override {
     std::string text(ids.size(), '\0');
     for (size_t i = 0; i < ids.size(); i++) {
-      require(ids[i] >= 0 && ids[i] < 256, "token id " + std::to_string(ids[i]) + " (position " + std::to_string(i) +
-                                               ") is not in the byte vocabulary (0..255)");
+      if (ids[i] < 0 || ids[i] >= 256)
+        throw UsageError("token id " + std::to_string(ids[i]) + " (position " + std::to_string(i) +
+                         ") is not in the byte vocabulary (0..255)");
       text[i] = static_cast<char>(ids[i]);
     }
     return text;
