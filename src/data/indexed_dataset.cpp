@@ -210,11 +210,12 @@ void IndexedDataset::read(uint64_t begin, size_t count, int32_t* out) const {
   decode_tokens(bin_->bytes(begin * item, count * item, scratch_), type_, count, out);
 }
 
-void IndexedDataset::prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
+void IndexedDataset::prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, bool in_background) const {
   const size_t item = token_bytes(type_);
   std::vector<std::pair<uint64_t, uint64_t>> bytes;
   for (const auto& [begin, count] : ranges) bytes.emplace_back(begin * item, count * item);
-  bin_->prefetch(bytes);
+  if (in_background) bin_->prefetch_in_background(bytes);
+  else bin_->prefetch(bytes);
 }
 
 int64_t IndexedDataset::max_token() const {

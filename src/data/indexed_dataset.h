@@ -57,6 +57,8 @@ class TokenBytes {
   virtual const uint8_t* bytes(uint64_t offset, size_t n, std::vector<uint8_t>& scratch) const = 0;
   // The ranges (offset, bytes) about to be read, to fetch together (a remote source); none by default.
   virtual void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const { (void)ranges; }
+  // The same for ranges read later (the next step's), fetched in the background meanwhile.
+  virtual void prefetch_in_background(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const { (void)ranges; }
   // What reading cost, for the log ("" for a local file).
   virtual std::string traffic() const { return ""; }
   // Whether reading everything is cheap (a local file): max_token() scans it.
@@ -83,7 +85,7 @@ class IndexedDataset {
   // count tokens from token offset `begin` of the concatenation of all sequences.
   void read(uint64_t begin, size_t count, int32_t* out) const;
   // The token ranges (begin, count) about to be read (a remote source fetches them together).
-  void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const;
+  void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, bool in_background = false) const;
   // The largest token id (a pass over the data the first time it is asked); -1 for a
   // remote source (not read whole: each batch's ids are checked as they are used).
   int64_t max_token() const;

@@ -1,7 +1,10 @@
 #include "data/s3_stream.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <future>
 #include <list>
+#include <optional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -21,10 +24,18 @@ class StreamedTokens final : public TokenBytes {
       : client_(std::move(client)), key_(std::move(key)), size_(size), etag_(std::move(etag)),
         cache_bytes_(cache_bytes) {}
 
+  ~StreamedTokens() override {
+    try {
+      settle();
+    } catch (const std::exception&) {  // the run is ending: what the next step would have read no longer matters
+    }
+  }
+
   uint64_t size() const override { return size_; }
   bool local() const override { return false; }
 
   const uint8_t* bytes(uint64_t offset, size_t n, std::vector<uint8_t>&) const override {
+    settle();
     read_bytes_ += n;
     const Range range{offset, n};
     auto it = cached_.find(range);
@@ -40,13 +51,22 @@ class StreamedTokens final : public TokenBytes {
   }
 
   void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
-    std::vector<Range> missing;
-    for (const auto& r : ranges)
-      if (!cached_.contains(r) && std::find(missing.begin(), missing.end(), r) == missing.end()) missing.push_back(r);
+    settle();
+    const std::vector<Range> missing = not_cached(ranges);
     if (!missing.empty()) fetch(missing);
   }
 
+  // The next step's, while this one computes: its GETs run on a thread of their own, and
+  // the next read waits for them (so the cache and the client are one thread's at a time).
+  void prefetch_in_background(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
+    settle();
+    std::vector<Range> missing = not_cached(ranges);
+    if (missing.empty()) return;
+    background_ = std::async(std::launch::async, [this, missing = std::move(missing)] { fetch(missing); });
+  }
+
   std::string traffic() const override {
+    settle();
     char text[200];
     std::snprintf(text, sizeof text, "streamed from S3: %llu ranged GETs, %.3f MB fetched for %.3f MB read (%.1f%% from the cache)",
                   static_cast<unsigned long long>(gets_), fetched_bytes_ / 1e6, read_bytes_ / 1e6,
@@ -61,6 +81,17 @@ class StreamedTokens final : public TokenBytes {
     std::list<Range>::iterator used;
     bool fresh = true;  // fetched for a read to come (not a cache hit when it comes)
   };
+
+  // Waits for the background fetch, if any (its error, if it failed, is thrown here).
+  void settle() const {
+    if (background_.valid()) background_.get();
+  }
+  std::vector<Range> not_cached(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
+    std::vector<Range> missing;
+    for (const auto& r : ranges)
+      if (!cached_.contains(r) && std::find(missing.begin(), missing.end(), r) == missing.end()) missing.push_back(r);
+    return missing;
+  }
 
   void fetch(const std::vector<Range>& ranges) const {
     for (const Range& r : ranges)
@@ -92,6 +123,7 @@ class StreamedTokens final : public TokenBytes {
   mutable size_t held_ = 0;
   mutable uint64_t gets_ = 0;
   mutable double fetched_bytes_ = 0, read_bytes_ = 0, hit_bytes_ = 0;
+  mutable std::future<void> background_;
 };
 
 }  // namespace

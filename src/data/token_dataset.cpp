@@ -74,6 +74,9 @@ class MegatronDataset final : public TokenDataset {
   uint64_t tokens() const override { return data_.tokens(); }
   void read(uint64_t begin, size_t count, int32_t* out) const override { data_.read(begin, count, out); }
   void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override { data_.prefetch(ranges); }
+  void prefetch_in_background(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
+    data_.prefetch(ranges, true);
+  }
   bool streamed() const override { return !data_.bin().local(); }
   std::string traffic() const override {
     const std::string t = data_.bin().traffic();
@@ -451,12 +454,7 @@ BatchSampler::BatchSampler(const Split& split, int seq_len, uint64_t seed, uint6
                 std::to_string(seq_len + 1) + " (lower model.seq_len or add data)");
 }
 
-void BatchSampler::fill(int64_t step, int first, int count, std::vector<int32_t>& inputs,
-                        std::vector<int32_t>& targets) const {
-  inputs.resize(static_cast<size_t>(count) * T_);
-  targets.resize(static_cast<size_t>(count) * T_);
-  window_.resize(T_ + 1);
-  // Where each sequence is: a streamed dataset fetches a batch's together, then reads them.
+std::vector<std::pair<const TokenDataset*, uint64_t>> BatchSampler::starts(int64_t step, int first, int count) const {
   std::vector<std::pair<const TokenDataset*, uint64_t>> at(count);
   for (int i = 0; i < count; i++) {
     const uint64_t index = (static_cast<uint64_t>(step) << 24) + first + i;
@@ -472,12 +470,34 @@ void BatchSampler::fill(int64_t step, int first, int count, std::vector<int32_t>
     const uint64_t starts = r.size() - T_;  // start + T is the last target
     at[i] = {r.dataset, r.begin + hash_key(seed_, stream_, index) % starts};
   }
-  for (const TokenRange& r : split_.ranges) {
+  return at;
+}
+
+void BatchSampler::prefetch(const std::vector<std::pair<const TokenDataset*, uint64_t>>& at, bool in_background) const {
+  for (size_t d = 0; d < split_.ranges.size(); d++) {
+    const TokenDataset* dataset = split_.ranges[d].dataset;
+    bool seen = false;  // a dataset named by two ranges of a blend: asked once
+    for (size_t e = 0; e < d; e++) seen = seen || split_.ranges[e].dataset == dataset;
+    if (seen) continue;
     std::vector<std::pair<uint64_t, uint64_t>> wanted;
-    for (const auto& [dataset, start] : at)
-      if (dataset == r.dataset) wanted.emplace_back(start, T_ + 1);
-    if (!wanted.empty()) r.dataset->prefetch(wanted);
+    for (const auto& [in, start] : at)
+      if (in == dataset) wanted.emplace_back(start, T_ + 1);
+    if (wanted.empty()) continue;
+    if (in_background) dataset->prefetch_in_background(wanted);
+    else dataset->prefetch(wanted);
   }
+}
+
+void BatchSampler::prefetch(int64_t step, int first, int count) const { prefetch(starts(step, first, count), true); }
+
+void BatchSampler::fill(int64_t step, int first, int count, std::vector<int32_t>& inputs,
+                        std::vector<int32_t>& targets) const {
+  inputs.resize(static_cast<size_t>(count) * T_);
+  targets.resize(static_cast<size_t>(count) * T_);
+  window_.resize(T_ + 1);
+  // A streamed dataset fetches a batch's sequences together, then they are read.
+  const std::vector<std::pair<const TokenDataset*, uint64_t>> at = starts(step, first, count);
+  prefetch(at, false);
   for (int i = 0; i < count; i++) {
     at[i].first->read(at[i].second, T_ + 1, window_.data());
     std::copy(window_.begin(), window_.end() - 1, inputs.begin() + static_cast<size_t>(i) * T_);

@@ -30,6 +30,8 @@ class TokenDataset {
   // The token ranges (begin, count) about to be read: a remote dataset fetches them
   // together (data.stream); nothing by default.
   virtual void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const { (void)ranges; }
+  // The same for ranges read later (the next step's), fetched in the background meanwhile.
+  virtual void prefetch_in_background(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const { (void)ranges; }
   // What reading it cost, for the log ("" for local data).
   virtual std::string traffic() const { return ""; }
   // Read over the network as needed (data.stream): a pass over it is not cheap.
@@ -107,12 +109,19 @@ class BatchSampler {
 
   // Sequences [first, first + count) of step `step`, as inputs and targets [count, T].
   void fill(int64_t step, int first, int count, std::vector<int32_t>& inputs, std::vector<int32_t>& targets) const;
+  // Those of a later step, fetched in the background meanwhile where the data is streamed
+  // (nothing otherwise): the step that fills them then finds them there.
+  void prefetch(int64_t step, int first, int count) const;
 
  private:
   const Split& split_;
   int T_;
   uint64_t seed_, stream_;
   mutable std::vector<int32_t> window_;
+  // Where sequences [first, first + count) of `step` start, in which dataset.
+  std::vector<std::pair<const TokenDataset*, uint64_t>> starts(int64_t step, int first, int count) const;
+  // Their token ranges, asked of each dataset (fetched now, or in the background).
+  void prefetch(const std::vector<std::pair<const TokenDataset*, uint64_t>>& at, bool in_background) const;
 };
 
 }  // namespace trident

@@ -408,6 +408,8 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   {
     const trace::Span span("data", "data");
     sampler.fill(step, parallel.coord(Axis::dp) * s.local_batch, s.local_batch, inputs, targets);
+    // data.stream: the next step's sequences come down while this one computes.
+    if (step + 1 < config.train.steps) sampler.prefetch(step + 1, parallel.coord(Axis::dp) * s.local_batch, s.local_batch);
   }
   o.data_seconds = timer.seconds();
   const double slowed = injected_faults::slow_down(parallel.rank());
