@@ -778,9 +778,9 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   size_t n = 0;
   for (size_t i = 0; i < ids.size(); i++) {
     const int32_t id = ids[i];
-    require(id >= 0 && id < m.vocab_size && m.is_id[id],
-            "token id " + std::to_string(id) + " (position " + std::to_string(i) + ") is not in the " + m.options.kind +
-                " vocabulary (0.." + std::to_string(m.vocab_size - 1) + ")");
+    if (id < 0 || id >= m.vocab_size || !m.is_id[id])  // the message only on failure (this runs per token)
+      throw UsageError("token id " + std::to_string(id) + " (position " + std::to_string(i) + ") is not in the " +
+                       m.options.kind + " vocabulary (0.." + std::to_string(m.vocab_size - 1) + ")");
     n += m.offsets[id + 1] - m.offsets[id];
   }
   out.reserve(n);

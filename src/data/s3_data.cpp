@@ -359,7 +359,7 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
 }
 
 RemoteOpener s3_dataset_opener(const Config& config) {
-  require(config.data.stream_cache_mb > 0, "data.stream_cache_mb must be positive");
+  require(!config.data.stream || config.data.stream_cache_mb > 0, "data.stream_cache_mb must be positive");
   const S3Settings settings = s3_settings(config.checkpoint);
   const size_t cache = static_cast<size_t>(config.data.stream_cache_mb) << 20;
   return [settings, cache](const std::string& uri) { return open_streamed_megatron_dataset(uri, settings, cache); };

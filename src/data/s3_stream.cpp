@@ -25,10 +25,8 @@ class StreamedTokens final : public TokenBytes {
         cache_bytes_(cache_bytes) {}
 
   ~StreamedTokens() override {
-    try {
-      settle();
-    } catch (const std::exception&) {  // the run is ending: what the next step would have read no longer matters
-    }
+    client_->cancel();  // a fetch still retrying would hold this rank up while the run ends
+    settle();
   }
 
   uint64_t size() const override { return size_; }
@@ -52,6 +50,10 @@ class StreamedTokens final : public TokenBytes {
 
   void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
     settle();
+    // What is cached already is about to be read: most recently used, so that fetching the
+    // rest does not put it out.
+    for (const auto& r : ranges)
+      if (const auto it = cached_.find(r); it != cached_.end()) recent_.splice(recent_.begin(), recent_, it->second.used);
     const std::vector<Range> missing = not_cached(ranges);
     if (!missing.empty()) fetch(missing);
   }
@@ -82,9 +84,15 @@ class StreamedTokens final : public TokenBytes {
     bool fresh = true;  // fetched for a read to come (not a cache hit when it comes)
   };
 
-  // Waits for the background fetch, if any (its error, if it failed, is thrown here).
+  // Waits for the background fetch, if any. One that failed (after the client's retries)
+  // costs nothing but its ranges: the step that reads them fetches them itself, and that
+  // fetch's error, if the store is still failing, ends the run.
   void settle() const {
-    if (background_.valid()) background_.get();
+    if (!background_.valid()) return;
+    try {
+      background_.get();
+    } catch (const std::exception&) {
+    }
   }
   std::vector<Range> not_cached(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
     std::vector<Range> missing;

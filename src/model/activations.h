@@ -152,6 +152,7 @@ class ActivationArena {
   const ActivationShape& shape() const { return shape_; }
   const ActivationBytes& bytes() const { return bytes_; }
   int slots() const { return shape_.slots; }
+  int chunk_slots(int chunk) const { return chunk_slots_[chunk]; }  // its own buffers' slots
   // Several chunks: the micro-batch in `slot`, of chunk `chunk`, keeps that chunk's own
   // buffers in its slot `chunk_slot` (until the slot is bound again); by default slot `slot`.
   void bind(int slot, int chunk, int chunk_slot);

@@ -97,6 +97,8 @@ class Transformer {
   int micro_batch() const { return B_; }
   Recompute recompute() const { return activations_.shape().recompute; }
   int slots() const { return activations_.slots(); }
+  // Slots of a chunk's own buffers (the embedding's, the head's; `slots()` with one chunk).
+  int chunk_slots(int chunk) const { return activations_.chunk_slots(chunk); }
   // The parameters and gradients: what the optimizer, data parallelism and checkpoints use.
   ParamGradStore& store() { return store_; }
   const ParamGradStore& store() const { return store_; }

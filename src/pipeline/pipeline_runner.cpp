@@ -20,6 +20,9 @@ void PipelineRunner::run_schedule(const int32_t* inputs, const int32_t* targets,
   const std::vector<PipelineAction> actions = stage_actions(links_.schedule, stage(), stages(), micro_batches, chunks());
   const ActivationSlots slots = activation_slots(actions, chunks());
   check(model_.slots() >= slots.slots, "the model has fewer activation slots than the schedule keeps in flight");
+  for (int c = 0; c < chunks(); c++)
+    check(model_.chunk_slots(c) >= slots.chunk_slots[c],
+          "the model has fewer slots for chunk " + std::to_string(c) + "'s own activations than the schedule keeps");
   pass_s_ = {};
   for (size_t i = 0; i < actions.size(); i++) {
     const PipelineAction& action = actions[i];

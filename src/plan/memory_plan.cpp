@@ -180,11 +180,14 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       if (zero > 0 && shards > 2) in_flight *= 2;  // reduce-scatters
       if (zero > 0 && shards < d.data_parallel_size()) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces
     }
-    // The tied embedding's sum between the pipeline's ends, a piece at a time, while the
-    // other buckets' reductions are in flight.
-    if (d.size(Axis::pp) > 1)
+    // The tied embedding's sum between the pipeline's ends, a piece at a time (one tensor
+    // after another), while the other buckets' reductions are in flight.
+    if (d.size(Axis::pp) > 1) {
+      size_t piece = 0;
       for (const ParameterTensor& t : layout.tensors())
-        if (t.placement.gradient_sum == GradientSum::pipeline_ends) in_flight += std::min(t.stored, kReductionPieceFloats) * f32;
+        if (t.placement.gradient_sum == GradientSum::pipeline_ends) piece = std::max(piece, std::min(t.stored, kReductionPieceFloats));
+      in_flight += piece * f32;
+    }
     const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * shape.seq_len * spec.d_model);
     const bool scatters = config.parallel.sequence_parallel && d.size(Axis::tp) > 2;
     if (d.size(Axis::tp) > 1) in_flight = std::max(in_flight, activations_all_rows * (scatters ? 2 : 1));
