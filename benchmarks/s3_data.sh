@@ -12,20 +12,7 @@ trap 'echo "s3_data.sh: line $LINENO failed (exit $?)" >&2' ERR
 build=${1:-build}
 rounds=${2:-3}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/trident_s3_data.XXXXXX)
-proxy_pid=
-trap '[ -z "$proxy_pid" ] || kill "$proxy_pid"; bash "$here/../tests/s3/s3_server.sh" stop "$work/ceph" >/dev/null 2>&1; rm -rf "$work"' EXIT
-aws=/usr/bin/aws
-median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-
-start=$(bash "$here/../tests/s3/s3_server.sh" start "$work/ceph" --memory-gib 6)
-echo "$start"
-case $start in SKIP:*) exit 0 ;; esac
-source "$work/ceph/env"
-export NO_PROXY=127.0.0.1 no_proxy=127.0.0.1
-endpoint=$TRIDENT_TEST_S3_ENDPOINT
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-$aws --endpoint-url "$endpoint" s3api create-bucket --bucket data >/dev/null
+source "$here/s3_bench_server.sh"
 
 # 8 llm.c shards (header: magic 20240520, version 1, token count; then uint16 tokens < 256).
 mkdir -p "$work/shards"
@@ -69,12 +56,7 @@ for r in $(seq "$rounds"); do
 done
 
 # Requests, counted by the proxy in front of the server.
-python3 "$here/../tests/s3/slowdown_proxy.py" --upstream "$endpoint" --port-file "$work/proxy.port" \
-  --stats "$work/stats.json" 2>"$work/proxy.log" &
-proxy_pid=$!
-for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.1; done
-proxy=http://127.0.0.1:$(cat "$work/proxy.port")
-requests() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['requests'])" "$work/stats.json"; }
+start_counting_proxy
 before=$(requests); ours "$proxy" >/dev/null; ours_requests=$(( $(requests) - before ))
 before=$(requests); theirs "$proxy" >/dev/null; aws_requests=$(( $(requests) - before ))
 

@@ -11,20 +11,7 @@ build=${1:-build}
 rounds=${2:-3}
 steps=${3:-20}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/trident_s3_stream.XXXXXX)
-proxy_pid=
-trap '[ -z "$proxy_pid" ] || kill "$proxy_pid"; bash "$here/../tests/s3/s3_server.sh" stop "$work/ceph" >/dev/null 2>&1; rm -rf "$work"' EXIT
-aws=/usr/bin/aws
-median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-
-start=$(bash "$here/../tests/s3/s3_server.sh" start "$work/ceph" --memory-gib 6)
-echo "$start"
-case $start in SKIP:*) exit 0 ;; esac
-source "$work/ceph/env"
-export NO_PROXY=127.0.0.1 no_proxy=127.0.0.1
-endpoint=$TRIDENT_TEST_S3_ENDPOINT
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-$aws --endpoint-url "$endpoint" s3api create-bucket --bucket data >/dev/null
+source "$here/s3_bench_server.sh"
 
 # A Megatron indexed dataset (MMIDIDX v1, uint16): 1024 documents of 512K tokens < 256.
 mkdir -p "$work/megatron"
@@ -68,12 +55,7 @@ first_loss() { sed -n 's/^step 1\/[0-9]* | loss \([0-9.]*\).*/\1/p' "$work/$1.lo
 [ "$(first_loss copy)" = "$(first_loss stream)" ] || { echo "the first losses differ"; exit 1; }
 
 # Requests and bytes, counted by the proxy in front of the server.
-python3 "$here/../tests/s3/slowdown_proxy.py" --upstream "$endpoint" --port-file "$work/proxy.port" \
-  --stats "$work/stats.json" 2>"$work/proxy.log" &
-proxy_pid=$!
-for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.1; done
-proxy=http://127.0.0.1:$(cat "$work/proxy.port")
-requests() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['requests'])" "$work/stats.json"; }
+start_counting_proxy
 before=$(requests); run copy "$proxy" >/dev/null; copy_requests=$(( $(requests) - before ))
 before=$(requests); run stream "$proxy" >/dev/null; stream_requests=$(( $(requests) - before ))
 fetched=$(sed -n 's/.*streamed from S3: [0-9]* ranged GETs, \([0-9.]*\) MB fetched.*/\1/p' "$work/stream.log")

@@ -42,9 +42,10 @@ int run_eval_command(const std::vector<std::string>& args, const MpiWorld& world
   load_checkpoint_run(run);
   const Config& c = run.config;
   TrainingData data;
-  const DataConfig d = stage_s3_data(c, *run.parallel);  // s3:// entries: their local copies
+  const StagedData staged = stage_s3_data(c, *run.parallel);  // s3:// entries: their local copies, or streamed
+  const DataConfig& d = staged.data;
   run_collectively([&] {
-    data = open_training_data(d.path, d.val_path, d.val_fraction, *run.tokenizer, d.json_key, s3_dataset_opener(c));
+    data = open_training_data(d.path, d.val_path, d.val_fraction, *run.tokenizer, d.json_key, staged.open_remote);
     require(data.max_token < c.model.vocab_size, "the data holds token id " + std::to_string(data.max_token) +
                                                      ", beyond model.vocab_size (" + std::to_string(c.model.vocab_size) +
                                                      ")");

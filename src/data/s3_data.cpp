@@ -63,6 +63,14 @@ struct DataObject {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DataObject, bucket, key, etag, size)
 
+// A Megatron prefix read where it is (data.stream): its entry, and its token file as listed.
+struct StreamedEntry {
+  std::string uri;
+  DataObject bin;
+};
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StreamedEntry, uri, bin)
+
 std::string copy_path(const std::string& cache, const DataObject& o) {
   return (fs::path(cache) / o.bucket / o.key).string();
 }
@@ -159,7 +167,7 @@ std::string gb(double bytes) {
 // names nothing, a bucket that cannot be used).
 // stream: a Megatron prefix (its .bin and .idx there) goes into `streamed` instead (data.stream).
 void list_entries(const std::string& key_name, const std::string& spec, const CheckpointConfig& s3, bool stream,
-                  std::vector<DataObject>& objects, std::vector<std::string>& streamed) {
+                  std::vector<DataObject>& objects, std::vector<StreamedEntry>& streamed) {
   for (const std::string& word : words_of(spec)) {
     if (!is_s3_uri(word)) continue;
     const S3Uri uri = parse_s3_uri(word);
@@ -171,11 +179,14 @@ void list_entries(const std::string& key_name, const std::string& spec, const Ch
       if (named_by(uri.prefix, o.key)) found.push_back({uri.bucket, o.key, o.etag, o.size});
     require(!found.empty(), key_name + " '" + word + "' names no object in S3 (a Megatron prefix with its .bin and .idx, "
                                                      "a glob of shards, a file or a folder)");
-    const auto has = [&](const std::string& key) {
-      return std::any_of(found.begin(), found.end(), [&](const DataObject& o) { return o.key == key; });
+    const auto named = [&](const std::string& key) {
+      return std::find_if(found.begin(), found.end(), [&](const DataObject& o) { return o.key == key; });
     };
-    if (stream && !has_glob(uri.prefix) && has(uri.prefix + ".bin") && has(uri.prefix + ".idx")) streamed.push_back(word);
-    else objects.insert(objects.end(), found.begin(), found.end());
+    const auto bin = named(uri.prefix + ".bin");
+    if (stream && !has_glob(uri.prefix) && bin != found.end() && named(uri.prefix + ".idx") != found.end())
+      streamed.push_back({word, *bin});
+    else
+      objects.insert(objects.end(), found.begin(), found.end());
   }
 }
 
@@ -203,11 +214,13 @@ void remove_unlisted(const std::string& spec, const std::string& cache, const st
 }
 
 // The entries with their copies' paths, but those streamed (left as s3://).
-std::string with_local_copies(const std::string& spec, const std::string& cache, const std::vector<std::string>& streamed) {
+std::string with_local_copies(const std::string& spec, const std::string& cache,
+                              const std::vector<StreamedEntry>& streamed) {
   if (!names_s3(spec)) return spec;
   std::string out;
   for (const std::string& word : words_of(spec)) {
-    const bool copied = is_s3_uri(word) && std::find(streamed.begin(), streamed.end(), word) == streamed.end();
+    const bool copied = is_s3_uri(word) && std::none_of(streamed.begin(), streamed.end(),
+                                                        [&](const StreamedEntry& e) { return e.uri == word; });
     out += (out.empty() ? "" : " ") + (copied ? local_copy_of(word, cache) : word);
   }
   return out;
@@ -237,13 +250,13 @@ std::string data_cache_dir(const DataConfig& data) {
   return (fs::path(slurm != nullptr && *slurm != '\0' ? slurm : "/tmp") / "trident-data").string();
 }
 
-DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
+StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
   DataConfig data = config.data;
-  if (!names_s3(data.path) && !names_s3(data.val_path)) return data;
+  if (!names_s3(data.path) && !names_s3(data.val_path)) return {data, {}};
   const std::string cache = data_cache_dir(data);
   // Rank 0 lists what the entries name; every rank learns it.
   std::vector<DataObject> objects;
-  std::vector<std::string> streamed;
+  std::vector<StreamedEntry> streamed;
   run_collectively([&] {
     if (!parallel.is_root()) return;
     list_entries("data.path", data.path, config.checkpoint, data.stream, objects, streamed);
@@ -252,12 +265,21 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
   const nlohmann::json listed = nlohmann::json::parse(
       broadcast_string(nlohmann::json{{"objects", objects}, {"streamed", streamed}}.dump()));
   objects = listed.at("objects").get<std::vector<DataObject>>();
-  streamed = listed.at("streamed").get<std::vector<std::string>>();
+  streamed = listed.at("streamed").get<std::vector<StreamedEntry>>();
   if (parallel.is_root())
-    for (const std::string& s : streamed)
+    for (const StreamedEntry& s : streamed)
       std::printf("data: streaming %s (data.stream: ranged GETs as batches need them, %d MB cached per rank)\n",
-                  s.c_str(), data.stream_cache_mb);
-  if (objects.empty()) return data;  // all streamed
+                  s.uri.c_str(), data.stream_cache_mb);
+  // Each rank opens a streamed entry with what rank 0 listed (no listing of its own).
+  require(streamed.empty() || data.stream_cache_mb > 0, "data.stream_cache_mb must be positive");
+  const S3Settings settings = s3_settings(config.checkpoint);
+  const size_t cache_bytes = static_cast<size_t>(data.stream_cache_mb) << 20;
+  RemoteOpener open_streamed = [streamed, settings, cache_bytes](const std::string& uri) {
+    const auto e = std::find_if(streamed.begin(), streamed.end(), [&](const StreamedEntry& s) { return s.uri == uri; });
+    check(e != streamed.end(), "an s3:// entry neither copied nor streamed: " + uri);
+    return open_streamed_megatron_dataset(uri, {e->bin.key, e->bin.size, e->bin.etag}, settings, cache_bytes);
+  };
+  if (objects.empty()) return {data, open_streamed};  // all streamed
   std::sort(objects.begin(), objects.end(), [](const DataObject& a, const DataObject& b) {
     return std::tie(a.bucket, a.key) < std::tie(b.bucket, b.key);
   });
@@ -355,14 +377,7 @@ DataConfig stage_s3_data(const Config& config, ParallelState& parallel) {
   parallel.world().barrier();
   data.path = with_local_copies(data.path, cache, streamed);
   data.val_path = with_local_copies(data.val_path, cache, streamed);
-  return data;
-}
-
-RemoteOpener s3_dataset_opener(const Config& config) {
-  require(!config.data.stream || config.data.stream_cache_mb > 0, "data.stream_cache_mb must be positive");
-  const S3Settings settings = s3_settings(config.checkpoint);
-  const size_t cache = static_cast<size_t>(config.data.stream_cache_mb) << 20;
-  return [settings, cache](const std::string& uri) { return open_streamed_megatron_dataset(uri, settings, cache); };
+  return {data, open_streamed};
 }
 
 }  // namespace trident

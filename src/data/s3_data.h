@@ -40,9 +40,12 @@ void remember_copy(const std::string& cache_dir, const std::string& bucket, cons
 
 // Collective. `config.data` with every s3:// entry of path and val_path replaced by its
 // local copy, fetched first where missing or changed (S3 settings: config.checkpoint's);
-// under data.stream a Megatron prefix stays s3:// (data/s3_stream.h).
-DataConfig stage_s3_data(const Config& config, ParallelState& parallel);
-// What opens the entries left s3:// (open_training_data's open_remote).
-RemoteOpener s3_dataset_opener(const Config& config);
+// under data.stream a Megatron prefix stays s3:// (data/s3_stream.h), opened by
+// open_remote (open_training_data's) from what rank 0 listed.
+struct StagedData {
+  DataConfig data;
+  RemoteOpener open_remote;
+};
+StagedData stage_s3_data(const Config& config, ParallelState& parallel);
 
 }  // namespace trident

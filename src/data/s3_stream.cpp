@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <future>
 #include <list>
-#include <optional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -136,19 +135,15 @@ class StreamedTokens final : public TokenBytes {
 
 }  // namespace
 
-std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Settings& settings,
-                                                             size_t cache_bytes) {
+std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Object& bin,
+                                                             const S3Settings& settings, size_t cache_bytes) {
   const S3Uri u = parse_s3_uri(uri);
   auto client = std::make_unique<S3Client>(u.bucket, settings, std::make_shared<AwsCredentialProvider>());
-  const std::string idx_key = u.prefix + ".idx", bin_key = u.prefix + ".bin";
+  const std::string idx_key = u.prefix + ".idx";
   std::optional<std::string> idx = client->get_object(idx_key);
   require(idx.has_value(), "data.path '" + uri + "': no index " + client->url_of(idx_key) +
                                " (data.stream reads a Megatron prefix: its .bin and .idx)");
-  std::optional<S3Object> bin;
-  for (const S3Object& o : client->list(bin_key))
-    if (o.key == bin_key) bin = o;
-  require(bin.has_value(), "data.path '" + uri + "': no token file " + client->url_of(bin_key));
-  auto tokens = std::make_unique<StreamedTokens>(std::move(client), bin_key, bin->size, bin->etag, cache_bytes);
+  auto tokens = std::make_unique<StreamedTokens>(std::move(client), bin.key, bin.size, bin.etag, cache_bytes);
   return open_megatron_dataset(uri, *idx, std::move(tokens));
 }
 

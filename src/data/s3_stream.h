@@ -17,9 +17,10 @@
 
 namespace trident {
 
-// The Megatron dataset at s3://bucket/prefix (its .idx and .bin), `cache_bytes` of fetched
-// ranges kept. UsageError when the pair is not there.
-std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Settings& settings,
-                                                             size_t cache_bytes);
+// The Megatron dataset at s3://bucket/prefix: its .idx read now, its .bin (`bin`, as
+// listed: key, size, ETag) as batches need it, `cache_bytes` of fetched ranges kept.
+// UsageError when the index is not there.
+std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Object& bin,
+                                                             const S3Settings& settings, size_t cache_bytes);
 
 }  // namespace trident

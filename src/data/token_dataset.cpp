@@ -448,6 +448,7 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
 BatchSampler::BatchSampler(const Split& split, int seq_len, uint64_t seed, uint64_t stream)
     : split_(split), T_(seq_len), seed_(seed), stream_(stream) {
   require(!split.ranges.empty(), "no data to draw sequences from");
+  for (const TokenRange& r : split.ranges) streamed_ = streamed_ || r.dataset->streamed();
   for (const TokenRange& r : split.ranges)
     require(r.size() > static_cast<uint64_t>(seq_len) + 1,
             "the data has " + std::to_string(r.size()) + " tokens in a split, fewer than one sequence of " +
@@ -488,7 +489,9 @@ void BatchSampler::prefetch(const std::vector<std::pair<const TokenDataset*, uin
   }
 }
 
-void BatchSampler::prefetch(int64_t step, int first, int count) const { prefetch(starts(step, first, count), true); }
+void BatchSampler::prefetch(int64_t step, int first, int count) const {
+  if (streamed_) prefetch(starts(step, first, count), true);
+}
 
 void BatchSampler::fill(int64_t step, int first, int count, std::vector<int32_t>& inputs,
                         std::vector<int32_t>& targets) const {
@@ -497,7 +500,7 @@ void BatchSampler::fill(int64_t step, int first, int count, std::vector<int32_t>
   window_.resize(T_ + 1);
   // A streamed dataset fetches a batch's sequences together, then they are read.
   const std::vector<std::pair<const TokenDataset*, uint64_t>> at = starts(step, first, count);
-  prefetch(at, false);
+  if (streamed_) prefetch(at, false);
   for (int i = 0; i < count; i++) {
     at[i].first->read(at[i].second, T_ + 1, window_.data());
     std::copy(window_.begin(), window_.end() - 1, inputs.begin() + static_cast<size_t>(i) * T_);

@@ -117,6 +117,7 @@ class BatchSampler {
   const Split& split_;
   int T_;
   uint64_t seed_, stream_;
+  bool streamed_ = false;  // some dataset is read over the network: batches are fetched ahead
   mutable std::vector<int32_t> window_;
   // Where sequences [first, first + count) of `step` start, in which dataset.
   std::vector<std::pair<const TokenDataset*, uint64_t>> starts(int64_t step, int first, int count) const;

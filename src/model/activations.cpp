@@ -79,10 +79,9 @@ ActivationArena::Plan ActivationArena::plan(const ActivationDeclarations& declar
   int chunks = 1;
   for (const auto& k : declared.kept_) chunks = std::max(chunks, k.chunk + 1);
   const bool apart = chunks > 1;  // the chunks' own buffers in slots of their own
-  std::vector<int> chunk_slots = s.chunk_slots;
-  if (chunk_slots.empty()) chunk_slots.assign(chunks, s.slots);
-  check(static_cast<int>(chunk_slots.size()) == chunks, "chunk slots for every chunk");
   Plan p;
+  p.chunk_slots = s.chunk_slots.empty() ? std::vector<int>(chunks, s.slots) : s.chunk_slots;
+  check(static_cast<int>(p.chunk_slots.size()) == chunks, "chunk slots for every chunk");
   p.kept.resize(declared.kept_.size());
   std::vector<size_t> shared_end(chunks, 0);
   p.own_bytes.assign(chunks, 0);
@@ -101,7 +100,7 @@ ActivationArena::Plan ActivationArena::plan(const ActivationDeclarations& declar
   if (apart)
     for (int c = 0; c < chunks; c++) {
       p.own_at[c] = at;
-      at += p.own_bytes[c] * chunk_slots[c];
+      at += p.own_bytes[c] * p.chunk_slots[c];
     }
   p.bytes.chunk_own = at - s.slots * p.slot_bytes;
   p.bytes.slots = at;
@@ -141,7 +140,7 @@ ActivationArena::ActivationArena(ActivationDeclarations& declared, kernels::Kern
   slot_bytes_ = p.slot_bytes;
   own_at_ = std::move(p.own_at);
   own_bytes_ = std::move(p.own_bytes);
-  chunk_slots_ = shape_.chunk_slots.empty() ? std::vector<int>(own_at_.size(), shape_.slots) : shape_.chunk_slots;
+  chunk_slots_ = std::move(p.chunk_slots);
   bound_.resize(shape_.slots);
   std::iota(bound_.begin(), bound_.end(), 0);
   for (size_t i = 0; i < declared.scratch_.size(); i++)

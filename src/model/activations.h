@@ -181,6 +181,7 @@ class ActivationArena {
     std::vector<Place> kept;                 // per handle
     size_t slot_bytes = 0;                   // of each shared slot
     std::vector<size_t> own_at, own_bytes;   // per chunk: where its own slots begin, the bytes of each
+    std::vector<int> chunk_slots;            // per chunk: how many own slots
     std::vector<size_t> scratch;             // per scratch name
   };
   static Plan plan(const ActivationDeclarations& declared);

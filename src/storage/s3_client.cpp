@@ -483,35 +483,50 @@ S3Transfer S3Client::upload_file(const std::string& path, const std::string& key
   return t;
 }
 
+void S3Client::get_range(HttpSession& http, const std::string& key, uint64_t offset, uint64_t length,
+                         const std::string& if_match, const std::function<void()>& restart,
+                         const std::function<bool(const char*, size_t, std::string& refused)>& take) {
+  uint64_t received = 0;
+  std::string refused;
+  Request get;
+  get.key = key;
+  get.refused = &refused;
+  get.headers = {"Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1)};
+  if (!if_match.empty()) get.headers.push_back("If-Match: " + if_match);
+  get.before_attempt = [&] {
+    received = 0;
+    restart();
+  };
+  get.on_body = [&](const char* data, size_t n) {
+    if (received + n > length) {
+      refused = "more bytes than the " + std::to_string(length) + " asked for: not the object expected";
+      return false;
+    }
+    if (!take(data, n, refused)) return false;
+    received += n;
+    return true;
+  };
+  send(http, get);
+  if (received != length)
+    throw S3Error("GET " + url_of(key) + ": bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
+                      " came back " + std::to_string(received) +
+                      " bytes long: the object is shorter than expected (truncated?)",
+                  206, "Truncated");
+  counts_.bytes_down += length;
+}
+
 std::vector<std::string> S3Client::get_ranges(const std::string& key,
                                               const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
                                               const std::string& if_match) {
   std::vector<std::string> out(ranges.size());
   in_parallel(static_cast<int>(ranges.size()), settings_.parallel, [&](int i, HttpSession& session) {
-    const auto [offset, length] = ranges[i];
     std::string& body = out[i];
-    if (length == 0) return;
-    std::string refused;
-    Request get;
-    get.key = key;
-    get.refused = &refused;
-    get.headers = {"Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1)};
-    if (!if_match.empty()) get.headers.push_back("If-Match: " + if_match);
-    get.before_attempt = [&] { body.clear(); };
-    get.on_body = [&](const char* data, size_t n) {
-      if (body.size() + n > length) {
-        refused = "more bytes than the " + std::to_string(length) + " asked for";
-        return false;
-      }
-      body.append(data, n);
-      return true;
-    };
-    send(session, get);
-    if (body.size() != length)
-      throw S3Error("GET " + url_of(key) + ": bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) +
-                        " came back " + std::to_string(body.size()) + " bytes long (the object is shorter?)",
-                    206, "Truncated");
-    counts_.bytes_down += length;
+    if (ranges[i].second == 0) return;
+    get_range(session, key, ranges[i].first, ranges[i].second, if_match, [&] { body.clear(); },
+              [&](const char* data, size_t n, std::string&) {
+                body.append(data, n);
+                return true;
+              });
   });
   return out;
 }
@@ -531,43 +546,28 @@ S3Transfer S3Client::download_file(const std::string& key, uint64_t size, const 
     if (size > 0) {
       in_parallel(t.parts, settings_.parallel, [&](int i, HttpSession& session) {
         const uint64_t offset = static_cast<uint64_t>(i) * part, length = std::min<uint64_t>(part, size - offset);
-        uint64_t received = 0;
         uLong crc = 0;
-        std::string refused;
-        Request get;
-        get.key = key;
-        get.refused = &refused;
-        get.headers = {"Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1)};
-        if (!if_match.empty()) get.headers.push_back("If-Match: " + if_match);
-        get.before_attempt = [&] {
-          received = 0;
-          crc = crc32(0L, Z_NULL, 0);
-        };
-        get.on_body = [&](const char* data, size_t n) {
-          if (received + n > length) {
-            refused = "more bytes than the " + std::to_string(length) + " asked for: not the object the manifest names";
-            return false;
-          }
-          for (size_t done = 0; done < n;) {
-            const ssize_t w = ::pwrite(file.get(), data + done, n - done, static_cast<off_t>(offset + received + done));
-            if (w <= 0) {
-              refused = "cannot write " + path + ": " + std::strerror(errno);
-              return false;
-            }
-            done += static_cast<size_t>(w);
-          }
-          crc = crc32_z(crc, reinterpret_cast<const Bytef*>(data), n);
-          received += n;
-          return true;
-        };
-        send(session, get);
-        if (received != length)
-          throw S3Error("GET " + url_of(key) + ": bytes " + std::to_string(offset) + "-" +
-                            std::to_string(offset + length - 1) + " came back " + std::to_string(received) +
-                            " bytes long: the object is shorter than the manifest says (truncated?)",
-                        206, "Truncated");
+        uint64_t written = 0;
+        get_range(
+            session, key, offset, length, if_match,
+            [&] {
+              written = 0;
+              crc = crc32(0L, Z_NULL, 0);
+            },
+            [&](const char* data, size_t n, std::string& refused) {
+              for (size_t done = 0; done < n;) {
+                const ssize_t w = ::pwrite(file.get(), data + done, n - done, static_cast<off_t>(offset + written + done));
+                if (w <= 0) {
+                  refused = "cannot write " + path + ": " + std::strerror(errno);
+                  return false;
+                }
+                done += static_cast<size_t>(w);
+              }
+              crc = crc32_z(crc, reinterpret_cast<const Bytef*>(data), n);
+              written += n;
+              return true;
+            });
         crcs[i] = static_cast<uint32_t>(crc);
-        counts_.bytes_down += length;
       });
     }
     check(::fsync(file.get()) == 0, "cannot sync " + path);

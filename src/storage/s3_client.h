@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <functional>
 #include <vector>
 
 #include "runtime/exit_codes.h"
@@ -119,6 +120,12 @@ class S3Client {
   // Sends a request until it succeeds, retrying what may succeed later; S3Error else.
   // A 404 comes back as the response when the request allows it.
   HttpResponse send(HttpSession& http, const Request& request);
+  // One ranged GET of [offset, offset + length) (If-Match: if_match when given): `take` gets
+  // the body's pieces in order (false, with `refused` set, refuses it: not retried),
+  // `restart` runs before each attempt; S3Error unless exactly `length` bytes came.
+  void get_range(HttpSession& http, const std::string& key, uint64_t offset, uint64_t length,
+                 const std::string& if_match, const std::function<void()>& restart,
+                 const std::function<bool(const char*, size_t, std::string& refused)>& take);
   // Returns the object's ETag.
   std::string complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
                               const std::vector<std::string>& part_etags);

@@ -70,10 +70,11 @@ std::string format_loss(double loss) {
 // ---- data: every rank opens it and takes its slice of each global batch ----
 TrainingData load_data(const Config& config, ParallelState& parallel, std::unique_ptr<Tokenizer>& tokenizer) {
   TrainingData data;
-  const DataConfig d = stage_s3_data(config, parallel);  // s3:// entries: their local copies
+  const StagedData staged = stage_s3_data(config, parallel);  // s3:// entries: their local copies, or streamed
+  const DataConfig& d = staged.data;
   run_collectively([&] {
     tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
-    data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key, s3_dataset_opener(config));
+    data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key, staged.open_remote);
     // Every id the data holds must be a row of the embedding (the tokenizer's vocabulary
     // may be larger: pre-tokenized data whose ids all fit trains).
     require(data.max_token < config.model.vocab_size,
