@@ -64,7 +64,7 @@ ifneq ($(NVCC),)
 ifneq ($(CUDA_SRCS),)
   CPPFLAGS += -DTRIDENT_CUDA -I$(CUDA_HOME)/include
   CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
-  # cuBLASLt is not linked: kernels/cuda/cublaslt_library.cu opens it on a CUDA run's first
+  # cuBLASLt and cuBLAS are not linked: kernels/cuda/cublas_library.cu opens them on a CUDA run's first
   # GEMM (linked, it costs every process, CPU runs too, ~0.4 s at start); the run path finds it.
   LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -ldl
   ifeq ($(HAVE_NCCL),yes)

@@ -103,6 +103,18 @@ class Kernels : public Footprint {
 #define TRIDENT_KERNEL_OP(name, params, args, written) virtual void name params = 0;
 #include "kernels/ops.def"
 
+  // ---- grouped linear layers: a mixture's experts, each its own weight over its rows ----
+  // Group g is rows[g] consecutive rows (0 allowed; the groups one after the other; rows
+  // in host memory) and weights[g] ([OC, C], host array of device pointers). Each group is
+  // matmul_forward / matmul_backward without a bias: out, dinp (null: skipped) overwritten,
+  // dweights[g] += (dweights null: skipped), inp read only for dweights, weights only for
+  // dinp. A backend runs them as one grouped GEMM (CUDA: cuBLAS's grouped batched GEMM) or,
+  // by default, one GEMM per group (the CPU: the same sums as calling matmul per expert).
+  virtual void grouped_matmul_forward(Act* out, const Act* inp, const Act* const* weights, const int* rows,
+                                      int groups, int C, int OC);
+  virtual void grouped_matmul_backward(Act* dinp, float* const* dweights, const Act* dout, const Act* inp,
+                                       const Act* const* weights, const int* rows, int groups, int C, int OC);
+
   // sum of x[i]^2, accumulated in double, on the host (blocking).
   double sum_squares(const float* x, size_t n) {
     host_syncs_++;

@@ -6,9 +6,11 @@
 #      other's checks too), first without timing, then under compute-sanitizer where it
 #      is installed, then with the timing tables: GPT-2 124M's shapes with flash vs naive
 #      attention at T 1024, the Llama kernels (RMSNorm, SwiGLU, rotary, grouped-query
-#      attention at T 2048 and 4096) at Llama-2-7B / Llama-3-8B shapes (build/bench/kernel_check);
-#   3. `trident verify` on the GPT-2 and Llama references with --device=cuda, bf16 and
-#      fp32 tolerances (grouped-query and multi-query Llama references included), and once
+#      attention at T 2048 and 4096) at Llama-2-7B / Llama-3-8B shapes, the experts' grouped
+#      GEMMs against a GEMM per expert at Qwen3-30B-A3B's (build/bench/kernel_check);
+#   3. `trident verify` on the GPT-2, Llama and mixture-of-experts (Mixtral, Qwen3-MoE)
+#      references with --device=cuda, bf16 and fp32 tolerances (grouped-query and multi-query
+#      Llama references included), and once
 #      with the scratch from cudaMalloc as on a GPU without memory pools;
 #   4. 50 training steps of gpt2-124m at batch 16 x 1024, then 20 steps of a Llama of
 #      1.2B parameters (16 layers, d 2048, 32 heads over 8, SwiGLU 8192, vocabulary
@@ -81,6 +83,11 @@ for precision in bf16 fp32; do
 done
 for reference in llama_ref_h6_kv3_v101 llama_ref_mqa_v61; do  # 6 heads over 3 key/value heads; multi-query
   $build/trident verify --reference tests/data/$reference.h5 --device=cuda || status=1
+done
+for precision in bf16 fp32; do  # mixtures of experts: the router kernels and the grouped GEMMs
+  for reference in mixtral_ref_e4 qwen3_moe_ref_e8; do
+    $build/trident verify --reference tests/data/$reference.h5 --device=cuda --train.precision=$precision || status=1
+  done
 done
 echo "without memory pools (the scratch cudaMalloc'd up front):"
 TRIDENT_CUDA_NO_MEMORY_POOLS=1 $build/trident verify --reference tests/data/llama_ref_a.h5 --device=cuda \

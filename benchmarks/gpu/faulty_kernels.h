@@ -44,6 +44,15 @@ class FaultyKernels final : public Kernels {
   void name params override { live(#name).name args; }
 #include "kernels/ops.def"
 
+  void grouped_matmul_forward(Act* out, const Act* inp, const Act* const* weights, const int* rows, int groups, int C,
+                              int OC) override {
+    live("grouped_matmul_forward").grouped_matmul_forward(out, inp, weights, rows, groups, C, OC);
+  }
+  void grouped_matmul_backward(Act* dinp, float* const* dweights, const Act* dout, const Act* inp,
+                               const Act* const* weights, const int* rows, int groups, int C, int OC) override {
+    live("grouped_matmul_backward").grouped_matmul_backward(dinp, dweights, dout, inp, weights, rows, groups, C, OC);
+  }
+
   double measure_gemm_gflops(int n, double seconds) override {
     return live("measure_gemm_gflops").measure_gemm_gflops(n, seconds);
   }

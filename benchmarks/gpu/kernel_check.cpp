@@ -400,6 +400,42 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("matmul_backward dweight +=" + at, c.host(g_dweight, dweight.size()), dweight);
     c.compare("matmul_backward dbias +=" + at, c.host(g_dbias, outc), dbias);
   });
+  // The experts' grouped GEMMs (cuBLAS's grouped batched GEMM on the GPU, one matmul per
+  // group on the CPU): uneven groups, empty ones among them, an odd width.
+  for (const auto& [in, outc] : std::vector<std::pair<int, int>>{{C, 2 * C}, {203, 333}}) c.run("grouped matmul", [&] {
+    const std::vector<int> rows = {37, 0, 64, 5, 0, 130};
+    const int groups = static_cast<int>(rows.size());
+    int total = 0;
+    for (int r : rows) total += r;
+    const size_t n_in = static_cast<size_t>(total) * in, n_out = static_cast<size_t>(total) * outc,
+                 n_w = static_cast<size_t>(outc) * in;
+    const auto inp = c.input(n_in), dout = c.input(n_out);
+    std::vector<std::vector<float>> weight, dweight;
+    std::vector<const Act*> g_weight, weight_ptr;
+    std::vector<float*> g_dweight, dweight_ptr;
+    for (int g = 0; g < groups; g++) {
+      weight.push_back(c.input(n_w, 0.05f));
+      dweight.push_back(c.input(n_w));
+      g_weight.push_back(c.act(weight.back()));
+      g_dweight.push_back(c.f32(dweight.back()));
+    }
+    for (int g = 0; g < groups; g++) weight_ptr.push_back(as_act(weight[g].data()));
+    for (int g = 0; g < groups; g++) dweight_ptr.push_back(dweight[g].data());
+    const std::string at = " " + std::to_string(groups) + " groups x" + std::to_string(in) + "x" + std::to_string(outc);
+    std::vector<float> out(n_out), dinp(n_in);
+    Act *g_out = c.act(n_out), *g_inp = c.act(inp), *g_dinp = c.act(n_in);
+    gpu.grouped_matmul_forward(g_out, g_inp, g_weight.data(), rows.data(), groups, in, outc);
+    cpu.grouped_matmul_forward(as_act(out.data()), as_act(inp.data()), weight_ptr.data(), rows.data(), groups, in, outc);
+    c.compare("grouped_matmul_forward" + at, c.host(g_out, n_out), out);
+    gpu.grouped_matmul_backward(g_dinp, g_dweight.data(), c.act(dout), g_inp, g_weight.data(), rows.data(), groups, in,
+                                outc);
+    cpu.grouped_matmul_backward(as_act(dinp.data()), dweight_ptr.data(), as_act(dout.data()), as_act(inp.data()),
+                                weight_ptr.data(), rows.data(), groups, in, outc);
+    c.compare("grouped_matmul_backward dinp" + at, c.host(g_dinp, n_in), dinp);
+    for (int g = 0; g < groups; g++)
+      c.compare("grouped_matmul_backward dweight[" + std::to_string(g) + "] +=" + at, c.host(g_dweight[g], n_w),
+                dweight[g]);
+  });
   // Head dims 32, 64, 128: each kernel instance; multi-head (NKV = NH) and grouped-query
   // (NKV < NH: groups of 4, and multi-query); in bf16 both the tensor-core and the scalar
   // kernels. Plain causal attention over a sequence's own keys (positions 0..T-1 on the
@@ -808,6 +844,43 @@ void fill_pattern(Kernels& gpu, Act* p, size_t n) {
     gpu.activations_from_host(offset(p, at, gpu.activation_type()), pattern.data(), std::min(pattern.size(), n - at));
 }
 
+// A mixture's experts at Qwen3-30B-A3B's shapes (128 experts of width 768 over d 2048, top
+// 8 of 8192 tokens: 512 rows each): the gate | up GEMMs of every expert as one grouped
+// GEMM against one GEMM per expert (the base class's loop), forward and backward.
+void experts_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers) {
+  const int E = 128, C = 2048, F2 = 2 * 768, per = 512, R = E * per;
+  std::vector<int> counts(E, per);
+  std::vector<const Act*> weights;
+  std::vector<float*> grads;
+  Act *x = nullptr, *y = nullptr, *dx = nullptr;
+  if (!rows.attempt("experts' buffers", [&] {
+        x = buffers.act(static_cast<size_t>(R) * C), y = buffers.act(static_cast<size_t>(R) * F2);
+        dx = buffers.act(static_cast<size_t>(R) * C);
+        fill_pattern(gpu, x, static_cast<size_t>(R) * C);
+        fill_pattern(gpu, y, static_cast<size_t>(R) * F2);
+        Act* w = buffers.act(static_cast<size_t>(E) * F2 * C);
+        fill_pattern(gpu, w, static_cast<size_t>(E) * F2 * C);
+        float* g = buffers.f32(static_cast<size_t>(E) * F2 * C);
+        for (int e = 0; e < E; e++) {
+          weights.push_back(offset(w, static_cast<size_t>(e) * F2 * C, gpu.activation_type()));
+          grads.push_back(g + static_cast<size_t>(e) * F2 * C);
+        }
+      }))
+    return;
+  const double flops = 2.0 * R * C * F2;
+  rows.row("experts gate|up fwd, grouped (128 x 512x2048x1536)",
+           [&] { gpu.grouped_matmul_forward(y, x, weights.data(), counts.data(), E, C, F2); }, flops, "TFLOP/s");
+  rows.row("experts gate|up fwd, a GEMM per expert",
+           [&] { gpu.Kernels::grouped_matmul_forward(y, x, weights.data(), counts.data(), E, C, F2); }, flops,
+           "TFLOP/s");
+  rows.row("experts gate|up bwd, grouped (dinp + dweight)",
+           [&] { gpu.grouped_matmul_backward(dx, grads.data(), y, x, weights.data(), counts.data(), E, C, F2); },
+           2 * flops, "TFLOP/s");
+  rows.row("experts gate|up bwd, a GEMM per expert", [&] {
+    gpu.Kernels::grouped_matmul_backward(dx, grads.data(), y, x, weights.data(), counts.data(), E, C, F2);
+  }, 2 * flops, "TFLOP/s");
+}
+
 // The Llama kernels timed at Llama-2-7B / Llama-3-8B shapes (d 4096, SwiGLU 11008, 32
 // heads of 128 over 8 key/value heads), 8192 tokens: RMSNorm, SwiGLU, rotary embeddings,
 // and grouped-query flash attention against the naive three kernels. Returns the failed rows.
@@ -863,6 +936,7 @@ int llama_timing_table(Kernels& gpu) {
            rope_bytes * 1e3, "GB/s");
   rows.row("rope_backward (B=2 T=4096)", [&] { gpu.rope_backward(dqkv, table, rope_B, rope_T, NH, NKV, HD); },
            rope_bytes * 1e3, "GB/s");
+  experts_rows(rows, gpu, buffers);
   attention_rows(rows, gpu, buffers, "GQA T=2048 ", {out, qkv, dqkv, dout, stats}, att_B, att_T, NH, NKV, HD, "");
   attention_rows(rows, gpu, buffers, "GQA T=4096 ", {out, qkv, dqkv, dout, stats}, att_B / 2, 2 * att_T, NH, NKV, HD,
                  " (target >= 3x)");

@@ -1,6 +1,6 @@
 // The per-process CUDA state: device choice, the compute stream, the cuBLASLt handle.
 #include "../kernels.h"
-#include "cublaslt_library.h"
+#include "cublas_library.h"
 #include "cuda_common.cuh"
 
 namespace trident::kernels {
@@ -52,6 +52,16 @@ cublasLtHandle_t cublaslt_handle() {
   static cublasLtHandle_t handle = [] {
     cublasLtHandle_t h;
     CUBLAS_CHECK(cublaslt().Create(&h));
+    return h;
+  }();
+  return handle;
+}
+
+cublasHandle_t cublas_handle() {
+  static cublasHandle_t handle = [] {
+    cublasHandle_t h;
+    CUBLAS_CHECK(cublas().Create(&h));
+    CUBLAS_CHECK(cublas().SetStream(h, compute_stream()));
     return h;
   }();
   return handle;

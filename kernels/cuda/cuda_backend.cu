@@ -303,6 +303,31 @@ class CudaKernels final : public Kernels {
     if (dbias != nullptr)
       cuda::column_sums(dbias, t(dout), N, OC, scratch_.get<float>(cuda::column_sums_scratch_floats(OC)));
   }
+  // The experts' GEMMs as one cuBLAS grouped GEMM per pass (kernels.h).
+  void grouped_matmul_forward(Act* out, const Act* inp, const Act* const* weights, const int* rows, int groups, int C,
+                              int OC) override {
+    GroupedProblems g;
+    size_t row = 0;
+    for (int i = 0; i < groups; i++) {
+      if (rows[i] > 0) g.add(rows[i], OC, C, t(inp) + row * C, t(weights[i]), t(out) + row * OC);
+      row += static_cast<size_t>(rows[i]);
+    }
+    run_grouped<Element>(g, false, true, false);
+  }
+  void grouped_matmul_backward(Act* dinp, float* const* dweights, const Act* dout, const Act* inp,
+                               const Act* const* weights, const int* rows, int groups, int C, int OC) override {
+    GroupedProblems input, weight;
+    size_t row = 0;
+    for (int i = 0; i < groups; i++) {
+      if (rows[i] > 0 && dinp != nullptr)
+        input.add(rows[i], C, OC, t(dout) + row * OC, t(weights[i]), t(dinp) + row * C);
+      if (rows[i] > 0 && dweights != nullptr)
+        weight.add(OC, C, rows[i], t(dout) + row * OC, t(inp) + row * C, dweights[i]);
+      row += static_cast<size_t>(rows[i]);
+    }
+    run_grouped<Element>(input, false, false, false);
+    run_grouped<float>(weight, true, false, true);  // fp32 gradients, added
+  }
   void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
                         const float* rstd, int N, int C) override {
     float* scratch = scratch_.get<float>(cuda::rmsnorm_backward_scratch_floats(N, C));
@@ -379,6 +404,37 @@ class CudaKernels final : public Kernels {
   }
 
  private:
+  // One grouped GEMM's problems in gemm()'s terms: row-major C[M,N] = op(A)[M,K] op(B)[K,N].
+  struct GroupedProblems {
+    std::vector<int> M, N, K;
+    std::vector<const void*> A, B;
+    std::vector<void*> C;
+    void add(int m, int n, int k, const void* a, const void* b, void* c) {
+      M.push_back(m), N.push_back(n), K.push_back(k), A.push_back(a), B.push_back(b), C.push_back(c);
+    }
+  };
+  // As one cuBLAS call (its pointer arrays uploaded), or one gemm() each where cuBLAS has
+  // no grouped GEMM for these types (asked once: the answer is kept).
+  template <typename TC>
+  void run_grouped(const GroupedProblems& g, bool trans_a, bool trans_b, bool accumulate) {
+    const int count = static_cast<int>(g.M.size());
+    const bool fp32_out = std::is_same_v<TC, float> && !std::is_same_v<Element, float>;
+    if (count > 1 && grouped_supported_[fp32_out]) {
+      std::vector<const void*> pointers(g.A);
+      pointers.insert(pointers.end(), g.B.begin(), g.B.end());
+      pointers.insert(pointers.end(), g.C.begin(), g.C.end());
+      const void** device = pointer_scratch_.get<const void*>(pointers.size());
+      upload(device, pointers.data(), pointers.size() * sizeof(void*));
+      if (cuda::grouped_gemm<Element, TC>(trans_a, trans_b, count, g.M.data(), g.N.data(), g.K.data(), device,
+                                          accumulate))
+        return;
+      grouped_supported_[fp32_out] = false;
+    }
+    for (int i = 0; i < count; i++)
+      cuda::gemm<Element, TC>(trans_a, trans_b, g.M[i], g.N[i], g.K[i], static_cast<const Element*>(g.A[i]),
+                              static_cast<const Element*>(g.B[i]), static_cast<TC*>(g.C[i]), nullptr, accumulate);
+  }
+
   static Element* t(Act* p) { return reinterpret_cast<Element*>(p); }
   static const Element* t(const Act* p) { return reinterpret_cast<const Element*>(p); }
   template <typename Arg>
@@ -389,7 +445,8 @@ class CudaKernels final : public Kernels {
   std::string name_;
   const bool pooled_;
   Scratch scratch_{pooled_, [this] { count_host_sync(); }}, index_scratch_{pooled_, [this] { count_host_sync(); }},
-      norm_scratch_{pooled_, [this] { count_host_sync(); }};
+      norm_scratch_{pooled_, [this] { count_host_sync(); }}, pointer_scratch_{pooled_, [this] { count_host_sync(); }};
+  bool grouped_supported_[2] = {true, true};  // [whether fp32 results from bf16 inputs]
   PinnedStaging staging_;
   std::vector<int32_t> csr_count_, csr_packed_, csr_slot_;  // embedding_backward's, kept between calls
 };

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_api.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -22,6 +23,8 @@ namespace trident::kernels::cuda {
 const char* cublasLt_status_name(cublasStatus_t status);
 
 cublasLtHandle_t cublaslt_handle();
+// cuBLAS's handle (the grouped GEMMs), on the compute stream.
+cublasHandle_t cublas_handle();
 int sm_count();
 
 using bf16 = __nv_bfloat16;

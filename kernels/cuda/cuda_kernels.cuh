@@ -25,6 +25,13 @@ void* gemm_workspace();
 template <typename T, typename TC>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
           bool accumulate);
+// Problems of gemm()'s form as one cuBLAS grouped batched GEMM: problem i is M[i] x N[i]
+// x K[i]; device_pointers (device memory) holds the count A's, then the B's, then the C's.
+// Returns false, having done nothing, where cuBLAS has no grouped GEMM for these types
+// (the caller runs gemm() per problem).
+template <typename T, typename TC>
+bool grouped_gemm(bool trans_a, bool trans_b, int count, const int* M, const int* N, const int* K,
+                  const void* const* device_pointers, bool accumulate);
 // The linear layer's forward: out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC].
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {

@@ -3,8 +3,9 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
-#include "cublaslt_library.h"
+#include "cublas_library.h"
 #include "cuda_kernels.cuh"
 
 namespace trident::kernels::cuda {
@@ -153,6 +154,31 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
                               gemm_workspace(), kWorkspaceBytes, compute_stream()));
 }
 
+template <typename T, typename TC>
+bool grouped_gemm(bool trans_a, bool trans_b, int count, const int* M, const int* N, const int* K,
+                  const void* const* device_pointers, bool accumulate) {
+  // Column-major, as gemm(): C^T[N,M] = op(B)^T op(A)^T, so cuBLAS's A is our B.
+  const size_t n = static_cast<size_t>(count);
+  std::vector<cublasOperation_t> op_a(n, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N), op_b(n, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  std::vector<int> lda(n), ldb(n), ldc(n), group_size(n, 1);
+  for (size_t i = 0; i < n; i++) {
+    lda[i] = trans_b ? K[i] : N[i];
+    ldb[i] = trans_a ? M[i] : K[i];
+    ldc[i] = N[i];
+  }
+  const std::vector<float> alpha(n, 1.0f), beta(n, accumulate ? 1.0f : 0.0f);
+  const void* const* ours_a = device_pointers;
+  const void* const* ours_b = device_pointers + n;
+  void* const* ours_c = const_cast<void* const*>(device_pointers + 2 * n);
+  const cublasStatus_t status = cublas().GemmGroupedBatchedEx(
+      cublas_handle(), op_a.data(), op_b.data(), N, M, K, alpha.data(), ours_b, data_type<T>(), lda.data(), ours_a,
+      data_type<T>(), ldb.data(), beta.data(), ours_c, data_type<TC>(), ldc.data(), count, group_size.data(),
+      CUBLAS_COMPUTE_32F);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  CUBLAS_CHECK(status);
+  return true;
+}
+
 size_t column_sums_scratch_floats(int OC) { return static_cast<size_t>(kRowChunks) * OC; }
 
 template <typename T>
@@ -166,6 +192,10 @@ void column_sums(float* bias_grad, const T* x, int N, int OC, float* scratch) {
 template void gemm<float, float>(bool, bool, int, int, int, const float*, const float*, float*, const float*, bool);
 template void gemm<bf16, bf16>(bool, bool, int, int, int, const bf16*, const bf16*, bf16*, const bf16*, bool);
 template void gemm<bf16, float>(bool, bool, int, int, int, const bf16*, const bf16*, float*, const bf16*, bool);
+template bool grouped_gemm<float, float>(bool, bool, int, const int*, const int*, const int*, const void* const*,
+                                         bool);
+template bool grouped_gemm<bf16, bf16>(bool, bool, int, const int*, const int*, const int*, const void* const*, bool);
+template bool grouped_gemm<bf16, float>(bool, bool, int, const int*, const int*, const int*, const void* const*, bool);
 template void column_sums<float>(float*, const float*, int, int, float*);
 template void column_sums<bf16>(float*, const bf16*, int, int, float*);
 

@@ -336,17 +336,16 @@ void MixtureOfExperts::exchange(LayerRuntime& r, int slot, const Act* from, Act*
   }
 }
 
-void MixtureOfExperts::expert_gemms(LayerRuntime& r, const ExpertSide& e, const Act* x, int x_width, Act* out,
-                                    int out_width, int Expert::*weight) const {
-  const kernels::DType type = r.k.activation_type();
-  size_t row = 0;
-  for (size_t i = 0; i < experts_.size(); i++) {
-    const int rows = (*e.counts)[i];
-    if (rows > 0)
-      r.k.matmul_forward(kernels::offset(out, row * out_width, type), kernels::offset(x, row * x_width, type),
-                         r.weight(experts_[i].*weight), nullptr, rows, x_width, out_width);
-    row += rows;
-  }
+std::vector<const kernels::Act*> MixtureOfExperts::expert_weights(LayerRuntime& r, int Expert::*which) const {
+  std::vector<const Act*> w;
+  for (const Expert& x : experts_) w.push_back(r.weight(x.*which));
+  return w;
+}
+
+std::vector<float*> MixtureOfExperts::expert_gradients(LayerRuntime& r, int Expert::*which) const {
+  std::vector<float*> g;
+  for (const Expert& x : experts_) g.push_back(r.grad(x.*which));
+  return g;
 }
 
 void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed) {
@@ -363,9 +362,11 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
   r.k.moe_dispatch(routed, x, rows, N, K, C);
   if (ep_ > 1) send_to_experts(r, p, routed);
   const ExpertSide e = expert_side(r, p.slot);
-  expert_gemms(r, e, e.x, C, e.gate_up, 2 * F_, &Expert::gate_up);
+  const int local = static_cast<int>(experts_.size());
+  r.k.grouped_matmul_forward(e.gate_up, e.x, expert_weights(r, &Expert::gate_up).data(), e.counts->data(), local, C,
+                             2 * F_);
   if (e.rows > 0) r.k.swiglu_forward(e.act, e.gate_up, static_cast<int>(e.rows), F_);
-  expert_gemms(r, e, e.act, F_, e.out, C, &Expert::down);
+  r.k.grouped_matmul_forward(e.out, e.act, expert_weights(r, &Expert::down).data(), e.counts->data(), local, F_, C);
   if (output_needed && r.router != nullptr) {  // once per forward, not when recomputed (summed over dp, pp: not tp)
     r.router->rows_routed += static_cast<double>(N) * K;
     r.router->rows_computed += static_cast<double>(e.rows);
@@ -383,7 +384,6 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
 const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, const Act* in, const Act* dout,
                                                Act* /*out*/) {
   const int N = p.B * r.T, E = o_.n_experts, K = o_.top_k, C = o_.d_model;
-  const kernels::DType type = r.k.activation_type();
   Act* expert_out = r.kept(p.slot, expert_out_);
   const int32_t* rows = r.kept<int32_t>(p.slot, rows_);
   const float* weights = r.kept<float>(p.slot, weights_);
@@ -403,32 +403,19 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
     d_x = room(r, d_x_, kDX, e.rows, C);
     exchange(r, p.slot, dexpert_out_, d_out, C, /*towards_experts=*/true);
   }
-  // Through each expert: down, SwiGLU, gate | up.
-  size_t row = 0;
-  for (size_t i = 0; i < experts_.size(); i++) {
-    const int n = (*e.counts)[i];
-    if (n > 0)
-      r.k.matmul_backward(kernels::offset(d_act, row * F_, type), p.defer ? nullptr : r.grad(experts_[i].down),
-                          nullptr, kernels::offset(d_out, row * C, type),
-                          p.defer ? nullptr : kernels::offset(e.act, row * F_, type), r.weight(experts_[i].down), n,
-                          F_, C);
-    row += n;
-  }
+  // Through each expert: down, SwiGLU, gate | up (their weights' gradients later under zb1).
+  const int local = static_cast<int>(experts_.size());
+  std::vector<float*> d_down, d_gate_up_weights;
+  if (!p.defer) d_down = expert_gradients(r, &Expert::down), d_gate_up_weights = expert_gradients(r, &Expert::gate_up);
+  r.k.grouped_matmul_backward(d_act, p.defer ? nullptr : d_down.data(), d_out, e.act,
+                              expert_weights(r, &Expert::down).data(), e.counts->data(), local, F_, C);
   if (e.rows > 0) r.k.swiglu_backward(d_gate_up, e.gate_up, d_act, static_cast<int>(e.rows), F_);
   if (p.defer) {  // the weight half reads the outputs' gradients where the outputs were
     if (d_out != e.out) r.k.copy_on_device(e.out, d_out, r.k.activation_bytes(e.rows * C));
     r.k.copy_on_device(e.gate_up, d_gate_up, r.k.activation_bytes(e.rows * 2 * F_));
   }
-  row = 0;
-  for (size_t i = 0; i < experts_.size(); i++) {
-    const int n = (*e.counts)[i];
-    if (n > 0)
-      r.k.matmul_backward(kernels::offset(d_x, row * C, type), p.defer ? nullptr : r.grad(experts_[i].gate_up),
-                          nullptr, kernels::offset(d_gate_up, row * 2 * F_, type),
-                          p.defer ? nullptr : kernels::offset(e.x, row * C, type), r.weight(experts_[i].gate_up), n,
-                          C, 2 * F_);
-    row += n;
-  }
+  r.k.grouped_matmul_backward(d_x, p.defer ? nullptr : d_gate_up_weights.data(), d_gate_up, e.x,
+                              expert_weights(r, &Expert::gate_up).data(), e.counts->data(), local, C, 2 * F_);
   if (ep_ > 1) exchange(r, p.slot, d_x, drouted_, C, /*towards_experts=*/false);
   zero_dropped_rows(r, p.slot, drouted_);  // no expert's gradient for them
   r.k.moe_dispatch_backward(dinput_, drouted_, rows, N, K, C);
@@ -446,20 +433,13 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
 }
 
 void MixtureOfExperts::weight_gradients(LayerRuntime& r, const Pass& p, const Act* /*in*/, Act* /*out*/) {
-  const kernels::DType type = r.k.activation_type();
   const int C = o_.d_model;
   const ExpertSide e = expert_side(r, p.slot);  // out and gate_up hold the gradients backward left there
-  size_t row = 0;
-  for (size_t i = 0; i < experts_.size(); i++) {
-    const int n = (*e.counts)[i];
-    if (n > 0) {
-      r.k.matmul_backward(nullptr, r.grad(experts_[i].down), nullptr, kernels::offset(e.out, row * C, type),
-                          kernels::offset(e.act, row * F_, type), nullptr, n, F_, C);
-      r.k.matmul_backward(nullptr, r.grad(experts_[i].gate_up), nullptr, kernels::offset(e.gate_up, row * 2 * F_, type),
-                          kernels::offset(e.x, row * C, type), nullptr, n, C, 2 * F_);
-    }
-    row += n;
-  }
+  const int local = static_cast<int>(experts_.size());
+  r.k.grouped_matmul_backward(nullptr, expert_gradients(r, &Expert::down).data(), e.out, e.act, nullptr,
+                              e.counts->data(), local, F_, C);
+  r.k.grouped_matmul_backward(nullptr, expert_gradients(r, &Expert::gate_up).data(), e.gate_up, e.x, nullptr,
+                              e.counts->data(), local, C, 2 * F_);
 }
 
 }  // namespace trident

@@ -114,8 +114,9 @@ class MixtureOfExperts : public Sublayer {
   // ranks whose tokens they are, through the exchange buffer and the slot's permutation.
   void exchange(LayerRuntime& r, int slot, const Act* from, Act* to, int width, bool towards_experts);
   // out = x W^T for each local expert's rows (x, out: rows of x_width, out_width elements).
-  void expert_gemms(LayerRuntime& r, const ExpertSide& e, const Act* x, int x_width, Act* out, int out_width,
-                    int Expert::*weight) const;
+  // The local experts' weights `which`, and where their gradients go, for the grouped GEMMs.
+  std::vector<const Act*> expert_weights(LayerRuntime& r, int Expert::*which) const;
+  std::vector<float*> expert_gradients(LayerRuntime& r, int Expert::*which) const;
 
   MoeOptions o_;
   int router_ = -1, F_ = 0;  // F_: each expert's hidden columns on this rank

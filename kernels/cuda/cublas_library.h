@@ -1,4 +1,5 @@
-// cuBLASLt, opened at run time (dlopen) on the first GEMM of a CUDA run rather than linked.
+// cuBLASLt (every GEMM) and cuBLAS (the experts' grouped GEMMs), opened at run time (dlopen)
+// on their first use in a CUDA run rather than linked.
 // Linked, its static initializers cost every process ~0.4 s of CPU before main, CPU runs
 // included (every rank of every mpirun, every test); opened, only --device=cuda pays, once.
 // The entry points are the header's own declarations (decltype), so a changed signature
@@ -6,6 +7,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_api.h>
 
 namespace trident::kernels::cuda {
 
@@ -21,9 +23,16 @@ struct CublasLt {
   decltype(&::cublasLtMatmul) Matmul;
 };
 
-// libcublasLt.so.<the major version compiled against>, found like a linked library (the
-// binary's run path, LD_LIBRARY_PATH, the loader's cache). A missing library or entry point
-// ends the run with one error naming it.
+struct Cublas {
+  decltype(&::cublasCreate_v2) Create;
+  decltype(&::cublasSetStream_v2) SetStream;
+  decltype(&::cublasGemmGroupedBatchedEx) GemmGroupedBatchedEx;
+};
+
+// libcublasLt.so.<the major version compiled against> (libcublas.so.<it>), found like a
+// linked library (the binary's run path, LD_LIBRARY_PATH, the loader's cache). A missing
+// library or entry point ends the run with one error naming it.
 const CublasLt& cublaslt();
+const Cublas& cublas();
 
 }  // namespace trident::kernels::cuda
