@@ -46,6 +46,7 @@ int run_eval_command(const std::vector<std::string>& args, const MpiWorld& world
   const DataConfig& d = staged.data;
   run_collectively([&] {
     data = open_training_data(d.path, d.val_path, d.val_fraction, *run.tokenizer, d.json_key, staged.open_remote);
+    data.background = staged.background;
     require(data.max_token < c.model.vocab_size, "the data holds token id " + std::to_string(data.max_token) +
                                                      ", beyond model.vocab_size (" + std::to_string(c.model.vocab_size) +
                                                      ")");

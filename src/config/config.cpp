@@ -138,6 +138,9 @@ po::options_description config_options(Config& c) {
       ("data.stream_cache_mb", with_default(&d.stream_cache_mb),
        "data.stream: the fetched ranges each rank keeps (least recently used out first; the validation "
        "batches come from it)")
+      ("data.wait_for_copy", with_default(&d.wait_for_copy),
+       "s3:// data copied to data.cache_dir: start training only when every copy is complete (default false: "
+       "a Megatron token file is read with ranged GETs while the node leader copies it, then from the copy)")
       ("data.document_mask", with_default(&d.document_mask),
        "attention within each document only: a token sees the earlier tokens of its own document (documents "
        "end with data.eod_token); positions stay those of the sequence")

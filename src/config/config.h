@@ -169,6 +169,10 @@ struct DataConfig {
   // first (data/s3_stream.h), each rank keeping up to stream_cache_mb of fetched ranges.
   bool stream = false;
   int stream_cache_mb = 256;
+  // Copied (not streamed): training starts once the small files are there, reading each
+  // Megatron token file with ranged GETs while the node leader copies it in the background,
+  // and from the copy once it is complete and verified; true: every copy complete first.
+  bool wait_for_copy = false;
   // Attention stays within each document (Llama 3's packing): a token sees the earlier
   // tokens of its own document only; a document ends with eod_token, which belongs to it.
   bool document_mask = false;

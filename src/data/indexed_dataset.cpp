@@ -143,13 +143,15 @@ class MappedTokens final : public TokenBytes {
 
 }  // namespace
 
+std::unique_ptr<TokenBytes> map_token_file(const std::string& path) { return std::make_unique<MappedTokens>(path); }
+
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
   require(fs::exists(idx_path), "data.path '" + prefix + "': no index " + idx_path);
   require(fs::exists(bin_path), "data.path '" + prefix + "': no token file " + bin_path);
   const MappedFile idx(idx_path);
   parse_index(idx_path, idx.data(), idx.size());
-  bin_ = std::make_unique<MappedTokens>(bin_path);
+  bin_ = map_token_file(bin_path);
   require(bin_->size() >= tokens() * token_bytes(type_), bin_path + " has " + std::to_string(bin_->size()) +
                                                              " bytes, shorter than the " +
                                                              std::to_string(tokens() * token_bytes(type_)) +

@@ -65,6 +65,9 @@ class TokenBytes {
   virtual bool local() const { return true; }
 };
 
+// A token file on disk, memory-mapped.
+std::unique_ptr<TokenBytes> map_token_file(const std::string& path);
+
 // An indexed dataset; every field checked against the file sizes on open.
 class IndexedDataset {
  public:

@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -23,8 +24,10 @@
 #include "parallel/agreement.h"
 #include "parallel/node_leaders.h"
 #include "runtime/durable_file.h"
+#include "runtime/injected_faults.h"
 #include "runtime/timer.h"
 #include "data/s3_stream.h"
+#include "storage/background_priority.h"
 #include "storage/s3_client.h"
 #include "storage/s3_uri.h"
 
@@ -165,9 +168,11 @@ std::string gb(double bytes) {
 
 // The objects every s3:// entry of `spec` names (rank 0; UsageError for an entry that
 // names nothing, a bucket that cannot be used).
-// stream: a Megatron prefix (its .bin and .idx there) goes into `streamed` instead (data.stream).
+// stream: a Megatron prefix (its .bin and .idx there) goes into `streamed` instead (data.stream);
+// defer: its token file goes into `deferred` (copied while training reads it), the rest into objects.
 void list_entries(const std::string& key_name, const std::string& spec, const CheckpointConfig& s3, bool stream,
-                  std::vector<DataObject>& objects, std::vector<StreamedEntry>& streamed) {
+                  bool defer, std::vector<DataObject>& objects, std::vector<StreamedEntry>& streamed,
+                  std::vector<StreamedEntry>& deferred) {
   for (const std::string& word : words_of(spec)) {
     if (!is_s3_uri(word)) continue;
     const S3Uri uri = parse_s3_uri(word);
@@ -183,10 +188,16 @@ void list_entries(const std::string& key_name, const std::string& spec, const Ch
       return std::find_if(found.begin(), found.end(), [&](const DataObject& o) { return o.key == key; });
     };
     const auto bin = named(uri.prefix + ".bin");
-    if (stream && !has_glob(uri.prefix) && bin != found.end() && named(uri.prefix + ".idx") != found.end())
+    const bool megatron = !has_glob(uri.prefix) && bin != found.end() && named(uri.prefix + ".idx") != found.end();
+    if (megatron && stream) {
       streamed.push_back({word, *bin});
-    else
+    } else if (megatron && defer) {
+      deferred.push_back({word, *bin});
+      for (const DataObject& o : found)
+        if (o.key != bin->key) objects.push_back(o);
+    } else {
       objects.insert(objects.end(), found.begin(), found.end());
+    }
   }
 }
 
@@ -213,7 +224,7 @@ void remove_unlisted(const std::string& spec, const std::string& cache, const st
   }
 }
 
-// The entries with their copies' paths, but those streamed (left as s3://).
+// The entries with their copies' paths, but those read from S3 (left as s3://).
 std::string with_local_copies(const std::string& spec, const std::string& cache,
                               const std::vector<StreamedEntry>& streamed) {
   if (!names_s3(spec)) return spec;
@@ -225,6 +236,61 @@ std::string with_local_copies(const std::string& spec, const std::string& cache,
   }
   return out;
 }
+
+// A node leader's copies of the token files that training reads meanwhile (deferred), one
+// after the other on a thread at idle priority. A copy that fails is reported and left:
+// the run goes on reading that file from S3. Cancelled when the run ends first (its
+// .partial removed: the next run fetches it again).
+class LeaderCopies final : public DataInBackground {
+ public:
+  LeaderCopies(std::vector<DataObject> objects, std::string cache, const S3Settings& settings, std::string writer,
+               bool announce)
+      : objects_(std::move(objects)), cache_(std::move(cache)), writer_(std::move(writer)), announce_(announce) {
+    for (const DataObject& o : objects_)  // made here: the destructor cancels them from this thread
+      if (!clients_.contains(o.bucket))
+        clients_[o.bucket] = std::make_unique<S3Client>(o.bucket, settings, std::make_shared<AwsCredentialProvider>());
+  }
+  ~LeaderCopies() override {
+    for (auto& [bucket, client] : clients_) client->cancel();
+    if (thread_.joinable()) thread_.join();
+  }
+  void start() override {
+    if (!started_) thread_ = std::thread([this] { copy_all(); });
+    started_ = true;
+  }
+  void wait() override {
+    start();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void copy_all() {
+    run_in_background();
+    for (const DataObject& o : objects_) {
+      const Timer timer;
+      try {
+        fetch(*clients_.at(o.bucket), cache_, o, writer_);
+        if (announce_)
+          std::printf("data: copied s3://%s/%s in the background (%s in %.2f s)\n", o.bucket.c_str(), o.key.c_str(),
+                      gb(static_cast<double>(o.size)).c_str(), timer.seconds());
+      } catch (const std::exception& e) {
+        std::error_code ec;
+        fs::remove(copy_path(cache_, o) + ".partial." + writer_, ec);
+        if (clients_.at(o.bucket)->cancelled()) return;  // the run ended first
+        std::fprintf(stderr, "data: warning: copying s3://%s/%s in the background failed (%s); the run goes on "
+                     "reading it from S3\n", o.bucket.c_str(), o.key.c_str(), e.what());
+      }
+      std::fflush(stdout);
+    }
+  }
+
+  std::vector<DataObject> objects_;
+  std::string cache_, writer_;
+  bool announce_;
+  std::map<std::string, std::unique_ptr<S3Client>> clients_;  // one per bucket
+  std::thread thread_;
+  bool started_ = false;
+};
 
 }  // namespace
 
@@ -252,34 +318,51 @@ std::string data_cache_dir(const DataConfig& data) {
 
 StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
   DataConfig data = config.data;
-  if (!names_s3(data.path) && !names_s3(data.val_path)) return {data, {}};
+  if (!names_s3(data.path) && !names_s3(data.val_path)) return {data, {}, nullptr};
   const std::string cache = data_cache_dir(data);
   // Rank 0 lists what the entries name; every rank learns it.
   std::vector<DataObject> objects;
-  std::vector<StreamedEntry> streamed;
+  std::vector<StreamedEntry> streamed, deferred;
+  const bool defer = !data.wait_for_copy;
   run_collectively([&] {
     if (!parallel.is_root()) return;
-    list_entries("data.path", data.path, config.checkpoint, data.stream, objects, streamed);
-    list_entries("data.val_path", data.val_path, config.checkpoint, data.stream, objects, streamed);
+    list_entries("data.path", data.path, config.checkpoint, data.stream, defer, objects, streamed, deferred);
+    list_entries("data.val_path", data.val_path, config.checkpoint, data.stream, defer, objects, streamed, deferred);
   });
-  const nlohmann::json listed = nlohmann::json::parse(
-      broadcast_string(nlohmann::json{{"objects", objects}, {"streamed", streamed}}.dump()));
+  const nlohmann::json listed = nlohmann::json::parse(broadcast_string(
+      nlohmann::json{{"objects", objects}, {"streamed", streamed}, {"deferred", deferred}}.dump()));
   objects = listed.at("objects").get<std::vector<DataObject>>();
   streamed = listed.at("streamed").get<std::vector<StreamedEntry>>();
+  deferred = listed.at("deferred").get<std::vector<StreamedEntry>>();
+  // A token file copied while training reads it, where this node has no copy of it yet:
+  // streamed until the node leader's copy is there.
+  std::vector<StreamedEntry> being_copied;
+  for (const StreamedEntry& e : deferred)
+    if (!copy_is_current(cache, e.bin)) being_copied.push_back(e);
   if (parallel.is_root())
     for (const StreamedEntry& s : streamed)
       std::printf("data: streaming %s (data.stream: ranged GETs as batches need them, %d MB cached per rank)\n",
                   s.uri.c_str(), data.stream_cache_mb);
   // Each rank opens a streamed entry with what rank 0 listed (no listing of its own).
-  require(streamed.empty() || data.stream_cache_mb > 0, "data.stream_cache_mb must be positive");
+  require((streamed.empty() && being_copied.empty()) || data.stream_cache_mb > 0,
+          "data.stream_cache_mb must be positive");
   const S3Settings settings = s3_settings(config.checkpoint);
   const size_t cache_bytes = static_cast<size_t>(data.stream_cache_mb) << 20;
-  RemoteOpener open_streamed = [streamed, settings, cache_bytes](const std::string& uri) {
-    const auto e = std::find_if(streamed.begin(), streamed.end(), [&](const StreamedEntry& s) { return s.uri == uri; });
+  const bool announce = parallel.is_root();
+  RemoteOpener open_streamed = [streamed, being_copied, cache, settings, cache_bytes,
+                                announce](const std::string& uri) -> std::unique_ptr<TokenDataset> {
+    const auto named = [&](const StreamedEntry& s) { return s.uri == uri; };
+    if (const auto e = std::find_if(being_copied.begin(), being_copied.end(), named); e != being_copied.end()) {
+      const DataObject bin = e->bin;
+      return open_megatron_dataset_being_copied(uri, {bin.key, bin.size, bin.etag}, settings, cache_bytes,
+                                                local_copy_of(uri, cache),
+                                                [cache, bin] { return copy_is_current(cache, bin); }, announce);
+    }
+    const auto e = std::find_if(streamed.begin(), streamed.end(), named);
     check(e != streamed.end(), "an s3:// entry neither copied nor streamed: " + uri);
     return open_streamed_megatron_dataset(uri, {e->bin.key, e->bin.size, e->bin.etag}, settings, cache_bytes);
   };
-  if (objects.empty()) return {data, open_streamed};  // all streamed
+  if (objects.empty()) return {data, open_streamed, nullptr};  // all streamed
   std::sort(objects.begin(), objects.end(), [](const DataObject& a, const DataObject& b) {
     return std::tie(a.bucket, a.key) < std::tie(b.bucket, b.key);
   });
@@ -365,19 +448,43 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
     std::printf("data: copied %.0f object%s, %s, in %.2f s (%.3f GB/s); %.0f already there\n", totals[1],
                 totals[1] == 1 ? "" : "s", gb(totals[0]).c_str(), slowest, totals[0] / std::max(slowest, 1e-9) / 1e9,
                 plan[1]);
-  else if (parallel.is_root())
-    std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size(), cache.c_str());
+  else if (parallel.is_root() && being_copied.empty())
+    std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size() + deferred.size(),
+                cache.c_str());
   std::fflush(stdout);
   if (leaders.leader) {
     std::set<std::string> listed;
     for (const DataObject& o : objects) listed.insert(fs::path(copy_path(cache, o)).lexically_normal().string());
+    for (const StreamedEntry& e : deferred) listed.insert(fs::path(copy_path(cache, e.bin)).lexically_normal().string());
     remove_unlisted(data.path, cache, listed);
     remove_unlisted(data.val_path, cache, listed);
   }
+  // The token files this leader copies while training reads them (on a shared folder its
+  // share of them, as above).
+  std::vector<DataObject> to_copy;
+  if (leaders.leader)
+    for (size_t i = 0; i < being_copied.size(); i++)
+      if (!shared || static_cast<int>(i) % leaders.count == leaders.index) to_copy.push_back(being_copied[i].bin);
+  if (announce && !being_copied.empty()) {
+    double bytes = 0;
+    for (const StreamedEntry& e : being_copied) bytes += static_cast<double>(e.bin.size);
+    std::printf("data: training starts while %zu token file%s (%s) %s copied to %s; until then %s read with ranged "
+                "GETs (data.wait_for_copy=true waits for the copy)\n",
+                being_copied.size(), being_copied.size() == 1 ? "" : "s", gb(bytes).c_str(),
+                being_copied.size() == 1 ? "is" : "are", cache.c_str(), being_copied.size() == 1 ? "it is" : "they are");
+    std::fflush(stdout);
+  }
   parallel.world().barrier();
-  data.path = with_local_copies(data.path, cache, streamed);
-  data.val_path = with_local_copies(data.val_path, cache, streamed);
-  return {data, open_streamed};
+  std::shared_ptr<DataInBackground> background;
+  if (!to_copy.empty()) {
+    background = std::make_shared<LeaderCopies>(std::move(to_copy), cache, settings, writer, announce);
+    if (!injected_faults::holds_data_copy()) background->start();
+  }
+  std::vector<StreamedEntry> remote = streamed;  // left s3://, opened by open_streamed
+  remote.insert(remote.end(), being_copied.begin(), being_copied.end());
+  data.path = with_local_copies(data.path, cache, remote);
+  data.val_path = with_local_copies(data.val_path, cache, remote);
+  return {data, open_streamed, background};
 }
 
 }  // namespace trident

@@ -10,10 +10,13 @@
 // put whole, without SSE-KMS); what a node already holds and checks out is kept, so a
 // restarted job (a requeue, the next run on the same nodes) fetches only what changed.
 // Rank 0 prints a progress line while copying (bytes, GB/s, ETA) and what it did.
+// Training starts before a Megatron token file's copy is there (data.wait_for_copy false,
+// the default): it reads the file with ranged GETs meanwhile (data/s3_stream.h).
 // Bad input (no credentials, a missing bucket, a key that names nothing) is one error on
 // every rank before training, exit 2.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "config/config.h"
@@ -42,9 +45,14 @@ void remember_copy(const std::string& cache_dir, const std::string& bucket, cons
 // local copy, fetched first where missing or changed (S3 settings: config.checkpoint's);
 // under data.stream a Megatron prefix stays s3:// (data/s3_stream.h), opened by
 // open_remote (open_training_data's) from what rank 0 listed.
+// Unless data.wait_for_copy, a Megatron prefix's token file (the large part) is not waited
+// for: the prefix stays s3:// too where this node lacks its copy, read with ranged GETs
+// until the copy is complete and verified, then from it; `background` is the node leader's
+// copy of those files (started here; on a thread at idle priority, as checkpoint uploads).
 struct StagedData {
   DataConfig data;
   RemoteOpener open_remote;
+  std::shared_ptr<DataInBackground> background;  // null on the other ranks, or with nothing to copy
 };
 StagedData stage_s3_data(const Config& config, ParallelState& parallel);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <future>
 #include <list>
 #include <map>
@@ -133,18 +135,91 @@ class StreamedTokens final : public TokenBytes {
   mutable std::future<void> background_;
 };
 
-}  // namespace
+// A token file streamed (StreamedTokens) until its copy on disk is complete, then mapped.
+// The bytes are the same either way, so each rank switches on its own, between batches.
+class TokensBeingCopied final : public TokenBytes {
+ public:
+  TokensBeingCopied(std::unique_ptr<StreamedTokens> streamed, std::string name, std::string copy_path,
+                    std::function<bool()> copied, bool announce)
+      : streamed_(std::move(streamed)), name_(std::move(name)), copy_path_(std::move(copy_path)),
+        copied_(std::move(copied)), announce_(announce) {}
 
-std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Object& bin,
-                                                             const S3Settings& settings, size_t cache_bytes) {
+  uint64_t size() const override { return streamed_ ? streamed_->size() : copy_->size(); }
+  bool local() const override { return false; }  // its ids checked per batch, as when streamed from the start
+  const uint8_t* bytes(uint64_t offset, size_t n, std::vector<uint8_t>& scratch) const override {
+    return copy_ ? copy_->bytes(offset, n, scratch) : streamed_->bytes(offset, n, scratch);
+  }
+  void prefetch(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
+    if (switch_if_copied()) return;
+    streamed_->prefetch(ranges);
+  }
+  void prefetch_in_background(const std::vector<std::pair<uint64_t, uint64_t>>& ranges) const override {
+    if (switch_if_copied()) return;
+    streamed_->prefetch_in_background(ranges);
+  }
+  std::string traffic() const override {
+    return copy_ ? streamed_traffic_ + "; then from its copy on disk" : streamed_->traffic() + " (its copy not done yet)";
+  }
+
+ private:
+  // True once reading from the copy (the streamed source and its cache let go then).
+  bool switch_if_copied() const {
+    if (copy_) return true;
+    if (!copied_()) return false;
+    std::unique_ptr<TokenBytes> copy = map_token_file(copy_path_);
+    check(copy->size() == streamed_->size(), copy_path_ + ": a verified copy of another size than the object's");
+    streamed_traffic_ = streamed_->traffic();
+    streamed_.reset();  // waits for its background fetch, if any
+    copy_ = std::move(copy);
+    if (announce_) {
+      std::printf("data: %s: its copy is complete, read from %s from now on (%s before)\n", name_.c_str(),
+                  copy_path_.c_str(), streamed_traffic_.c_str());
+      std::fflush(stdout);
+    }
+    return true;
+  }
+
+  mutable std::unique_ptr<StreamedTokens> streamed_;
+  mutable std::unique_ptr<TokenBytes> copy_;
+  mutable std::string streamed_traffic_;
+  std::string name_, copy_path_;
+  std::function<bool()> copied_;
+  bool announce_;
+};
+
+// The index of s3://bucket/prefix (a UsageError when there is none) and a client of its bucket.
+std::pair<std::unique_ptr<S3Client>, std::string> read_index(const std::string& uri, const S3Settings& settings) {
   const S3Uri u = parse_s3_uri(uri);
   auto client = std::make_unique<S3Client>(u.bucket, settings, std::make_shared<AwsCredentialProvider>());
   const std::string idx_key = u.prefix + ".idx";
   std::optional<std::string> idx = client->get_object(idx_key);
   require(idx.has_value(), "data.path '" + uri + "': no index " + client->url_of(idx_key) +
                                " (data.stream reads a Megatron prefix: its .bin and .idx)");
+  return {std::move(client), std::move(*idx)};
+}
+
+}  // namespace
+
+std::unique_ptr<TokenDataset> open_megatron_dataset_being_copied(const std::string& uri, const S3Object& bin,
+                                                                 const S3Settings& settings, size_t cache_bytes,
+                                                                 const std::string& local_prefix,
+                                                                 std::function<bool()> copied, bool announce) {
+  const S3Uri u = parse_s3_uri(uri);
+  auto client = std::make_unique<S3Client>(u.bucket, settings, std::make_shared<AwsCredentialProvider>());
+  auto streamed = std::make_unique<StreamedTokens>(std::move(client), bin.key, bin.size, bin.etag, cache_bytes);
+  std::ifstream in(local_prefix + ".idx", std::ios::binary);
+  require(in.good(), "data.path '" + uri + "': its index was not copied to " + local_prefix + ".idx");
+  const std::string idx((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return open_megatron_dataset(uri, idx, std::make_unique<TokensBeingCopied>(std::move(streamed), uri,
+                                                                               local_prefix + ".bin", std::move(copied),
+                                                                               announce));
+}
+
+std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Object& bin,
+                                                             const S3Settings& settings, size_t cache_bytes) {
+  auto [client, idx] = read_index(uri, settings);
   auto tokens = std::make_unique<StreamedTokens>(std::move(client), bin.key, bin.size, bin.etag, cache_bytes);
-  return open_megatron_dataset(uri, *idx, std::move(tokens));
+  return open_megatron_dataset(uri, idx, std::move(tokens));
 }
 
 }  // namespace trident

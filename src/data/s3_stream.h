@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,5 +23,14 @@ namespace trident {
 // UsageError when the index is not there.
 std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Object& bin,
                                                              const S3Settings& settings, size_t cache_bytes);
+
+// The same while a copy of the prefix is being made at `local_prefix` (data.wait_for_copy
+// false, data/s3_data.h): the index read from its copy (there already), the token file
+// streamed as above until `copied()` says its copy is complete and verified (asked before
+// each batch's reads), then read from the copy. `announce`: print when it switches (rank 0).
+std::unique_ptr<TokenDataset> open_megatron_dataset_being_copied(const std::string& uri, const S3Object& bin,
+                                                                 const S3Settings& settings, size_t cache_bytes,
+                                                                 const std::string& local_prefix,
+                                                                 std::function<bool()> copied, bool announce);
 
 }  // namespace trident

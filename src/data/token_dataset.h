@@ -79,8 +79,19 @@ struct Split {
 
 // What data.path names, opened: the datasets, the train and validation splits, and
 // what the log and the checkpoints say about it.
+// Work that goes on while the data is read: the copies of s3:// token files a node leader
+// makes during training (data/s3_data.h). Destroyed with the data: what is not done then is
+// cancelled.
+class DataInBackground {
+ public:
+  virtual ~DataInBackground() = default;
+  virtual void start() = 0;  // once; a no-op after that
+  virtual void wait() = 0;   // starts it if not yet, and returns when it is done (or failed)
+};
+
 struct TrainingData {
   std::vector<std::unique_ptr<TokenDataset>> datasets;
+  std::shared_ptr<DataInBackground> background;  // null: nothing
   Split train, val;
   size_t documents = 0, files = 0;
   int64_t max_token = 0;

@@ -64,6 +64,12 @@ double slow_down(int rank) {
   return slept.seconds();
 }
 
+bool holds_data_copy() { return std::getenv("TRIDENT_TEST_DATA_COPY_AT_STEP") != nullptr; }
+
+void copy_data_at(int step, const std::function<void()>& copy_now) {
+  if (int_env("TRIDENT_TEST_DATA_COPY_AT_STEP", -1) == step) copy_now();
+}
+
 void poison_gradient(int rank, int step, kernels::Kernels& k,
                      const std::function<std::pair<float*, std::string>()>& first_counted) {
   const std::string steps = string_env("TRIDENT_TEST_NAN_STEPS");

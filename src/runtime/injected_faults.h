@@ -48,4 +48,10 @@ void while_writing_node_file(int step);
 // and before the manifest, as a crash there would.
 void before_manifest(int step);
 
+// TRIDENT_TEST_DATA_COPY_AT_STEP=N: the s3:// token files a node leader copies while
+// training reads them (data.wait_for_copy false) are copied at step N's start, the step
+// waiting for it: the steps before read them streamed, those after from their copies.
+bool holds_data_copy();
+void copy_data_at(int step, const std::function<void()>& copy_now);
+
 }  // namespace trident::injected_faults

@@ -110,6 +110,7 @@ class S3Client {
 
   // From another thread: abandon transfers and retries now (they throw S3Error).
   void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
   const S3Counts& counts() const { return counts_; }
   const S3Settings& settings() const { return settings_; }
   std::string url_of(const std::string& key) const;  // for messages (no credentials in it)

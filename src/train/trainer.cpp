@@ -75,6 +75,7 @@ TrainingData load_data(const Config& config, ParallelState& parallel, std::uniqu
   run_collectively([&] {
     tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
     data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key, staged.open_remote);
+    data.background = staged.background;
     // Every id the data holds must be a row of the embedding (the tokenizer's vocabulary
     // may be larger: pre-tokenized data whose ids all fit trains).
     require(data.max_token < config.model.vocab_size,
@@ -866,6 +867,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   for (int step = start_step; step < tc.steps && !stopped; step++) {
     parallel.set_step(step);
     injected_faults::stall(parallel.rank(), step, progress_board::waiting_now);
+    if (data.background) injected_faults::copy_data_at(step + 1, [&] { data.background->wait(); });
     monitor.before_step(step);
     const StepOutcome o = run_step(step, config, parallel, s, *k, train_sampler, schedule, inputs, targets);
     const DivergenceGuard::Verdict verdict = guard.observe(step + 1, o.loss, o.norm, resumed || end.saved_any());

@@ -51,9 +51,9 @@ std::string last_step(const std::string& out) {
 }
 
 // A Megatron dataset written to S3 by `prepare --out s3://...`, beside a decoy that shares
-// its prefix: 2 ranks as 2 nodes on one cache folder copy its 3 files once, the decoy not
-// at all, and train as from the same dataset prepared on disk; the next run finds them
-// there; a copy changed on disk is copied again.
+// its prefix: 2 ranks as 2 nodes on one cache folder copy its 3 files once before training
+// (data.wait_for_copy), the decoy not at all, and train as from the same dataset prepared
+// on disk; the next run finds them there; a copy changed on disk is copied again.
 TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
   const std::string prefix = dir_ + "/fortunes", cache = dir_ + "/cache";
   const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
@@ -68,7 +68,8 @@ TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
   const std::string train = "train --config configs/tiny.ini --model.n_layer=2 --model.d_model=64 --train.steps=2 "
                             "--log.val_batches=0 --log.sample_every_steps=0 --log.every_steps=1 --data.val_fraction=0 ";
   const std::string from_s3 = train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" + cache +
-                              " --checkpoint.s3_endpoint=" + endpoint_ + " --parallel.ranks_per_node=1";
+                              " --checkpoint.s3_endpoint=" + endpoint_ + " --parallel.ranks_per_node=1 "
+                              "--data.wait_for_copy=true";
   const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
   // What prepare uploaded it left as the copy a run keeps: nothing to fetch there.
   const CliRun where_prepared = run(train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" +
@@ -99,6 +100,49 @@ TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
   ASSERT_EQ(repaired.exit_code, 0) << repaired.err;
   EXPECT_NE(repaired.out.find("data: copied 1 object,"), std::string::npos) << repaired.out;
   EXPECT_EQ(last_step(repaired.out), last_step(local.out));
+}
+
+// By default training does not wait for the token file's copy: 2 ranks on one node read it
+// with ranged GETs until the node leader's copy (held until step 3 here) is complete, then
+// from the copy, with every loss as from disk; the next run finds the copy there.
+TEST_F(S3Data, TrainsWhileItsTokenFileIsCopied) {
+  const std::string prefix = dir_ + "/fortunes", cache = dir_ + "/cache";
+  const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+  aws("s3 cp " + prefix + ".bin s3://" + bucket_ + "/megatron/fortunes.bin");
+  aws("s3 cp " + prefix + ".idx s3://" + bucket_ + "/megatron/fortunes.idx");
+  const std::string train = "train --config configs/tiny.ini --model.n_layer=2 --model.d_model=64 --train.steps=6 "
+                            "--log.val_batches=0 --log.sample_every_steps=0 --log.every_steps=1 --data.val_fraction=0 ";
+  const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
+  const CliRun local = run(train + "--data.path=" + prefix, mpirun2);
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::string from_s3 = train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" + cache +
+                              " --checkpoint.s3_endpoint=" + endpoint_;
+  const CliRun copying = run(from_s3, mpirun2 + " -x TRIDENT_TEST_DATA_COPY_AT_STEP=3");
+  ASSERT_EQ(copying.exit_code, 0) << copying.out << copying.err;
+  const std::string& out = copying.out;
+  const size_t starts = out.find("data: training starts while 1 token file"),
+               step2 = out.find("step 2/6"),
+               copied = out.find("data: copied s3://" + bucket_ + "/megatron/fortunes.bin in the background"),
+               switched = out.find("data: s3://" + bucket_ + "/megatron/fortunes: its copy is complete, read from " +
+                                   cache + "/" + bucket_ + "/megatron/fortunes.bin from now on"),
+               step3 = out.find("step 3/6");
+  ASSERT_NE(starts, std::string::npos) << out;
+  ASSERT_NE(copied, std::string::npos) << out;
+  ASSERT_NE(switched, std::string::npos) << out;
+  EXPECT_LT(starts, step2) << out;
+  EXPECT_LT(step2, copied) << "steps 1 and 2 ran on the streamed file\n" << out;
+  EXPECT_LT(copied, switched) << out;
+  EXPECT_LT(switched, step3) << "step 3 read the copy\n" << out;
+  EXPECT_EQ(step_losses(out), step_losses(local.out));
+  EXPECT_EQ(step_losses(out).size(), 6u) << out;
+  EXPECT_EQ(slurp(cache + "/" + bucket_ + "/megatron/fortunes.bin"), slurp(prefix + ".bin"));
+  const CliRun again = run(from_s3, mpirun2);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("data: the s3:// data's 2 objects are in " + cache + " already"), std::string::npos)
+      << again.out;
+  EXPECT_EQ(again.out.find("ranged GETs"), std::string::npos) << again.out;
+  EXPECT_EQ(step_losses(again.out), step_losses(local.out));
 }
 
 // data.stream: the same Megatron prefix read with ranged GETs as the batches need them,
