@@ -873,7 +873,8 @@ void experts_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers) {
   rows.row("experts gate|up fwd, a GEMM per expert",
            [&] { gpu.Kernels::grouped_matmul_forward(y, x, weights.data(), counts.data(), E, C, F2); }, flops,
            "TFLOP/s");
-  rows.row("experts gate|up bwd, grouped (dinp + dweight)",
+  rows.row(gpu.precision() == Precision::bf16 ? "experts gate|up bwd, grouped dinp + dweight per expert"
+                                              : "experts gate|up bwd, grouped (dinp + dweight)",
            [&] { gpu.grouped_matmul_backward(dx, grads.data(), y, x, weights.data(), counts.data(), E, C, F2); },
            2 * flops, "TFLOP/s");
   rows.row("experts gate|up bwd, a GEMM per expert", [&] {

@@ -27,6 +27,11 @@ class Library {
     entry = reinterpret_cast<F>(dlsym(handle_, name));
     require(entry != nullptr, "device cuda: " + name_ + " has no " + name + " (a different cuBLAS version?)");
   }
+  // An entry point that older versions lack (null then).
+  template <class F>
+  void resolve_if_there(F& entry, const char* name) const {
+    entry = reinterpret_cast<F>(dlsym(handle_, name));
+  }
 
  private:
   std::string name_;
@@ -55,7 +60,7 @@ Cublas load_cublas() {
   Cublas blas{};
   library.resolve(blas.Create, "cublasCreate_v2");
   library.resolve(blas.SetStream, "cublasSetStream_v2");
-  library.resolve(blas.GemmGroupedBatchedEx, "cublasGemmGroupedBatchedEx");
+  library.resolve_if_there(blas.GemmGroupedBatchedEx, "cublasGemmGroupedBatchedEx");  // from cuBLAS 12.5
   return blas;
 }
 

@@ -26,7 +26,7 @@ struct CublasLt {
 struct Cublas {
   decltype(&::cublasCreate_v2) Create;
   decltype(&::cublasSetStream_v2) SetStream;
-  decltype(&::cublasGemmGroupedBatchedEx) GemmGroupedBatchedEx;
+  decltype(&::cublasGemmGroupedBatchedEx) GemmGroupedBatchedEx;  // null before cuBLAS 12.5
 };
 
 // libcublasLt.so.<the major version compiled against> (libcublas.so.<it>), found like a

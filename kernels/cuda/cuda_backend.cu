@@ -151,6 +151,10 @@ class PinnedStaging {
   int next_ = 0;
 };
 
+// The experts a rank holds, at most, for which the grouped GEMMs' pointer arrays are sized
+// up front (more grow them at their first use).
+constexpr size_t kMaxGroupedProblems = 1024;
+
 template <typename Element>
 class CudaKernels final : public Kernels {
  public:
@@ -179,6 +183,7 @@ class CudaKernels final : public Kernels {
     index_scratch_.reserve((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t));
     staging_.reserve((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t));  // the largest upload: that index
     norm_scratch_.reserve((cuda::sum_partials() + 1) * sizeof(double));  // + sum_squares()'s total
+    pointer_scratch_.reserve(3 * kMaxGroupedProblems * sizeof(void*));    // a grouped GEMM's A, B and C arrays
     cuda::gemm_workspace();  // cuBLASLt's, allocated now rather than in the first GEMM
   }
 
@@ -414,12 +419,12 @@ class CudaKernels final : public Kernels {
     }
   };
   // As one cuBLAS call (its pointer arrays uploaded), or one gemm() each where cuBLAS has
-  // no grouped GEMM for these types (asked once: the answer is kept).
+  // no grouped GEMM for these types (asked once: the answer is kept). cuBLAS groups inputs
+  // and results of one type: fp32 weight gradients from bf16 inputs go one GEMM each.
   template <typename TC>
   void run_grouped(const GroupedProblems& g, bool trans_a, bool trans_b, bool accumulate) {
     const int count = static_cast<int>(g.M.size());
-    const bool fp32_out = std::is_same_v<TC, float> && !std::is_same_v<Element, float>;
-    if (count > 1 && grouped_supported_[fp32_out]) {
+    if (count > 1 && std::is_same_v<TC, Element> && grouped_supported_) {
       std::vector<const void*> pointers(g.A);
       pointers.insert(pointers.end(), g.B.begin(), g.B.end());
       pointers.insert(pointers.end(), g.C.begin(), g.C.end());
@@ -428,7 +433,7 @@ class CudaKernels final : public Kernels {
       if (cuda::grouped_gemm<Element, TC>(trans_a, trans_b, count, g.M.data(), g.N.data(), g.K.data(), device,
                                           accumulate))
         return;
-      grouped_supported_[fp32_out] = false;
+      grouped_supported_ = false;
     }
     for (int i = 0; i < count; i++)
       cuda::gemm<Element, TC>(trans_a, trans_b, g.M[i], g.N[i], g.K[i], static_cast<const Element*>(g.A[i]),
@@ -446,7 +451,7 @@ class CudaKernels final : public Kernels {
   const bool pooled_;
   Scratch scratch_{pooled_, [this] { count_host_sync(); }}, index_scratch_{pooled_, [this] { count_host_sync(); }},
       norm_scratch_{pooled_, [this] { count_host_sync(); }}, pointer_scratch_{pooled_, [this] { count_host_sync(); }};
-  bool grouped_supported_[2] = {true, true};  // [whether fp32 results from bf16 inputs]
+  bool grouped_supported_ = true;  // false once cuBLAS said it has no grouped GEMM for them
   PinnedStaging staging_;
   std::vector<int32_t> csr_count_, csr_packed_, csr_slot_;  // embedding_backward's, kept between calls
 };

@@ -15,7 +15,7 @@
 
 namespace trident::kernels::cuda {
 
-#define CUBLAS_CHECK(call) TRIDENT_CHECK_STATUS("cuBLASLt", call, CUBLAS_STATUS_SUCCESS, cublasLt_status_name)
+#define CUBLAS_CHECK(call) TRIDENT_CHECK_STATUS("cuBLAS", call, CUBLAS_STATUS_SUCCESS, cublasLt_status_name)
 
 // Checks a kernel launch (configuration errors surface here, faults at the next sync).
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

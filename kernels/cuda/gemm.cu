@@ -157,6 +157,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
 template <typename T, typename TC>
 bool grouped_gemm(bool trans_a, bool trans_b, int count, const int* M, const int* N, const int* K,
                   const void* const* device_pointers, bool accumulate) {
+  if (cublas().GemmGroupedBatchedEx == nullptr) return false;  // a cuBLAS before 12.5
   // Column-major, as gemm(): C^T[N,M] = op(B)^T op(A)^T, so cuBLAS's A is our B.
   const size_t n = static_cast<size_t>(count);
   std::vector<cublasOperation_t> op_a(n, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N), op_b(n, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);

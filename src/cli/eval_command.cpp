@@ -42,7 +42,7 @@ int run_eval_command(const std::vector<std::string>& args, const MpiWorld& world
   load_checkpoint_run(run);
   const Config& c = run.config;
   TrainingData data;
-  const StagedData staged = stage_s3_data(c, *run.parallel);  // s3:// entries: their local copies, or streamed
+  const StagedData staged = stage_s3_data(c, *run.parallel, /*copy_while_reading=*/false);  // s3:// entries: their local copies, or streamed
   const DataConfig& d = staged.data;
   run_collectively([&] {
     data = open_training_data(d.path, d.val_path, d.val_fraction, *run.tokenizer, d.json_key, staged.open_remote);

@@ -130,7 +130,7 @@ po::options_description config_options(Config& c) {
       ("data.val_path", with_default(&d.val_path),
        "a validation dataset of its own, any data.path form (empty: val_fraction of data.path)")
       ("data.cache_dir", with_default(&d.cache_dir),
-       "where each node copies data.path and val_path entries given as s3://bucket/prefix before training "
+       "where each node copies data.path and val_path entries given as s3://bucket/prefix "
        "(empty: $SLURM_TMPDIR/trident-data, else /tmp/trident-data); files already there that verify are kept")
       ("data.stream", with_default(&d.stream),
        "read s3:// Megatron prefixes with ranged GETs as training needs them (each batch's sequences "

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -113,12 +114,14 @@ std::string etag_md5(const std::string& etag) {
   return hex;
 }
 
-std::string file_md5(const std::string& path) {
+// stop(): checked between blocks (a copy cancelled while its MD5 is taken); throws then.
+std::string file_md5(const std::string& path, const std::function<bool()>& stop = {}) {
   std::ifstream in(path, std::ios::binary);
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   check(ctx != nullptr && EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) == 1, "EVP_DigestInit_ex failed");
   std::vector<char> block(8 << 20);
   while (in) {
+    if (stop && stop()) throw InfrastructureError(path + ": its MD5 was not taken (cancelled)");
     in.read(block.data(), static_cast<std::streamsize>(block.size()));
     if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), block.data(), static_cast<size_t>(in.gcount()));
   }
@@ -151,7 +154,8 @@ uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o, 
   // An ETag that looks like an MD5 but is not one (SSE-KMS, SSE-C): the size and If-Match
   // above are the check then.
   const std::string md5 = etag_md5(o.etag);
-  if (!md5.empty() && file_md5(partial) != md5 && !client.encrypted(o.key)) {
+  if (!md5.empty() && file_md5(partial, [&client] { return client.cancelled(); }) != md5 &&
+      !client.encrypted(o.key)) {
     fs::remove(partial);
     throw InfrastructureError("s3://" + o.bucket + "/" + o.key + ": the copy's MD5 is not the object's ETag " + o.etag);
   }
@@ -224,6 +228,16 @@ void remove_unlisted(const std::string& spec, const std::string& cache, const st
   }
 }
 
+// `path`'s .partial files that writers of this host left (`path`.partial.<host>.<pid>): a
+// killed run's (a copy that ends, or is cancelled, removes its own).
+void remove_partials(const std::string& path, const std::string& host) {
+  std::error_code ec;
+  const fs::path dir = fs::path(path).parent_path();
+  const std::string start = fs::path(path).filename().string() + ".partial." + host + ".";
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(start, 0) == 0) fs::remove(e.path(), ec);
+}
+
 // The entries with their copies' paths, but those read from S3 (left as s3://).
 std::string with_local_copies(const std::string& spec, const std::string& cache,
                               const std::vector<StreamedEntry>& streamed) {
@@ -267,6 +281,7 @@ class LeaderCopies final : public DataInBackground {
   void copy_all() {
     run_in_background();
     for (const DataObject& o : objects_) {
+      if (copy_is_current(cache_, o)) continue;  // another leader's, on a shared folder
       const Timer timer;
       try {
         fetch(*clients_.at(o.bucket), cache_, o, writer_);
@@ -316,7 +331,7 @@ std::string data_cache_dir(const DataConfig& data) {
   return (fs::path(slurm != nullptr && *slurm != '\0' ? slurm : "/tmp") / "trident-data").string();
 }
 
-StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
+StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool copy_while_reading) {
   DataConfig data = config.data;
   if (!names_s3(data.path) && !names_s3(data.val_path)) return {data, {}, nullptr};
   const std::string cache = data_cache_dir(data);
@@ -337,8 +352,11 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
   // A token file copied while training reads it, where this node has no copy of it yet:
   // streamed until the node leader's copy is there.
   std::vector<StreamedEntry> being_copied;
-  for (const StreamedEntry& e : deferred)
-    if (!copy_is_current(cache, e.bin)) being_copied.push_back(e);
+  for (const StreamedEntry& e : deferred) {
+    const auto same = [&](const StreamedEntry& b) { return b.bin.bucket == e.bin.bucket && b.bin.key == e.bin.key; };
+    if (!copy_is_current(cache, e.bin) && std::none_of(being_copied.begin(), being_copied.end(), same))
+      being_copied.push_back(e);  // once, though data.path and val_path both name it
+  }
   if (parallel.is_root())
     for (const StreamedEntry& s : streamed)
       std::printf("data: streaming %s (data.stream: ranged GETs as batches need them, %d MB cached per rank)\n",
@@ -397,9 +415,9 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
   const double most = parallel.world().all_reduce(to_fetch, ReduceOp::max);
   const double bound = parallel.wait_bound_s();
   parallel.set_wait_bound_s(bound + most / 50e6);
-  char host[256] = "host";
-  gethostname(host, sizeof host - 1);
-  const std::string writer = std::string(host) + "." + std::to_string(getpid());
+  char host_name[256] = "host";
+  gethostname(host_name, sizeof host_name - 1);
+  const std::string host = host_name, writer = host + "." + std::to_string(getpid());
   std::string error;
   bool usage = false;
   double fetched = 0, files = 0;
@@ -460,7 +478,9 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
     remove_unlisted(data.val_path, cache, listed);
   }
   // The token files this leader copies while training reads them (on a shared folder its
-  // share of them, as above).
+  // share of them, as above). What a killed run of this host left of them goes first.
+  if (leaders.leader)
+    for (const StreamedEntry& e : being_copied) remove_partials(copy_path(cache, e.bin), host);
   std::vector<DataObject> to_copy;
   if (leaders.leader)
     for (size_t i = 0; i < being_copied.size(); i++)
@@ -476,7 +496,7 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel) {
   }
   parallel.world().barrier();
   std::shared_ptr<DataInBackground> background;
-  if (!to_copy.empty()) {
+  if (!to_copy.empty() && copy_while_reading) {
     background = std::make_shared<LeaderCopies>(std::move(to_copy), cache, settings, writer, announce);
     if (!injected_faults::holds_data_copy()) background->start();
   }

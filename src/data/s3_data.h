@@ -54,6 +54,8 @@ struct StagedData {
   RemoteOpener open_remote;
   std::shared_ptr<DataInBackground> background;  // null on the other ranks, or with nothing to copy
 };
-StagedData stage_s3_data(const Config& config, ParallelState& parallel);
+// copy_while_reading false (a short read, as `eval`'s): the files that would be copied
+// meanwhile are only streamed.
+StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool copy_while_reading = true);
 
 }  // namespace trident

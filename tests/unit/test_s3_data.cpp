@@ -3,6 +3,7 @@
 // tests/s3/test_s3rver.sh), the data put there by a client that is not ours (awscli).
 // Without a server (TRIDENT_TEST_S3_ENDPOINT) the tests are skipped.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -104,7 +105,8 @@ TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
 
 // By default training does not wait for the token file's copy: 2 ranks on one node read it
 // with ranged GETs until the node leader's copy (held until step 3 here) is complete, then
-// from the copy, with every loss as from disk; the next run finds the copy there.
+// from the copy, with every loss as from disk; a killed run's .partial is removed first;
+// the next run finds the copy there.
 TEST_F(S3Data, TrainsWhileItsTokenFileIsCopied) {
   const std::string prefix = dir_ + "/fortunes", cache = dir_ + "/cache";
   const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
@@ -118,6 +120,12 @@ TEST_F(S3Data, TrainsWhileItsTokenFileIsCopied) {
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const std::string from_s3 = train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" + cache +
                               " --checkpoint.s3_endpoint=" + endpoint_;
+  // What a killed run of this host left of its copy: removed before the copy starts.
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  const std::string stale = cache + "/" + bucket_ + "/megatron/fortunes.bin.partial." + host + ".99999";
+  fs::create_directories(fs::path(stale).parent_path());
+  std::ofstream(stale) << "a killed run's";
   const CliRun copying = run(from_s3, mpirun2 + " -x TRIDENT_TEST_DATA_COPY_AT_STEP=3");
   ASSERT_EQ(copying.exit_code, 0) << copying.out << copying.err;
   const std::string& out = copying.out;
@@ -137,6 +145,7 @@ TEST_F(S3Data, TrainsWhileItsTokenFileIsCopied) {
   EXPECT_EQ(step_losses(out), step_losses(local.out));
   EXPECT_EQ(step_losses(out).size(), 6u) << out;
   EXPECT_EQ(slurp(cache + "/" + bucket_ + "/megatron/fortunes.bin"), slurp(prefix + ".bin"));
+  EXPECT_FALSE(fs::exists(stale));
   const CliRun again = run(from_s3, mpirun2);
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("data: the s3:// data's 2 objects are in " + cache + " already"), std::string::npos)
