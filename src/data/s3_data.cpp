@@ -485,7 +485,10 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
   if (leaders.leader)
     for (size_t i = 0; i < being_copied.size(); i++)
       if (!shared || static_cast<int>(i) % leaders.count == leaders.index) to_copy.push_back(being_copied[i].bin);
-  if (announce && !being_copied.empty()) {
+  if (announce && !being_copied.empty() && !copy_while_reading) {
+    for (const StreamedEntry& e : being_copied)
+      std::printf("data: %s read with ranged GETs (no copy of it here)\n", e.uri.c_str());
+  } else if (announce && !being_copied.empty()) {
     double bytes = 0;
     for (const StreamedEntry& e : being_copied) bytes += static_cast<double>(e.bin.size);
     std::printf("data: training starts while %zu token file%s (%s) %s copied to %s; until then %s read with ranged "
