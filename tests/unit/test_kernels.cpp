@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernels.h"
 #include "model/document_mask.h"
 
 namespace {
@@ -1137,3 +1139,61 @@ TEST(KernelConventions, SaturatedSigmoidRouterRanksByLogit) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Grouped linear layers (a mixture's experts): each group's rows through its own weight
+// ---------------------------------------------------------------------------------------
+
+namespace trident::kernels::cpu {
+namespace {
+
+// The CPU backend's grouped matmuls against float64 sums per group: uneven and empty
+// groups, the input-gradient and weight-gradient halves each skipped (null) once.
+TEST(GroupedMatmul, EachGroupsRowsGoThroughItsOwnWeight) {
+  const std::unique_ptr<Kernels> k = make_kernels(Device::cpu, Precision::fp32);
+  const std::vector<int> rows = {3, 0, 5, 0, 2};
+  const int groups = static_cast<int>(rows.size()), C = 6, OC = 7, R = 10;
+  const auto floats = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+  const std::vector<float> inp = floats(uniform(static_cast<size_t>(R) * C)),
+                           dout = floats(uniform(static_cast<size_t>(R) * OC));
+  std::vector<std::vector<float>> weight(groups), dweight(groups);
+  std::vector<const Act*> weights;
+  std::vector<float*> dweights;
+  for (int g = 0; g < groups; g++) {
+    weight[g] = floats(uniform(static_cast<size_t>(OC) * C));
+    dweight[g].assign(weight[g].size(), 1.0f);  // added to
+    weights.push_back(as_act(weight[g].data()));
+    dweights.push_back(dweight[g].data());
+  }
+  std::vector<float> out(static_cast<size_t>(R) * OC), dinp(static_cast<size_t>(R) * C, 9.0f);
+  k->grouped_matmul_forward(as_act(out.data()), as_act(inp.data()), weights.data(), rows.data(), groups, C, OC);
+  k->grouped_matmul_backward(as_act(dinp.data()), nullptr, as_act(dout.data()), nullptr, weights.data(), rows.data(),
+                             groups, C, OC);
+  k->grouped_matmul_backward(nullptr, dweights.data(), as_act(dout.data()), as_act(inp.data()), nullptr, rows.data(),
+                             groups, C, OC);
+  int first = 0;
+  for (int g = 0; g < groups; g++) {
+    for (int r = first; r < first + rows[g]; r++) {
+      for (int o = 0; o < OC; o++) {
+        double want = 0;
+        for (int c = 0; c < C; c++) want += static_cast<double>(inp[r * C + c]) * weight[g][o * C + c];
+        EXPECT_NEAR(out[r * OC + o], want, 1e-5) << "group " << g << " row " << r;
+      }
+      for (int c = 0; c < C; c++) {  // overwritten
+        double want = 0;
+        for (int o = 0; o < OC; o++) want += static_cast<double>(dout[r * OC + o]) * weight[g][o * C + c];
+        EXPECT_NEAR(dinp[r * C + c], want, 1e-5) << "group " << g << " row " << r;
+      }
+    }
+    for (int o = 0; o < OC; o++)
+      for (int c = 0; c < C; c++) {  // added to 1: an empty group's stays 1
+        double want = 1;
+        for (int r = first; r < first + rows[g]; r++) want += static_cast<double>(dout[r * OC + o]) * inp[r * C + c];
+        EXPECT_NEAR(dweight[g][o * C + c], want, 1e-5) << "group " << g;
+      }
+    first += rows[g];
+  }
+}
+
+}  // namespace
+}  // namespace trident::kernels::cpu
