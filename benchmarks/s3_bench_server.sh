@@ -1,14 +1,16 @@
-# Sourced by the S3 benchmarks (s3_data.sh, s3_stream.sh): a one-node Ceph (RADOS Gateway,
-# tests/s3/s3_server.sh, objects in the OSD's memory) in a fresh $work folder, stopped
-# with it on exit, a bucket "data", and start_counting_proxy (tests/s3/slowdown_proxy.py
-# in front of it, counting requests: $proxy, requests). Needs $here (the benchmarks folder).
+# Sourced by the S3 benchmarks (s3_checkpoint.sh, s3_data.sh, s3_stream.sh): a one-node Ceph
+# (RADOS Gateway, tests/s3/s3_server.sh, objects in the OSD's memory: $S3_SERVER_MEMORY_GIB,
+# default 6) in a fresh $work folder, stopped with it on exit, a bucket "data", and
+# start_counting_proxy (tests/s3/slowdown_proxy.py in front of it, counting requests: $proxy,
+# requests). Needs $here (the benchmarks folder).
 work=$(mktemp -d "/tmp/trident_$(basename "$0" .sh).XXXXXX")
 proxy_pid=
 trap '[ -z "$proxy_pid" ] || kill "$proxy_pid"; bash "$here/../tests/s3/s3_server.sh" stop "$work/ceph" >/dev/null 2>&1; rm -rf "$work"' EXIT
 aws=/usr/bin/aws
+[ -x $aws ] || aws=$(command -v aws)
 median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
-start=$(bash "$here/../tests/s3/s3_server.sh" start "$work/ceph" --memory-gib 6)
+start=$(bash "$here/../tests/s3/s3_server.sh" start "$work/ceph" --memory-gib "${S3_SERVER_MEMORY_GIB:-6}")
 echo "$start"
 case $start in SKIP:*) exit 0 ;; esac
 source "$work/ceph/env"

@@ -21,21 +21,9 @@ trap 'echo "s3_checkpoint.sh: line $LINENO failed (exit $?)" >&2' ERR
 build=${1:-build}
 rounds=${2:-3}
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/trident_s3_bench.XXXXXX)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-trap 'bash "$here/../tests/s3/s3_server.sh" stop "$work/ceph" >/dev/null 2>&1; rm -rf "$work"' EXIT
-aws=/usr/bin/aws
-[ -x $aws ] || aws=$(command -v aws)
-median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-
-start=$(bash "$here/../tests/s3/s3_server.sh" start "$work/ceph" --memory-gib 8)
-echo "$start"
-case $start in SKIP:*) exit 0 ;; esac
-source "$work/ceph/env"
-export NO_PROXY=127.0.0.1 no_proxy=127.0.0.1
-endpoint=$TRIDENT_TEST_S3_ENDPOINT
+S3_SERVER_MEMORY_GIB=8 source "$here/s3_bench_server.sh"
 $aws --endpoint-url "$endpoint" s3api create-bucket --bucket bench >/dev/null
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 
 parts=${S3_BENCH_PARTS:-1 2 4}  # which to run: 1, 2 (with 3, which reads what 2 uploaded), 4
 # 1. One file up and down.

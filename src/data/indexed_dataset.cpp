@@ -152,17 +152,18 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const MappedFile idx(idx_path);
   parse_index(idx_path, idx.data(), idx.size());
   bin_ = map_token_file(bin_path);
-  require(bin_->size() >= tokens() * token_bytes(type_), bin_path + " has " + std::to_string(bin_->size()) +
-                                                             " bytes, shorter than the " +
-                                                             std::to_string(tokens() * token_bytes(type_)) +
-                                                             " its index says (truncated?)");
+  check_token_file(bin_path);
 }
 
 IndexedDataset::IndexedDataset(const std::string& name, const uint8_t* idx, size_t idx_size,
                                std::unique_ptr<TokenBytes> bin)
     : prefix_(name), bin_(std::move(bin)) {
   parse_index(name + ".idx", idx, idx_size);
-  require(bin_->size() >= tokens() * token_bytes(type_), name + ".bin has " + std::to_string(bin_->size()) +
+  check_token_file(name + ".bin");
+}
+
+void IndexedDataset::check_token_file(const std::string& bin_name) const {
+  require(bin_->size() >= tokens() * token_bytes(type_), bin_name + " has " + std::to_string(bin_->size()) +
                                                              " bytes, shorter than the " +
                                                              std::to_string(tokens() * token_bytes(type_)) +
                                                              " its index says (truncated?)");

@@ -96,6 +96,8 @@ class IndexedDataset {
 
  private:
   void parse_index(const std::string& idx_name, const uint8_t* p, size_t size);
+  // The token file holds at least what the index says (UsageError naming it else).
+  void check_token_file(const std::string& bin_name) const;
   std::string prefix_;
   std::unique_ptr<TokenBytes> bin_;
   mutable std::vector<uint8_t> scratch_;

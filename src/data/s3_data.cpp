@@ -63,6 +63,8 @@ bool named_by(const std::string& pattern, const std::string& key) {
 struct DataObject {
   std::string bucket, key, etag;
   uint64_t size = 0;
+  S3Object object() const { return {key, size, etag}; }
+  bool same_as(const DataObject& o) const { return bucket == o.bucket && key == o.key; }
 };
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DataObject, bucket, key, etag, size)
@@ -353,7 +355,7 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
   // streamed until the node leader's copy is there.
   std::vector<StreamedEntry> being_copied;
   for (const StreamedEntry& e : deferred) {
-    const auto same = [&](const StreamedEntry& b) { return b.bin.bucket == e.bin.bucket && b.bin.key == e.bin.key; };
+    const auto same = [&](const StreamedEntry& b) { return b.bin.same_as(e.bin); };
     if (!copy_is_current(cache, e.bin) && std::none_of(being_copied.begin(), being_copied.end(), same))
       being_copied.push_back(e);  // once, though data.path and val_path both name it
   }
@@ -372,20 +374,20 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
     const auto named = [&](const StreamedEntry& s) { return s.uri == uri; };
     if (const auto e = std::find_if(being_copied.begin(), being_copied.end(), named); e != being_copied.end()) {
       const DataObject bin = e->bin;
-      return open_megatron_dataset_being_copied(uri, {bin.key, bin.size, bin.etag}, settings, cache_bytes,
+      return open_megatron_dataset_being_copied(uri, bin.object(), settings, cache_bytes,
                                                 local_copy_of(uri, cache),
                                                 [cache, bin] { return copy_is_current(cache, bin); }, announce);
     }
     const auto e = std::find_if(streamed.begin(), streamed.end(), named);
     check(e != streamed.end(), "an s3:// entry neither copied nor streamed: " + uri);
-    return open_streamed_megatron_dataset(uri, {e->bin.key, e->bin.size, e->bin.etag}, settings, cache_bytes);
+    return open_streamed_megatron_dataset(uri, e->bin.object(), settings, cache_bytes);
   };
   if (objects.empty()) return {data, open_streamed, nullptr};  // all streamed
   std::sort(objects.begin(), objects.end(), [](const DataObject& a, const DataObject& b) {
     return std::tie(a.bucket, a.key) < std::tie(b.bucket, b.key);
   });
   objects.erase(std::unique(objects.begin(), objects.end(),
-                            [](const DataObject& a, const DataObject& b) { return a.bucket == b.bucket && a.key == b.key; }),
+                            [](const DataObject& a, const DataObject& b) { return a.same_as(b); }),
                 objects.end());
 
   // Each node leader fetches what its node lacks; on a shared folder, its share of it.
@@ -470,21 +472,20 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
     std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size() + deferred.size(),
                 cache.c_str());
   std::fflush(stdout);
+  // The token files this leader copies while training reads them (on a shared folder its
+  // share of them, as above).
+  std::vector<DataObject> to_copy;
   if (leaders.leader) {
     std::set<std::string> listed;
     for (const DataObject& o : objects) listed.insert(fs::path(copy_path(cache, o)).lexically_normal().string());
     for (const StreamedEntry& e : deferred) listed.insert(fs::path(copy_path(cache, e.bin)).lexically_normal().string());
     remove_unlisted(data.path, cache, listed);
     remove_unlisted(data.val_path, cache, listed);
-  }
-  // The token files this leader copies while training reads them (on a shared folder its
-  // share of them, as above). What a killed run of this host left of them goes first.
-  if (leaders.leader)
-    for (const StreamedEntry& e : being_copied) remove_partials(copy_path(cache, e.bin), host);
-  std::vector<DataObject> to_copy;
-  if (leaders.leader)
-    for (size_t i = 0; i < being_copied.size(); i++)
+    for (size_t i = 0; i < being_copied.size(); i++) {
+      remove_partials(copy_path(cache, being_copied[i].bin), host);  // what a killed run of this host left
       if (!shared || static_cast<int>(i) % leaders.count == leaders.index) to_copy.push_back(being_copied[i].bin);
+    }
+  }
   if (announce && !being_copied.empty() && !copy_while_reading) {
     for (const StreamedEntry& e : being_copied)
       std::printf("data: %s read with ranged GETs (no copy of it here)\n", e.uri.c_str());

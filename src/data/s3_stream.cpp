@@ -187,15 +187,18 @@ class TokensBeingCopied final : public TokenBytes {
   bool announce_;
 };
 
-// The index of s3://bucket/prefix (a UsageError when there is none) and a client of its bucket.
-std::pair<std::unique_ptr<S3Client>, std::string> read_index(const std::string& uri, const S3Settings& settings) {
-  const S3Uri u = parse_s3_uri(uri);
-  auto client = std::make_unique<S3Client>(u.bucket, settings, std::make_shared<AwsCredentialProvider>());
-  const std::string idx_key = u.prefix + ".idx";
-  std::optional<std::string> idx = client->get_object(idx_key);
-  require(idx.has_value(), "data.path '" + uri + "': no index " + client->url_of(idx_key) +
+// A client of s3://bucket/prefix's bucket.
+std::unique_ptr<S3Client> client_of(const std::string& uri, const S3Settings& settings) {
+  return std::make_unique<S3Client>(parse_s3_uri(uri).bucket, settings, std::make_shared<AwsCredentialProvider>());
+}
+
+// The index of s3://bucket/prefix, through `client` (a UsageError when there is none).
+std::string read_index(S3Client& client, const std::string& uri) {
+  const std::string idx_key = parse_s3_uri(uri).prefix + ".idx";
+  std::optional<std::string> idx = client.get_object(idx_key);
+  require(idx.has_value(), "data.path '" + uri + "': no index " + client.url_of(idx_key) +
                                " (data.stream reads a Megatron prefix: its .bin and .idx)");
-  return {std::move(client), std::move(*idx)};
+  return std::move(*idx);
 }
 
 }  // namespace
@@ -204,9 +207,8 @@ std::unique_ptr<TokenDataset> open_megatron_dataset_being_copied(const std::stri
                                                                  const S3Settings& settings, size_t cache_bytes,
                                                                  const std::string& local_prefix,
                                                                  std::function<bool()> copied, bool announce) {
-  const S3Uri u = parse_s3_uri(uri);
-  auto client = std::make_unique<S3Client>(u.bucket, settings, std::make_shared<AwsCredentialProvider>());
-  auto streamed = std::make_unique<StreamedTokens>(std::move(client), bin.key, bin.size, bin.etag, cache_bytes);
+  auto streamed =
+      std::make_unique<StreamedTokens>(client_of(uri, settings), bin.key, bin.size, bin.etag, cache_bytes);
   std::ifstream in(local_prefix + ".idx", std::ios::binary);
   require(in.good(), "data.path '" + uri + "': its index was not copied to " + local_prefix + ".idx");
   const std::string idx((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -217,7 +219,8 @@ std::unique_ptr<TokenDataset> open_megatron_dataset_being_copied(const std::stri
 
 std::unique_ptr<TokenDataset> open_streamed_megatron_dataset(const std::string& uri, const S3Object& bin,
                                                              const S3Settings& settings, size_t cache_bytes) {
-  auto [client, idx] = read_index(uri, settings);
+  std::unique_ptr<S3Client> client = client_of(uri, settings);
+  const std::string idx = read_index(*client, uri);
   auto tokens = std::make_unique<StreamedTokens>(std::move(client), bin.key, bin.size, bin.etag, cache_bytes);
   return open_megatron_dataset(uri, idx, std::move(tokens));
 }

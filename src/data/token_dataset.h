@@ -77,8 +77,6 @@ struct Split {
   uint64_t tokens() const;
 };
 
-// What data.path names, opened: the datasets, the train and validation splits, and
-// what the log and the checkpoints say about it.
 // Work that goes on while the data is read: the copies of s3:// token files a node leader
 // makes during training (data/s3_data.h). Destroyed with the data: what is not done then is
 // cancelled.
@@ -89,6 +87,8 @@ class DataInBackground {
   virtual void wait() = 0;   // starts it if not yet, and returns when it is done (or failed)
 };
 
+// What data.path names, opened: the datasets, the train and validation splits, and
+// what the log and the checkpoints say about it.
 struct TrainingData {
   std::vector<std::unique_ptr<TokenDataset>> datasets;
   std::shared_ptr<DataInBackground> background;  // null: nothing

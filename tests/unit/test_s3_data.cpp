@@ -42,7 +42,16 @@ class S3Data : public testing::Test {
     const int status = std::system(("/usr/bin/aws --endpoint-url " + endpoint_ + " " + args + " > " + out + " 2>&1").c_str());
     ASSERT_EQ(WEXITSTATUS(status), 0) << "aws " << args << ": " << slurp(out);
   }
+  // The fortunes prepared as a Megatron dataset at `prefix` on disk, put in the bucket by
+  // awscli as megatron/fortunes (its .bin and .idx).
+  void put_fortunes_in_s3(const std::string& prefix) const {
+    const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
+    aws("s3 cp " + prefix + ".bin s3://" + bucket_ + "/megatron/fortunes.bin");
+    aws("s3 cp " + prefix + ".idx s3://" + bucket_ + "/megatron/fortunes.idx");
+  }
   std::string endpoint_, bucket_, dir_;
+  const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
 };
 
 // The last step's line of a run's output.
@@ -71,7 +80,6 @@ TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
   const std::string from_s3 = train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" + cache +
                               " --checkpoint.s3_endpoint=" + endpoint_ + " --parallel.ranks_per_node=1 "
                               "--data.wait_for_copy=true";
-  const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
   // What prepare uploaded it left as the copy a run keeps: nothing to fetch there.
   const CliRun where_prepared = run(train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" +
                                     dir_ + "/prepared --checkpoint.s3_endpoint=" + endpoint_);
@@ -109,13 +117,9 @@ TEST_F(S3Data, TrainsFromItsCopyAsFromDisk) {
 // the next run finds the copy there.
 TEST_F(S3Data, TrainsWhileItsTokenFileIsCopied) {
   const std::string prefix = dir_ + "/fortunes", cache = dir_ + "/cache";
-  const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
-  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
-  aws("s3 cp " + prefix + ".bin s3://" + bucket_ + "/megatron/fortunes.bin");
-  aws("s3 cp " + prefix + ".idx s3://" + bucket_ + "/megatron/fortunes.idx");
+  ASSERT_NO_FATAL_FAILURE(put_fortunes_in_s3(prefix));
   const std::string train = "train --config configs/tiny.ini --model.n_layer=2 --model.d_model=64 --train.steps=6 "
                             "--log.val_batches=0 --log.sample_every_steps=0 --log.every_steps=1 --data.val_fraction=0 ";
-  const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
   const CliRun local = run(train + "--data.path=" + prefix, mpirun2);
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const std::string from_s3 = train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.cache_dir=" + cache +
@@ -159,14 +163,10 @@ TEST_F(S3Data, TrainsWhileItsTokenFileIsCopied) {
 // (the same at both evaluations) the second time from the cache.
 TEST_F(S3Data, StreamsAMegatronPrefixAsFromDisk) {
   const std::string prefix = dir_ + "/fortunes", cache = dir_ + "/cache";
-  const CliRun prepared = run("prepare --input /usr/share/games/fortunes --out " + prefix + " --data.tokenizer=byte");
-  ASSERT_EQ(prepared.exit_code, 0) << prepared.err;
-  aws("s3 cp " + prefix + ".bin s3://" + bucket_ + "/megatron/fortunes.bin");
-  aws("s3 cp " + prefix + ".idx s3://" + bucket_ + "/megatron/fortunes.idx");
+  ASSERT_NO_FATAL_FAILURE(put_fortunes_in_s3(prefix));
   const std::string train = "train --config configs/tiny.ini --model.n_layer=2 --model.d_model=64 --train.steps=2 "
                             "--log.val_batches=4 --log.val_every_steps=1 --log.sample_every_steps=0 "
                             "--log.every_steps=1 ";
-  const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
   const CliRun local = run(train + "--data.path=" + prefix, mpirun2);
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const CliRun streamed = run(train + "--data.path=s3://" + bucket_ + "/megatron/fortunes --data.stream=true "
