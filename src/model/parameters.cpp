@@ -48,6 +48,7 @@ ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spe
   ParameterDeclarations kept(*this, ZeroResidence::kept_gathered), per_use(*this, ZeroResidence::gathered_per_use);
   if (layers.embedding) layers.embedding->declare_parameters(kept);
   size_t unit_begin = end_unit(0);
+  if (layers.embedding && stage.has_embedding && !units_.empty()) embedding_unit_ = 0;
   for (const auto& block : layers.blocks) {
     unit_begin = total_;
     block->declare_parameters(per_use);
@@ -59,6 +60,7 @@ ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spe
     layers.head->declare_parameters(kept);
   }
   end_unit(unit_begin);
+  if (layers.head) head_unit_ = static_cast<int>(units_.size()) - 1;
   unit_is_block_.assign(units_.size(), false);
   for (int u : block_units_) unit_is_block_[u] = true;
   if (ep_ == 1) return;

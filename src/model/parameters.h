@@ -122,9 +122,17 @@ class ParameterLayout {
   // units()[block_unit(local)].
   const std::vector<FlatRange>& units() const { return units_; }
   int block_unit(int local) const { return block_units_[local]; }
-  // Per unit: whether it is a block (gathered per use under ZeRO-3; the others: the
-  // embeddings, the final norm and the head, kept gathered).
+  // Per unit: whether it is a block (gathered per use under ZeRO-3; the others, the
+  // embeddings, the final norm and the head, where they fit a block's window:
+  // ParamGradStore::windowed_units).
   const std::vector<bool>& unit_is_block() const { return unit_is_block_; }
+  // The units the model's ends read (-1 where the stage has none): the embeddings' (not a
+  // last stage's copy of a tied table), and the final norm and head's. A tied head on a
+  // stage that also embeds reads the table from the embeddings' unit
+  // (head_reads_embedding_unit()).
+  int embedding_unit() const { return embedding_unit_; }
+  int head_unit() const { return head_unit_; }
+  bool head_reads_embedding_unit() const { return spec_.tied_head && embedding_unit_ >= 0 && head_unit_ >= 0; }
   // The unit holding flat offset `offset` (an index into units()); check-fails outside.
   size_t unit_of(size_t offset) const;
   // Expert parallelism: this rank's share of the experts, and where their tensors lie (runs
@@ -148,6 +156,7 @@ class ParameterLayout {
   std::vector<FlatRange> units_;
   std::vector<int> block_units_;
   std::vector<bool> unit_is_block_;
+  int embedding_unit_ = -1, head_unit_ = -1;
   std::vector<FlatRange> expert_ranges_;
   int tp_rank_ = 0, tp_size_ = 1, ep_rank_ = 0, ep_ = 1;
   size_t total_ = 0, unit_align_ = 16;

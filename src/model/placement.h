@@ -28,8 +28,9 @@ enum class GradientSum {
 };
 
 // Where ZeRO-3 keeps a tensor's gathered values (FSDP's units): gathered around each use,
-// in one of two windows (a block), or gathered after each update and kept (the
-// embeddings, the final norm and the head, as FSDP2 keeps its root module).
+// in one of two windows (a block), or an end's (the embeddings, the final norm and the
+// head): in the windows too where its unit fits one, else gathered after each update and
+// kept, as FSDP2 keeps its root module (ParamGradStore::windowed_units decides).
 enum class ZeroResidence { gathered_per_use, kept_gathered };
 
 struct Placement {

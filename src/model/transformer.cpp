@@ -86,7 +86,8 @@ StageActivations measure_activations(const TransformerSpec& spec, const StageSpe
 Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const TransformerOptions& options)
     : stage_(options.stage), tp_(options.tp), layers_(make_stage_layers(transformer_spec(config), options.stage)),
       layout_(layers_, transformer_spec(config), tp_.rank(), tp_.size(), options.buffer_multiple, options.stage),
-      B_(options.micro_batch), k_(k), store_(layout_, k, options.zero, options.shard_group, options.expert_shard_group) {
+      B_(options.micro_batch), k_(k), store_(layout_, k, options.zero, options.shard_group, options.expert_shard_group,
+             /*defers_weight_gradients=*/options.split_backward && options.recompute == Recompute::none) {
   const TransformerSpec& s = spec();
   // This rank's tokens of each sequence, and (the ring's key blocks) every cp rank's.
   Communicator* cp = options.context_parallel;
@@ -281,13 +282,17 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
   slot_batch_.at(slot) = B;
   store_.refresh_weights();
 
-  if (embeds(chunk)) layers_.embedding->forward(r, p);
+  if (embeds(chunk)) {
+    store_.use_embeddings();  // ZeRO-3: gathered where they are sharded at rest, block 0 on its way
+    layers_.embedding->forward(r, p);
+  }
   for (int l = layout_.chunk_begin(chunk); l < layout_.chunk_begin(chunk + 1); l++) {
-    store_.use_block(l, l + 1);  // ZeRO-3: its weights gathered, the next block's on their way
+    store_.use_block(l, l + 1);  // ZeRO-3: its weights gathered, the next block's (or the head's) on their way
     const trace::Span span("layer", [&] { return trace_name(layout_.global_layer(l), "forward"); });
     layers_.blocks[l]->forward(r, p, block_input(chunk, slot, l));
   }
   if (!has_head(chunk)) return;
+  store_.use_head();
   layers_.head->forward(r, p, layers_.final_norm->forward(r, p, chunk_output(chunk, slot)));
 }
 
@@ -330,14 +335,14 @@ std::vector<float> Transformer::logits(int slot, int b, int t) {
 }
 
 void Transformer::backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from,
-                           const std::function<void(int)>& block_begins) {
+                           const std::function<void(size_t)>& unit_begins) {
   check(chunks() == 1, "backward(slot, ...) on a stage of several chunks: chunk_backward()");
-  chunk_backward(0, slot, loss_scale, BackwardPart::whole, grads_final_from, block_begins);
+  chunk_backward(0, slot, loss_scale, BackwardPart::whole, grads_final_from, unit_begins);
 }
 
 void Transformer::chunk_backward(int chunk, int slot, float loss_scale, BackwardPart part,
                                  const std::function<void(size_t)>& grads_final_from,
-                                 const std::function<void(int)>& block_begins) {
+                                 const std::function<void(size_t)>& unit_begins) {
   const int B = slot_batch_.at(slot);
   check(B > 0, "backward() without forward()");
   const auto report = [&](size_t offset) {
@@ -346,6 +351,13 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
   // Where the gradients of the final norm and head, and of block l, begin in the flat buffer.
   const auto head_unit = [&] { return layout_.units().back().begin; };
   const auto block_unit = [&](int l) { return layout_.units()[layout_.block_unit(l)].begin; };
+  // ZeRO-3: the windowed unit an end writes gradients into (the head's: the embeddings' if
+  // tied); its window is made ready first and its gradients reported when complete.
+  const auto end_begins = [&](int position) {
+    const int u = store_.windowed_unit_at(position);
+    if (u >= 0 && unit_begins) unit_begins(layout_.units()[u].begin);
+    return u;
+  };
   LayerRuntime& r = *runtime_;
   const int first = layout_.chunk_begin(chunk), end = layout_.chunk_begin(chunk + 1);
   const bool defer = part == BackwardPart::input && defers_weight_gradients();
@@ -359,7 +371,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
       report(head_unit());
     }
     for (int l = end - 1; l >= first; l--) {
-      if (block_begins) block_begins(l);
+      if (unit_begins) unit_begins(block_unit(l));
       const trace::Span span("layer", [&] { return trace_name(layout_.global_layer(l), "weight gradients"); });
       layers_.blocks[l]->weight_gradients(r, p);
       report(block_unit(l));
@@ -369,13 +381,16 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
   }
   if (has_head(chunk)) {
     // Head: logits become dlogits in place, then through the head and the final norm.
+    store_.use_head();
+    const int windowed = defer ? -1 : end_begins(layout_.layers());
     const kernels::Act* dnormed = layers_.head->backward(r, p, loss_scale, layers_.final_norm->output(r, slot));
     k_.fill_zero(dresidual_, regions_->rows_of(dresidual_, B).bytes());
     layers_.final_norm->backward(r, p, dnormed, chunk_output(chunk, slot), dresidual_);
     if (!defer) report(head_unit());
+    if (windowed >= 0 && windowed != layout_.head_unit()) report(layout_.units()[windowed].begin);  // a tied table
   }  // else the pipeline put d loss / d output into dresidual_
   for (int l = end - 1; l >= first; l--) {
-    if (block_begins && !defer) block_begins(l);
+    if (unit_begins && !defer) unit_begins(block_unit(l));
     store_.use_block(l, l - 1);
     // What the block did not keep, recomputed into the shared set (model/activations.h).
     if (recompute() == Recompute::full) {
@@ -390,8 +405,13 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     layers_.blocks[l]->backward(r, p, block_input(chunk, slot, l), dresidual_);
     if (!defer) report(block_unit(l));
   }
-  // A tied embedding's gradient has the head's part and now the embedding's (all rows).
-  if (embeds(chunk)) layers_.embedding->backward(r, p, dresidual_);
+  // A tied embedding's gradient has the head's part and now the embedding's (all rows):
+  // under ZeRO-3 in windows, each part reduced on its own.
+  if (embeds(chunk)) {
+    store_.embedding_takes_gradients();
+    if (!defer) end_begins(-1);
+    layers_.embedding->backward(r, p, dresidual_);
+  }
   if (!defer && chunk == 0) report(0);  // a later chunk's gradients end above chunk 0's
 }
 

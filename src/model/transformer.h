@@ -140,10 +140,12 @@ class Transformer {
   // grads_final_from(offset), if given, is called as soon as the gradients at
   // [offset, end) of the flat buffer are complete (the last layers come first), so that
   // their reduction can start while backward goes on.
-  // block_begins(l), if given, is called before block l's gradients are written (a
-  // window must be free and zeroed first).
+  // unit_begins(offset), if given, is called before the gradients of a windowed unit
+  // (parallel/param_grad_store.h: a block, or a ZeRO-3 end) starting at `offset` are
+  // written (its window must be free and zeroed first); grads_final_from(offset) follows
+  // when they are complete (a tied table's: after the head, and after the embedding).
   void backward(int slot, float loss_scale, const std::function<void(size_t)>& grads_final_from = {},
-                const std::function<void(int)>& block_begins = {});
+                const std::function<void(size_t)>& unit_begins = {});
   // The same for one model chunk of the stage (layout().chunks(); one but under the
   // interleaved schedule): its blocks, the embedding if it is the model's first chunk, the
   // head if its last. forward(slot, ...) and backward(slot, ...) are chunk 0's. Several
@@ -158,7 +160,7 @@ class Transformer {
   // half is the whole backward and the weight half does nothing.
   void chunk_backward(int chunk, int slot, float loss_scale, BackwardPart part,
                       const std::function<void(size_t)>& grads_final_from = {},
-                      const std::function<void(int)>& block_begins = {});
+                      const std::function<void(size_t)>& unit_begins = {});
   bool defers_weight_gradients() const { return activations_.shape().deferred_weight_gradients; }
   // Whether a pass of `part` adds weight gradients (a chunk's last such pass completes them).
   bool adds_weight_gradients(BackwardPart part) const {

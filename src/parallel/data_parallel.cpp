@@ -67,7 +67,11 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   armed_.assign(all.size(), false);
   for (size_t u = 0; u < all.size(); u++)
     if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, unit_shard_floats(u));
-  if (!units_.accumulates) return;
+  if (!units_.accumulates) {
+    if (units_.reduces_a_unit_twice)
+      temporaries_.emplace_back(nullptr, static_cast<float*>(memory_.alloc(window_shard_floats_ * sizeof(float))));
+    return;
+  }
   for (size_t u = 0; u < all.size(); u++) {
     if (!units_.windowed[u]) continue;
     const float* window = units_.locate(all[u].begin);
@@ -209,9 +213,20 @@ void DataParallel::finish(BlockReduction& r) {
   if (r.temporary != nullptr) memory_.add_f32(r.shard, r.temporary, r.floats);
 }
 
-void DataParallel::block_begins(size_t offset) {
+float* DataParallel::temporary_for(const float* window) {
+  auto t = std::find_if(temporaries_.begin(), temporaries_.end(), [&](const auto& e) { return e.first == window; });
+  if (t == temporaries_.end())  // the one shared temporary
+    t = std::find_if(temporaries_.begin(), temporaries_.end(), [](const auto& e) { return e.first == nullptr; });
+  check(t != temporaries_.end(), "ZeRO-2/3: a second sum of a unit, but no temporary (GradientUnits)");
+  for (BlockReduction& r : in_flight_)
+    if (r.temporary == t->second) finish(r);  // another window's sum still uses it
+  return t->second;
+}
+
+void DataParallel::unit_begins(size_t offset) {
   if (stage_ < 2) return;
   const size_t u = unit_at(offset);
+  if (!units_.windowed[u]) return;
   float* window = units_.locate(units_.units[u].begin);
   for (BlockReduction& r : in_flight_)
     if (r.window == window) finish(r);
@@ -245,22 +260,18 @@ void DataParallel::gradients_final_from(size_t offset) {
   if (stage_ >= 2) {
     if (offset >= n_) return;
     const size_t u = unit_at(offset);
-    // The kept units go at the end; a block once per block_begins() (backward also
+    // The kept units go at the end; a windowed unit once per unit_begins() (backward also
     // reports offset 0 at its end, a block's own offset on a stage without embeddings).
     if (!units_.windowed[u] || units_.units[u].begin != offset || !armed_[u]) return;
     armed_[u] = false;
     const float* window = units_.locate(offset);
     const size_t floats = unit_shard_floats(u);
     BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[unit_pieces_[u]], floats};
-    if (reductions_[u]++ > 0) {  // an earlier micro-batch's sum is in the shard: add to it
-      auto t = std::find_if(temporaries_.begin(), temporaries_.end(), [&](const auto& e) { return e.first == window; });
-      check(t != temporaries_.end(), "ZeRO-2/3: a second micro-batch, but GradientUnits::accumulates was false");
-      r.temporary = t->second;
-    }
+    if (reductions_[u]++ > 0) r.temporary = temporary_for(window);  // an earlier sum is in the shard: add to it
     r.request = reduce_unit(u, window, r.temporary ? r.temporary : r.shard);
     auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });
     if (slot == in_flight_.end()) in_flight_.push_back(std::move(r));
-    else *slot = std::move(r);  // block_begins() finished the one before
+    else *slot = std::move(r);  // unit_begins() finished the one before
     for (BlockReduction& f : in_flight_)
       if (f.request) f.request->test();  // MPI progresses non-blocking operations only when called
     return;

@@ -19,7 +19,8 @@
 // ZeRO-3 (FSDP's FULL_SHARD) reduces the gradients as ZeRO-2 does; the parameters are
 // sharded the same way, by the store, which gathers each unit before the model uses it
 // (parallel/param_grad_store.h). The optimizer then updates this rank's shard only and nothing is
-// gathered after the step.
+// gathered after the step. Ends the store keeps in the windows are reduced as the blocks
+// are (a tied table twice per micro-batch: after the head and after the embedding).
 #pragma once
 
 #include <cstddef>
@@ -65,6 +66,9 @@ struct GradientUnits {
   // More than one micro-batch per step: the later micro-batches' sums of a window go
   // through a temporary per window, allocated with the rest (not mid-backward).
   bool accumulates = false;
+  // A unit is reduced twice per micro-batch (a tied table in the windows): its second sum
+  // goes through a temporary too (one, unless accumulates already gives one per window).
+  bool reduces_a_unit_twice = false;
 };
 
 class DataParallel {
@@ -104,10 +108,10 @@ class DataParallel {
 
   // Call before the backward passes of a step (grads: ParamGradStore::grads(), the model's).
   void start_backward(float* grads);
-  // ZeRO-2: block unit starting at `offset` is about to get gradients: its window must
-  // be free (its last reduction done) and zeroed.
-  void block_begins(size_t offset);
-  // Backward's report: gradients at [offset, n) are final (ZeRO-2: the block unit at
+  // ZeRO-2/3: the windowed unit starting at `offset` is about to get gradients: its window
+  // must be free (its last reduction done) and zeroed. Nothing for a kept unit.
+  void unit_begins(size_t offset);
+  // Backward's report: gradients at [offset, n) are final (ZeRO-2/3: the windowed unit at
   // `offset` is complete for this micro-batch).
   void gradients_final_from(size_t offset);
   // At most `n` bucket reductions in flight (0: no bound): the oldest is waited for
@@ -180,7 +184,9 @@ class DataParallel {
   std::vector<int> reductions_;              // per unit, this step
   std::vector<bool> armed_;                  // per unit: gradients written since its last reduction
   std::vector<BlockReduction> in_flight_;    // at most one per window
-  std::vector<std::pair<const float*, float*>> temporaries_;  // per window
+  // Per window; or one for any window (key null) when only a twice-reduced unit needs one.
+  std::vector<std::pair<const float*, float*>> temporaries_;
+  float* temporary_for(const float* window);  // free for use
   size_t window_shard_floats_ = 0;                            // a temporary's size
 };
 

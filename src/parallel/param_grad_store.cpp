@@ -10,63 +10,100 @@ namespace trident {
 namespace {
 
 // Where each unit's gradients (ZeRO-3: and parameters) live in their storage. Without
-// windows: where the unit is in the flat layout. With windows: the kept units first (all
-// but the blocks), then window 0 and window 1, each as large as the largest block;
-// block l in window l % 2.
+// windows: where the unit is in the flat layout. With windows: the kept units first, then
+// window 0 and window 1, each as large as the largest windowed unit; block l in window
+// l % 2, the embeddings in window 1 and the head in window layers() % 2 (their places
+// before their first use: ParamGradStore moves a tied table between the two).
 struct UnitStorage {
   size_t floats = 0;
   std::vector<size_t> unit_start;
+  size_t window_start[2] = {0, 0};
 };
 
-UnitStorage unit_storage(const ParameterLayout& layout, bool windowed) {
+UnitStorage unit_storage(const ParameterLayout& layout, const std::vector<bool>& windowed) {
   const std::vector<FlatRange>& units = layout.units();
   UnitStorage g;
-  if (!windowed) {
+  if (std::find(windowed.begin(), windowed.end(), true) == windowed.end()) {
     for (const FlatRange& u : units) g.unit_start.push_back(u.begin);
     g.floats = layout.total_floats();
     return g;
   }
-  const std::vector<bool>& block = layout.unit_is_block();
   size_t window = 0;
-  for (int l = 0; l < layout.layers(); l++) window = std::max(window, units[layout.block_unit(l)].size());
+  for (size_t u = 0; u < units.size(); u++)
+    if (windowed[u]) window = std::max(window, units[u].size());
   g.unit_start.resize(units.size());
   for (size_t u = 0; u < units.size(); u++)
-    if (!block[u]) g.unit_start[u] = g.floats, g.floats += units[u].size();
-  for (int l = 0; l < layout.layers(); l++) g.unit_start[layout.block_unit(l)] = g.floats + (l % 2) * window;
-  g.floats += std::min(layout.layers(), 2) * window;
+    if (!windowed[u]) g.unit_start[u] = g.floats, g.floats += units[u].size();
+  for (int w = 0; w < 2; w++) g.window_start[w] = g.floats + w * window;
+  const int L = layout.layers();
+  for (int l = 0; l < L; l++) g.unit_start[layout.block_unit(l)] = g.window_start[l % 2];
+  if (layout.head_unit() >= 0 && windowed[layout.head_unit()]) g.unit_start[layout.head_unit()] = g.window_start[L % 2];
+  if (layout.embedding_unit() >= 0 && windowed[layout.embedding_unit()])
+    g.unit_start[layout.embedding_unit()] = g.window_start[1];
+  g.floats += std::min(L, 2) * window;
   return g;
 }
 
 }  // namespace
 
-size_t ParamGradStore::gradient_floats_for(const ParameterLayout& layout, ZeroStage zero) {
-  return unit_storage(layout, zero >= ZeroStage::gradients).floats;
+std::vector<bool> ParamGradStore::windowed_units(const ParameterLayout& layout, ZeroStage zero,
+                                                 bool defers_weight_gradients) {
+  std::vector<bool> windowed(layout.units().size(), false);
+  if (zero < ZeroStage::gradients) return windowed;
+  windowed = layout.unit_is_block();
+  // The ends take the windows only as ZeRO-3's parameters (ZeRO-2 accumulates their
+  // gradients in place and reduces them once per step), with two windows to alternate,
+  // and when their gradients are complete at their use: not under deferred weight
+  // gradients, nor a last stage's copy of a tied table (summed between the ends later).
+  if (zero != ZeroStage::parameters || defers_weight_gradients || layout.layers() < 2) return windowed;
+  size_t block = 0;
+  for (int l = 0; l < layout.layers(); l++) block = std::max(block, layout.units()[layout.block_unit(l)].size());
+  const auto fits = [&](int u) { return u >= 0 && layout.units()[u].size() <= block; };
+  const int embedding = layout.embedding_unit(), head = layout.head_unit();
+  const bool tied = layout.spec().tied_head;
+  // A tied table sums its gradient between the pipeline's ends unless both are here.
+  if (fits(embedding) && (!tied || layout.head_reads_embedding_unit())) windowed[embedding] = true;
+  // A tied head's own unit is the final norm alone (the table is the embeddings'): kept.
+  if (fits(head) && !tied) windowed[head] = true;
+  return windowed;
+}
+
+size_t ParamGradStore::gradient_floats_for(const ParameterLayout& layout, ZeroStage zero,
+                                           bool defers_weight_gradients) {
+  return unit_storage(layout, windowed_units(layout, zero, defers_weight_gradients)).floats;
 }
 
 size_t ParamGradStore::parameter_floats_for(const ParameterLayout& layout, ZeroStage zero,
-                                            kernels::Precision precision) {
+                                            kernels::Precision precision, bool defers_weight_gradients) {
   // ZeRO-3 in bf16 gathers the compute copy itself: the fp32 values live in the shard only.
   if (zero == ZeroStage::parameters && precision != kernels::Precision::fp32) return 0;
-  return compute_weight_floats_for(layout, zero);
+  return compute_weight_floats_for(layout, zero, defers_weight_gradients);
 }
 
-size_t ParamGradStore::compute_weight_floats_for(const ParameterLayout& layout, ZeroStage zero) {
-  return unit_storage(layout, zero == ZeroStage::parameters).floats;
+size_t ParamGradStore::compute_weight_floats_for(const ParameterLayout& layout, ZeroStage zero,
+                                                 bool defers_weight_gradients) {
+  if (zero != ZeroStage::parameters) return layout.total_floats();
+  return unit_storage(layout, windowed_units(layout, zero, defers_weight_gradients)).floats;
 }
 
 ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero,
-                               Communicator* shard_group, Communicator* expert_shard_group)
+                               Communicator* shard_group, Communicator* expert_shard_group,
+                               bool defers_weight_gradients)
     : layout_(layout), k_(k),
       shards_(zero == ZeroStage::parameters && shard_group != nullptr && shard_group->size() > 1 ? shard_group
                                                                                                  : nullptr),
       zero_(zero == ZeroStage::parameters && shards_ == nullptr ? ZeroStage::gradients : zero),
-      params_(k, parameter_floats_for(layout, zero_, k.precision())), grads_(k, gradient_floats_for(layout, zero_)),
-      act_type_(k.activation_type()) {
-  unit_storage_ = unit_storage(layout_, zero_ >= ZeroStage::gradients).unit_start;
-  for (const ParameterTensor& t : layout_.tensors())
-    grad_offset_.push_back(static_cast<size_t>(gradient_location(t.offset) - grads_.data()));
-  // Parameters: stored as the gradients are (ZeRO-3: the kept units and the two windows).
-  for (const ParameterTensor& t : layout_.tensors()) param_offset_.push_back(t.offset);
+      windowed_(windowed_units(layout, zero_, defers_weight_gradients)),
+      params_(k, parameter_floats_for(layout, zero_, k.precision(), defers_weight_gradients)),
+      grads_(k, gradient_floats_for(layout, zero_, defers_weight_gradients)), act_type_(k.activation_type()) {
+  const UnitStorage storage = unit_storage(layout_, windowed_);
+  unit_storage_ = storage.unit_start;
+  std::copy(std::begin(storage.window_start), std::end(storage.window_start), window_start_);
+  for (const ParameterTensor& t : layout_.tensors()) {
+    const size_t u = layout_.unit_of(t.offset);
+    tensor_unit_.push_back(static_cast<int>(u));
+    within_unit_.push_back(t.offset - layout_.units()[u].begin);
+  }
   if (shards_ != nullptr) {
     const std::vector<FlatRange>& units = layout_.units();
     expert_shards_ = layout_.ep_size() > 1 ? expert_shard_group : nullptr;
@@ -85,19 +122,19 @@ ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& 
       floats += block;
     }
     master_ = kernels::DeviceBuffer(k, floats);
-    param_offset_ = grad_offset_;
   }
   if (k.precision() == kernels::Precision::fp32) {
     weights_act_ = kernels::as_act(params_.data());  // fp32 compute reads the parameters themselves
   } else {
-    weights_ = kernels::DeviceBuffer(k, (k.activation_bytes(compute_weight_floats_for(layout_, zero_)) + 3) / 4);
+    weights_ = kernels::DeviceBuffer(
+        k, (k.activation_bytes(compute_weight_floats_for(layout_, zero_, defers_weight_gradients)) + 3) / 4);
     weights_act_ = reinterpret_cast<Act*>(weights_.data());
   }
 }
 
 float* ParamGradStore::gradient_location(size_t offset) const {
   const size_t u = layout_.unit_of(offset);
-  return grads_.data() + unit_storage_[u] + (offset - layout_.units()[u].begin);
+  return grads_.data() + unit_storage_[u] + (offset - layout_.units()[u].begin);  // where the unit is now
 }
 
 void ParamGradStore::zero_grad() { k_.fill_zero(grads_.data(), grads_.size() * sizeof(float)); }
@@ -116,7 +153,7 @@ void ParamGradStore::parameters_changed() {
   weights_stale_ = true;
   for (int w = 0; w < 2; w++) {
     window_gather_[w].reset();  // waits for a gather still in flight
-    window_block_[w] = -1;
+    window_unit_[w] = -1;
   }
 }
 
@@ -150,12 +187,10 @@ void ParamGradStore::refresh_weights() {
     if (weights_.data() != nullptr) k_.cast_to_activation(weights_act_, params_.data(), layout_.total_floats());
     return;
   }
-  // ZeRO-3: the kept units (embeddings, final norm and head) gathered whole; the blocks
-  // as they come.
-  const std::vector<bool>& block = layout_.unit_is_block();
+  // ZeRO-3: the kept units gathered whole; the windowed ones as they come.
   std::vector<RequestPtr> gathers;  // all started, then waited for
-  for (size_t u = 0; u < block.size(); u++)
-    if (!block[u]) gathers.push_back(gather_unit(u));
+  for (size_t u = 0; u < windowed_.size(); u++)
+    if (!windowed_[u]) gathers.push_back(gather_unit(u));
   for (RequestPtr& g : gathers) g->wait();
 }
 
@@ -188,21 +223,52 @@ RequestPtr ParamGradStore::gather_unit(size_t u) {
   return std::make_unique<AllOf>(std::move(gathers));
 }
 
-void ParamGradStore::gather_block(int l) {
-  const int w = l % 2;
-  if (window_block_[w] == l) return;  // there, or on its way
-  window_gather_[w].reset();
-  window_gather_[w] = gather_unit(static_cast<size_t>(layout_.block_unit(l)));
-  window_block_[w] = l;
+int ParamGradStore::windowed_unit_at(int position) const {
+  const int L = layout_.layers();
+  int u = -1;
+  if (position == -1) u = layout_.embedding_unit();
+  else if (position >= 0 && position < L) u = layout_.block_unit(position);
+  else if (position == L) u = layout_.head_reads_embedding_unit() ? layout_.embedding_unit() : layout_.head_unit();
+  return u >= 0 && windowed_[u] ? u : -1;
+}
+
+void ParamGradStore::gather_at(int position, bool wait) {
+  const int u = windowed_unit_at(position), w = window_of(position);
+  if (u < 0) return;
+  if (window_unit_[w] != u) {  // else there, or on its way
+    window_gather_[w].reset();  // what was on its way into the window: arrived, and done with
+    place(u, w);
+    window_gather_[w] = gather_unit(static_cast<size_t>(u));
+    window_unit_[w] = u;
+  }
+  place(u, w);  // a tied table may live in the other window since (its gradients)
+  if (wait && window_gather_[w]) {
+    window_gather_[w]->wait();
+    window_gather_[w].reset();
+  }
+}
+
+void ParamGradStore::use_embeddings() {
+  if (shards_ == nullptr) return;
+  gather_at(-1, /*wait=*/true);
+  gather_at(0, /*wait=*/false);
 }
 
 void ParamGradStore::use_block(int l, int next) {
   if (shards_ == nullptr) return;
-  const int w = l % 2;
-  gather_block(l);
-  if (window_gather_[w]) window_gather_[w]->wait();
-  window_gather_[w].reset();
-  if (next >= 0 && next < layout_.layers()) gather_block(next);
+  gather_at(l, /*wait=*/true);
+  // Ahead, a block or the head (never the embeddings: backward does not read them).
+  if (next >= 0 && next <= layout_.layers()) gather_at(next, /*wait=*/false);
+}
+
+void ParamGradStore::use_head() {
+  if (shards_ == nullptr) return;
+  gather_at(layout_.layers(), /*wait=*/true);
+}
+
+void ParamGradStore::embedding_takes_gradients() {
+  const int u = windowed_unit_at(-1);
+  if (shards_ != nullptr && u >= 0) place(u, window_of(-1));
 }
 
 }  // namespace trident

@@ -11,10 +11,17 @@
 //   shard group (rank r holds piece r, as ZeRO's gradient shards): the fp32 masters that
 //   the optimizer updates. The parameters are stored as the gradients are: a block's
 //   are all-gathered into one of two windows before its forward and again before its
-//   backward (unless still there), the next block's gather issued ahead; the embeddings
-//   and head are gathered after each update and stay, as FSDP2 keeps its root module
-//   unsharded. In bf16 what is gathered is the compute copy (half the bytes, as FSDP's
-//   bf16 param_dtype): no fp32 parameters are stored besides the masters.
+//   backward (unless still there), the next block's gather issued ahead. The embeddings
+//   and the head take the windows too when they fit one (no larger than a block), so
+//   that they are sharded at rest as FSDP reshards any module after use: the units are
+//   used in the order embeddings (position -1), blocks 0 .. L-1, head (position L), and
+//   position p's unit is in window p mod 2. A tied table is read at both ends (gathered
+//   at each) and its gradient comes in two parts (reduced at each). Ends that do not
+//   fit, a last stage's copy of a tied table (summed between the pipeline's ends after
+//   the step's backward) and any end when weight gradients are deferred (zb1) are kept
+//   gathered after each update, as FSDP2 keeps its root module unsharded. In bf16 what
+//   is gathered is the compute copy (half the bytes, as FSDP's bf16 param_dtype): no
+//   fp32 parameters are stored besides the masters.
 #pragma once
 
 #include <cstddef>
@@ -38,35 +45,58 @@ class ParamGradStore {
   // they are whole here (the gradients are still windowed from ZeroStage::gradients).
   // expert_shard_group: under expert parallelism the ranks holding the same experts, which
   // shard the experts' tensors (the layout's expert_ranges) instead.
+  // defers_weight_gradients: the model computes weight gradients apart from the backward
+  // pass (zb1): the ends stay kept gathered.
   ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero, Communicator* shard_group,
-                 Communicator* expert_shard_group = nullptr);
+                 Communicator* expert_shard_group = nullptr, bool defers_weight_gradients = false);
   ParamGradStore(const ParamGradStore&) = delete;
   ParamGradStore& operator=(const ParamGradStore&) = delete;
 
+  // Per unit of `layout`: whether it lives in the two windows under `zero` (ZeRO-2: the
+  // blocks' gradients; ZeRO-3: the blocks, and the ends that fit, parameters and gradients).
+  // ZeRO-3 here means sharded over two ranks or more (the store applies ZeRO-2 otherwise).
+  static std::vector<bool> windowed_units(const ParameterLayout& layout, ZeroStage zero,
+                                          bool defers_weight_gradients = false);
   // What the storage of `layout` takes under `zero`, for memory plans: the gradients
   // (windowed from ZeRO-2), the fp32 parameters (ZeRO-3: stored as the gradients; none
   // in bf16), and the elements of the compute copy (ZeRO-3: stored as the gradients).
-  static size_t gradient_floats_for(const ParameterLayout& layout, ZeroStage zero);
-  static size_t parameter_floats_for(const ParameterLayout& layout, ZeroStage zero, kernels::Precision precision);
-  static size_t compute_weight_floats_for(const ParameterLayout& layout, ZeroStage zero);
+  static size_t gradient_floats_for(const ParameterLayout& layout, ZeroStage zero,
+                                    bool defers_weight_gradients = false);
+  static size_t parameter_floats_for(const ParameterLayout& layout, ZeroStage zero, kernels::Precision precision,
+                                     bool defers_weight_gradients = false);
+  static size_t compute_weight_floats_for(const ParameterLayout& layout, ZeroStage zero,
+                                          bool defers_weight_gradients = false);
 
   bool parameters_sharded() const { return shards_ != nullptr; }
 
   // ---- what the layers read and write ----
   // The compute copy of tensor `index`; null for -1 (a tensor the family lacks). Under
-  // ZeRO-3 a block's tensors are there between use_block() and the next block's.
+  // ZeRO-3 a windowed unit's tensors are there from its use_*() until its window's next.
   const Act* weight(int index) const {
-    return index < 0 ? nullptr : kernels::offset(weights_act_, param_offset_[index], act_type_);
+    if (index < 0) return nullptr;
+    return kernels::offset(weights_act_, shards_ != nullptr ? stored_at(index) : layout_[index].offset, act_type_);
   }
   // Where backward adds the gradient of tensor `index` (null for -1).
-  float* grad(int index) const { return index < 0 ? nullptr : grads_.data() + grad_offset_[index]; }
+  float* grad(int index) const { return index < 0 ? nullptr : grads_.data() + stored_at(index); }
   // Before a forward pass: the compute copy brought up to date with the parameters
   // (ZeRO-3: the kept units gathered).
   void refresh_weights();
-  // ZeRO-3 (nothing otherwise): makes local block l's weights ready and starts gathering
-  // block `next` ahead (if it is one of the stage's): the other window's block is done
-  // with (forward: the one before; backward: the one after).
+  // ZeRO-3 (nothing otherwise), in the order of use: makes the unit at a position ready in
+  // its window, and starts gathering the next one ahead into the other window, whose unit
+  // is done with. use_block(l, next): local block l, next a block or layers() (the head).
+  void use_embeddings();  // its forward (block 0 on its way)
   void use_block(int l, int next);
+  void use_head();        // its forward and its backward
+  // Before the embedding's backward: its gradients go to its own window (its weights are
+  // not read, so not gathered).
+  void embedding_takes_gradients();
+  // The windowed unit used at `position` (-1 the embeddings, layers() the head; a tied
+  // head's is the embeddings'), or -1 where it is kept (or absent).
+  int windowed_unit_at(int position) const;
+  const std::vector<bool>& windowed() const { return windowed_; }
+  // A windowed unit used at both ends (a tied table), so its gradients are reduced twice
+  // per micro-batch.
+  bool reduces_a_unit_twice() const { return windowed_unit_at(-1) >= 0 && windowed_unit_at(-1) == windowed_unit_at(layout_.layers()); }
   // Lets the gathers in flight move on: MPI moves a non-blocking operation on only inside
   // MPI calls, so without this the next block's gather would wait for the next wait.
   void progress_gathers();
@@ -93,7 +123,7 @@ class ParamGradStore {
   std::vector<float> gradient_to_host(int index) const;
 
   // The gradient storage: the whole flat layout, or windowed the kept units and the two
-  // windows (gradient_location() maps a flat offset into it).
+  // windows (gradient_location() maps a flat offset into it, where its unit is now).
   float* grads() const { return grads_.data(); }
   // Where the gradient of flat offset `offset` lives (a block's: in its window).
   float* gradient_location(size_t offset) const;
@@ -103,24 +133,33 @@ class ParamGradStore {
   size_t compute_weight_bytes() const { return weights_.size() * sizeof(float); }
 
  private:
+  // Where tensor `index` starts in the storage: its unit's place now, plus its offset in it.
+  size_t stored_at(int index) const { return unit_storage_[tensor_unit_[index]] + within_unit_[index]; }
   // Unit u's parameters (in bf16 its compute copy) from every rank's piece into their
   // storage; returns the gather in flight.
   RequestPtr gather_unit(size_t u);
-  // Starts gathering local block l's parameters into its window (unless there).
-  void gather_block(int l);
+  // The unit at `position` into window position mod 2 (its gather started unless it is
+  // there or on its way); with `wait`, until it is there.
+  void gather_at(int position, bool wait);
+  // Unit u now lives in window w (its parameters and gradients).
+  void place(int u, int w) { unit_storage_[u] = window_start_[w]; }
+  static int window_of(int position) { return position & 1; }  // -1: 1
 
   const ParameterLayout& layout_;
   kernels::Kernels& k_;
   Communicator* shards_ = nullptr;  // ZeRO-3's group; null: the parameters are whole here
   ZeroStage zero_;                  // as applied (ZeRO-3 without a group of two: gradients)
+  std::vector<bool> windowed_;      // per unit
   kernels::DeviceBuffer params_, grads_;
-  std::vector<size_t> unit_storage_;  // per layout unit: where its gradients (ZeRO-3: and parameters) start
-  std::vector<size_t> grad_offset_;   // per tensor: where its gradient starts in grads_
-  std::vector<size_t> param_offset_;  // per tensor: where it starts in params_ (and the compute copy)
+  std::vector<size_t> unit_storage_;  // per layout unit: where its gradients (ZeRO-3: and parameters) start now
+  size_t window_start_[2] = {0, 0};
+  std::vector<int> tensor_unit_;      // per tensor: its unit
+  std::vector<size_t> within_unit_;   // per tensor: where it starts in its unit
   // ZeRO-3: the units cut into pieces (where the experts' tensors begin and end; unit u's
   // are pieces_[unit_pieces_[u] .. unit_pieces_[u + 1])), each sharded over its group;
   // this rank's block of every piece (held_), one after the other, the fp32 master values
-  // the optimizer updates; per window the block in it (-1: none) and its gather.
+  // the optimizer updates; per window the unit whose parameters are in it (-1: none) and
+  // its gather.
   std::vector<FlatRange> pieces_;
   std::vector<Communicator*> piece_group_;
   std::vector<size_t> unit_pieces_;
@@ -128,7 +167,7 @@ class ParamGradStore {
   kernels::DeviceBuffer master_;
   std::vector<FlatRange> held_;
   std::vector<size_t> master_offset_;  // per piece: where its block starts in master_
-  int window_block_[2] = {-1, -1};
+  int window_unit_[2] = {-1, -1};
   RequestPtr window_gather_[2];
   kernels::DType act_type_;
   kernels::DeviceBuffer weights_;  // the compute copy, when it is not params_ itself

@@ -12,6 +12,7 @@
 #include "plan/schedule_time.h"
 #include "kernels/base/error.h"
 #include "optim/optimizer.h"
+#include "parallel/param_grad_store.h"
 #include "plan/run_layout.h"
 
 namespace trident {
@@ -175,7 +176,8 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   }
 
   // Data parallelism over the busiest stage's parameters (this rank's tp share): its
-  // blocks, and the embeddings / final norm and head that ZeRO-2/3 keep whole.
+  // blocks, and the units ZeRO-2/3 keep whole: the embeddings / final norm and head
+  // (ZeRO-3 gathers them around their use like the blocks where they fit a block's window).
   // Under expert parallelism the stage holds E / ep experts, whose gradients are summed
   // over the replicas / ep ranks holding the same ones.
   double stage_floats = 0, kept_floats = 0, expert_floats = 0;
@@ -188,8 +190,11 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     expert_floats = 0;
     for (const FlatRange& r : layout.expert_ranges()) expert_floats += static_cast<double>(r.size());
     kept_floats = 0;
+    const bool defers = p.schedule == Schedule::zb1 && recompute == Recompute::none;
+    const std::vector<bool> windowed =
+        ParamGradStore::windowed_units(layout, zero >= 2 ? static_cast<ZeroStage>(zero) : ZeroStage::gradients, defers);
     for (size_t u = 0; u < layout.units().size(); u++)
-      if (!layout.unit_is_block()[u]) kept_floats += static_cast<double>(layout.units()[u].size());
+      if (!windowed[u]) kept_floats += static_cast<double>(layout.units()[u].size());
   }
   if (replicas > 1) {
     // Across nodes NCCL runs one ring per network interface: a dp group with k members on

@@ -81,17 +81,38 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
 
   const int zero = stage.zero;
   const CheckpointWrites writer = CheckpointWrites::of(d, coords);  // of the checkpoint's pieces
-  // ZeRO-3 keeps the embeddings and head gathered, the blocks in two windows (as ZeRO-2's gradients).
-  // In bf16 it gathers the compute copy only (the fp32 values are in the shard).
+  // ZeRO-3 gathers the blocks into two windows (as ZeRO-2's gradients), and the embeddings
+  // and head too where they fit one; what does not is kept gathered
+  // (parallel/param_grad_store.h). In bf16 it gathers the compute copy only (the fp32
+  // values are in the shard).
   const ZeroStage zero_stage = static_cast<ZeroStage>(zero);
-  const size_t compute_floats = ParamGradStore::compute_weight_floats_for(layout, zero_stage);
-  add("parameters", zero == 3 ? "fp32 gathered; ZeRO-3: embeddings and head kept, blocks in 2 windows" : "fp32",
-      ParamGradStore::parameter_floats_for(layout, zero_stage, k.precision()) * f32);
+  const ActivationShape shape = stage.activations(spec, k);
+  const bool defers = shape.deferred_weight_gradients;
+  const std::vector<bool> windowed = ParamGradStore::windowed_units(layout, zero_stage, defers);
+  // What is kept whole and what the windows hold, in words: "final norm kept, embeddings
+  // (the tied head's table) and blocks in 2 windows".
+  std::vector<std::string> kept_names, windowed_names;
+  const bool tied = layout.head_reads_embedding_unit();
+  if (const int u = layout.embedding_unit(); u >= 0)
+    (windowed[u] ? windowed_names : kept_names).push_back(tied ? "embeddings (the tied head's table)" : "embeddings");
+  windowed_names.push_back("blocks");
+  if (const int u = layout.head_unit(); u >= 0)
+    (windowed[u] ? windowed_names : kept_names).push_back(tied ? "final norm" : "final norm and head");
+  const auto listed = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (size_t i = 0; i < names.size(); i++) s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+    return s;
+  };
+  const std::string residence =
+      (kept_names.empty() ? "" : listed(kept_names) + " kept, ") + listed(windowed_names) + " in 2 windows";
+  const size_t compute_floats = ParamGradStore::compute_weight_floats_for(layout, zero_stage, defers);
+  add("parameters", zero == 3 ? "fp32 gathered; ZeRO-3: " + residence : "fp32",
+      ParamGradStore::parameter_floats_for(layout, zero_stage, k.precision(), defers) * f32);
   if (k.precision() == kernels::Precision::bf16)
-    add("compute copy", zero == 3 ? "bf16 weights gathered: embeddings and head kept, blocks in 2 windows" : "bf16 weights",
+    add("compute copy", zero == 3 ? "bf16 weights gathered: " + residence : "bf16 weights",
         buffer_bytes(k.activation_bytes(compute_floats)));
-  const size_t windowed_floats = ParamGradStore::gradient_floats_for(layout, zero_stage);
-  add("gradients", zero >= 2 ? "fp32; embeddings and head kept, blocks in 2 windows" : "fp32", windowed_floats * f32);
+  const size_t windowed_floats = ParamGradStore::gradient_floats_for(layout, zero_stage, defers);
+  add("gradients", zero >= 2 ? "fp32; " + residence : "fp32", windowed_floats * f32);
   // The optimizer's state over the ranges this rank updates (ZeRO: its block of each
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
@@ -119,21 +140,25 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     for (const FlatRange& r : owned) shard += r.size();
     add("gradient shard", "ZeRO reduce-scatter output", shard * f32);
     if (zero == 3) add("parameter shard", "ZeRO-3: fp32 master, 1/" + std::to_string(shards) + " of each unit", shard * f32);
-    for (int l = 0; l < layout.layers(); l++) {  // a block's blocks of its pieces (owned is in order)
-      const FlatRange& unit = layout.units()[layout.block_unit(l)];
+    for (size_t u = 0; u < windowed.size(); u++) {  // a windowed unit's blocks of its pieces (owned is in order)
+      if (!windowed[u]) continue;
+      const FlatRange& unit = layout.units()[u];
       size_t floats = 0;
       for (const FlatRange& r : owned)
         if (r.begin >= unit.begin && r.end <= unit.end) floats += r.size();
       window_shard = std::max(window_shard, floats);
     }
     const int windows = std::min(layout.layers(), 2);
+    // A tied table in the windows is reduced twice per micro-batch: one buffer for its second sum.
+    const bool twice = layout.head_reads_embedding_unit() && windowed[layout.embedding_unit()];
     if (zero >= 2 && config.train.global_batch / d.size(Axis::dp) / config.train.micro_batch > 1)
       add("accumulation buffers", "ZeRO-2/3: a window's shard, per window", windows * window_shard * f32);
+    else if (zero == 3 && twice)
+      add("accumulation buffers", "ZeRO-3: the tied table's second sum, a window's shard", window_shard * f32);
   }
 
   // The activations the stage's layers declare, measured as the model lays them out.
   const int micro_batch = stage.micro_batch;
-  const ActivationShape shape = stage.activations(spec, k);
   const StageActivations a = measure_activations(spec, stage.stage, stage.tp_rank, stage.tp, shape);
   const double MiB = 1 << 20;
   if (stage.chunk_slots.empty())
@@ -172,7 +197,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     if (d.data_parallel_size() > 1) {
       std::vector<size_t> windows, kept, buckets;
       for (size_t u = 0; u < layout.units().size(); u++)
-        (layout.unit_is_block()[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
+        (windowed[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
       for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.data_parallel_size()))
         buckets.push_back(b.size() * f32);
       in_flight = zero >= 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))

@@ -35,9 +35,10 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
                         config.parallel.overlap, hybrid.replica.get(), std::move(experts));
   GradientUnits units;
   units.units = layout.units();
-  units.windowed = layout.unit_is_block();
+  units.windowed = model.store().windowed();
   units.locate = [&model](size_t offset) { return model.store().gradient_location(offset); };
   units.accumulates = config.train.global_batch / parallel.size(Axis::dp) / config.train.micro_batch > 1;
+  units.reduces_a_unit_twice = model.store().reduces_a_unit_twice();
   return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero,
                       std::move(experts));
 }

@@ -38,11 +38,10 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   // so the offsets reported final only go down.
   std::vector<int> weight_passes(model_.chunks(), 0);
   pipeline_.run_schedule(inputs, targets, micro_batches, [&](int chunk, int slot, BackwardPart part) {
-    if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2: each block's window, every micro-batch
-      const ParameterLayout& layout = model_.layout();
+    if (data_parallel_.reduces_every_micro_batch()) {  // ZeRO-2/3: each windowed unit, every micro-batch
       model_.chunk_backward(
           chunk, slot, loss_scale, part, [this](size_t offset) { data_parallel_.gradients_final_from(offset); },
-          [this, &layout](int l) { data_parallel_.block_begins(layout.units()[layout.block_unit(l)].begin); });
+          [this](size_t offset) { data_parallel_.unit_begins(offset); });
     } else if (!model_.adds_weight_gradients(part) || ++weight_passes[chunk] < micro_batches) {
       model_.chunk_backward(chunk, slot, loss_scale, part);
     } else {  // the chunk's last weight gradients: reduce while they are computed

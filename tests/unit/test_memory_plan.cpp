@@ -162,25 +162,33 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   EXPECT_EQ(plan_rank_memory(c, RankCoords().with(Axis::dp, 2), *k).of("optimizer state"), plan_rank_memory(c, RankCoords(), *k).of("optimizer state"));
   c.parallel.shard_size = 0;
   // ZeRO-3: each rank holds 1/dp of every unit as its master parameters, gradient shard and
-  // moments (4 states of n floats over the 4 ranks, once); the embeddings and head are kept
-  // whole, the blocks' parameters and gradients live in two windows.
+  // moments (4 states of n floats over the 4 ranks, once). The blocks' parameters and
+  // gradients live in two windows, and so does the embeddings' unit (the tied table and
+  // the positions, 128 x 64 + 16 x 64 floats: smaller than a block); the final norm alone
+  // is kept. The tied table's gradient is reduced twice (after the head, after the
+  // embedding): one window's shard to add the second sum through.
   c.parallel.zero = 3;
+  const std::vector<FlatRange>& units = layout.units();
+  ASSERT_EQ(units[layout.embedding_unit()].size(), 128u * 64 + 16 * 64);
+  const size_t block = units[layout.block_unit(0)].size();
+  EXPECT_EQ(ParamGradStore::gradient_floats_for(layout, ZeroStage::gradients),
+            units[layout.embedding_unit()].size() + units[layout.head_unit()].size() + 2 * block);
   size_t states = 0;
   for (int r = 0; r < 4; r++) {
     const RankMemoryPlan p = plan_rank_memory(c, RankCoords().with(Axis::dp, r), *k);
     states += p.of("parameter shard") + p.of("gradient shard") + p.of("optimizer state");
-    const size_t windowed = ParamGradStore::gradient_floats_for(layout, ZeroStage::gradients) * 4;
+    const size_t windowed = (units[layout.head_unit()].size() + 2 * block) * 4;
     EXPECT_EQ(p.of("parameters"), windowed);
     EXPECT_EQ(p.of("gradients"), windowed);
-    EXPECT_LT(windowed, n * 4);
     EXPECT_EQ(p.of("parameter shard"), n * 4 / 4);
+    EXPECT_EQ(p.of("accumulation buffers"), block / 4 * 4);
   }
   EXPECT_EQ(states, 4 * n * 4);
   // In bf16 the compute copy is what is gathered: no fp32 parameters besides the shard.
   auto bf16 = kernels::make_cpu_kernels(kernels::Precision::bf16);
   const RankMemoryPlan mixed = plan_rank_memory(c, RankCoords(), *bf16);
   EXPECT_EQ(mixed.of("parameters"), 0u);
-  EXPECT_EQ(mixed.of("compute copy"), bf16->activation_bytes(ParamGradStore::compute_weight_floats_for(layout, ZeroStage::parameters)));
+  EXPECT_EQ(mixed.of("compute copy"), aligned(bf16->activation_bytes(units[layout.head_unit()].size() + 2 * block)));
   c.parallel.zero = 1;
   // Checkpoints add the host copy of parameters and moments, and dp rank 0's pieces.
   c.checkpoint.dir = "/nonexistent";
@@ -193,6 +201,42 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   const RankMemoryPlan other = plan_rank_memory(c, RankCoords().with(Axis::dp, 1), *k, false);
   EXPECT_LT(other.of("checkpoint pieces"), 100u);  // only dp rank 0 writes: an empty header
   EXPECT_EQ(other.of("checkpoint writer"), 0u);
+}
+
+TEST(MemoryPlan, ZeroThreeWindowsTheEndsThatFitABlocksWindow) {
+  // Which units ZeRO-3 gathers around their use (parallel/param_grad_store.h) rather than
+  // keeping them whole: the blocks always; an end where it fits a block's window and its
+  // gradient is complete at its use.
+  const auto windowed = [](const ModelConfig& m, StageSpec stage, bool defers = false) {
+    const ParameterLayout layout(transformer_spec(m), 0, 1, 1, stage);
+    const std::vector<bool> w = ParamGradStore::windowed_units(layout, ZeroStage::parameters, defers);
+    EXPECT_EQ(ParamGradStore::windowed_units(layout, ZeroStage::gradients, defers), layout.unit_is_block());
+    const auto at = [&](int u) { return u >= 0 && w[u]; };
+    return std::pair{at(layout.embedding_unit()), at(layout.head_unit())};
+  };
+  using Ends = std::pair<bool, bool>;  // embeddings, head
+  const ModelConfig gpt2 = gpt2_shape(4, 4, 64, 16, 97);
+  ModelConfig llama = gpt2;  // untied
+  llama.family = "llama";
+  llama.n_kv_head = 2;
+  llama.ffn_dim = 176;
+  // Tied: the table in the windows (used at both ends), the head's unit (the final norm) kept.
+  EXPECT_EQ(windowed(gpt2, {}), (Ends{true, false}));
+  // Untied: both ends.
+  EXPECT_EQ(windowed(llama, {}), (Ends{true, true}));
+  // zb1's deferred weight gradients: kept.
+  EXPECT_EQ(windowed(llama, {}, /*defers=*/true), (Ends{false, false}));
+  // A pipeline: a tied table's gradient is summed between the ends after backward, so it is
+  // kept on the first stage, as its copy on the last; untied ends are windowed on theirs.
+  const StageSpec first{.chunks = {{0, 2}}, .has_head = false}, last{.chunks = {{2, 2}}, .has_embedding = false};
+  EXPECT_EQ(windowed(gpt2, first), (Ends{false, false}));
+  EXPECT_EQ(windowed(gpt2, last), (Ends{false, false}));
+  EXPECT_EQ(windowed(llama, first), (Ends{true, false}));
+  EXPECT_EQ(windowed(llama, last), (Ends{false, true}));
+  // Ends larger than a block (a vocabulary of 4096 x 64 against 12 x 64^2): kept.
+  EXPECT_EQ(windowed(gpt2_shape(4, 4, 64, 16, 4096), {}), (Ends{false, false}));
+  // One block: no second window to alternate with.
+  EXPECT_EQ(windowed(gpt2_shape(1, 4, 64, 16, 97), {}), (Ends{false, false}));
 }
 
 }  // namespace
