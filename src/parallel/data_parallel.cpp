@@ -68,7 +68,7 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   for (size_t u = 0; u < all.size(); u++)
     if (units_.windowed[u]) window_shard_floats_ = std::max(window_shard_floats_, unit_shard_floats(u));
   if (!units_.accumulates) {
-    if (units_.reduces_a_unit_twice)
+    if (units_.reduced_twice >= 0)
       temporaries_.emplace_back(nullptr, static_cast<float*>(memory_.alloc(window_shard_floats_ * sizeof(float))));
     return;
   }
@@ -213,11 +213,11 @@ void DataParallel::finish(BlockReduction& r) {
   if (r.temporary != nullptr) memory_.add_f32(r.shard, r.temporary, r.floats);
 }
 
-float* DataParallel::temporary_for(const float* window) {
+float* DataParallel::temporary_for(const float* window, size_t u) {
   auto t = std::find_if(temporaries_.begin(), temporaries_.end(), [&](const auto& e) { return e.first == window; });
-  if (t == temporaries_.end())  // the one shared temporary
+  if (t == temporaries_.end() && static_cast<int>(u) == units_.reduced_twice)  // the one shared temporary
     t = std::find_if(temporaries_.begin(), temporaries_.end(), [](const auto& e) { return e.first == nullptr; });
-  check(t != temporaries_.end(), "ZeRO-2/3: a second sum of a unit, but no temporary (GradientUnits)");
+  check(t != temporaries_.end(), "ZeRO-2/3: a second micro-batch, but GradientUnits::accumulates was false");
   for (BlockReduction& r : in_flight_)
     if (r.temporary == t->second) finish(r);  // another window's sum still uses it
   return t->second;
@@ -267,7 +267,7 @@ void DataParallel::gradients_final_from(size_t offset) {
     const float* window = units_.locate(offset);
     const size_t floats = unit_shard_floats(u);
     BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[unit_pieces_[u]], floats};
-    if (reductions_[u]++ > 0) r.temporary = temporary_for(window);  // an earlier sum is in the shard: add to it
+    if (reductions_[u]++ > 0) r.temporary = temporary_for(window, u);  // an earlier sum is in the shard: add to it
     r.request = reduce_unit(u, window, r.temporary ? r.temporary : r.shard);
     auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });
     if (slot == in_flight_.end()) in_flight_.push_back(std::move(r));

@@ -66,9 +66,9 @@ struct GradientUnits {
   // More than one micro-batch per step: the later micro-batches' sums of a window go
   // through a temporary per window, allocated with the rest (not mid-backward).
   bool accumulates = false;
-  // A unit is reduced twice per micro-batch (a tied table in the windows): its second sum
-  // goes through a temporary too (one, unless accumulates already gives one per window).
-  bool reduces_a_unit_twice = false;
+  // The unit reduced twice per micro-batch (a tied table in the windows), or -1: its
+  // second sum goes through a temporary too (one, unless accumulates gives one per window).
+  int reduced_twice = -1;
 };
 
 class DataParallel {
@@ -186,7 +186,7 @@ class DataParallel {
   std::vector<BlockReduction> in_flight_;    // at most one per window
   // Per window; or one for any window (key null) when only a twice-reduced unit needs one.
   std::vector<std::pair<const float*, float*>> temporaries_;
-  float* temporary_for(const float* window);  // free for use
+  float* temporary_for(const float* window, size_t u);  // free for unit u's sum from `window`
   size_t window_shard_floats_ = 0;                            // a temporary's size
 };
 

@@ -94,9 +94,12 @@ class ParamGradStore {
   // head's is the embeddings'), or -1 where it is kept (or absent).
   int windowed_unit_at(int position) const;
   const std::vector<bool>& windowed() const { return windowed_; }
-  // A windowed unit used at both ends (a tied table), so its gradients are reduced twice
-  // per micro-batch.
-  bool reduces_a_unit_twice() const { return windowed_unit_at(-1) >= 0 && windowed_unit_at(-1) == windowed_unit_at(layout_.layers()); }
+  // The windowed unit used at both ends (a tied table), whose gradients are reduced twice
+  // per micro-batch; -1: none.
+  int unit_reduced_twice() const {
+    const int u = windowed_unit_at(-1);
+    return u >= 0 && u == windowed_unit_at(layout_.layers()) ? u : -1;
+  }
   // Lets the gathers in flight move on: MPI moves a non-blocking operation on only inside
   // MPI calls, so without this the next block's gather would wait for the next wait.
   void progress_gathers();

@@ -181,6 +181,10 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   // Under expert parallelism the stage holds E / ep experts, whose gradients are summed
   // over the replicas / ep ranks holding the same ones.
   double stage_floats = 0, kept_floats = 0, expert_floats = 0;
+  // ZeRO-3's windowed ends: gathered once per micro-batch (the head's stays for its
+  // backward; the embedding's backward reads none), reduced once; a tied table's (counted
+  // once in end_floats) gathered and reduced at each end.
+  double end_floats = 0, tied_floats = 0;
   for (int stage : {0, pp - 1}) {
     StageSpec held = stage_spec(spec.n_layer, stage, pp, p.pp_layers);
     held.ep = spec.n_experts > 0 ? p.ep : 1;
@@ -193,8 +197,14 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     const bool defers = p.schedule == Schedule::zb1 && recompute == Recompute::none;
     const std::vector<bool> windowed =
         ParamGradStore::windowed_units(layout, zero >= 2 ? static_cast<ZeroStage>(zero) : ZeroStage::gradients, defers);
-    for (size_t u = 0; u < layout.units().size(); u++)
-      if (!windowed[u]) kept_floats += static_cast<double>(layout.units()[u].size());
+    end_floats = tied_floats = 0;
+    for (size_t u = 0; u < layout.units().size(); u++) {
+      const double floats = static_cast<double>(layout.units()[u].size());
+      if (!windowed[u]) kept_floats += floats;
+      else if (!layout.unit_is_block()[u]) end_floats += floats;
+    }
+    if (layout.head_reads_embedding_unit() && windowed[layout.embedding_unit()])
+      tied_floats = static_cast<double>(layout.units()[layout.embedding_unit()].size());
   }
   if (replicas > 1) {
     // Across nodes NCCL runs one ring per network interface: a dp group with k members on
@@ -217,13 +227,14 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     if (zero >= 2) {
       // The blocks' fp32 reduce-scatters every micro-batch, under the backward passes;
       // the kept units' once, after the last backward.
-      overlapped = m * share * block_floats * 4 / bw, window = m * backward;
+      overlapped = m * share * (block_floats + tied_floats) * 4 / bw, window = m * backward;
       after = share * kept_floats * 4 / bw;
       if (zero == 2) after += share * gradients / bw;  // the fp32 parameters gathered after the update
       if (zero == 3) {
-        // bf16 gathers of each block before its forward and its backward, prefetched under
-        // all of the compute; the kept units' once after the update (not hidden).
-        overlapped += m * share * 2 * block_floats * 2 / bw;
+        // bf16 gathers of each block before its forward and its backward (of a windowed end
+        // as said above), prefetched under all of the compute; the kept units' once after
+        // the update (not hidden).
+        overlapped += m * share * (2 * (block_floats - end_floats) + end_floats + tied_floats) * 2 / bw;
         window = m * compute.total();
         after += share * kept_floats * 2 / bw;
       }

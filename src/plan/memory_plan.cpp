@@ -103,8 +103,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     for (size_t i = 0; i < names.size(); i++) s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
     return s;
   };
-  const std::string residence =
-      (kept_names.empty() ? "" : listed(kept_names) + " kept, ") + listed(windowed_names) + " in 2 windows";
+  const std::string residence = (kept_names.empty() ? "" : listed(kept_names) + " kept, ") + listed(windowed_names) +
+                                (layout.layers() < 2 ? " in 1 window" : " in 2 windows");
   const size_t compute_floats = ParamGradStore::compute_weight_floats_for(layout, zero_stage, defers);
   add("parameters", zero == 3 ? "fp32 gathered; ZeRO-3: " + residence : "fp32",
       ParamGradStore::parameter_floats_for(layout, zero_stage, k.precision(), defers) * f32);

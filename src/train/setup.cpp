@@ -38,7 +38,7 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
   units.windowed = model.store().windowed();
   units.locate = [&model](size_t offset) { return model.store().gradient_location(offset); };
   units.accumulates = config.train.global_batch / parallel.size(Axis::dp) / config.train.micro_batch > 1;
-  units.reduces_a_unit_twice = model.store().reduces_a_unit_twice();
+  units.reduced_twice = model.store().unit_reduced_twice();
   return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica.get(), zero,
                       std::move(experts));
 }
