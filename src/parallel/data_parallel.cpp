@@ -268,6 +268,16 @@ void DataParallel::gradients_final_from(size_t offset) {
     const size_t floats = unit_shard_floats(u);
     BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[unit_pieces_[u]], floats};
     if (reductions_[u]++ > 0) r.temporary = temporary_for(window, u);  // an earlier sum is in the shard: add to it
+    if (max_window_reductions_ > 0) {  // the oldest finished first, as many as it takes
+      const auto running = [](const BlockReduction& e) { return e.request != nullptr; };
+      while (static_cast<size_t>(std::count_if(in_flight_.begin(), in_flight_.end(), running)) >= max_window_reductions_) {
+        BlockReduction* oldest = nullptr;
+        for (BlockReduction& e : in_flight_)
+          if (running(e) && (oldest == nullptr || e.started < oldest->started)) oldest = &e;
+        finish(*oldest);
+      }
+    }
+    r.started = reductions_started_++;
     r.request = reduce_unit(u, window, r.temporary ? r.temporary : r.shard);
     auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });
     if (slot == in_flight_.end()) in_flight_.push_back(std::move(r));

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <vector>
@@ -53,6 +54,13 @@ struct ExpertGradients {
 // Gradient-bucket reductions in flight at once on the CPU backend (MPI): each holds a
 // temporary of its size in Open MPI (DataParallel::set_max_in_flight).
 constexpr size_t kMpiReductionsInFlight = 2;
+// ZeRO-2/3's windowed units on the CPU backend: one reduction in flight, the last one
+// overlapping the next unit's backward. Each takes Open MPI temporaries of twice its window
+// (a reduce-scatter over more than 2 ranks), and the process keeps freed memory in its heap
+// (kernels/base/memory.h): two at once, of slightly different sizes (an embedding's
+// window and a block's), left holes the next could not reuse and grew the heap by a
+// window's reduction now and then (issue 43: 752-801 MiB for 744 planned).
+constexpr size_t kMpiWindowReductionsInFlight = 1;
 // A blocking sum of one large tensor (a tied embedding's between the pipeline's ends) runs
 // in pieces of at most this many floats: Open MPI's temporary is one piece, not the tensor
 // (GPT-2 124M's 147 MiB table took 82 MiB more than planned at pp 2 before).
@@ -119,6 +127,9 @@ class DataParallel {
   // the size of their message, so an unbounded backward held one for every bucket at once.
   void set_max_in_flight(size_t n) { max_in_flight_ = n; }
   size_t max_in_flight() const { return max_in_flight_; }
+  // ZeRO-2/3: at most `n` windowed units' reductions in flight (0: one per window); the
+  // oldest is finished before another starts.
+  void set_max_window_reductions(size_t n) { max_window_reductions_ = n; }
   // Whether gradients_final_from() wants every micro-batch's reports, not only the last's.
   bool reduces_every_micro_batch() const { return stage_ >= 2; }
   // Starts what is left, waits for everything; returns the seconds spent waiting.
@@ -140,6 +151,7 @@ class DataParallel {
     float* temporary = nullptr;  // null: the shard received the sum directly
     float* shard = nullptr;
     size_t floats = 0;
+    uint64_t started = 0;  // the order the reductions started in
   };
   class ReplicaChain;
   // ZeRO: owned_ = this rank's block of every bucket, and the shard that holds them.
@@ -184,6 +196,8 @@ class DataParallel {
   std::vector<int> reductions_;              // per unit, this step
   std::vector<bool> armed_;                  // per unit: gradients written since its last reduction
   std::vector<BlockReduction> in_flight_;    // at most one per window
+  size_t max_window_reductions_ = 0;
+  uint64_t reductions_started_ = 0;
   // Per window; or one for any window (key null) when only a twice-reduced unit needs one.
   std::vector<std::pair<const float*, float*>> temporaries_;
   float* temporary_for(const float* window, size_t u);  // free for unit u's sum from `window`

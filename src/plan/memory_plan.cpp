@@ -183,8 +183,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   // Communication: Open MPI's non-blocking reductions (libnbc, 4.1) take temporaries:
   // an all-reduce one of its message's size, a reduce-scatter one (2 ranks) or two (more),
   // an in-place all-gather none (measured, benchmarks/RESULTS.md); at most
-  // kMpiReductionsInFlight gradient buckets are in flight (ZeRO-2: the two block windows,
-  // or the kept units at the end). NCCL keeps buffers of its own per communicator
+  // kMpiReductionsInFlight gradient buckets are in flight (ZeRO-2/3: the kept units at the
+  // end; of the windowed units kMpiWindowReductionsInFlight). NCCL keeps buffers of its own per communicator
   // (NCCL_BUFFSIZE 4 MiB per channel and direction; 64 MiB assumed).
   if (k.host_memory()) {
     const auto largest_sum = [](std::vector<size_t> sizes, size_t count) {
@@ -200,7 +200,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
         (windowed[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
       for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.data_parallel_size()))
         buckets.push_back(b.size() * f32);
-      in_flight = zero >= 2 ? std::max(largest_sum(windows, 2), largest_sum(kept, kMpiReductionsInFlight))
+      in_flight = zero >= 2 ? std::max(largest_sum(windows, kMpiWindowReductionsInFlight),
+                                       largest_sum(kept, kMpiReductionsInFlight))
                             : largest_sum(buckets, kMpiReductionsInFlight);
       if (zero > 0 && shards > 2) in_flight *= 2;  // reduce-scatters
       if (zero > 0 && shards < d.data_parallel_size()) in_flight += in_flight / shards;  // hybrid: the blocks' all-reduces

@@ -77,7 +77,10 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
                                {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay},
                                k, data_parallel.owned())),
       runner(model, *optimizer, data_parallel, parallel.data_parallel(), k, plan.links) {
-  if (k.host_memory()) data_parallel.set_max_in_flight(kMpiReductionsInFlight);
+  if (k.host_memory()) {
+    data_parallel.set_max_in_flight(kMpiReductionsInFlight);
+    data_parallel.set_max_window_reductions(kMpiWindowReductionsInFlight);
+  }
 }
 
 ShardedState TrainingSetup::sharded_state() {
