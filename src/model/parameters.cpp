@@ -63,6 +63,13 @@ ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spe
   if (layers.head) head_unit_ = static_cast<int>(units_.size()) - 1;
   unit_is_block_.assign(units_.size(), false);
   for (int u : block_units_) unit_is_block_[u] = true;
+  // ZeRO-3: an end close to a block's size is padded to it. A smaller reduction's Open MPI
+  // temporaries, freed, leave a hole in the heap (kept: kernels/base/memory.h) that a
+  // block's cannot reuse, as large as the end's own; padding costs its zeros in every flat
+  // buffer (the shards, a checkpoint's host copy), so only where they are few.
+  if (stage.windowed_ends)
+    for (int u : ends_for_windows())
+      if (4 * units_[u].size() >= 3 * largest_block()) pad_unit(static_cast<size_t>(u), largest_block());
   if (ep_ == 1) return;
   // add() started every run of experts' tensors at a multiple of unit_align, and what
   // follows one (another tensor, a unit's end) too.
@@ -222,6 +229,34 @@ void ShardedParameters::from_host(const float* flat) const {
   for_each_held(held, 0, layout->total_floats(), [&](size_t begin, size_t at, size_t count) {
     memory->copy_to_device(values + at, flat + begin, count * sizeof(float));
   });
+}
+
+size_t ParameterLayout::largest_block() const {
+  size_t block = 0;
+  for (int u : block_units_) block = std::max(block, units_[u].size());
+  return block;
+}
+
+std::vector<int> ParameterLayout::ends_for_windows() const {
+  std::vector<int> ends;
+  if (layers() < 2) return ends;
+  const auto fits = [&](int u) { return u >= 0 && units_[u].size() <= largest_block(); };
+  // A tied table sums its gradient between the pipeline's ends unless both are here.
+  if (fits(embedding_unit_) && (!spec_.tied_head || head_reads_embedding_unit())) ends.push_back(embedding_unit_);
+  if (fits(head_unit_) && !spec_.tied_head) ends.push_back(head_unit_);
+  return ends;
+}
+
+void ParameterLayout::pad_unit(size_t u, size_t floats) {
+  // Zeros after the unit's last tensor; everything after it moves up (the sizes are
+  // multiples of the unit alignment, so the units stay aligned).
+  const size_t end = units_[u].end, delta = floats - std::min(floats, units_[u].size());
+  if (delta == 0) return;
+  units_[u].end += delta;
+  for (size_t v = u + 1; v < units_.size(); v++) units_[v].begin += delta, units_[v].end += delta;
+  for (ParameterTensor& t : tensors_)
+    if (t.offset >= end) t.offset += delta;
+  total_ += delta;
 }
 
 size_t ParameterLayout::unit_of(size_t offset) const {

@@ -70,6 +70,11 @@ struct StageSpec {
   // Expert parallelism (parallel/parallel_dims.h): of a mixture's E experts, this rank
   // holds E / ep, those of ep rank ep_rank.
   int ep_rank = 0, ep = 1;
+  // ZeRO-3 with the ends in the blocks' windows (parallel/param_grad_store.h; not under
+  // deferred weight gradients): an end that may take them (ends_for_windows()) and is at
+  // least 3/4 of a block is padded to a block's size, so that its gradient reduction is a
+  // block's message size (Open MPI's temporaries of one size reuse each other's memory).
+  bool windowed_ends = false;
 };
 
 struct StageLayers;
@@ -133,6 +138,12 @@ class ParameterLayout {
   int embedding_unit() const { return embedding_unit_; }
   int head_unit() const { return head_unit_; }
   bool head_reads_embedding_unit() const { return spec_.tied_head && embedding_unit_ >= 0 && head_unit_ >= 0; }
+  // The ends that may share the blocks' two windows under ZeRO-3: no larger than a block,
+  // with two blocks or more to alternate with, and whose gradient is complete at their use
+  // (not a tied table summed between the pipeline's ends after backward). A tied head on a
+  // stage that embeds reads the embeddings' unit; its own (the final norm alone) is not one.
+  std::vector<int> ends_for_windows() const;
+  size_t largest_block() const;  // floats
   // The unit holding flat offset `offset` (an index into units()); check-fails outside.
   size_t unit_of(size_t offset) const;
   // Expert parallelism: this rank's share of the experts, and where their tensors lie (runs
@@ -146,6 +157,8 @@ class ParameterLayout {
   friend class ParameterDeclarations;
   // Adds a declared tensor at the end of the buffer (ParameterDeclarations::add).
   int add(const TensorDeclaration& declared, ZeroResidence zero);
+  // Grows unit u to `floats` (StageSpec::windowed_ends).
+  void pad_unit(size_t u, size_t floats);
   // Calls copy(full_row, shard_row, first_column, columns) for every row of piece p.
   template <typename F>
   void for_each_shard_row(const ParameterTensor& t, int p, F copy) const;

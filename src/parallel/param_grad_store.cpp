@@ -52,19 +52,10 @@ std::vector<bool> ParamGradStore::windowed_units(const ParameterLayout& layout, 
   if (zero < ZeroStage::gradients) return windowed;
   windowed = layout.unit_is_block();
   // The ends take the windows only as ZeRO-3's parameters (ZeRO-2 accumulates their
-  // gradients in place and reduces them once per step), with two windows to alternate,
-  // and when their gradients are complete at their use: not under deferred weight
-  // gradients, nor a last stage's copy of a tied table (summed between the ends later).
-  if (zero != ZeroStage::parameters || defers_weight_gradients || layout.layers() < 2) return windowed;
-  size_t block = 0;
-  for (int l = 0; l < layout.layers(); l++) block = std::max(block, layout.units()[layout.block_unit(l)].size());
-  const auto fits = [&](int u) { return u >= 0 && layout.units()[u].size() <= block; };
-  const int embedding = layout.embedding_unit(), head = layout.head_unit();
-  const bool tied = layout.spec().tied_head;
-  // A tied table sums its gradient between the pipeline's ends unless both are here.
-  if (fits(embedding) && (!tied || layout.head_reads_embedding_unit())) windowed[embedding] = true;
-  // A tied head's own unit is the final norm alone (the table is the embeddings'): kept.
-  if (fits(head) && !tied) windowed[head] = true;
+  // gradients in place and reduces them once per step), and not under deferred weight
+  // gradients (computed apart from their use); which ends fit: the layout says.
+  if (zero != ZeroStage::parameters || defers_weight_gradients) return windowed;
+  for (int u : layout.ends_for_windows()) windowed[u] = true;
   return windowed;
 }
 

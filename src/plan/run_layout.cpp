@@ -57,6 +57,7 @@ RankStage rank_stage(const Config& config, const ParallelDims& d, const RankCoor
   s.sequence_parallel = p.sequence_parallel && s.tp > 1;
   s.split_backward = p.schedule == Schedule::zb1;
   s.zero = zero_stage(config, d);
+  s.stage.windowed_ends = s.zero == 3 && !(s.split_backward && s.recompute == Recompute::none);
   return s;
 }
 

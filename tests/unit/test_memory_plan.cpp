@@ -162,12 +162,15 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   EXPECT_EQ(plan_rank_memory(c, RankCoords().with(Axis::dp, 2), *k).of("optimizer state"), plan_rank_memory(c, RankCoords(), *k).of("optimizer state"));
   c.parallel.shard_size = 0;
   // ZeRO-3: each rank holds 1/dp of every unit as its master parameters, gradient shard and
-  // moments (4 states of n floats over the 4 ranks, once). The blocks' parameters and
+  // moments (4 states over the 4 ranks, once). The blocks' parameters and
   // gradients live in two windows, and so does the embeddings' unit (the tied table and
   // the positions, 128 x 64 + 16 x 64 floats: smaller than a block); the final norm alone
   // is kept. The tied table's gradient is reduced twice (after the head, after the
-  // embedding): one window's shard to add the second sum through.
+  // embedding): one window's shard to add the second sum through. (The embeddings' unit,
+  // under 3/4 of a block, is not padded: StageSpec::windowed_ends.)
   c.parallel.zero = 3;
+  const size_t n3 = ParameterLayout(transformer_spec(c.model), 0, 1, 4, {.windowed_ends = true}).total_floats();
+  EXPECT_EQ(n3, n);
   const std::vector<FlatRange>& units = layout.units();
   ASSERT_EQ(units[layout.embedding_unit()].size(), 128u * 64 + 16 * 64);
   const size_t block = units[layout.block_unit(0)].size();
@@ -180,10 +183,10 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
     const size_t windowed = (units[layout.head_unit()].size() + 2 * block) * 4;
     EXPECT_EQ(p.of("parameters"), windowed);
     EXPECT_EQ(p.of("gradients"), windowed);
-    EXPECT_EQ(p.of("parameter shard"), n * 4 / 4);
+    EXPECT_EQ(p.of("parameter shard"), n3 * 4 / 4);
     EXPECT_EQ(p.of("accumulation buffers"), block / 4 * 4);
   }
-  EXPECT_EQ(states, 4 * n * 4);
+  EXPECT_EQ(states, (2 * n3 + 2 * n) * 4);  // the moments cover the tensors only, not the padding
   // In bf16 the compute copy is what is gathered: no fp32 parameters besides the shard.
   auto bf16 = kernels::make_cpu_kernels(kernels::Precision::bf16);
   const RankMemoryPlan mixed = plan_rank_memory(c, RankCoords(), *bf16);
@@ -237,6 +240,23 @@ TEST(MemoryPlan, ZeroThreeWindowsTheEndsThatFitABlocksWindow) {
   EXPECT_EQ(windowed(gpt2_shape(4, 4, 64, 16, 4096), {}), (Ends{false, false}));
   // One block: no second window to alternate with.
   EXPECT_EQ(windowed(gpt2_shape(1, 4, 64, 16, 97), {}), (Ends{false, false}));
+  // ZeRO-3's layout pads a windowed end of 3/4 of a block or more to a block's size (one
+  // reduction size for every window); the tensors keep their sizes, those after a padded
+  // unit move up.
+  llama.vocab_size = 576;  // tables of 576 x 64 = 36,864 floats against a block's 46,208: padded
+  const ParameterLayout plain(transformer_spec(llama)), padded(transformer_spec(llama), 0, 1, 1, {.windowed_ends = true});
+  const size_t block = plain.largest_block();
+  ASSERT_GE(4 * plain.units()[plain.embedding_unit()].size(), 3 * block);
+  ASSERT_LT(plain.units()[plain.embedding_unit()].size(), block);
+  ASSERT_EQ(padded.units().size(), plain.units().size());
+  for (size_t u = 0; u < plain.units().size(); u++)
+    EXPECT_EQ(padded.units()[u].size(), plain.unit_is_block()[u] ? plain.units()[u].size() : block) << u;
+  EXPECT_EQ(padded.total_floats(), plain.total_floats() + 2 * block - plain.units()[plain.embedding_unit()].size() -
+                                       plain.units()[plain.head_unit()].size());
+  for (size_t i = 0; i < plain.tensors().size(); i++) {
+    EXPECT_EQ(padded.tensors()[i].stored, plain.tensors()[i].stored);
+    EXPECT_EQ(padded.unit_of(padded.tensors()[i].offset), plain.unit_of(plain.tensors()[i].offset));
+  }
 }
 
 }  // namespace
