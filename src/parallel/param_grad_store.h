@@ -12,14 +12,16 @@
 //   the optimizer updates. The parameters are stored as the gradients are: a block's
 //   are all-gathered into one of two windows before its forward and again before its
 //   backward (unless still there), the next block's gather issued ahead. The embeddings
-//   and the head take the windows too when they fit one (no larger than a block), so
-//   that they are sharded at rest as FSDP reshards any module after use: the units are
-//   used in the order embeddings (position -1), blocks 0 .. L-1, head (position L), and
-//   position p's unit is in window p mod 2. A tied table is read at both ends (gathered
-//   at each) and its gradient comes in two parts (reduced at each). Ends that do not
-//   fit, a last stage's copy of a tied table (summed between the pipeline's ends after
-//   the step's backward) and any end when weight gradients are deferred (zb1) are kept
-//   gathered after each update, as FSDP2 keeps its root module unsharded. In bf16 what
+//   and the head take the windows too when they fit one (no larger than a block; one close
+//   to a block's size is padded to it, StageSpec::windowed_ends), so that they are sharded
+//   at rest as FSDP reshards any module after use: the units are used in the order
+//   embeddings (position -1), blocks 0 .. L-1, head (position L), and position p's unit
+//   is in window p mod 2. A tied table is read at both ends (gathered at each) and its
+//   gradient comes in two parts (reduced at each). Ends that do not fit, a pipeline's tied
+//   table (on its first and last stage: summed between them after the step's backward)
+//   and any end when weight gradients are deferred (zb1) are kept gathered after each
+//   update, as FSDP2 keeps its root module unsharded (ParameterLayout::ends_for_windows
+//   says which ends may take the windows). In bf16 what
 //   is gathered is the compute copy (half the bytes, as FSDP's bf16 param_dtype): no
 //   fp32 parameters are stored besides the masters.
 #pragma once
