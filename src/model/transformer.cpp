@@ -348,14 +348,15 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
   const auto report = [&](size_t offset) {
     if (grads_final_from) grads_final_from(offset);
   };
-  // Where the gradients of the final norm and head, and of block l, begin in the flat buffer.
-  const auto head_unit = [&] { return layout_.units().back().begin; };
-  const auto block_unit = [&](int l) { return layout_.units()[layout_.block_unit(l)].begin; };
+  // Where the gradients of unit u (the final norm and head's, block l's) begin in the flat buffer.
+  const auto unit_offset = [&](int u) { return layout_.units()[u].begin; };
+  const auto head_unit = [&] { return unit_offset(layout_.head_unit()); };
+  const auto block_unit = [&](int l) { return unit_offset(layout_.block_unit(l)); };
   // ZeRO-3: the windowed unit an end writes gradients into (the head's: the embeddings' if
   // tied); its window is made ready first and its gradients reported when complete.
   const auto end_begins = [&](int position) {
     const int u = store_.windowed_unit_at(position);
-    if (u >= 0 && unit_begins) unit_begins(layout_.units()[u].begin);
+    if (u >= 0 && unit_begins) unit_begins(unit_offset(u));
     return u;
   };
   LayerRuntime& r = *runtime_;
@@ -387,7 +388,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     k_.fill_zero(dresidual_, regions_->rows_of(dresidual_, B).bytes());
     layers_.final_norm->backward(r, p, dnormed, chunk_output(chunk, slot), dresidual_);
     if (!defer) report(head_unit());
-    if (windowed >= 0 && windowed != layout_.head_unit()) report(layout_.units()[windowed].begin);  // a tied table
+    if (windowed >= 0 && windowed != layout_.head_unit()) report(unit_offset(windowed));  // a tied table
   }  // else the pipeline put d loss / d output into dresidual_
   for (int l = end - 1; l >= first; l--) {
     if (unit_begins && !defer) unit_begins(block_unit(l));

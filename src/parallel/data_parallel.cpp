@@ -223,6 +223,14 @@ float* DataParallel::temporary_for(const float* window, size_t u) {
   return t->second;
 }
 
+void DataParallel::finish_oldest_window_reductions(size_t keep) {
+  std::vector<BlockReduction*> running;
+  for (BlockReduction& e : in_flight_)
+    if (e.request) running.push_back(&e);
+  std::sort(running.begin(), running.end(), [](const auto* a, const auto* b) { return a->started < b->started; });
+  for (size_t i = 0; i + keep < running.size(); i++) finish(*running[i]);
+}
+
 void DataParallel::unit_begins(size_t offset) {
   if (stage_ < 2) return;
   const size_t u = unit_at(offset);
@@ -268,15 +276,7 @@ void DataParallel::gradients_final_from(size_t offset) {
     const size_t floats = unit_shard_floats(u);
     BlockReduction r{window, nullptr, nullptr, shard_ + shard_offset_[unit_pieces_[u]], floats};
     if (reductions_[u]++ > 0) r.temporary = temporary_for(window, u);  // an earlier sum is in the shard: add to it
-    if (max_window_reductions_ > 0) {  // the oldest finished first, as many as it takes
-      const auto running = [](const BlockReduction& e) { return e.request != nullptr; };
-      while (static_cast<size_t>(std::count_if(in_flight_.begin(), in_flight_.end(), running)) >= max_window_reductions_) {
-        BlockReduction* oldest = nullptr;
-        for (BlockReduction& e : in_flight_)
-          if (running(e) && (oldest == nullptr || e.started < oldest->started)) oldest = &e;
-        finish(*oldest);
-      }
-    }
+    if (max_window_reductions_ > 0) finish_oldest_window_reductions(max_window_reductions_ - 1);
     r.started = reductions_started_++;
     r.request = reduce_unit(u, window, r.temporary ? r.temporary : r.shard);
     auto slot = std::find_if(in_flight_.begin(), in_flight_.end(), [&](const BlockReduction& e) { return e.window == window; });

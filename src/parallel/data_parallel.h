@@ -201,6 +201,7 @@ class DataParallel {
   // Per window; or one for any window (key null) when only a twice-reduced unit needs one.
   std::vector<std::pair<const float*, float*>> temporaries_;
   float* temporary_for(const float* window, size_t u);  // free for unit u's sum from `window`
+  void finish_oldest_window_reductions(size_t keep);     // all but the `keep` latest
   size_t window_shard_floats_ = 0;                            // a temporary's size
 };
 
