@@ -89,7 +89,8 @@ int run_verify(const Args& args, const MpiWorld& world) {
               k->name().c_str(), masks.c_str());
   std::printf("%-44s %14s %14s\n", "tensor", "grad rel err", "final rel err");
   for (const TensorError& e : r.tensors)
-    std::printf("%-44s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);
+    if (e.compared) std::printf("%-44s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);
+    else std::printf("%-44s %29s\n", e.name.c_str(), "no rank compared it: FAIL");
   const auto line = [](const char* what, double value, double tolerance) {
     std::printf("%-34s %10.3e  (tolerance %.0e) %s\n", what, value, tolerance,
                 value <= tolerance ? "ok" : "FAIL");
@@ -104,6 +105,12 @@ int run_verify(const Args& args, const MpiWorld& world) {
   line("grad norm, every step (max)", r.max_grad_norm_error, r.tolerance.gradient);
   line("gradients, per tensor (max)", r.max_gradient_error(), r.tolerance.gradient);
   line("final parameters, per tensor (max)", r.max_final_param_error(), r.tolerance.param);
+  if (r.max_key_bias_param_error() >= 0) line("final key biases, per tensor (max)", r.max_key_bias_param_error(), r.tolerance.key_bias_param);
+  if (const std::vector<std::string> lost = r.not_compared(); !lost.empty()) {
+    std::string names;
+    for (const std::string& name : lost) names += (names.empty() ? "" : ", ") + name;
+    std::printf("%-34s %10zu  (%s) FAIL\n", "tensors that no rank compared", lost.size(), names.c_str());
+  }
   std::printf("%s\n", r.passed() ? "PASS" : "FAIL");
   return r.passed() ? 0 : 1;
 }

@@ -54,4 +54,8 @@ void before_manifest(int step);
 bool holds_data_copy();
 void copy_data_at(int step, const std::function<void()>& copy_now);
 
+// TRIDENT_TEST_VERIFY_DROP=R:NAME: `trident verify` on rank R compares nothing of tensor
+// NAME, as a layout that lost it there would.
+bool verify_drops(int rank, const std::string& tensor);
+
 }  // namespace trident::injected_faults

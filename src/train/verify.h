@@ -24,9 +24,13 @@ struct Reference {
 Reference load_reference(const std::string& path);
 
 // Relative errors ||ours - reference|| / ||reference|| (absolute where the reference is 0).
+// compared: whether some rank held the tensor and compared it (the errors are -1 if not).
+// param_tolerance: the bound of final_param for this tensor (VerifyReport::Tolerances).
 struct TensorError {
   std::string name;
   double gradient = 0, final_param = 0;
+  bool compared = true;
+  double param_tolerance = 0;
 };
 
 struct VerifyReport {
@@ -41,19 +45,30 @@ struct VerifyReport {
   double tokens_dropped = 0, tokens_dropped_differing = -1;
   std::vector<TensorError> tensors;
   double max_gradient_error() const;
-  double max_final_param_error() const;
+  double max_final_param_error() const;      // over the tensors held to tolerance.param
+  double max_key_bias_param_error() const;   // over those held to tolerance.key_bias_param (-1: none)
+  std::vector<std::string> not_compared() const;  // the tensors that no rank compared: a failure
 
   // Tolerances that a correct float32 implementation meets with margin (FORMAT.md).
   static constexpr double kLossTolerance = 1e-5, kGradientTolerance = 1e-4, kParamTolerance = 1e-3;
   // Under bf16 compute (8 significant bits, relative rounding error up to 2^-8) the loss moves by
-  // ~1e-5 and the gradients by ~1e-2 (measured on the CPU's exact bf16 emulation). The
-  // final parameters' bound is loose for one tensor: the key part of c_attn.bias has an
-  // analytically zero gradient (softmax ignores a shift of every key), so AdamW moves
-  // it by +-lr on rounding noise, 0.08-0.14 relative; the rest stay under 2e-2.
-  static constexpr double kBf16LossTolerance = 5e-3, kBf16GradientTolerance = 5e-2, kBf16ParamTolerance = 0.25;
+  // ~1e-5 and the gradients by ~1e-2 (measured on the CPU's exact bf16 emulation). The final
+  // parameters after the references' 3 AdamW steps, the largest of each kind over every
+  // reference and bf16 layout of the tests (oneDNN's bf16 GEMMs and the emulation alike):
+  // matrices 3.3e-2, embeddings 2.5e-2, routers 2.8e-2, experts 5.2e-2 (fewer tokens
+  // each), zero-initialized biases 4.7e-2, norm gains 1.4e-3: 7.5e-2 for all of them,
+  // against updates of about 0.3 relative. The key biases are the exception (0.25): softmax
+  // ignores a shift of every key, so GPT-2's (c_attn.bias holds them) gets an analytically
+  // zero gradient and Qwen2's (k_proj.bias, rotated per position) a nearly zero one, and
+  // AdamW moves them by +-lr on rounding noise: 0.18 and 0.11 relative at most.
+  static constexpr double kBf16LossTolerance = 5e-3, kBf16GradientTolerance = 5e-2, kBf16ParamTolerance = 7.5e-2,
+                          kBf16KeyBiasParamTolerance = 0.25;
   struct Tolerances {
     double loss, gradient, param;
+    double key_bias_param;  // the final key biases' (is_key_bias)
   };
+  // A tensor that holds a projection's key biases (GPT-2's c_attn.bias, Qwen2's k_proj.bias).
+  static bool is_key_bias(const std::string& tensor);
   static Tolerances tolerances_for(kernels::Precision precision);
   Tolerances tolerance = tolerances_for(kernels::Precision::fp32);  // of the run's precision
   bool passed() const;

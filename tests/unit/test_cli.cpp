@@ -207,10 +207,18 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // lowest scores; Qwen3-MoE's at 1.25 with sigmoid scores, dropping the latest tokens;
   // about a tenth of the pairs dropped, per sequence, which verify counts every step.
   const std::string capacity = "tests/data/mixtral_ref_capacity.h5", position = "tests/data/qwen3_moe_ref_position.h5";
+  // A tied table of 331 x 32 + 16 x 32 floats, 0.87 of a GPT-2 block of width 32: under
+  // ZeRO-3 at pp 1 it takes the blocks' windows padded to a block's size
+  // (MemoryPlan.ZeroThreeWindowsTheEndsThatFitABlocksWindow checks the padding):
+  // make_reference.py --layers 2 --heads 4 --dim 32 --seq 16 --vocab 331 --batch 4 --steps 3.
+  const std::string v331 = "tests/data/gpt2_ref_v331.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
+    std::string env = "";  // VAR=value for every rank (mpirun -x)
   };
+  // oneDNN held below bf16 instructions: the CPU's bf16 emulation, whatever this CPU has.
+  const std::string emulated_bf16 = "DNNL_MAX_CPU_ISA=AVX512_CORE";
   const std::vector<Layout> layouts = {
       // Expert parallelism: ep 2 and 4, folded into dp x cp, with tp (+ sequence parallelism),
       // pp, ZeRO 1 to 3, full recompute, zb1 and bf16 in the 3D grid.
@@ -228,6 +236,10 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, qwen3_moe, "--parallel.ep=2 --parallel.tp=2 --parallel.zero=3 --train.recompute=full", "ep groups: {0,2} {1,3}"},
       {8, mixtral, "--parallel.tp=2 --parallel.pp=2 --parallel.ep=2 --train.micro_batch=1 --parallel.zero=3 "
                    "--train.precision=bf16", "ep groups: {0,2} {1,3} {4,6} {5,7}"},
+      // Experts replicated over dp (ep 2 of dp 4) without sharding and with ZeRO-1: each
+      // expert's gradient summed over its two holders only.
+      {4, mixtral, "--parallel.ep=2", "ep groups: {0,1} {2,3}"},
+      {4, mixtral, "--parallel.ep=2 --parallel.zero=1", "ep groups: {0,1} {2,3}"},
       {1, mixtral_sigmoid, "", "dp groups: {0}"},
       {4, mixtral_sigmoid, "--parallel.tp=2 --parallel.ep=2 --parallel.zero=1 --parallel.sequence_parallel=true",
        "ep groups: {0,2} {1,3}"},
@@ -257,6 +269,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {6, h6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1", "pp groups: {0,3} {1,4} {2,5}"},
       // Mixed precision (bf16 emulated on the CPU) in the 3D grid, against bf16 tolerances.
       {8, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.precision=bf16", "pp groups: {0,4} {1,5} {2,6} {3,7}"},
+      // The same emulated whatever the CPU (its bf16 GEMMs are oneDNN's where it has them).
+      {4, a, "--parallel.pp=2 --parallel.tp=2 --train.micro_batch=1 --train.precision=bf16", "pp groups: {0,2} {1,3}",
+       emulated_bf16},
       // Llama (4 heads over 2 key/value heads): heads split at tp 2, shared by 2 ranks at
       // tp 4; pipelines, the 3D grid, ZeRO, bf16; 6 heads over 3 at tp 3 and 6.
       {2, la, "--parallel.tp=2", "tp groups: {0,1}"},
@@ -290,6 +305,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, lmqa, "--parallel.tp=2 --parallel.dp=2 --parallel.zero=3", "dp groups: {0,2} {1,3}"},
       {4, la, "--parallel.pp=2 --parallel.zero=3 --train.micro_batch=1", "pp groups: {0,2} {1,3}"},
       {8, a, "--parallel.pp=4 --parallel.zero=3 --train.micro_batch=1", "pp groups: {0,2,4,6} {1,3,5,7}"},
+      // The tied table padded to a block's size in the windows (dp 2 and 4, micro-batches).
+      {2, v331, "--parallel.zero=3", "dp groups: {0,1}"},
+      {4, v331, "--parallel.zero=3 --train.micro_batch=1", "dp groups: {0,1,2,3}"},
       {4, a, "--parallel.zero=3 --parallel.shard_size=2 --train.micro_batch=1", "dp groups: {0,1,2,3}"},
       {8, la, "--parallel.zero=3 --parallel.shard_size=2 --parallel.tp=2 --train.micro_batch=1 --train.precision=bf16",
        "dp groups: {0,2,4,6} {1,3,5,7}"},
@@ -422,7 +440,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     return std::async(std::launch::async, [&l, i] {
       return run_named("verify_" + std::to_string(i),
                        "verify --reference " + l.reference + " --parallel.bucket_mb=0.05 " + l.flags,
-                       "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -np " + std::to_string(l.np),
+                       "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 " +
+                           (l.env.empty() ? "" : "-x " + l.env + " ") + "-np " + std::to_string(l.np),
                        120);
     });
   };
@@ -445,6 +464,16 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     }
     if (l.reference == mixtral || l.reference == qwen3_moe) {
       EXPECT_NE(r.out.find("auxiliary loss, every step (max)"), std::string::npos) << what << "\n" << r.out;
+    }
+    // The pairs dropped over the 3 steps (tests/reference/README.md), none differing.
+    if (l.reference == capacity || l.reference == position) {
+      const std::string dropped = l.reference == capacity ? "116" : "95";
+      EXPECT_TRUE(std::regex_search(r.out, std::regex("\ntokens dropped, all steps +" + dropped +
+                                                      "  \\(0 differ from the reference's\\) ok\n")))
+          << what << "\n" << r.out;
+    }
+    if (l.env == emulated_bf16) {
+      EXPECT_NE(r.out.find("bf16 on cpu (bf16 emulated)"), std::string::npos) << what << "\n" << r.out;
     }
     EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << what << "\n" << r.out;
   }
@@ -780,6 +809,26 @@ TEST(Cli, VerifyPassesTheShippedReference) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("h.3.mlp.c_proj.weight"), std::string::npos) << "per-tensor table missing";
+}
+
+// A tensor that no rank compares (TRIDENT_TEST_VERIFY_DROP: as a layout that lost it would)
+// fails verify, named: at pp 2 the last stage alone holds h.3; at dp 2 the other rank
+// still compares what rank 0 drops, and verify passes.
+TEST(Cli, VerifyFailsATensorThatNoRankCompared) {
+  const std::string mpirun = "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 ";
+  const std::string verify = "verify --reference tests/data/gpt2_ref_a.h5 ";
+  const CliRun lost = run(verify + "--parallel.pp=2 --train.micro_batch=1",
+                          mpirun + "-x TRIDENT_TEST_VERIFY_DROP=1:h.3.ln_2.bias -np 2", 120);
+  EXPECT_EQ(lost.exit_code, 1) << lost.out << lost.err;
+  EXPECT_TRUE(std::regex_search(lost.out, std::regex("\nh\\.3\\.ln_2\\.bias +no rank compared it: FAIL\n"))) << lost.out;
+  EXPECT_TRUE(std::regex_search(lost.out, std::regex("\ntensors that no rank compared +1  \\(h\\.3\\.ln_2\\.bias\\) FAIL\n")))
+      << lost.out;
+  EXPECT_NE(lost.out.find("\nFAIL\n"), std::string::npos) << lost.out;
+  const CliRun kept = run(verify, mpirun + "-x TRIDENT_TEST_VERIFY_DROP=0:h.3.ln_2.bias -np 2", 120);
+  EXPECT_EQ(kept.exit_code, 0) << kept.out << kept.err;
+  EXPECT_NE(kept.err.find("rank 0: TRIDENT_TEST_VERIFY_DROP set: h.3.ln_2.bias not compared here"), std::string::npos)
+      << kept.err;
+  EXPECT_NE(kept.out.find("\nPASS\n"), std::string::npos) << kept.out;
 }
 
 TEST(Cli, ShortTrainingRunLearns) {

@@ -320,7 +320,10 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
     } else {
       ASSERT_EQ(resuming.exit_code(), 0) << "trial " << t << "\n" << resumed;
     }
-    for (const auto& [step, loss] : printed_losses(resumed)) EXPECT_EQ(loss, expected.at(step)) << "trial " << t << " step " << step;
+    // Every step after the newest complete checkpoint, each at the uninterrupted run's loss.
+    const auto losses = printed_losses(resumed);
+    EXPECT_EQ(losses.size(), static_cast<size_t>(steps - (latest ? latest->step : 0))) << "trial " << t << "\n" << resumed;
+    for (const auto& [step, loss] : losses) EXPECT_EQ(loss, expected.at(step)) << "trial " << t << " step " << step;
     for (const char* kind : {"params", "exp_avg", "exp_avg_sq"}) {
       const auto a = read_canonical(read_manifest(whole + final_step), kind);
       const auto b = read_canonical(read_manifest(dir + final_step), kind);

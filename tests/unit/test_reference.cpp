@@ -2,7 +2,10 @@
 // gradient and the parameters after AdamW steps, with and without micro-batching.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "ckpt/hdf5_file.h"
 #include "kernels/kernels.h"
@@ -123,6 +126,53 @@ TEST(ReferenceTest, EachFamilysOwnPartIsChecked) {
       ref.model.family = "llama";  // the same tensors but the biases or the head norms
     }
     EXPECT_FALSE(verify_against_reference(ref, 0, *k, parallel, ParallelConfig{}).passed()) << family;
+  }
+}
+
+
+// Each option of a mixture of experts is checked: verify with the option flipped fails on
+// the reference made without the flip (the score function, the top-k renormalization,
+// the capacity factor, the drop policy, the auxiliary and z-loss coefficients), and the
+// checks that see it are named: the gradients for every option that changes which
+// experts a token's output takes or how much (the step-0 loss alone moves by less than
+// its tolerance for the score function); the auxiliary loss for its coefficients.
+TEST(ReferenceTest, EachMixtureOfExpertsOptionIsChecked) {
+  auto k = kernels::make_cpu_kernels();
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  struct Flip {
+    std::string file, what;
+    std::function<void(ModelConfig&)> flip;
+  };
+  const std::vector<Flip> flips = {
+      {"mixtral_ref_e4.h5", "sigmoid scores", [](ModelConfig& m) { m.moe_router_score = "sigmoid"; }},
+      {"mixtral_ref_sigmoid.h5", "softmax scores", [](ModelConfig& m) { m.moe_router_score = "softmax"; }},
+      {"qwen3_moe_ref_position.h5", "top-k renormalized", [](ModelConfig& m) { m.moe_norm_topk = true; }},
+      {"qwen3_moe_ref_e8.h5", "top-k renormalized", [](ModelConfig& m) { m.moe_norm_topk = true; }},
+      {"mixtral_ref_e4.h5", "a capacity factor of 1", [](ModelConfig& m) { m.moe_capacity_factor = 1.0; }},
+      {"mixtral_ref_capacity.h5", "dropless", [](ModelConfig& m) { m.moe_capacity_factor = 0; }},
+      {"mixtral_ref_capacity.h5", "a capacity factor of 1.25", [](ModelConfig& m) { m.moe_capacity_factor = 1.25; }},
+      {"mixtral_ref_capacity.h5", "the position drop policy", [](ModelConfig& m) { m.moe_token_drop_policy = "position"; }},
+      {"qwen3_moe_ref_position.h5", "the probs drop policy", [](ModelConfig& m) { m.moe_token_drop_policy = "probs"; }},
+      {"mixtral_ref_e4.h5", "no load-balancing loss", [](ModelConfig& m) { m.router_aux_loss_coef = 0; }},
+      {"mixtral_ref_e4.h5", "no z-loss", [](ModelConfig& m) { m.router_z_loss_coef = 0; }},
+  };
+  for (const Flip& f : flips) {
+    Reference ref = load_reference("tests/data/" + f.file);
+    const VerifyReport as_made = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
+    EXPECT_TRUE(as_made.passed()) << f.file;
+    f.flip(ref.model);
+    const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
+    std::printf("%-28s %-28s loss %.2e grads %.2e params %.2e aux %.2e dropped %.0f differing %.0f\n", f.file.c_str(),
+                f.what.c_str(), r.loss_error, r.max_gradient_error(), r.max_final_param_error(), r.max_aux_loss_error,
+                r.tokens_dropped, r.tokens_dropped_differing);
+    EXPECT_FALSE(r.passed()) << f.file << " with " << f.what;
+    // Not by a hair: each flip moves some gradient by 0.2 relative or more (measured), over
+    // 2000 times the tolerance, though the step-0 loss moves by 4e-6 for the score function.
+    EXPECT_GT(r.max_gradient_error(), 100 * VerifyReport::kGradientTolerance) << f.file << " with " << f.what;
+    if (f.what.find("loss") != std::string::npos)  // a coefficient: the auxiliary loss itself is off too
+      EXPECT_GT(r.max_aux_loss_error, 100 * VerifyReport::kLossTolerance) << f.file << " with " << f.what;
+    if (r.tokens_dropped_differing >= 0)  // a reference that counts its drops: other drops than its
+      EXPECT_GT(r.tokens_dropped_differing, 0) << f.file << " with " << f.what;
   }
 }
 
