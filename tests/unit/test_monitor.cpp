@@ -56,13 +56,14 @@ std::vector<nlohmann::json> read_events(const std::string& folder) {
 }
 
 // Each figure of metrics.jsonl's step and validation records, as TensorBoard holds it (a
-// float32 simple_value) at the same step.
-void expect_events_match_the_log(const std::vector<nlohmann::json>& events, const std::string& jsonl, int from_step) {
+// float32 simple_value) at the same step; how many times each tag was compared.
+std::map<std::string, int> expect_events_match_the_log(const std::vector<nlohmann::json>& events,
+                                                       const std::string& jsonl, int from_step) {
   std::map<int64_t, std::map<std::string, double>> scalars;  // step -> tag -> value (the last file's wins)
   for (const auto& e : events)
     if (e.contains("scalars"))
       for (const auto& [tag, value] : e["scalars"].items()) scalars[e["step"].get<int64_t>()][tag] = value.get<double>();
-  int compared = 0;
+  std::map<std::string, int> compared;
   for (const nlohmann::json& r : json_lines(slurp(jsonl))) {
     const int step = r["step"];
     if (step < from_step) continue;
@@ -72,7 +73,7 @@ void expect_events_match_the_log(const std::vector<nlohmann::json>& events, cons
       ASSERT_TRUE(at.count(m.tensorboard)) << "step " << step << ": no '" << m.tensorboard << "' in TensorBoard";
       EXPECT_EQ(static_cast<float>(r[m.key].get<double>()), static_cast<float>(at.at(m.tensorboard)))
           << m.tensorboard << " at step " << step;
-      compared++;
+      compared[m.tensorboard]++;
     };
     for (const RunMetric& m : kStepMetrics) compare(m);
     for (const RunMetric& m : kValidationMetrics) compare(m);
@@ -80,11 +81,20 @@ void expect_events_match_the_log(const std::vector<nlohmann::json>& events, cons
     if (r.contains("machines")) {
       const nlohmann::json& machine = r["machines"][0];
       const std::string tag = "host/" + machine["host"].get<std::string>() + "/cpu-utilization";
-      ASSERT_TRUE(at.count(tag)) << tag;
+      if (!at.count(tag)) {
+        ADD_FAILURE() << "step " << step << ": no '" << tag << "' in TensorBoard";
+        continue;
+      }
       EXPECT_EQ(static_cast<float>(machine["cpu_utilization"].get<double>()), static_cast<float>(at.at(tag)));
     }
   }
-  EXPECT_GT(compared, 20);
+  return compared;
+}
+
+int total(const std::map<std::string, int>& compared) {
+  int n = 0;
+  for (const auto& [tag, count] : compared) n += count;
+  return n;
 }
 
 // TensorBoard's files as TensorBoard's own writer makes them, read back with protobuf:
@@ -113,7 +123,7 @@ TEST(Monitor, TensorBoardFilesReadByProtobufAreTheMetricsLog) {
   ASSERT_TRUE(events[2].contains("texts")) << events[2];
   EXPECT_EQ(events[2]["texts"]["config"]["plugin"], "text");
   EXPECT_NE(events[2]["texts"]["config"]["text"].get<std::string>().find("n_layer = 2"), std::string::npos);
-  expect_events_match_the_log(events, dir + "/metrics.jsonl", 0);
+  EXPECT_GT(total(expect_events_match_the_log(events, dir + "/metrics.jsonl", 0)), 20);
   std::set<std::string> tags;
   for (const auto& e : events)
     if (e.contains("scalars"))
@@ -143,7 +153,7 @@ TEST(Monitor, TensorBoardFilesReadByProtobufAreTheMetricsLog) {
       last = std::max(last, e["step"].get<int64_t>());
     }
   EXPECT_EQ(last, 15);
-  expect_events_match_the_log(events, dir + "/metrics.jsonl", 7);
+  EXPECT_GT(total(expect_events_match_the_log(events, dir + "/metrics.jsonl", 7)), 20);
 }
 
 // ---- Prometheus ----------------------------------------------------------------------
@@ -280,6 +290,60 @@ TEST(Monitor, PrometheusScrapesARunAndPromtoolPassesIt) {
   prometheus.stop(SIGTERM);
   const int status = training.stop(SIGKILL);
   (void)status;
+}
+
+// The value of `name`'s sample in a Prometheus text exposition (NaN if absent).
+double sample_of(const std::string& exposition, const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(exposition, m, std::regex("\n" + name + "\\{[^}]*\\} ([^ \n]+)"))) return NAN;
+  return std::stod(m[1]);
+}
+
+// A mixture of experts' figures (kMixtureOfExpertsMetrics) as TensorBoard and Prometheus
+// hold them: 2 ranks with ep 2 and a capacity factor (so that the all-to-all bytes and the
+// dropped pairs are not 0), every tag compared with metrics.jsonl at least once; each
+// scraped sample equal to the record of the step the exposition is at; promtool passes it.
+TEST(Monitor, AMixtureOfExpertsFiguresReachTensorBoardAndPrometheus) {
+  if (!have_tensorboard_readers()) GTEST_SKIP() << "no python3-protobuf, python3-crc32c or protoc";
+  const std::string dir = testing::TempDir() + "moe_monitor";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const int port = free_port();
+  Background training(without_mpi_environment() + " " + kMpirun + "2 " + trident_bin() +
+                          " train --config configs/tiny-mixtral.ini --model.d_model=64 --model.n_layer=2 "
+                          "--model.moe_capacity_factor=1 --parallel.ep=2 --train.steps=100000 --log.every_steps=1 "
+                          "--log.val_batches=0 --log.sample_every_steps=0 --log.run_dir=" + dir + "/run "
+                          "--log.metrics_port=" + std::to_string(port),
+                      dir + "/train.log");
+  // The event: an exposition at step 3 or later, whose record metrics.jsonl holds.
+  std::string exposition;
+  nlohmann::json record;
+  const auto scraped = [&] {
+    exposition = http_get(port, "/metrics");
+    const double step = sample_of(exposition, "trident_step");
+    if (!(step >= 3)) return false;
+    for (const nlohmann::json& r : json_lines(slurp(dir + "/run/metrics.jsonl")))
+      if (r["step"] == static_cast<int>(step)) record = r;
+    return !record.is_null();
+  };
+  ASSERT_TRUE(wait_for(scraped, 120)) << slurp(dir + "/train.log");
+  for (const RunMetric& m : kMixtureOfExpertsMetrics) {
+    ASSERT_TRUE(record.contains(m.key)) << m.key << " " << record;
+    // Within 4 ulps: prometheus-cpp writes 16 significant digits, one short of a round trip.
+    EXPECT_DOUBLE_EQ(sample_of(exposition, m.prometheus), record[m.key].get<double>()) << m.prometheus << "\n" << exposition;
+  }
+  EXPECT_GT(record["all_to_all_bytes"].get<double>(), 0.0);
+  EXPECT_GT(record["tokens_dropped"].get<double>(), 0.0);
+  EXPECT_GT(record["expert_load"].get<double>(), 1.0);
+  if (std::system("command -v promtool >/dev/null") == 0) {
+    std::ofstream(dir + "/exposition.txt") << exposition;
+    const int lint = std::system(("promtool check metrics < " + dir + "/exposition.txt > " + dir + "/promtool.txt 2>&1").c_str());
+    EXPECT_EQ(WEXITSTATUS(lint), 0) << slurp(dir + "/promtool.txt");
+  }
+  training.stop(SIGTERM);  // the run ends its TensorBoard file whole
+  const std::map<std::string, int> compared =
+      expect_events_match_the_log(read_events(dir + "/run/tensorboard"), dir + "/run/metrics.jsonl", 0);
+  for (const RunMetric& m : kMixtureOfExpertsMetrics) EXPECT_GE(compared.count(m.tensorboard) ? compared.at(m.tensorboard) : 0, 1) << m.tensorboard;
 }
 
 // A port in use, a port out of range, a TensorBoard folder that cannot be made, a bad
