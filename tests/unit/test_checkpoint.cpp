@@ -13,6 +13,9 @@
 #include "checkpoint_helpers.h"
 #include "child_process.h"
 #include "ckpt/checkpoint.h"
+#include "config/config.h"
+#include "model/parameters.h"
+#include "model/transformer_spec.h"
 #include "cli_helpers.h"
 
 namespace fs = std::filesystem;
@@ -121,6 +124,15 @@ TEST(Checkpoint, SavedOnTwoNodesLoadsUnderOtherLayouts) {
 // (StageSpec::windowed_ends), a layout the other stages do not have.
 TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
   const std::string kTrain = trident::kTrain + "--model.vocab_size=1280 ";
+  {  // the padding, from the layout of the runs' model: a block of width 128, 12 x 128^2 + 13 x 128
+    const ModelConfig m = parse_command_line("train", {"--config", "configs/tiny.ini", "--model.n_layer=4",
+                                                       "--model.vocab_size=1280"}).config.model;
+    const size_t block = 12 * 128 * 128 + 13 * 128, tied = (1280 + 128) * 128;  // the table, the positions
+    const ParameterLayout plain(transformer_spec(m)), padded(transformer_spec(m), 0, 1, 4, {.windowed_ends = true});
+    ASSERT_EQ(plain.largest_block(), block);
+    ASSERT_EQ(plain.units()[plain.embedding_unit()].size(), tied);
+    EXPECT_EQ(padded.units()[padded.embedding_unit()].size(), block);  // 0.91 of a block, padded to it
+  }
   const auto continue_from = [&kTrain](const std::string& saved, const std::string& layout) {
     const std::string copy = fresh_dir("zero_copy");
     fs::copy(saved, copy, fs::copy_options::recursive);

@@ -16,6 +16,7 @@
 #include "runtime/random.h"
 #include "tests/model_shapes.h"
 #include "plan/memory_plan.h"
+#include "train/verify.h"
 
 namespace trident {
 namespace {
@@ -257,6 +258,21 @@ TEST(MemoryPlan, ZeroThreeWindowsTheEndsThatFitABlocksWindow) {
     EXPECT_EQ(padded.tensors()[i].stored, plain.tensors()[i].stored);
     EXPECT_EQ(padded.unit_of(padded.tensors()[i].offset), plain.unit_of(plain.tensors()[i].offset));
   }
+  // The verify row of a padded tied table (Cli.VerifyEveryLayoutUnderMpirun's gpt2_ref_v317):
+  // its table (317 rows padded to 320) and positions, 320 x 32 + 16 x 32 floats, against a
+  // block of width 32 (2 norms, c_attn, attention's c_proj, c_fc, the MLP's c_proj, each
+  // with its bias), 0.85 of it: padded to the block, the head's unit (the final norm) not.
+  const ModelConfig v317 = load_reference("tests/data/gpt2_ref_v317.h5").model;
+  const size_t d = 32, block32 = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+  const ParameterLayout table(transformer_spec(v317)), padded_table(transformer_spec(v317), 0, 1, 1, {.windowed_ends = true});
+  ASSERT_EQ(table.largest_block(), block32);
+  const size_t tied = 320 * d + 16 * d;
+  ASSERT_EQ(table.units()[table.embedding_unit()].size(), tied);
+  EXPECT_GE(4 * tied, 3 * block32);
+  EXPECT_EQ(padded_table.units()[padded_table.embedding_unit()].size(), block32);
+  EXPECT_EQ(padded_table.units()[padded_table.head_unit()].size(), 2 * d);
+  EXPECT_EQ(padded_table.total_floats(), table.total_floats() + block32 - tied);
+  EXPECT_EQ(windowed(v317, {}), (Ends{true, false}));  // in the windows, as the verify row runs it
 }
 
 }  // namespace
