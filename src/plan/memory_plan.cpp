@@ -173,6 +173,10 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   add("activations", detail, a.bytes.slots);
   add("recompute set", "one block's, shared", a.bytes.recompute);
   add("backward scratch", "shared by the layers", a.bytes.backward);
+  // Dropless under expert parallelism a rank's experts receive as many rows as the routing
+  // sends them; the activations hold the balanced share (as many as the rank sends).
+  if (d.expert_parallel_size() > 1 && config.model.moe_capacity_factor <= 0)
+    add("expert rows beyond the balanced share", "dropless: held as routed, reported at the end", 0);
   if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
   add("workspace", "the kernels' own",
       k.workspace_bytes(micro_batch * shape.seq_len, spec.d_model, a.widest_output, micro_batch, shape.seq_len,
@@ -193,13 +197,21 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       for (size_t i = 0; i < std::min(count, sizes.size()); i++) sum += sizes[i];
       return sum;
     };
+    // A bucket's reduction is over its group: under expert parallelism the experts' pieces
+    // are buckets of their own, reduced over the ranks that hold the same experts (not at
+    // all where one rank does).
+    const auto reduced_bytes = [&](const FlatRange& range, std::vector<size_t>& sizes) {
+      const std::vector<FlatRange> pieces =
+          d.expert_parallel_size() > 1 ? split_at({range}, layout.expert_ranges()) : std::vector<FlatRange>{range};
+      for (const FlatRange& b : pieces)
+        if (d.expert_data_parallel_size() > 1 || !within(b, layout.expert_ranges())) sizes.push_back(b.size() * f32);
+    };
     size_t in_flight = 0;
     if (d.data_parallel_size() > 1) {
       std::vector<size_t> windows, kept, buckets;
-      for (size_t u = 0; u < layout.units().size(); u++)
-        (windowed[u] ? windows : kept).push_back(layout.units()[u].size() * f32);
+      for (size_t u = 0; u < layout.units().size(); u++) reduced_bytes(layout.units()[u], windowed[u] ? windows : kept);
       for (const FlatRange& b : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, zero > 0 ? shards : d.data_parallel_size()))
-        buckets.push_back(b.size() * f32);
+        reduced_bytes(b, buckets);
       in_flight = zero >= 2 ? std::max(largest_sum(windows, kMpiWindowReductionsInFlight),
                                        largest_sum(kept, kMpiReductionsInFlight))
                             : largest_sum(buckets, kMpiReductionsInFlight);

@@ -935,11 +935,18 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   // calls (kernels.h), the same count on the CPU as on a GPU.
   const auto host_syncs_per_step = static_cast<uint64_t>(
       parallel.world().all_reduce(static_cast<double>(result.host_syncs_per_step), ReduceOp::max));
+  // What the data made the run hold beyond its plan (Transformer::grown_bytes), here and at most.
+  const double grown = static_cast<double>(s.model.grown_bytes());
+  const double most_grown = parallel.world().all_reduce(grown, ReduceOp::max);
   if (parallel.is_root()) {
+    char beyond[200] = "";
+    if (most_grown > 0)
+      std::snprintf(beyond, sizeof beyond, "; %.1f MiB of it (%.1f MiB on the rank with most) for expert rows received "
+                    "beyond the balanced share (dropless routing: not planned)", grown / (1 << 20), most_grown / (1 << 20));
     if (!stopped)
-      std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan\n",
+      std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan%s\n",
                   planned / (1 << 20), taken / (1 << 20), k->host_memory() ? "peak resident growth" : "device memory",
-                  planned > 0 ? 100.0 * taken / planned : 0.0);
+                  planned > 0 ? 100.0 * taken / planned : 0.0, beyond);
     nlohmann::json summary = nlohmann::json::parse(run_summary_json(config, parallel, s, result, peak, *k));
     summary["skipped_steps"] = guard.skipped_steps();
     summary["straggler_reports"] = result.straggler_reports;

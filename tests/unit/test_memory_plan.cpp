@@ -23,24 +23,33 @@ namespace {
 
 size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+// A GPT-2's buffers (LayerNorm, GELU, MLP 4 C wide; B sequences of T tokens, width C, H
+// heads, a vocabulary padded to V; tp 1, fp32 on the CPU), counted by hand: what each part
+// of one micro-batch's slot, the recompute set and backward's scratch hold.
+struct Gpt2Buffers {
+  size_t io, head, core, rest, output, backward;
+  Gpt2Buffers(int B, int T, int C, int H, int V, kernels::Kernels& k) {
+    const size_t BT = static_cast<size_t>(B) * T, f = 4, stats = k.attention_stats_floats(B, T, H);  // each row's log-sum-exp
+    io = 2 * aligned(BT * 4) + aligned(BT * C * f);  // tokens, targets, the embedding's output
+    head = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * V * f) + 3 * aligned(BT * f) +
+           aligned(2 * BT * f);  // final norm, its statistics, logits, losses, max, lse, sums
+    core = aligned(BT * C * f) + aligned(stats * f);  // atty, its row statistics
+    rest = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 3 * C * f) +  // norm_1, stats, qkv
+           aligned(BT * C * f) + aligned(BT * C * f) + 2 * aligned(BT * f) +      // residual_2, norm_2
+           aligned(BT * 4 * C * f) + aligned(BT * 4 * C * f);                      // fc, fc_act
+    output = aligned(BT * C * f);
+    backward = 2 * aligned(BT * C * f) + aligned(BT * C * f) + aligned(BT * 3 * C * f) + aligned(BT * 4 * C * f);
+  }
+};
+
 TEST(Recompute, KeepsWhatEachModeSays) {
-  // GPT-2 (LayerNorm, GELU), 3 layers, width 16, 4 heads, MLP 64, vocabulary 64, tp 1, fp32
-  // on the CPU: what its layers declare, counted by hand.
+  // GPT-2, 3 layers, width 16, 4 heads, vocabulary 64: what its layers declare.
   auto k = kernels::make_cpu_kernels();
   const TransformerSpec spec = transformer_spec(gpt2_shape(3, 4, 16, 8, 64));
   const auto measure = [&](Recompute recompute, int slots) {
     return measure_activations(spec, {}, 0, 1, activation_shape(spec, {}, 2, slots, recompute, *k)).bytes;
   };
-  const size_t BT = 16, C = 16, f = 4, stats = k->attention_stats_floats(2, 8, 4);  // each row's log-sum-exp
-  const size_t io = 2 * aligned(BT * 4) + aligned(BT * C * f);  // tokens, targets, the embedding's output
-  const size_t head = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 64 * f) + 3 * aligned(BT * f) +
-                      aligned(2 * BT * f);  // final norm, its statistics, logits, losses, max, lse, sums
-  const size_t core = aligned(BT * 16 * f) + aligned(stats * f);  // atty, its row statistics
-  const size_t rest = aligned(BT * C * f) + 2 * aligned(BT * f) + aligned(BT * 48 * f) +  // norm_1, stats, qkv
-                      aligned(BT * C * f) + aligned(BT * C * f) + 2 * aligned(BT * f) +   // residual_2, norm_2
-                      aligned(BT * 64 * f) + aligned(BT * 64 * f);                         // fc, fc_act
-  const size_t output = aligned(BT * C * f);
-  const size_t backward = 2 * aligned(BT * C * f) + aligned(BT * 16 * f) + aligned(BT * 48 * f) + aligned(BT * 64 * f);
+  const auto [io, head, core, rest, output, backward] = Gpt2Buffers(2, 8, 16, 4, 64, *k);
 
   const ActivationBytes none = measure(Recompute::none, 1);
   EXPECT_EQ(none.per_slot, io + 3 * (core + rest + output) + head);
@@ -145,13 +154,20 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
     EXPECT_EQ(p.of("gradients"), n * 4);
     optimizer_sum += p.of("optimizer state");
     EXPECT_EQ(p.of("compute copy"), 0u);  // fp32: the layers read the parameters
-    // The activations: what the model then allocates for the same shape.
+    // The activations, counted by hand (Recompute.KeepsWhatEachModeSays): one micro-batch of
+    // 2 sequences in flight, the 4 blocks keeping all but attention's core, which one
+    // block's recompute set holds; and what the model then allocates, the same.
+    const Gpt2Buffers g(2, 16, 64, 4, 128, *k);  // 97 words padded to 128
+    EXPECT_EQ(p.of("activations"), g.io + 4 * (g.rest + g.output) + g.head);
+    EXPECT_EQ(p.of("recompute set"), g.core);
+    EXPECT_EQ(p.of("backward scratch"), g.backward);
     Transformer model(c.model, *k, {.micro_batch = 2, .buffer_multiple = 4, .recompute = Recompute::selective});
     EXPECT_EQ(p.of("activations") + p.of("recompute set") + p.of("backward scratch"), model.activation_bytes().total());
     EXPECT_EQ(p.of("checkpoint staging"), 0u);  // no checkpoint.dir
-    const auto owned = DataParallel::sharded_ranges(DataParallel::bucket_ranges(n, 0.01, 4), 4, r);
-    const std::unique_ptr<Optimizer> optimizer = make_optimizer("adamw", layout, {}, *k, owned);
-    EXPECT_EQ(p.of("optimizer state"), optimizer->state_floats() * 4);
+    // A quarter of each bucket's moments, two floats per parameter: a quarter of the model's
+    // but for each bucket's rounding (buckets of 0.01 MB, 2,621 floats: a float off each).
+    const size_t buckets = (n + 2620) / 2621;
+    EXPECT_NEAR(static_cast<double>(p.of("optimizer state")), 2.0 * n * 4 / 4, 2.0 * 4 * buckets);
   }
   // ZeRO-1: the moments of the four ranks are those of the whole model once.
   EXPECT_EQ(optimizer_sum, 2 * n * 4);

@@ -141,7 +141,9 @@ TEST(MixedPrecision, Bf16ModelMatchesTheReferenceWithinBf16Tolerances) {
   for (const char* file : {"tests/data/gpt2_ref_a.h5", "tests/data/llama_ref_a.h5", "tests/data/qwen2_ref_t24.h5"}) {
     const Reference ref = load_reference(file);
     auto k = kernels::make_cpu_kernels(Precision::bf16);
-    if (capped) EXPECT_EQ(k->name(), "cpu (bf16 emulated)");
+    if (capped) {
+      EXPECT_EQ(k->name(), "cpu (bf16 emulated)");
+    }
     ParallelState parallel(ParallelDims{}, 0, 60);
     const VerifyReport r = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
     EXPECT_EQ(r.tolerance.gradient, VerifyReport::kBf16GradientTolerance);

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "kernels/attention_mask.h"
@@ -50,11 +52,32 @@ struct RouterStats {
   }
 };
 
-// Scratch whose size the data decides (a dropless mixture's rows received from other
-// ranks, beyond what the arena holds), shared by the stage's layers: grown when needed,
-// kept for the next time.
-struct GrowingScratch {
-  std::array<kernels::DeviceBuffer, 4> buffers;
+// Memory whose size the data decides: a dropless mixture's rows received from other ranks
+// beyond the balanced share that the arena (and the memory plan) holds. Each buffer is
+// named by its owner (a layer; null: shared by the stage's layers), a slot and what it
+// holds; grown when needed (what it held is not kept), kept for the next time. bytes():
+// all of it, which the run reports beside its plan.
+class GrowingScratch {
+ public:
+  void* at_least(const void* owner, int slot, int which, kernels::Kernels& k, size_t bytes) {
+    kernels::DeviceBuffer& b = buffers_[{owner, slot, which}];
+    const size_t floats = std::max<size_t>(1, (bytes + sizeof(float) - 1) / sizeof(float));
+    if (b.size() < floats) {
+      // Half as large again at least: a few sizes over a run, not one per routing (each
+      // buffer let go may stay a hole in the host's heap).
+      const size_t grown = std::max(floats, b.size() + b.size() / 2);
+      bytes_ -= b.size() * sizeof(float);
+      b = kernels::DeviceBuffer();  // freed first: the old and the new are never held at once
+      b = kernels::DeviceBuffer(k, grown);
+      bytes_ += grown * sizeof(float);
+    }
+    return b.data();
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::map<std::tuple<const void*, int, int>, kernels::DeviceBuffer> buffers_;
+  size_t bytes_ = 0;
 };
 
 // What every layer of a stage runs with on this rank.

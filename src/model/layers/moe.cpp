@@ -11,17 +11,6 @@
 
 namespace trident {
 
-namespace {
-
-// `b` made to hold at least `elements` activations (what it held is not kept).
-kernels::Act* grown(kernels::DeviceBuffer& b, kernels::Kernels& k, size_t elements) {
-  const size_t floats = std::max<size_t>(1, (k.activation_bytes(elements) + sizeof(float) - 1) / sizeof(float));
-  if (b.size() < floats) b = kernels::DeviceBuffer(k, floats);
-  return reinterpret_cast<kernels::Act*>(b.data());
-}
-
-}  // namespace
-
 MixtureOfExperts::MixtureOfExperts(MoeOptions o) : o_(std::move(o)) {
   check(o_.n_experts > 0 && o_.n_experts <= kernels::kMaxRouterExperts, "a mixture of 1 to 512 experts");
   check(o_.top_k > 0 && o_.top_k <= o_.n_experts, "top-k between 1 and the experts");
@@ -68,28 +57,29 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   // (without expert parallelism) or what the exchange brings (ExpertSide).
   routed_ = a.keep(N * K * C, Element::act, rerun);
   expert_out_ = a.keep(N * K * C, Element::act, rerun);
-  gate_up_ = a.keep(N * K * 2 * F, Element::act, rerun);
-  act_ = a.keep(N * K * F, Element::act, rerun);
-  capacity_ = N * K;
-  if (ep_ > 1) {  // the rows this rank's experts receive, as many as it sends when balanced
-    order_ = a.keep(N * K, Element::i32, rerun);
-    received_ = a.keep(N * K * C, Element::act, rerun);
-    received_out_ = a.keep(N * K * C, Element::act, rerun);
+  capacity_ = ep_ > 1 ? expert_rows_held(a.shape().micro_batch, N) : N * K;
+  const size_t expert_rows = std::max(N * K, capacity_);  // the expert side's: its own rows or those received
+  gate_up_ = a.keep(expert_rows * 2 * F, Element::act, rerun);
+  act_ = a.keep(expert_rows * F, Element::act, rerun);
+  if (ep_ > 1) {  // the rows this rank's experts receive
+    order_ = a.keep(capacity_, Element::i32, rerun);
+    received_ = a.keep(capacity_ * C, Element::act, rerun);
+    received_out_ = a.keep(capacity_ * C, Element::act, rerun);
   }
   a.scratch(dinput_, "d norm", N * C, Element::act);
   a.scratch(drouter_input_, "d moe router input", N * C, Element::act);
   a.scratch(drouted_, "d moe routed", N * K * C, Element::act);
   a.scratch(dexpert_out_, "d moe expert out", N * K * C, Element::act);
-  a.scratch(dgate_up_, "d moe gate up", N * K * 2 * F, Element::act);
-  a.scratch(dact_, "d moe activation", N * K * F, Element::act);
+  a.scratch(dgate_up_, "d moe gate up", expert_rows * 2 * F, Element::act);
+  a.scratch(dact_, "d moe activation", expert_rows * F, Element::act);
   if (ep_ > 1) {
-    a.scratch(transfer_, "moe exchange", N * K * C, Element::act);
-    a.scratch(d_x_, "d moe received", N * K * C, Element::act);
+    a.scratch(transfer_, "moe exchange", capacity_ * C, Element::act);
+    a.scratch(d_x_, "d moe received", capacity_ * C, Element::act);
   }
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
   a.scratch(dweights_, "d moe weights", N * K, Element::f32);
-  a.gemm(N * K, C, 2 * F);  // an expert's rows: at most every routed row
-  a.gemm(N * K, F, C);
+  a.gemm(expert_rows, C, 2 * F);  // an expert's rows: at most every row of the expert side
+  a.gemm(expert_rows, F, C);
   a.gemm(N, C, E);  // the router
   counts_.assign(a.shape().slots, std::vector<int>(E, 0));
   slot_rows_.assign(a.shape().slots, {});
@@ -206,7 +196,7 @@ void MixtureOfExperts::drop_over_capacity(LayerRuntime& r, const Pass& p) {
   }
   if (cp > 1) all_gather_host(r, *r.context, host_pairs_);
   // Per sequence and expert, its pairs from every cp rank in the order they keep their place.
-  const auto capacity = static_cast<size_t>(std::ceil(o_.capacity_factor * o_.seq_len * K / E));
+  const size_t capacity = capacity_per_sequence();
   struct Pair {
     float score, position;
     int rank;
@@ -245,19 +235,42 @@ MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int 
   if (x.rows <= capacity_)
     return {r.kept(slot, received_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, received_out_),
             &x.local_counts, x.rows};
-  const auto act = [](const kernels::DeviceBuffer& b) { return reinterpret_cast<Act*>(b.data()); };
-  return {act(x.x), act(x.gate_up), act(x.act), act(x.out), &x.local_counts, x.rows};
+  return {kept_beyond(r, slot, kX, x.rows * o_.d_model), kept_beyond(r, slot, kGateUp, x.rows * 2 * F_),
+          kept_beyond(r, slot, kAct, x.rows * F_), kept_beyond(r, slot, kOut, x.rows * o_.d_model), &x.local_counts,
+          x.rows};
 }
 
-kernels::Act* MixtureOfExperts::room(LayerRuntime& r, Act* declared, Growing which, size_t rows, size_t width) const {
+size_t MixtureOfExperts::expert_rows_held(int sequences, size_t N) const {
+  const size_t K = o_.top_k, local = o_.n_experts / ep_;
+  // Dropless: the balanced share, as many rows as this rank sends; more arrive when the
+  // routing favours its experts (the data decides: GrowingScratch).
+  if (o_.capacity_factor <= 0) return N * K;
+  // A capacity factor bounds them: from each of the ep ranks, for each local expert, at
+  // most its capacity per sequence and one row per token.
+  return ep_ * std::min(local * std::min(N, static_cast<size_t>(sequences) * capacity_per_sequence()),
+                        N * std::min(K, local));
+}
+
+size_t MixtureOfExperts::capacity_per_sequence() const {
+  return static_cast<size_t>(std::ceil(o_.capacity_factor * o_.seq_len * o_.top_k / o_.n_experts));
+}
+
+kernels::Act* MixtureOfExperts::kept_beyond(LayerRuntime& r, int slot, Beyond which, size_t elements) const {
+  check(r.growing != nullptr, "a mixture's rows beyond the arena without growing scratch");
+  return static_cast<Act*>(r.growing->at_least(this, slot, which, r.k, r.k.activation_bytes(elements)));
+}
+
+kernels::Act* MixtureOfExperts::room(LayerRuntime& r, Act* declared, Beyond which, size_t rows, size_t width) const {
   if (rows <= capacity_) return declared;
   check(r.growing != nullptr, "a mixture's rows beyond the arena without growing scratch");
-  return grown(r.growing->buffers[which], r.k, rows * width);
+  // Scratch: one buffer for the stage's layers.
+  return static_cast<Act*>(r.growing->at_least(nullptr, 0, which, r.k, r.k.activation_bytes(rows * width)));
 }
 
 const int32_t* MixtureOfExperts::order(LayerRuntime& r, int slot) {
   const Exchange& x = exchanges_.at(slot);
-  return x.rows <= capacity_ ? r.kept<int32_t>(slot, order_) : reinterpret_cast<const int32_t*>(x.order.data());
+  if (x.rows <= capacity_) return r.kept<int32_t>(slot, order_);
+  return static_cast<const int32_t*>(r.growing->at_least(this, slot, kOrder, r.k, x.rows * sizeof(int32_t)));
 }
 
 void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act* routed) {
@@ -295,13 +308,8 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
   for (int s = 0; s < ep_; s++)
     for (int l = 0; l < local; l++)
       for (int n = 0; n < from[static_cast<size_t>(s) * local + l]; n++) grouped[i++] = next[l]++;
-  if (x.rows > capacity_) {  // more than the arena's share: buffers of their own
-    if (x.order.size() < x.rows) x.order = kernels::DeviceBuffer(r.k, x.rows);  // an int32 per float
-    grown(x.x, r.k, x.rows * C);
-    grown(x.gate_up, r.k, x.rows * 2 * F_);
-    grown(x.act, r.k, x.rows * F_);
-    grown(x.out, r.k, x.rows * C);
-  }
+  // More than the arena holds (buffers of their own: expert_side, order) only when dropless.
+  check(x.rows <= capacity_ || o_.capacity_factor <= 0, "a mixture's received rows over its capacity's bound");
   if (x.rows > 0) r.k.upload(const_cast<int32_t*>(order(r, p.slot)), grouped.data(), x.rows * sizeof(int32_t));
   exchange(r, p.slot, routed, expert_side(r, p.slot).x, C, /*towards_experts=*/true);
 }

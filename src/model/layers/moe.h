@@ -91,7 +91,6 @@ class MixtureOfExperts : public Sublayer {
     std::vector<size_t> sent, received;  // rows, per ep rank
     std::vector<int> local_counts;       // rows per local expert
     size_t rows = 0;                     // received in all
-    kernels::DeviceBuffer order, x, gate_up, act, out;  // beyond N K rows
   };
   // The router's choices, on the host: the rows grouped by expert (the dropped ones after
   // all of them), and the balance loss.
@@ -123,15 +122,22 @@ class MixtureOfExperts : public Sublayer {
   int ep_ = 1, first_expert_ = 0;  // expert parallelism: this rank's experts start at first_expert_
   std::vector<Expert> experts_;    // this rank's: E / ep of them
   std::vector<Exchange> exchanges_;  // per slot (ep > 1)
-  size_t capacity_ = 0;  // the rows the arena holds for the received ones: N K
-  int order_ = -1, received_ = -1, received_out_ = -1;  // kept (ep > 1): [N*K], [N*K, d], [N*K, d]
-  // Expert parallelism's scratch: in the arena up to N K rows, beyond in buffers grown as needed.
-  Act *transfer_ = nullptr, *d_x_ = nullptr;  // and dact_, dgate_up_ at N K rows
-  // Which of GrowingScratch's buffers holds which beyond N K rows.
-  enum Growing { kTransfer, kDAct, kDGateUp, kDX };
-  // `declared` (rows of width) when the rows fit the arena's N K, else the stage's growing
-  // buffer `which`.
-  Act* room(LayerRuntime& r, Act* declared, Growing which, size_t rows, size_t width) const;
+  // The rows the arena holds for the received ones (ep > 1): N K when dropless (as many as
+  // this rank sends: balanced routing), the bound a capacity factor sets otherwise.
+  size_t expert_rows_held(int sequences, size_t N) const;
+  size_t capacity_per_sequence() const;  // ceil(factor T K / E): an expert's pairs of a sequence at most
+  size_t capacity_ = 0;
+  int order_ = -1, received_ = -1, received_out_ = -1;  // kept (ep > 1): [capacity], [capacity, d] twice
+  // Expert parallelism's scratch: in the arena up to capacity_ rows, beyond (dropless) in
+  // the stage's GrowingScratch.
+  Act *transfer_ = nullptr, *d_x_ = nullptr;  // and dact_, dgate_up_
+  // What GrowingScratch holds beyond capacity_ rows: the stage's scratch, and per slot this
+  // layer's kept rows (the received rows, their order, and the expert side's activations).
+  enum Beyond { kTransfer, kDAct, kDGateUp, kDX, kOrder, kX, kGateUp, kAct, kOut };
+  // `declared` (rows of width) when the rows fit the arena, else the stage's buffer `which`.
+  Act* room(LayerRuntime& r, Act* declared, Beyond which, size_t rows, size_t width) const;
+  // Slot `slot`'s buffer `which` of this layer beyond the arena, of `elements` activations.
+  Act* kept_beyond(LayerRuntime& r, int slot, Beyond which, size_t elements) const;
   const int32_t* order(LayerRuntime& r, int slot);
   // Kept per micro-batch (N = B*T rows, all of them under sequence parallelism):
   int logits_ = -1, probs_ = -1, lse_ = -1, chosen_ = -1, weights_ = -1, rows_ = -1, balance_ = -1;
