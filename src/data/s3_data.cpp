@@ -2,7 +2,6 @@
 
 #include <fnmatch.h>
 #include <glob.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +28,7 @@
 #include "runtime/timer.h"
 #include "data/s3_stream.h"
 #include "storage/background_priority.h"
+#include "storage/file_md5.h"
 #include "storage/s3_client.h"
 #include "storage/s3_uri.h"
 
@@ -113,28 +113,6 @@ std::string etag_md5(const std::string& etag) {
   std::string hex = etag;
   std::erase(hex, '"');
   if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return "";
-  return hex;
-}
-
-// stop(): checked between blocks (a copy cancelled while its MD5 is taken); throws then.
-std::string file_md5(const std::string& path, const std::function<bool()>& stop = {}) {
-  std::ifstream in(path, std::ios::binary);
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  check(ctx != nullptr && EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) == 1, "EVP_DigestInit_ex failed");
-  std::vector<char> block(8 << 20);
-  while (in) {
-    if (stop && stop()) throw InfrastructureError(path + ": its MD5 was not taken (cancelled)");
-    in.read(block.data(), static_cast<std::streamsize>(block.size()));
-    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), block.data(), static_cast<size_t>(in.gcount()));
-  }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_DigestFinal_ex(ctx.get(), digest, &length);
-  std::string hex;
-  for (unsigned int i = 0; i < length; i++) {
-    hex += "0123456789abcdef"[digest[i] >> 4];
-    hex += "0123456789abcdef"[digest[i] & 15];
-  }
   return hex;
 }
 
@@ -333,6 +311,14 @@ std::string data_cache_dir(const DataConfig& data) {
   return (fs::path(slurm != nullptr && *slurm != '\0' ? slurm : "/tmp") / "trident-data").string();
 }
 
+std::shared_ptr<DataInBackground> copy_in_background(const std::string& bucket, const std::vector<S3Object>& objects,
+                                                     const std::string& cache_dir, const S3Settings& settings,
+                                                     const std::string& writer, bool announce) {
+  std::vector<DataObject> listed;
+  for (const S3Object& o : objects) listed.push_back({bucket, o.key, o.etag, o.size});
+  return std::make_shared<LeaderCopies>(std::move(listed), cache_dir, settings, writer, announce);
+}
+
 StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool copy_while_reading) {
   DataConfig data = config.data;
   if (!names_s3(data.path) && !names_s3(data.val_path)) return {data, {}, nullptr};
@@ -468,9 +454,13 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
     std::printf("data: copied %.0f object%s, %s, in %.2f s (%.3f GB/s); %.0f already there\n", totals[1],
                 totals[1] == 1 ? "" : "s", gb(totals[0]).c_str(), slowest, totals[0] / std::max(slowest, 1e-9) / 1e9,
                 plan[1]);
-  else if (parallel.is_root() && being_copied.empty())
-    std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size() + deferred.size(),
-                cache.c_str());
+  else if (parallel.is_root() && being_copied.empty()) {
+    size_t token_files = 0;  // each once, though data.path and val_path both name it
+    for (size_t i = 0; i < deferred.size(); i++)
+      token_files += std::none_of(deferred.begin(), deferred.begin() + static_cast<long>(i),
+                                  [&](const StreamedEntry& e) { return e.bin.same_as(deferred[i].bin); });
+    std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size() + token_files, cache.c_str());
+  }
   std::fflush(stdout);
   // The token files this leader copies while training reads them (on a shared folder its
   // share of them, as above).

@@ -18,10 +18,12 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "data/token_dataset.h"
 #include "parallel/parallel_state.h"
+#include "storage/s3_client.h"
 
 namespace trident {
 
@@ -57,5 +59,14 @@ struct StagedData {
 // copy_while_reading false (a short read, as `eval`'s): the files that would be copied
 // meanwhile are only streamed.
 StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool copy_while_reading = true);
+
+// What stage_s3_data's `background` does, for `objects` of `bucket` (as listed: ETag and
+// size): once started, copies each into `cache_dir`, one after the other on a thread at
+// idle priority, through a .partial file named by `writer` (host.pid), its MD5 checked;
+// one whose copy is current there already (another leader's, on a shared folder) is
+// skipped; one that fails is reported and left; cancelled when this goes first.
+std::shared_ptr<DataInBackground> copy_in_background(const std::string& bucket, const std::vector<S3Object>& objects,
+                                                     const std::string& cache_dir, const S3Settings& settings,
+                                                     const std::string& writer, bool announce);
 
 }  // namespace trident

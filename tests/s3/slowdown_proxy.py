@@ -26,7 +26,8 @@ rename):
                              CompleteMultipartUpload
 A budget (N, T) starts again whenever the file is rewritten. With the upstream down, the
 proxy closes the client's connection without an answer, as a dead server would.
-It keeps --stats up to date ({"requests", "slowdowns", "truncated", "upstream_errors"}),
+It keeps --stats up to date ({"requests", "slowdowns", "truncated", "upstream_errors"},
+and "ranges": each path's ranged GETs, their Range headers in the order they came),
 written before the answer it counts goes out. Usage:
   slowdown_proxy.py --upstream http://127.0.0.1:PORT --port-file F [--port 0]
                     [--control F] [--stats F] [--verbose]
@@ -69,7 +70,7 @@ class Faults:
         self.truncations_left = None  # None: every GET
         self.matched_left = {}   # fault name -> requests it still takes
         self.stats = {"requests": 0, "slowdowns": 0, "truncated": 0, "upstream_errors": 0, "lost_answers": 0,
-                      "errors_in_200": 0}
+                      "errors_in_200": 0, "ranges": {}}
 
     def _reload(self):
         if not self.control:
@@ -109,10 +110,12 @@ class Faults:
             self._write_stats()
             return True
 
-    def should_slow_down(self, method, path):
+    def should_slow_down(self, method, path, range_header=None):
         """Counts the request; returns (answer 503?, seconds to hold it first)."""
         with self.lock:
             self.stats["requests"] += 1
+            if method == "GET" and range_header:
+                self.stats["ranges"].setdefault(urllib.parse.urlsplit(path).path, []).append(range_header)
             self._reload()
             delay = float(self.settings.get("delay_ms", 0)) / 1000
             if self.settings.get("delay_path", "") not in path:
@@ -191,7 +194,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def proxy(self):
         faults = self.server.faults
-        slow, delay = faults.should_slow_down(self.command, self.path)
+        slow, delay = faults.should_slow_down(self.command, self.path, self.headers.get("Range"))
         if delay > 0:
             time.sleep(delay)
         if slow:

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
+#include <vector>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include "runtime/exit_codes.h"
 #include "storage/aws_credentials.h"
 #include "storage/background_priority.h"
+#include "storage/file_md5.h"
 #include "storage/s3_client.h"
 #include "storage/s3_uri.h"
 
@@ -179,6 +182,35 @@ TEST(BackgroundPriority, IdleAndInherited) {
   sched_param p{};
   pthread_getschedparam(pthread_self(), &here, &p);
   EXPECT_EQ(here, SCHED_OTHER) << "the caller's own priority changed";
+}
+
+// A copy's MD5 (what an ETag holds) as coreutils' md5sum gives it, over several of its 8 MiB
+// blocks and a part of one; a copy cancelled meanwhile stops within a block: asked before
+// each, `stop` ends it at the third, with the error the copy reports.
+TEST(FileMd5, IsMd5sumsAndStopsWhenCancelled) {
+  const std::string path = testing::TempDir() + "md5_input.bin";
+  {
+    std::mt19937_64 rng(3);
+    std::vector<uint64_t> words(((size_t{8} << 20) * 3 + 12345) / 8);
+    for (uint64_t& w : words) w = rng();
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(words.data()),
+                                                static_cast<std::streamsize>(words.size() * 8));
+  }
+  const std::string out = testing::TempDir() + "md5sum.out";
+  ASSERT_EQ(std::system(("md5sum " + path + " > " + out).c_str()), 0);
+  EXPECT_EQ(file_md5(path), slurp(out).substr(0, 32));
+  int asked = 0;
+  try {
+    file_md5(path, [&asked] { return ++asked == 3; });
+    FAIL() << "an MD5 taken whole though cancelled";
+  } catch (const InfrastructureError& e) {
+    EXPECT_NE(std::string(e.what()).find("its MD5 was not taken (cancelled)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(asked, 3) << "read on after the cancel";  // of 4 blocks
+  asked = 0;
+  file_md5(path, [&asked] { return ++asked > 100; });
+  EXPECT_EQ(asked, 4) << "once before each block read";
+  EXPECT_THROW(file_md5(testing::TempDir() + "no_such_file"), InfrastructureError);
 }
 
 TEST(AwsCredentials, NoneIsOneClearError) {
