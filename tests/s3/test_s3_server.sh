@@ -88,6 +88,12 @@ cmp "$work/big" "$work/big.back" || fail "12 MiB object came back different afte
 control '{}'
 echo "PASS a GET cut after 1000 bytes: curl sees a partial file (exit 18), awscli retries to the whole object"
 
+scurl "$AWS_SECRET_ACCESS_KEY" -o /dev/null -H 'Range: bytes=5-9' "$proxy/$bucket/small" || fail "ranged GET"
+ranges=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ranges"].get(sys.argv[2]))' \
+  "$work/stats.json" "/$bucket/small")
+[ "$ranges" = "['bytes=5-9']" ] || fail "the small object's ranged GETs: expected ['bytes=5-9'], proxy recorded $ranges"
+echo "PASS the proxy records each path's ranged GETs ($ranges)"
+
 # awscli 1.x prints "argument of type 'NoneType' is not iterable" for the gateway's errors
 # (their <Message> is empty): the error code is read from its --debug log.
 rc=0; AWS_SECRET_ACCESS_KEY=wrong-secret-0123456789 aws --debug --endpoint-url "$gateway" \
