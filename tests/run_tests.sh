@@ -69,7 +69,7 @@ trap 'rm -f "$log" "$slurm_log"; rm -rf "$TEST_TMPDIR"; kill "$slurm_pid" 2>/dev
 run unit_tests timeout -k 30 2400 "$build/tests/unit_tests" --gtest_filter='-S3Store.*:S3Checkpoints.*:S3Data.*'
 # The bf16 tests again with oneDNN held below bf16 instructions: the CPU's bf16 emulation,
 # which the run above takes only on a CPU without them.
-run "unit_tests, bf16 emulated" env DNNL_MAX_CPU_ISA=AVX512_CORE "$build/tests/unit_tests" \
+run "unit_tests, bf16 emulated" timeout -k 30 300 env DNNL_MAX_CPU_ISA=AVX512_CORE "$build/tests/unit_tests" \
   --gtest_filter='MixedPrecision.Bf16ModelMatchesTheReferenceWithinBf16Tolerances:CpuBf16Emulation.*'
 # One OpenMP thread per rank: the ranks share the machine's cores.
 for np in 2 3 4; do

@@ -92,7 +92,7 @@ int run_verify(const Args& args, const MpiWorld& world) {
     if (e.compared) std::printf("%-44s %14.3e %14.3e\n", e.name.c_str(), e.gradient, e.final_param);
     else std::printf("%-44s %29s\n", e.name.c_str(), "no rank compared it: FAIL");
   const auto line = [](const char* what, double value, double tolerance) {
-    std::printf("%-34s %10.3e  (tolerance %.0e) %s\n", what, value, tolerance,
+    std::printf("%-34s %10.3e  (tolerance %.2g) %s\n", what, value, tolerance,
                 value <= tolerance ? "ok" : "FAIL");
   };
   std::printf("step-0 loss %.10f, reference %.10f\n", r.loss, r.loss_reference);

@@ -129,8 +129,9 @@ void before_manifest(int step) {
 
 bool verify_drops(int rank, const std::string& tensor) {
   const std::string fault = string_env("TRIDENT_TEST_VERIFY_DROP");
-  const size_t colon = fault.find(':');
-  if (colon == std::string::npos || std::atoi(fault.c_str()) != rank || fault.substr(colon + 1) != tensor) return false;
+  char* end = nullptr;
+  const long at = std::strtol(fault.c_str(), &end, 10);
+  if (end == fault.c_str() || *end != ':' || at != rank || std::string(end + 1) != tensor) return false;
   announce("rank " + std::to_string(rank) + ": TRIDENT_TEST_VERIFY_DROP set: " + tensor + " not compared here");
   return true;
 }

@@ -36,11 +36,15 @@ ModelConfig twelve_experts() {
 
 // The routers' weights set to 0: every logit 0, every expert's score the same, and top-k
 // takes the lowest indices: every token goes to experts 0 and 1, on ep rank 0. That rank's
-// experts receive ep times the rows it sends (beyond the balanced share the arena holds:
-// model/layers/moe.cpp's grown buffers), the others none. The loss and every gradient are
-// the whole model's on the rank's batch; each expert's gradient summed over the ranks'
-// tokens (its holder's) is the sum of the whole model's over the ranks.
-TEST(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
+// experts receive ep times the rows it sends, the others none. The loss and every gradient
+// are the whole model's on the rank's batch; each expert's gradient summed over the ranks'
+// tokens (its holder's) is the sum of the whole model's over the ranks. Dropless (0), the
+// rows beyond the balanced share the arena holds go to model/layers/moe.cpp's grown
+// buffers; with a capacity factor the arena holds its bound: at 6 (no drop: a sequence's 8
+// tokens fit each expert) the rows reach it exactly, at 3 half of them are dropped.
+class ExpertParallel : public testing::TestWithParam<double> {};
+
+TEST_P(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
   const int ep = world_size(), rank = [] {
     int r = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -50,7 +54,8 @@ TEST(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
   dims.set_expert_parallel(ep);
   ParallelState parallel(dims, 0, 60);
   ASSERT_NE(parallel.expert_parallel(), nullptr);
-  const ModelConfig mc = twelve_experts();
+  ModelConfig mc = twelve_experts();
+  mc.moe_capacity_factor = GetParam();
   const int B = 2, T = mc.seq_len;
   auto k = kernels::make_cpu_kernels();
   Transformer whole(mc, *k, {.micro_batch = B});
@@ -79,9 +84,13 @@ TEST(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
   sharded.store().zero_grad();
   whole.backward(1.0f / (B * T));
   sharded.backward(1.0f / (B * T));
-  // Rank 0's experts took every rank's rows, beyond its share; the others' took none.
-  if (rank == 0) EXPECT_GT(sharded.grown_bytes(), 0u);
-  else EXPECT_EQ(sharded.grown_bytes(), 0u);
+  // Dropless, rank 0's experts took every rank's rows, beyond its share; the others' none.
+  // Within a capacity factor's bound nothing grows.
+  if (rank == 0 && mc.moe_capacity_factor == 0) {
+    EXPECT_GT(sharded.grown_bytes(), 0u);
+  } else {
+    EXPECT_EQ(sharded.grown_bytes(), 0u);
+  }
   int compared = 0;
   for (const ParameterTensor& t : whole.layout().tensors()) {
     std::vector<float> expected = whole.full_gradient(t.name);
@@ -98,6 +107,10 @@ TEST(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
   const int experts_here = mc.n_experts / ep, expert_tensors = 3 * mc.n_layer;  // per expert: w1, w2, w3 per layer
   EXPECT_EQ(compared, static_cast<int>(whole.layout().tensors().size()) - (mc.n_experts - experts_here) * expert_tensors);
 }
+
+INSTANTIATE_TEST_SUITE_P(CapacityFactors, ExpertParallel, testing::Values(0.0, 3.0, 6.0), [](const auto& info) {
+  return info.param == 0 ? std::string("dropless") : "capacity_" + std::to_string(static_cast<int>(info.param));
+});
 
 }  // namespace
 }  // namespace trident

@@ -155,11 +155,11 @@ TEST(MixedPrecision, Bf16ModelMatchesTheReferenceWithinBf16Tolerances) {
     EXPECT_LT(r.loss_error, 1e-3) << file;
     EXPECT_GT(r.max_final_param_error(), VerifyReport::kParamTolerance) << file;
     // The key biases (GPT-2's c_attn.bias, Qwen2's k_proj.bias) alone take the looser
-    // bound, and need it: AdamW moves them on rounding noise (verify.h).
+    // bound: AdamW moves them on rounding noise (verify.h), further than any other tensor.
     if (ref.model.family == "llama") {
       EXPECT_LT(r.max_key_bias_param_error(), 0) << "Llama has no key biases";
     } else {
-      EXPECT_GT(r.max_key_bias_param_error(), VerifyReport::kBf16ParamTolerance) << file;
+      EXPECT_GT(r.max_key_bias_param_error(), 2 * r.max_final_param_error()) << file;
     }
   }
 }

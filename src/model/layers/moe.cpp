@@ -57,14 +57,15 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   // (without expert parallelism) or what the exchange brings (ExpertSide).
   routed_ = a.keep(N * K * C, Element::act, rerun);
   expert_out_ = a.keep(N * K * C, Element::act, rerun);
-  capacity_ = ep_ > 1 ? expert_rows_held(a.shape().micro_batch, N) : N * K;
-  const size_t expert_rows = std::max(N * K, capacity_);  // the expert side's: its own rows or those received
+  received_rows_held_ = ep_ > 1 ? received_rows_held(a.shape().micro_batch, N) : N * K;
+  // The expert side's rows: its own tokens' (every routed row), or under ep those received.
+  const size_t expert_rows = ep_ > 1 ? received_rows_held_ : N * K;
   gate_up_ = a.keep(expert_rows * 2 * F, Element::act, rerun);
   act_ = a.keep(expert_rows * F, Element::act, rerun);
   if (ep_ > 1) {  // the rows this rank's experts receive
-    order_ = a.keep(capacity_, Element::i32, rerun);
-    received_ = a.keep(capacity_ * C, Element::act, rerun);
-    received_out_ = a.keep(capacity_ * C, Element::act, rerun);
+    order_ = a.keep(received_rows_held_, Element::i32, rerun);
+    received_ = a.keep(received_rows_held_ * C, Element::act, rerun);
+    received_out_ = a.keep(received_rows_held_ * C, Element::act, rerun);
   }
   a.scratch(dinput_, "d norm", N * C, Element::act);
   a.scratch(drouter_input_, "d moe router input", N * C, Element::act);
@@ -73,8 +74,8 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   a.scratch(dgate_up_, "d moe gate up", expert_rows * 2 * F, Element::act);
   a.scratch(dact_, "d moe activation", expert_rows * F, Element::act);
   if (ep_ > 1) {
-    a.scratch(transfer_, "moe exchange", capacity_ * C, Element::act);
-    a.scratch(d_x_, "d moe received", capacity_ * C, Element::act);
+    a.scratch(transfer_, "moe exchange", received_rows_held_ * C, Element::act);
+    a.scratch(d_x_, "d moe received", received_rows_held_ * C, Element::act);
   }
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
   a.scratch(dweights_, "d moe weights", N * K, Element::f32);
@@ -232,7 +233,7 @@ MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int 
     return {r.kept(slot, routed_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, expert_out_), &counts, rows};
   }
   Exchange& x = exchanges_.at(slot);
-  if (x.rows <= capacity_)
+  if (x.rows <= received_rows_held_)
     return {r.kept(slot, received_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, received_out_),
             &x.local_counts, x.rows};
   return {kept_beyond(r, slot, kX, x.rows * o_.d_model), kept_beyond(r, slot, kGateUp, x.rows * 2 * F_),
@@ -240,7 +241,7 @@ MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int 
           x.rows};
 }
 
-size_t MixtureOfExperts::expert_rows_held(int sequences, size_t N) const {
+size_t MixtureOfExperts::received_rows_held(int sequences, size_t N) const {
   const size_t K = o_.top_k, local = o_.n_experts / ep_;
   // Dropless: the balanced share, as many rows as this rank sends; more arrive when the
   // routing favours its experts (the data decides: GrowingScratch).
@@ -261,7 +262,7 @@ kernels::Act* MixtureOfExperts::kept_beyond(LayerRuntime& r, int slot, Beyond wh
 }
 
 kernels::Act* MixtureOfExperts::room(LayerRuntime& r, Act* declared, Beyond which, size_t rows, size_t width) const {
-  if (rows <= capacity_) return declared;
+  if (rows <= received_rows_held_) return declared;
   check(r.growing != nullptr, "a mixture's rows beyond the arena without growing scratch");
   // Scratch: one buffer for the stage's layers.
   return static_cast<Act*>(r.growing->at_least(nullptr, 0, which, r.k, r.k.activation_bytes(rows * width)));
@@ -269,7 +270,8 @@ kernels::Act* MixtureOfExperts::room(LayerRuntime& r, Act* declared, Beyond whic
 
 const int32_t* MixtureOfExperts::order(LayerRuntime& r, int slot) {
   const Exchange& x = exchanges_.at(slot);
-  if (x.rows <= capacity_) return r.kept<int32_t>(slot, order_);
+  if (x.rows <= received_rows_held_) return r.kept<int32_t>(slot, order_);
+  check(r.growing != nullptr, "a mixture's rows beyond the arena without growing scratch");
   return static_cast<const int32_t*>(r.growing->at_least(this, slot, kOrder, r.k, x.rows * sizeof(int32_t)));
 }
 
@@ -309,7 +311,7 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
     for (int l = 0; l < local; l++)
       for (int n = 0; n < from[static_cast<size_t>(s) * local + l]; n++) grouped[i++] = next[l]++;
   // More than the arena holds (buffers of their own: expert_side, order) only when dropless.
-  check(x.rows <= capacity_ || o_.capacity_factor <= 0, "a mixture's received rows over its capacity's bound");
+  check(x.rows <= received_rows_held_ || o_.capacity_factor <= 0, "a mixture's received rows over its capacity's bound");
   if (x.rows > 0) r.k.upload(const_cast<int32_t*>(order(r, p.slot)), grouped.data(), x.rows * sizeof(int32_t));
   exchange(r, p.slot, routed, expert_side(r, p.slot).x, C, /*towards_experts=*/true);
 }

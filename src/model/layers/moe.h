@@ -22,8 +22,9 @@
 // experts' outputs come back (all-to-all over the ep group, twice forward and twice
 // backward), as Megatron-Core's all-to-all token dispatcher. The rows received are
 // regrouped by local expert (one permutation) for the GEMMs and put back in arrival order
-// for the return. Their number depends on the routing (dropless): those buffers grow to
-// the largest micro-batch seen, outside the activation arena.
+// for the return. Their number depends on the routing: the arena holds a balanced share
+// (dropless) or the bound a capacity factor sets; a dropless layer's rows beyond its share
+// go to buffers grown as needed (layer.h's GrowingScratch), per layer and slot.
 //
 // Auxiliary losses, added to the objective (their gradients) and reported apart:
 // - load balancing (Switch Transformer, Mixtral): per sequence s of T tokens,
@@ -84,9 +85,8 @@ class MixtureOfExperts : public Sublayer {
     size_t rows = 0;
   };
   // Expert parallelism, per slot: the rows sent to and received from each ep rank, the
-  // permutation from arrival order to grouped by local expert, and where the received
-  // rows' buffers are: in the arena at up to N K rows (a balanced routing's share), else
-  // in buffers of their own (a dropless layer receives whatever the routers chose).
+  // permutation from arrival order to grouped by local expert. The received rows are in
+  // the arena up to received_rows_held_, else (dropless) in the stage's GrowingScratch.
   struct Exchange {
     std::vector<size_t> sent, received;  // rows, per ep rank
     std::vector<int> local_counts;       // rows per local expert
@@ -124,14 +124,14 @@ class MixtureOfExperts : public Sublayer {
   std::vector<Exchange> exchanges_;  // per slot (ep > 1)
   // The rows the arena holds for the received ones (ep > 1): N K when dropless (as many as
   // this rank sends: balanced routing), the bound a capacity factor sets otherwise.
-  size_t expert_rows_held(int sequences, size_t N) const;
+  size_t received_rows_held(int sequences, size_t N) const;
   size_t capacity_per_sequence() const;  // ceil(factor T K / E): an expert's pairs of a sequence at most
-  size_t capacity_ = 0;
+  size_t received_rows_held_ = 0;
   int order_ = -1, received_ = -1, received_out_ = -1;  // kept (ep > 1): [capacity], [capacity, d] twice
-  // Expert parallelism's scratch: in the arena up to capacity_ rows, beyond (dropless) in
+  // Expert parallelism's scratch: in the arena up to received_rows_held_, beyond (dropless) in
   // the stage's GrowingScratch.
   Act *transfer_ = nullptr, *d_x_ = nullptr;  // and dact_, dgate_up_
-  // What GrowingScratch holds beyond capacity_ rows: the stage's scratch, and per slot this
+  // What GrowingScratch holds beyond received_rows_held_: the stage's scratch, and per slot this
   // layer's kept rows (the received rows, their order, and the expert side's activations).
   enum Beyond { kTransfer, kDAct, kDGateUp, kDX, kOrder, kX, kGateUp, kAct, kOut };
   // `declared` (rows of width) when the rows fit the arena, else the stage's buffer `which`.
