@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -58,7 +59,8 @@ std::vector<nlohmann::json> read_events(const std::string& folder) {
 // Each figure of metrics.jsonl's step and validation records, as TensorBoard holds it (a
 // float32 simple_value) at the same step; how many times each tag was compared.
 std::map<std::string, int> expect_events_match_the_log(const std::vector<nlohmann::json>& events,
-                                                       const std::string& jsonl, int from_step) {
+                                                       const std::string& jsonl, int from_step,
+                                                       int through_step = std::numeric_limits<int>::max()) {
   std::map<int64_t, std::map<std::string, double>> scalars;  // step -> tag -> value (the last file's wins)
   for (const auto& e : events)
     if (e.contains("scalars"))
@@ -66,7 +68,7 @@ std::map<std::string, int> expect_events_match_the_log(const std::vector<nlohman
   std::map<std::string, int> compared;
   for (const nlohmann::json& r : json_lines(slurp(jsonl))) {
     const int step = r["step"];
-    if (step < from_step) continue;
+    if (step < from_step || step > through_step) continue;
     const auto& at = scalars[step];
     const auto compare = [&](const RunMetric& m) {
       if (m.tensorboard[0] == '\0' || !r.contains(m.key)) return;
@@ -340,9 +342,16 @@ TEST(Monitor, AMixtureOfExpertsFiguresReachTensorBoardAndPrometheus) {
     const int lint = std::system(("promtool check metrics < " + dir + "/exposition.txt > " + dir + "/promtool.txt 2>&1").c_str());
     EXPECT_EQ(WEXITSTATUS(lint), 0) << slurp(dir + "/promtool.txt");
   }
-  training.stop(SIGTERM);  // the run ends its TensorBoard file whole
+  training.stop(SIGTERM);
+  // The steps TensorBoard holds (a stop between a step's record in metrics.jsonl and its
+  // events leaves that step out of TensorBoard), past the scraped one.
+  const std::vector<nlohmann::json> events = read_events(dir + "/run/tensorboard");
+  int last = 0;
+  for (const auto& e : events)
+    if (e.contains("scalars")) last = std::max(last, e["step"].get<int>());
+  ASSERT_GE(last, record["step"].get<int>());
   const std::map<std::string, int> compared =
-      expect_events_match_the_log(read_events(dir + "/run/tensorboard"), dir + "/run/metrics.jsonl", 0);
+      expect_events_match_the_log(events, dir + "/run/metrics.jsonl", 0, last);
   for (const RunMetric& m : kMixtureOfExpertsMetrics) EXPECT_GE(compared.count(m.tensorboard) ? compared.at(m.tensorboard) : 0, 1) << m.tensorboard;
 }
 

@@ -169,10 +169,12 @@ TEST(ReferenceTest, EachMixtureOfExpertsOptionIsChecked) {
     // Not by a hair: each flip moves some gradient by 0.2 relative or more (measured), over
     // 2000 times the tolerance, though the step-0 loss moves by 4e-6 for the score function.
     EXPECT_GT(r.max_gradient_error(), 100 * VerifyReport::kGradientTolerance) << f.file << " with " << f.what;
-    if (f.what.find("loss") != std::string::npos)  // a coefficient: the auxiliary loss itself is off too
+    if (f.what.find("loss") != std::string::npos) {  // a coefficient: the auxiliary loss itself is off too
       EXPECT_GT(r.max_aux_loss_error, 100 * VerifyReport::kLossTolerance) << f.file << " with " << f.what;
-    if (r.tokens_dropped_differing >= 0)  // a reference that counts its drops: other drops than its
+    }
+    if (r.tokens_dropped_differing >= 0) {  // a reference that counts its drops: other drops than its
       EXPECT_GT(r.tokens_dropped_differing, 0) << f.file << " with " << f.what;
+    }
   }
 }
 
