@@ -23,7 +23,7 @@ while IFS='|' read -r np ref flags; do
   i=$((i + 1))
   # shellcheck disable=SC2086
   $mpirun -np "$np" "$build/trident" verify --reference "tests/data/$ref" $flags --train.precision=bf16 \
-    > "$out/layout$i.$(basename "$ref" .h5).txt" 2>&1
+    > "$out/layout$i.$(basename "$ref" .h5).txt" 2>&1 < /dev/null  # mpirun would read the list
 done <<'LAYOUTS'
 8|mixtral_ref_e4.h5|--parallel.tp=2 --parallel.pp=2 --parallel.ep=2 --train.micro_batch=1 --parallel.zero=1
 8|mixtral_ref_e4.h5|--parallel.tp=2 --parallel.pp=2 --parallel.ep=2 --train.micro_batch=1 --parallel.zero=3
