@@ -336,15 +336,15 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
       nlohmann::json{{"objects", objects}, {"streamed", streamed}, {"deferred", deferred}}.dump()));
   objects = listed.at("objects").get<std::vector<DataObject>>();
   streamed = listed.at("streamed").get<std::vector<StreamedEntry>>();
-  deferred = listed.at("deferred").get<std::vector<StreamedEntry>>();
+  deferred.clear();  // each token file once, though data.path and val_path both name it
+  for (const StreamedEntry& e : listed.at("deferred").get<std::vector<StreamedEntry>>())
+    if (std::none_of(deferred.begin(), deferred.end(), [&](const StreamedEntry& d) { return d.bin.same_as(e.bin); }))
+      deferred.push_back(e);
   // A token file copied while training reads it, where this node has no copy of it yet:
   // streamed until the node leader's copy is there.
   std::vector<StreamedEntry> being_copied;
-  for (const StreamedEntry& e : deferred) {
-    const auto same = [&](const StreamedEntry& b) { return b.bin.same_as(e.bin); };
-    if (!copy_is_current(cache, e.bin) && std::none_of(being_copied.begin(), being_copied.end(), same))
-      being_copied.push_back(e);  // once, though data.path and val_path both name it
-  }
+  for (const StreamedEntry& e : deferred)
+    if (!copy_is_current(cache, e.bin)) being_copied.push_back(e);
   if (parallel.is_root())
     for (const StreamedEntry& s : streamed)
       std::printf("data: streaming %s (data.stream: ranged GETs as batches need them, %d MB cached per rank)\n",
@@ -454,13 +454,9 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
     std::printf("data: copied %.0f object%s, %s, in %.2f s (%.3f GB/s); %.0f already there\n", totals[1],
                 totals[1] == 1 ? "" : "s", gb(totals[0]).c_str(), slowest, totals[0] / std::max(slowest, 1e-9) / 1e9,
                 plan[1]);
-  else if (parallel.is_root() && being_copied.empty()) {
-    size_t token_files = 0;  // each once, though data.path and val_path both name it
-    for (size_t i = 0; i < deferred.size(); i++)
-      token_files += std::none_of(deferred.begin(), deferred.begin() + static_cast<long>(i),
-                                  [&](const StreamedEntry& e) { return e.bin.same_as(deferred[i].bin); });
-    std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size() + token_files, cache.c_str());
-  }
+  else if (parallel.is_root() && being_copied.empty())
+    std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size() + deferred.size(),
+                cache.c_str());
   std::fflush(stdout);
   // The token files this leader copies while training reads them (on a shared folder its
   // share of them, as above).

@@ -9,6 +9,7 @@
 #include "mpi_test_helpers.h"
 #include "model/transformer.h"
 #include "parallel/parallel_state.h"
+#include "tests/model_shapes.h"
 
 namespace trident {
 namespace {
@@ -18,17 +19,12 @@ using namespace testing_helpers;
 // Mixtral's shapes, small: 12 experts (ep 2, 3 and 4 divide them; each rank holds 3 or
 // more, so experts 0 and 1 are both ep rank 0's), top 2, with both router losses.
 ModelConfig twelve_experts() {
-  ModelConfig m;
+  ModelConfig m = gpt2_shape(2, 4, 32, 8, 61);
   m.family = "mixtral";
-  m.n_layer = 2;
-  m.n_head = 4;
   m.n_kv_head = 2;
-  m.d_model = 32;
   m.ffn_dim = 24;
   m.n_experts = 12;
   m.n_experts_per_token = 2;
-  m.seq_len = 8;
-  m.vocab_size = 61;
   m.router_aux_loss_coef = 0.01;
   m.router_z_loss_coef = 0.001;
   return m;

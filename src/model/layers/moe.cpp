@@ -57,30 +57,28 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   // (without expert parallelism) or what the exchange brings (ExpertSide).
   routed_ = a.keep(N * K * C, Element::act, rerun);
   expert_out_ = a.keep(N * K * C, Element::act, rerun);
-  received_rows_held_ = ep_ > 1 ? received_rows_held(a.shape().micro_batch, N) : N * K;
-  // The expert side's rows: its own tokens' (every routed row), or under ep those received.
-  const size_t expert_rows = ep_ > 1 ? received_rows_held_ : N * K;
-  gate_up_ = a.keep(expert_rows * 2 * F, Element::act, rerun);
-  act_ = a.keep(expert_rows * F, Element::act, rerun);
+  expert_rows_ = ep_ > 1 ? received_rows_held(a.shape().micro_batch, N) : N * K;
+  gate_up_ = a.keep(expert_rows_ * 2 * F, Element::act, rerun);
+  act_ = a.keep(expert_rows_ * F, Element::act, rerun);
   if (ep_ > 1) {  // the rows this rank's experts receive
-    order_ = a.keep(received_rows_held_, Element::i32, rerun);
-    received_ = a.keep(received_rows_held_ * C, Element::act, rerun);
-    received_out_ = a.keep(received_rows_held_ * C, Element::act, rerun);
+    order_ = a.keep(expert_rows_, Element::i32, rerun);
+    received_ = a.keep(expert_rows_ * C, Element::act, rerun);
+    received_out_ = a.keep(expert_rows_ * C, Element::act, rerun);
   }
   a.scratch(dinput_, "d norm", N * C, Element::act);
   a.scratch(drouter_input_, "d moe router input", N * C, Element::act);
   a.scratch(drouted_, "d moe routed", N * K * C, Element::act);
   a.scratch(dexpert_out_, "d moe expert out", N * K * C, Element::act);
-  a.scratch(dgate_up_, "d moe gate up", expert_rows * 2 * F, Element::act);
-  a.scratch(dact_, "d moe activation", expert_rows * F, Element::act);
+  a.scratch(dgate_up_, "d moe gate up", expert_rows_ * 2 * F, Element::act);
+  a.scratch(dact_, "d moe activation", expert_rows_ * F, Element::act);
   if (ep_ > 1) {
-    a.scratch(transfer_, "moe exchange", received_rows_held_ * C, Element::act);
-    a.scratch(d_x_, "d moe received", received_rows_held_ * C, Element::act);
+    a.scratch(transfer_, "moe exchange", expert_rows_ * C, Element::act);
+    a.scratch(d_x_, "d moe received", expert_rows_ * C, Element::act);
   }
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
   a.scratch(dweights_, "d moe weights", N * K, Element::f32);
-  a.gemm(expert_rows, C, 2 * F);  // an expert's rows: at most every row of the expert side
-  a.gemm(expert_rows, F, C);
+  a.gemm(expert_rows_, C, 2 * F);  // an expert's rows: at most every row of the expert side
+  a.gemm(expert_rows_, F, C);
   a.gemm(N, C, E);  // the router
   counts_.assign(a.shape().slots, std::vector<int>(E, 0));
   slot_rows_.assign(a.shape().slots, {});
@@ -233,7 +231,7 @@ MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int 
     return {r.kept(slot, routed_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, expert_out_), &counts, rows};
   }
   Exchange& x = exchanges_.at(slot);
-  if (x.rows <= received_rows_held_)
+  if (x.rows <= expert_rows_)
     return {r.kept(slot, received_), r.kept(slot, gate_up_), r.kept(slot, act_), r.kept(slot, received_out_),
             &x.local_counts, x.rows};
   return {kept_beyond(r, slot, kX, x.rows * o_.d_model), kept_beyond(r, slot, kGateUp, x.rows * 2 * F_),
@@ -262,7 +260,7 @@ kernels::Act* MixtureOfExperts::kept_beyond(LayerRuntime& r, int slot, Beyond wh
 }
 
 kernels::Act* MixtureOfExperts::room(LayerRuntime& r, Act* declared, Beyond which, size_t rows, size_t width) const {
-  if (rows <= received_rows_held_) return declared;
+  if (rows <= expert_rows_) return declared;
   check(r.growing != nullptr, "a mixture's rows beyond the arena without growing scratch");
   // Scratch: one buffer for the stage's layers.
   return static_cast<Act*>(r.growing->at_least(nullptr, 0, which, r.k, r.k.activation_bytes(rows * width)));
@@ -270,7 +268,7 @@ kernels::Act* MixtureOfExperts::room(LayerRuntime& r, Act* declared, Beyond whic
 
 const int32_t* MixtureOfExperts::order(LayerRuntime& r, int slot) {
   const Exchange& x = exchanges_.at(slot);
-  if (x.rows <= received_rows_held_) return r.kept<int32_t>(slot, order_);
+  if (x.rows <= expert_rows_) return r.kept<int32_t>(slot, order_);
   check(r.growing != nullptr, "a mixture's rows beyond the arena without growing scratch");
   return static_cast<const int32_t*>(r.growing->at_least(this, slot, kOrder, r.k, x.rows * sizeof(int32_t)));
 }
@@ -311,7 +309,7 @@ void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act
     for (int l = 0; l < local; l++)
       for (int n = 0; n < from[static_cast<size_t>(s) * local + l]; n++) grouped[i++] = next[l]++;
   // More than the arena holds (buffers of their own: expert_side, order) only when dropless.
-  check(x.rows <= received_rows_held_ || o_.capacity_factor <= 0, "a mixture's received rows over its capacity's bound");
+  check(x.rows <= expert_rows_ || o_.capacity_factor <= 0, "a mixture's received rows over its capacity's bound");
   if (x.rows > 0) r.k.upload(const_cast<int32_t*>(order(r, p.slot)), grouped.data(), x.rows * sizeof(int32_t));
   exchange(r, p.slot, routed, expert_side(r, p.slot).x, C, /*towards_experts=*/true);
 }

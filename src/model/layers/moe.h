@@ -86,7 +86,7 @@ class MixtureOfExperts : public Sublayer {
   };
   // Expert parallelism, per slot: the rows sent to and received from each ep rank, the
   // permutation from arrival order to grouped by local expert. The received rows are in
-  // the arena up to received_rows_held_, else (dropless) in the stage's GrowingScratch.
+  // the arena up to expert_rows_, else (dropless) in the stage's GrowingScratch.
   struct Exchange {
     std::vector<size_t> sent, received;  // rows, per ep rank
     std::vector<int> local_counts;       // rows per local expert
@@ -126,12 +126,14 @@ class MixtureOfExperts : public Sublayer {
   // this rank sends: balanced routing), the bound a capacity factor sets otherwise.
   size_t received_rows_held(int sequences, size_t N) const;
   size_t capacity_per_sequence() const;  // ceil(factor T K / E): an expert's pairs of a sequence at most
-  size_t received_rows_held_ = 0;
+  // The rows the arena holds for the expert side: its own tokens' N K, or under ep those
+  // received (received_rows_held).
+  size_t expert_rows_ = 0;
   int order_ = -1, received_ = -1, received_out_ = -1;  // kept (ep > 1): [capacity], [capacity, d] twice
-  // Expert parallelism's scratch: in the arena up to received_rows_held_, beyond (dropless) in
+  // Expert parallelism's scratch: in the arena up to expert_rows_, beyond (dropless) in
   // the stage's GrowingScratch.
   Act *transfer_ = nullptr, *d_x_ = nullptr;  // and dact_, dgate_up_
-  // What GrowingScratch holds beyond received_rows_held_: the stage's scratch, and per slot this
+  // What GrowingScratch holds beyond expert_rows_: the stage's scratch, and per slot this
   // layer's kept rows (the received rows, their order, and the expert side's activations).
   enum Beyond { kTransfer, kDAct, kDGateUp, kDX, kOrder, kX, kGateUp, kAct, kOut };
   // `declared` (rows of width) when the rows fit the arena, else the stage's buffer `which`.
