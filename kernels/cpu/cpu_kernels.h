@@ -113,6 +113,12 @@ template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps,
                   T weight_decay, int t, T grad_scale);
 
+void moe_permute(int32_t* rows, float* counts, const int32_t* experts, int NK, int E);
+void moe_balance_statistics(float* stats, float* token_totals, const int32_t* experts, const float* probs, int N,
+                            int T, int E, int K, bool sigmoid);
+void moe_balance_loss(float* coefficients, double* loss_sum, const float* stats, const float* lse, int sequences,
+                      int N, int E, int K, int seq_len, double aux_coef, double z_coef, bool with_aux);
+
 template <typename T>
 void lion_update(T* param, const T* grad, T* m, size_t n, T lr, T beta1, T beta2, T weight_decay, T grad_scale);
 

@@ -2,6 +2,7 @@
 // experts' rows and the weighted combination back (semantics: kernels/ops.def).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "../moe_router.h"
 #include "cpu_kernels.h"
@@ -104,6 +105,48 @@ void moe_combine_backward(T* dexpert_out, float* dweights, const T* dout, const 
     }
     dweights[i] = static_cast<float>(dot);
   }
+}
+
+void moe_permute(int32_t* rows, float* counts, const int32_t* experts, int NK, int E) {
+  std::vector<int32_t> next(E + 1, 0);
+  for (int i = 0; i < NK; i++) next[experts[i] + 1]++;
+  for (int e = 0; e < E; e++) counts[e] = static_cast<float>(next[e + 1]);
+  for (int e = 1; e <= E; e++) next[e] += next[e - 1];  // next[e]: expert e's first row
+  for (int i = 0; i < NK; i++) rows[i] = next[experts[i]]++;
+}
+
+void moe_balance_statistics(float* stats, float* token_totals, const int32_t* experts, const float* probs, int N,
+                            int T, int E, int K, bool sigmoid) {
+  std::fill_n(stats, static_cast<size_t>(N / T) * 2 * E, 0.0f);
+  for (int t = 0; t < N; t++) {  // in token order: every sum the same on every run
+    float* s = stats + static_cast<size_t>(t / T) * 2 * E;
+    for (int j = 0; j < K; j++) s[experts[static_cast<size_t>(t) * K + j]] += 1;
+    const float* p = probs + static_cast<size_t>(t) * E;
+    if (!sigmoid) {
+      for (int e = 0; e < E; e++) s[E + e] += p[e];
+      continue;
+    }
+    float& total = token_totals[t];
+    total = 0;
+    for (int e = 0; e < E; e++) total += sigmoid_score(p[e]);
+    for (int e = 0; e < E; e++) s[E + e] += sigmoid_score(p[e]) / total;
+  }
+}
+
+void moe_balance_loss(float* coefficients, double* loss_sum, const float* stats, const float* lse, int sequences,
+                      int N, int E, int K, int seq_len, double aux_coef, double z_coef, bool with_aux) {
+  const double T = seq_len;
+  double aux = 0, z = 0;
+  for (int b = 0; b < sequences; b++) {
+    const float* s = stats + static_cast<size_t>(b) * 2 * E;
+    for (int e = 0; e < E; e++) {
+      aux += aux_coef * E / (K * T * T) * s[e] * s[E + e];
+      coefficients[static_cast<size_t>(b) * E + e] = static_cast<float>(aux_coef * E / (K * T) * s[e]);
+    }
+  }
+  if (loss_sum == nullptr) return;
+  for (int t = 0; t < N; t++) z += static_cast<double>(lse[t]) * lse[t];
+  *loss_sum += (with_aux ? aux : 0.0) + z_coef * z / T;
 }
 
 template void moe_router_forward<float>(float*, float*, int32_t*, float*, const float*, int, int, int, bool, bool);

@@ -152,6 +152,12 @@ template <typename T>
 void cross_entropy_backward(T* logits_to_dlogits, const float* lse, const int32_t* targets, int vocab_start, int N,
                             int valid, int Vs, float dloss);
 
+void moe_permute(int32_t* rows, float* counts, const int32_t* experts, int NK, int E);
+void moe_balance_statistics(float* stats, float* token_totals, const int32_t* experts, const float* probs, int N,
+                            int T, int E, int K, bool sigmoid);
+void moe_balance_loss(float* coefficients, double* loss_sum, const float* stats, const float* lse, int sequences,
+                      int N, int E, int K, int seq_len, double aux_coef, double z_coef, bool with_aux);
+
 void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
                   float eps, float weight_decay, int t, float grad_scale);
 void lion_update(float* param, const float* grad, float* m, size_t n, float lr, float beta1, float beta2,

@@ -128,8 +128,9 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
     rope_table_ = kernels::DeviceBuffer(k, mine.size());
     k.copy_to_device(rope_table_.data(), mine.data(), mine.size() * sizeof(float));
   }
-  loss_sum_ = kernels::DeviceBuffer(k, 2);  // one double
+  loss_sum_ = kernels::DeviceBuffer(k, 4);  // two doubles: the tokens' losses, the routers' auxiliary losses
   router_stats_->tokens.assign(static_cast<size_t>(s.n_layer) * s.n_experts, 0.0);
+  router_stats_->aux_loss_on_device = loss_sum() + 1;
   document_end_ = options.document_end;
   window_ = s.sliding_window;
   if (masks_starts()) {
@@ -306,12 +307,19 @@ double Transformer::take_loss_sum() {
 
 void Transformer::discard_loss_sum() {
   if (stage_.has_head) k_.fill_zero(loss_sum(), sizeof(double));
+  discard_router_stats();
+}
+
+void Transformer::discard_router_stats() {
   router_stats_->clear();
+  if (spec().n_experts > 0) k_.fill_zero(router_stats_->aux_loss_on_device, sizeof(double));
 }
 
 RouterStats Transformer::take_router_stats() {
   RouterStats stats = *router_stats_;
-  router_stats_->clear();
+  // The routers' losses, added on the device: one read a step, where there are routers.
+  if (spec().n_experts > 0) k_.copy_to_host(&stats.aux_loss_sum, router_stats_->aux_loss_on_device, sizeof(double));
+  discard_router_stats();
   return stats;
 }
 

@@ -133,6 +133,7 @@ class Transformer {
   // this stage's: the sum over sequences of each one's (model/layers/moe.h); 0 for a dense model.
   // The routers' totals since the last take or discard (RouterStats), then cleared.
   RouterStats take_router_stats();
+  void discard_router_stats();
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
   // micro-batch in `slot`. For a mean over G sequences: loss_scale = 1/(G*T). A stage
   // other than the last starts from stage_gradient(), filled by the pipeline; a stage

@@ -569,6 +569,33 @@ TEST(Cli, AStepWaitsOnItsDeviceAtMostTwice) {
   }
 }
 
+// A mixture of experts' layer waits on its device once per micro-batch: its row counts
+// per expert (the grouped GEMMs take them on the host), the permutation and the balance
+// loss staying on the device; under expert parallelism the counts of every ep rank come
+// in that same read. Counted as a layer more costs: one more per micro-batch (a
+// recomputation none), the step's own (the losses) apart.
+TEST(Cli, AMixtureOfExpertsLayerWaitsOnItsDeviceOncePerMicroBatch) {
+  const std::string dir = testing::TempDir() + "moe_host_syncs";
+  const std::string base = "train --config configs/tiny-mixtral.ini --model.d_model=64 --train.steps=3 "
+                           "--train.global_batch=8 --train.micro_batch=2 --log.val_batches=0 "
+                           "--log.sample_every_steps=0 --log.run_dir=" + dir;
+  const auto syncs = [&](int layers, const std::string& flags, const std::string& launcher) {
+    std::filesystem::remove_all(dir);
+    const CliRun r = run(base + " --model.n_layer=" + std::to_string(layers) + " " + flags, launcher, 180);
+    EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.err;
+    std::ifstream in(dir + "/summary.json");
+    if (!in) return -1000;
+    return nlohmann::json::parse(in)["host_syncs_per_step"].get<int>();
+  };
+  // One rank: 4 micro-batches a step.
+  const int one = syncs(1, "", "");
+  EXPECT_EQ(syncs(2, "", "") - one, 4);
+  EXPECT_EQ(syncs(2, "--train.recompute=full", "") - one, 4);
+  // ep 2 over 2 ranks: 2 micro-batches each.
+  const int ep = syncs(1, "--parallel.ep=2", kMpirun + "2");
+  EXPECT_EQ(syncs(2, "--parallel.ep=2", kMpirun + "2") - ep, 2);
+}
+
 std::vector<nlohmann::json> jsonl(const std::string& path) {
   std::vector<nlohmann::json> records;
   std::ifstream in(path);

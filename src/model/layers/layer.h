@@ -36,8 +36,10 @@ class Communicator;
 // What the mixtures of experts' routers (moe.h) add up over a step, on the host.
 struct RouterStats {
   // The auxiliary losses' total: the sum over sequences of their load-balancing losses,
-  // plus the z-loss's per-token terms / seq_len.
+  // plus the z-loss's per-token terms / seq_len. The routers add to it on the device
+  // (aux_loss_on_device, a double that the model owns and reads once a step).
   double aux_loss_sum = 0;
+  double* aux_loss_on_device = nullptr;
   // The tokens routed to each expert, [layer * n_experts + expert] over the whole model (a
   // stage fills its own layers').
   std::vector<double> tokens;

@@ -50,9 +50,9 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   chosen_ = a.keep(N * K, Element::i32, rerun);
   weights_ = a.keep(N * K, Element::f32, rerun);
   rows_ = a.keep(N * K, Element::i32, rerun);
-  // The balance loss's coefficients per (sequence, expert), and its statistics before
-  // them: counted once per forward, so kept when the rest is recomputed.
-  balance_ = a.keep(static_cast<size_t>(a.shape().micro_batch) * 2 * E, Element::f32);
+  // The balance loss's statistics per (sequence, expert), then its coefficients: counted
+  // once per forward, so kept when the rest is recomputed.
+  balance_ = a.keep(static_cast<size_t>(a.shape().micro_batch) * 3 * E, Element::f32);  // [B, 2E] then [B, E]
   // The routed rows and what their experts gave back; the experts' own rows are these
   // (without expert parallelism) or what the exchange brings (ExpertSide).
   routed_ = a.keep(N * K * C, Element::act, rerun);
@@ -75,6 +75,8 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
     a.scratch(transfer_, "moe exchange", expert_rows_ * C, Element::act);
     a.scratch(d_x_, "d moe received", expert_rows_ * C, Element::act);
   }
+  a.scratch(counts_device_, "moe expert counts", static_cast<size_t>(ep_) * E, Element::f32);
+  a.scratch(token_totals_, "moe sigmoid totals", N, Element::f32);
   a.scratch(dlogits_, "d moe logits", N * E, Element::act);
   a.scratch(dweights_, "d moe weights", N * K, Element::f32);
   a.gemm(expert_rows_, C, 2 * F);  // an expert's rows: at most every row of the expert side
@@ -82,24 +84,62 @@ void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   a.gemm(N, C, E);  // the router
   counts_.assign(a.shape().slots, std::vector<int>(E, 0));
   slot_rows_.assign(a.shape().slots, {});
+  every_ranks_counts_.assign(a.shape().slots, {});
   exchanges_.clear();
   exchanges_.resize(ep_ > 1 ? a.shape().slots : 0);
 }
 
 void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) {
-  const int N = p.B * r.T, E = o_.n_experts, K = o_.top_k;
-  const size_t NK = static_cast<size_t>(N) * K;
+  const int E = o_.n_experts;
+  SlotRows& slot_rows = slot_rows_.at(p.slot);
+  slot_rows.routed = static_cast<size_t>(p.B) * r.T * o_.top_k;
+  if (o_.capacity_factor > 0) route_with_capacity(r, p);
+  else route_dropless(r, p, /*recomputing=*/!count_losses);
+  const std::vector<int>& counts = counts_.at(p.slot);
+  if (!count_losses) return;  // a recomputation: counted the first time
+  count_balance(r, p);
+  if (r.router == nullptr) return;
+  // The router's choices, before any drop (those are counted as rows not computed).
+  double* tokens = r.router->tokens.data() + static_cast<size_t>(o_.layer) * E;
+  if (o_.capacity_factor > 0)
+    for (int32_t e : host_chosen_) tokens[e] += 1;
+  else
+    for (int e = 0; e < E; e++) tokens[e] += counts[e];
+}
+
+void MixtureOfExperts::route_dropless(LayerRuntime& r, const Pass& p, bool recomputing) {
+  const int E = o_.n_experts;
+  const size_t NK = slot_rows_.at(p.slot).routed;
+  // Under expert parallelism this rank's counts go in its block of every ep rank's: one
+  // all-gather on the device, then one read of all of them (send_to_experts needs them).
+  const int rank = ep_ > 1 ? r.experts->rank() : 0;
+  float* mine = counts_device_ + static_cast<size_t>(rank) * E;
+  r.k.moe_permute(r.kept<int32_t>(p.slot, rows_), mine, r.kept<int32_t>(p.slot, chosen_), static_cast<int>(NK), E);
+  slot_rows_.at(p.slot).kept = NK;
+  // A recomputation routes as the forward did (the same inputs, the same kernels): its
+  // counts are the slot's already.
+  if (recomputing) return;
+  std::vector<float>& all = every_ranks_counts_.at(p.slot);
+  all.resize(static_cast<size_t>(ep_) * E);
+  if (ep_ > 1) r.experts->all_gather(std::span<float>(counts_device_, all.size()));
+  // The layer's one wait for the device: the grouped GEMMs take their rows on the host.
+  r.k.copy_to_host(all.data(), counts_device_, all.size() * sizeof(float));
+  std::vector<int>& counts = counts_.at(p.slot);
+  for (int e = 0; e < E; e++) counts[e] = static_cast<int>(all[static_cast<size_t>(rank) * E + e]);
+}
+
+void MixtureOfExperts::route_with_capacity(LayerRuntime& r, const Pass& p) {
+  const int E = o_.n_experts;
+  const size_t NK = slot_rows_.at(p.slot).routed;
   host_chosen_.resize(NK);
   r.k.copy_to_host(host_chosen_.data(), r.kept<int32_t>(p.slot, chosen_), NK * sizeof(int32_t));
   host_dropped_.assign(NK, 0);
-  if (o_.capacity_factor > 0) drop_over_capacity(r, p);
+  drop_over_capacity(r, p);
   // Rows grouped by expert, in token order within each: the permutation dispatch applies.
   // The dropped pairs' rows come after every expert's: no expert reads them.
   std::vector<int>& counts = counts_.at(p.slot);
   std::fill(counts.begin(), counts.end(), 0);
-  SlotRows& slot_rows = slot_rows_.at(p.slot);
-  slot_rows.routed = NK;
-  size_t& kept = slot_rows.kept;
+  size_t& kept = slot_rows_.at(p.slot).kept;
   kept = 0;
   for (size_t i = 0; i < NK; i++)
     if (!host_dropped_[i]) {
@@ -112,54 +152,29 @@ void MixtureOfExperts::route(LayerRuntime& r, const Pass& p, bool count_losses) 
   host_rows_.resize(NK);
   for (size_t i = 0; i < NK; i++) host_rows_[i] = host_dropped_[i] ? dropped_row++ : next[host_chosen_[i]]++;
   r.k.upload(r.kept<int32_t>(p.slot, rows_), host_rows_.data(), NK * sizeof(int32_t));
-  if (!count_losses) return;  // a recomputation: counted the first time
+  if (ep_ == 1) return;
+  // Every ep rank's rows per expert (small integers: exact in floats), for send_to_experts.
+  std::vector<float>& all = every_ranks_counts_.at(p.slot);
+  all.assign(static_cast<size_t>(ep_) * E, 0.0f);
+  for (int e = 0; e < E; e++) all[static_cast<size_t>(r.experts->rank()) * E + e] = static_cast<float>(counts[e]);
+  all_gather_host(r, *r.experts, all);
+}
 
-  // Per sequence: its tokens per expert and its probabilities' sums, over the whole
-  // sequence (summed over the context-parallel ranks that hold its parts). Sigmoid scores:
-  // the router kept the logits; the balance is on the scores normalized over the experts.
-  host_probs_.resize(static_cast<size_t>(N) * E);
-  host_lse_.resize(N);
-  r.k.copy_to_host(host_probs_.data(), r.kept<float>(p.slot, probs_), host_probs_.size() * sizeof(float));
-  r.k.copy_to_host(host_lse_.data(), r.kept<float>(p.slot, lse_), host_lse_.size() * sizeof(float));
-  const size_t stats_floats = static_cast<size_t>(p.B) * 2 * E;
-  host_stats_.assign(stats_floats, 0.0f);
-  for (int t = 0; t < N; t++) {
-    float* s = host_stats_.data() + static_cast<size_t>(t / r.T) * 2 * E;
-    for (int j = 0; j < K; j++) s[host_chosen_[static_cast<size_t>(t) * K + j]] += 1;
-    float* probs = host_probs_.data() + static_cast<size_t>(t) * E;
-    if (o_.sigmoid) {
-      float total = 0;
-      for (int e = 0; e < E; e++) total += probs[e] = kernels::sigmoid_score(probs[e]);
-      for (int e = 0; e < E; e++) probs[e] /= total;
-    }
-    for (int e = 0; e < E; e++) s[E + e] += probs[e];
-  }
+void MixtureOfExperts::count_balance(LayerRuntime& r, const Pass& p) {
+  // Per sequence: its tokens per expert and its normalized scores' sums, over the whole
+  // sequence (summed over the context-parallel ranks that hold its parts), then the loss's
+  // coefficients and value, all on the device.
+  const int N = p.B * r.T, E = o_.n_experts;
+  const size_t stats = static_cast<size_t>(p.B) * 2 * E;
   float* balance = r.kept<float>(p.slot, balance_);
-  if (r.context != nullptr) {
-    r.k.copy_to_device(balance, host_stats_.data(), stats_floats * sizeof(float));
-    r.context->all_reduce(std::span<float>(balance, stats_floats));
-    r.k.copy_to_host(host_stats_.data(), balance, stats_floats * sizeof(float));
-  }
-  const double T = o_.seq_len, experts = E;
-  double aux = 0, z = 0;
-  std::vector<float> coefficients(static_cast<size_t>(p.B) * E);
-  for (int b = 0; b < p.B; b++) {
-    const float* s = host_stats_.data() + static_cast<size_t>(b) * 2 * E;
-    for (int e = 0; e < E; e++) {
-      aux += o_.aux_loss_coef * experts / (K * T * T) * s[e] * s[E + e];
-      // d aux / d p(t, e) = aux_coef E count(s, e) / (K T^2) / batch: the 1 / (batch T)
-      // is backward's loss_scale.
-      coefficients[static_cast<size_t>(b) * E + e] = static_cast<float>(o_.aux_loss_coef * experts / (K * T) * s[e]);
-    }
-  }
-  for (float l : host_lse_) z += static_cast<double>(l) * l;
-  r.k.copy_to_device(balance, coefficients.data(), coefficients.size() * sizeof(float));
+  r.k.moe_balance_statistics(balance, token_totals_, r.kept<int32_t>(p.slot, chosen_), r.kept<float>(p.slot, probs_),
+                             N, r.T, E, o_.top_k, o_.sigmoid);
+  if (r.context != nullptr) r.context->all_reduce(std::span<float>(balance, stats));
   // The sequence's loss once (every cp rank has it), each token's z term where it is.
-  if (r.router == nullptr) return;
-  r.router->aux_loss_sum += (r.context == nullptr || r.context->rank() == 0 ? aux : 0.0) + o_.z_loss_coef * z / T;
-  // The router's choices, before any drop (those are counted as rows not computed).
-  double* tokens = r.router->tokens.data() + static_cast<size_t>(o_.layer) * E;
-  for (int32_t e : host_chosen_) tokens[e] += 1;
+  const bool with_aux = r.context == nullptr || r.context->rank() == 0;
+  r.k.moe_balance_loss(balance + stats, r.router != nullptr ? r.router->aux_loss_on_device : nullptr, balance,
+                       r.kept<float>(p.slot, lse_), p.B, N, E, o_.top_k, o_.seq_len, o_.aux_loss_coef,
+                       o_.z_loss_coef, with_aux);
 }
 
 void MixtureOfExperts::all_gather_host(LayerRuntime& r, Communicator& group, std::vector<float>& values) {
@@ -276,12 +291,9 @@ const int32_t* MixtureOfExperts::order(LayerRuntime& r, int slot) {
 void MixtureOfExperts::send_to_experts(LayerRuntime& r, const Pass& p, const Act* routed) {
   check(r.experts != nullptr && r.experts->size() == ep_, "expert parallelism without its group");
   const int E = o_.n_experts, local = E / ep_, C = o_.d_model;
-  Communicator& group = *r.experts;
-  // Every ep rank's rows per expert (small integers: exact in floats).
+  // Every ep rank's rows per expert, as route() gathered them.
   const std::vector<int>& counts = counts_.at(p.slot);
-  std::vector<float> all(static_cast<size_t>(ep_) * E, 0.0f);
-  for (int e = 0; e < E; e++) all[static_cast<size_t>(group.rank()) * E + e] = static_cast<float>(counts[e]);
-  all_gather_host(r, group, all);
+  const std::vector<float>& all = every_ranks_counts_.at(p.slot);
   Exchange& x = exchanges_.at(p.slot);
   x.sent.assign(ep_, 0);
   x.received.assign(ep_, 0);
@@ -432,7 +444,8 @@ const kernels::Act* MixtureOfExperts::backward(LayerRuntime& r, const Pass& p, c
   const bool balanced = o_.aux_loss_coef != 0;
   r.k.moe_router_backward(dlogits_, r.kept<float>(p.slot, probs_), r.kept<float>(p.slot, lse_),
                           r.kept<int32_t>(p.slot, chosen_), weights, dweights_,
-                          balanced ? r.kept<float>(p.slot, balance_) : nullptr, r.T, p.loss_scale,
+                          balanced ? r.kept<float>(p.slot, balance_) + static_cast<size_t>(p.B) * 2 * E : nullptr,
+                          r.T, p.loss_scale,
                           static_cast<float>(o_.z_loss_coef) * p.loss_scale, N, E, K, o_.renormalize, o_.sigmoid);
   r.k.matmul_backward(drouter_input_, r.grad(router_), nullptr, dlogits_, r.regions.gathered_rows(in, p.B),
                       r.weight(router_), N, C, E);

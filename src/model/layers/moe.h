@@ -11,7 +11,9 @@
 // routing before the drops.
 //
 // The tokens are dispatched to rows grouped by expert (one permutation, computed on the
-// host from the router's choices), each expert's rows go through its own GEMMs, and the
+// device from the router's choices: only the row counts per expert go to the host, which
+// the grouped GEMMs need there; with a capacity factor the drops are decided on the
+// host), each expert's rows go through its own GEMMs, and the
 // rows are combined back per token. Over tp each expert is split as the dense MLP is
 // (gate/up by rows, down by columns: Megatron's expert tensor parallelism = tp): the
 // router is replicated and sees all rows (gathered under sequence parallelism), the
@@ -92,9 +94,15 @@ class MixtureOfExperts : public Sublayer {
     std::vector<int> local_counts;       // rows per local expert
     size_t rows = 0;                     // received in all
   };
-  // The router's choices, on the host: the rows grouped by expert (the dropped ones after
-  // all of them), and the balance loss.
+  // The router's choices to rows grouped by expert (the dropped ones after all of them),
+  // the experts' row counts on the host, and (count_losses) the balance loss.
   void route(LayerRuntime& r, const Pass& p, bool count_losses);
+  // Dropless: the permutation on the device; the counts (every ep rank's) read once.
+  void route_dropless(LayerRuntime& r, const Pass& p, bool recomputing);
+  // With a capacity factor: the choices read, the drops decided and the rows made on the host.
+  void route_with_capacity(LayerRuntime& r, const Pass& p);
+  // The balance loss's statistics, coefficients and value (into RouterStats' device sum).
+  void count_balance(LayerRuntime& r, const Pass& p);
   // The capacity: which of the micro-batch's (token, expert) pairs are over it (host_dropped_),
   // their weights made 0. Under context parallelism a sequence's pairs are on every cp
   // rank: each gathers all of them and decides the same.
@@ -157,7 +165,10 @@ class MixtureOfExperts : public Sublayer {
   std::vector<char> host_dropped_;  // per (token, k): over its expert's capacity
   std::vector<float> host_weights_, host_pairs_;
   kernels::DeviceBuffer gathered_;  // all_gather_host's
-  std::vector<float> host_probs_, host_lse_, host_stats_;
+  // Per slot: every ep rank's rows per expert ([ep, E]; this rank's alone without ep), as
+  // route() read them. Their device scratch; the sigmoid router's per-token score sums.
+  std::vector<std::vector<float>> every_ranks_counts_;
+  float *counts_device_ = nullptr, *token_totals_ = nullptr;
 };
 
 }  // namespace trident
