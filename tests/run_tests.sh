@@ -113,6 +113,8 @@ shell_check tests/unit/test_gpu_scripts.sh bash tests/unit/test_gpu_scripts.sh
 shell_check tests/slurm/test_efa_env.sh bash tests/slurm/test_efa_env.sh
 # The CUDA objects: SASS for sm_80 and sm_90 and compute_90 PTX in each.
 shell_check tests/cuda/test_cuda_build.sh bash tests/cuda/test_cuda_build.sh "$build"
+# The CUDA sources compile against cuBLAS 12.0-12.4's headers (no grouped GEMM declared).
+shell_check tests/cuda/test_cublas_headers.sh bash tests/cuda/test_cublas_headers.sh
 # The scalar flash-attention kernels keep their rows in registers: no spills (ptxas's report).
 shell_check tests/cuda/test_attention_spills.sh bash tests/cuda/test_attention_spills.sh "$build"
 
