@@ -43,12 +43,14 @@ struct CublasLt {
 struct Cublas {
   decltype(&::cublasCreate_v2) Create;
   decltype(&::cublasSetStream_v2) SetStream;
-  GemmGroupedBatchedExFn GemmGroupedBatchedEx;  // null before cuBLAS 12.5
+  GemmGroupedBatchedExFn GemmGroupedBatchedEx;  // null: no grouped GEMM (see cublas())
 };
 
 // libcublasLt.so.<the major version compiled against> (libcublas.so.<it>), found like a
-// linked library (the binary's run path, LD_LIBRARY_PATH, the loader's cache). A missing
-// library or entry point ends the run with one error naming it.
+// linked library (the binary's run path, LD_LIBRARY_PATH, the loader's cache). cuBLASLt is
+// required: a missing library or entry point ends the run with one error naming it. cuBLAS
+// is not: without it (or without its grouped GEMM, before 12.5) every entry is null, the
+// experts run one GEMM each, and the first call says so once on stderr.
 const CublasLt& cublaslt();
 const Cublas& cublas();
 
