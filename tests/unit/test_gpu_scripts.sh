@@ -5,7 +5,8 @@
 #     nvidia-* wheels (site-packages/nvidia/*/lib) and under CUDA_HOME, says where, puts
 #     their directories on LD_LIBRARY_PATH, and says which it did not find;
 #   benchmarks/gpu/build_deps.sh reports a missing build dependency even where mpicxx
-#     and nvcc are there (check.sh then uses the bundle).
+#     and nvcc are there (check.sh then uses the bundle);
+#   benchmarks/gpu/check_lib.sh's driver check stops a build newer than the driver.
 # Prints "PASS" or "FAIL: ..." lines; exit 0 when all pass.
 # Usage: bash tests/unit/test_gpu_scripts.sh   (from the repository root)
 set -uo pipefail
@@ -66,6 +67,16 @@ expect "HDF5 missing where mpicxx is there" grep -q "^HDF5" <<< "$missing"
 expect "mpicxx and nvcc not reported missing" bash -c '! grep -qE "^(mpicxx|nvcc)" <<< "$0"' "$missing"
 missing=$(PATH=$tmp/none CUDA_HOME=$tmp/none "$BASH" -c 'source "$0"/benchmarks/gpu/build_deps.sh; missing_build_deps' "$repo")
 expect "mpicxx and nvcc reported missing without them" bash -c '[ "$(grep -cE "^(mpicxx|nvcc)" <<< "$0")" = 2 ]' "$missing"
+
+# ---- check_lib.sh's driver check: one line, exit 2, where the driver is older than the build.
+driver() { bash -c 'source "$0"/benchmarks/gpu/check_lib.sh; check_driver "$1" "$2"' "$repo" "$@"; }
+out=$(driver 13.0 12.4)
+expect "a 12.4 driver refuses a 13.0 build with exit 2" [ $? = 2 ]
+expect "in one line naming both versions" [ "$out" = "the driver supports CUDA 12.4; this build needs CUDA 13.0: update the driver, or build with a CUDA 12.4 toolkit (make CUDA_HOME=...)" ]
+expect "a 13.0 build on a 13.1 driver goes on" driver 13.0 13.1
+driver 12.10 12.9 > /dev/null
+expect "a 12.10 build on a 12.9 driver refused (versions, not decimals)" [ $? = 2 ]
+expect "a 12.9 build on a 12.10 driver goes on" driver 12.9 12.10
 
 [ $failures = 0 ] && echo PASS || echo "FAIL: $failures checks"
 [ $failures = 0 ]
