@@ -7,7 +7,7 @@
 # flags). Usage: tests/cuda/test_cublas_headers.sh
 # Exit 0: pass; 1: fail; prints SKIP and exits 0 without nvcc.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 nvcc=$(command -v nvcc || { [ -x "$cuda_home/bin/nvcc" ] && echo "$cuda_home/bin/nvcc"; })
 [ -n "$nvcc" ] || { echo "SKIP: no nvcc"; exit 0; }
