@@ -6,7 +6,7 @@
 #   a failing step fails the check (CHECK_DRY_RUN_FAULT=1: the first step gets an unknown
 #     option), and a deadline passed skips the steps left, "skipped (deadline)", with the
 #     summary still printed;
-#   an unknown option: exit 2;
+#   an unknown option: exit 2; a driver older than a CUDA build: one line, exit 2;
 #   check2.sh --dry-run: its 2-rank verify runs (mpirun --oversubscribe -np 2) pass.
 # About 40 s on 2 busy cores. Usage: bash tests/unit/test_gpu_check_dry_run.sh (from the
 # repository root; the checks use build/, as on a loan). Prints "ok:"/"FAIL:" lines; exit 0
@@ -47,6 +47,21 @@ expect "the summary's verdict FAIL" grep -qx 'check: FAIL' "$tmp/fault.log"
 
 bash benchmarks/gpu/check.sh --no-such-option > "$tmp/bad.log" 2>&1
 expect "an unknown option: exit 2" [ $? = 2 ]
+
+# A driver older than the build (a stand-in nvidia-smi saying CUDA 12.4; this build says
+# 13.0 or later): one line naming both, exit 2, before any step.
+mkdir -p "$tmp/bin"
+printf '#!/bin/sh\ncase "$1" in --query-gpu=*) echo "name"; echo "NVIDIA H100";; *) echo "| CUDA Version: 12.4 |";; esac\n' \
+  > "$tmp/bin/nvidia-smi"
+chmod +x "$tmp/bin/nvidia-smi"
+if build/trident --version | grep -q 'CUDA: built with'; then
+  PATH=$tmp/bin:$PATH bash benchmarks/gpu/check.sh "$tmp/old_driver" > "$tmp/old_driver.log" 2>&1
+  rc=$?
+  tail -1 "$tmp/old_driver.log" | sed 's/^/  | /'
+  expect "an older driver: exit 2" [ $rc = 2 ]
+  expect "one line naming the driver's CUDA and the build's" grep -qE '^the driver supports CUDA 12\.4; this build needs CUDA [0-9]+\.[0-9]+: ' "$tmp/old_driver.log"
+  expect "and no step run" bash -c '! grep -qE "^(PASS|FAIL|SKIP):" "$0"' "$tmp/old_driver.log"
+fi
 
 t=$SECONDS
 bash benchmarks/gpu/check2.sh --dry-run "$tmp/two" > "$tmp/two.log" 2>&1
