@@ -66,7 +66,10 @@ ifneq ($(CUDA_SRCS),)
   CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
   # cuBLASLt and cuBLAS are not linked: kernels/cuda/cublas_library.cu opens them on a CUDA run's first
   # GEMM (linked, it costs every process, CPU runs too, ~0.4 s at start); the run path finds it.
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -ldl
+  # The CUDA runtime is linked statically: no libcudart.so.N to find where the binary runs
+  # (a bundle on a machine whose toolkit, if any, is another version); it opens the
+  # driver (libcuda.so.1) on the first CUDA call only, so CPU runs need no driver.
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -lrt -ldl -lpthread
   ifeq ($(HAVE_NCCL),yes)
     CPPFLAGS += -DTRIDENT_NCCL -I$(NCCL_HOME)/include
     LDLIBS += -L$(NCCL_HOME)/lib64 -Wl,-rpath,$(NCCL_HOME)/lib64 -lnccl

@@ -109,10 +109,17 @@ shell_check "make twice is a no-op" make -q BUILD="$build" "$build/trident" "$bu
   "$build/tests/mpi_tests" "$build"/bench/*
 # The GPU check's shell helpers (bundle_env.sh's library search, build_deps.sh), on fake trees.
 shell_check tests/unit/test_gpu_scripts.sh bash tests/unit/test_gpu_scripts.sh
+# The GPU checks' plumbing on the CPU: check.sh and check2.sh --dry-run (about 40 s), a
+# fault and a deadline included. They use build/, as on a loan: skipped for another BUILD_DIR.
+if [ "$build" = build ]; then
+  shell_check tests/unit/test_gpu_check_dry_run.sh bash tests/unit/test_gpu_check_dry_run.sh
+fi
 # slurm/efa_env.sh's variables forwarded by every mpirun launcher (fake mpirun and fi_info).
 shell_check tests/slurm/test_efa_env.sh bash tests/slurm/test_efa_env.sh
 # The CUDA objects: SASS for sm_80 and sm_90 and compute_90 PTX in each.
 shell_check tests/cuda/test_cuda_build.sh bash tests/cuda/test_cuda_build.sh "$build"
+# The CUDA sources compile against cuBLAS 12.0-12.4's headers (no grouped GEMM declared).
+shell_check tests/cuda/test_cublas_headers.sh bash tests/cuda/test_cublas_headers.sh
 # The scalar flash-attention kernels keep their rows in registers: no spills (ptxas's report).
 shell_check tests/cuda/test_attention_spills.sh bash tests/cuda/test_attention_spills.sh "$build"
 

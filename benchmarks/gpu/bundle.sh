@@ -6,8 +6,9 @@
 #
 #   bash benchmarks/gpu/bundle.sh      -> .gpu_bundle.tar.xz (about 21 MB; git ignores it)
 #
-# check.sh unpacks and uses it where mpicxx is missing. The CUDA libraries (cudart,
-# cuBLASLt, NCCL) come from the GPU machine: they are large and tied to its driver. The
+# check.sh unpacks and uses it where mpicxx is missing. The CUDA runtime is linked into
+# the executables; cuBLAS(Lt) and NCCL come from the GPU machine (bundle_env.sh finds them:
+# large, and tied to its driver); the bundle's cuda_version says which CUDA it needs. The
 # libraries here need glibc 2.36 or newer (Debian 12, Ubuntu 24.04).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +22,11 @@ mkdir -p "$out/build/bench" "$out/lib"
 cp $build/trident "$out/build/"
 cp $build/bench/kernel_check "$out/build/bench/"
 strip --strip-debug "$out/build/trident" "$out/build/bench/kernel_check"
+# The CUDA it was built with (major.minor), from the executable itself: bundle_env.sh looks
+# for that major's cuBLAS, check.sh compares it with the driver's.
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 $build/trident --version |
+  sed -n 's/^  CUDA: built with \([0-9]*\.[0-9]*\).*/\1/p' > "$out/cuda_version"
+grep -qE '^[0-9]+\.[0-9]+$' "$out/cuda_version" || { echo "bundle.sh: no CUDA version in trident --version"; exit 1; }
 
 ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi
 mkdir -p "$out/usr/lib/x86_64-linux-gnu" "$out/usr/share"

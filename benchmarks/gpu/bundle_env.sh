@@ -1,7 +1,14 @@
 # Sourced by check.sh: the environment that runs a bundle made by bundle.sh.
 # $1: the bundle directory. TRIDENT_LIB_ROOT (tests): a directory standing for / in the
 # search for CUDA's libraries below (ldconfig is then not asked).
+# Sets BUNDLE_CUDA_VERSION (major.minor of the CUDA the bundle was built with: its file
+# cuda_version, written by bundle.sh) for check.sh's comparison with the driver.
 bundle=$(cd "$1" && pwd)
+BUNDLE_CUDA_VERSION=$(cat "$bundle/cuda_version" 2>/dev/null)
+if ! [[ $BUNDLE_CUDA_VERSION =~ ^[0-9]+\.[0-9]+$ ]]; then
+  echo "bundle_env.sh: $bundle/cuda_version missing or not major.minor (a bundle older than it): CUDA 13.0 assumed"
+  BUNDLE_CUDA_VERSION=13.0
+fi
 glibc=$(ldd --version | head -1 | grep -o '[0-9]*\.[0-9]*$')
 if [ "$(printf '%s\n2.36\n' "$glibc" | sort -V | head -1)" != 2.36 ]; then
   echo "bundle_env.sh: this machine has glibc $glibc; the bundle's libraries need 2.36 (make it on an older distribution)"
@@ -49,7 +56,11 @@ bundle_find_lib() {  # name: prints the file's path, or nothing
     fi
   done < <(bundle_lib_places)
 }
-for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+# The CUDA runtime is linked into the executables (no libcudart.so); cuBLASLt and cuBLAS
+# of the bundle's CUDA major are opened at run time (cuBLAS for the experts' grouped GEMM
+# alone: without it they run a GEMM each), NCCL is linked.
+cuda_major=${BUNDLE_CUDA_VERSION%%.*}
+for lib in libcublasLt.so.$cuda_major libcublas.so.$cuda_major libnccl.so.2; do
   found=$(bundle_find_lib "$lib")
   if [ -z "$found" ]; then
     echo "bundle_env.sh: $lib not found (the toolkit, the system, ldconfig, /opt/nvidia, Python's nvidia-* wheels, conda)"
@@ -63,4 +74,5 @@ for lib in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
   esac
 done
 unset -f bundle_lib_places bundle_find_lib
+unset cuda_major
 export LD_LIBRARY_PATH=$ld_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
 #include <string>
 
 #include "kernels/base/error.h"
@@ -15,13 +16,18 @@ namespace {
 // and kernels are used until exit); resolve() finds its entry points.
 class Library {
  public:
-  Library(const std::string& name, const char* what) : name_(name) {
+  // required: a library that cannot be opened ends the run with one error; else open()
+  // says false and why_not() why.
+  Library(const std::string& name, const char* what, bool required = true) : name_(name) {
     handle_ = dlopen(name_.c_str(), RTLD_NOW | RTLD_LOCAL);
     const char* why = handle_ == nullptr ? dlerror() : nullptr;
-    require(handle_ != nullptr, "device cuda: cannot open " + name_ + " (" + what +
-                                    ", from the CUDA toolkit or the nvidia-cublas wheel): " +
-                                    (why != nullptr ? why : "not found") + "; add its folder to LD_LIBRARY_PATH");
+    why_not_ = why != nullptr ? why : "not found";
+    require(handle_ != nullptr || !required, "device cuda: cannot open " + name_ + " (" + what +
+                                                 ", from the CUDA toolkit or the nvidia-cublas wheel): " + why_not_ +
+                                                 "; add its folder to LD_LIBRARY_PATH");
   }
+  bool open() const { return handle_ != nullptr; }
+  const std::string& why_not() const { return why_not_; }
   template <class F>
   void resolve(F& entry, const char* name) const {
     entry = reinterpret_cast<F>(dlsym(handle_, name));
@@ -34,7 +40,7 @@ class Library {
   }
 
  private:
-  std::string name_;
+  std::string name_, why_not_;
   void* handle_ = nullptr;
 };
 
@@ -55,12 +61,30 @@ CublasLt load_cublaslt() {
   return lt;
 }
 
+// cuBLAS serves the experts' grouped GEMM alone, which has a fallback (a GEMM per expert,
+// cuBLASLt's): without the library, or in one before 12.5, GemmGroupedBatchedEx stays null,
+// which grouped_gemm() (gemm.cu) answers with false, and the run goes on, told once.
 Cublas load_cublas() {
-  const Library library("libcublas.so." + kMajor, "cuBLAS");
+  const std::string name = "libcublas.so." + kMajor;
+  const Library library(name, "cuBLAS", /*required=*/false);
   Cublas blas{};
-  library.resolve(blas.Create, "cublasCreate_v2");
-  library.resolve(blas.SetStream, "cublasSetStream_v2");
+  if (!library.open()) {
+    std::fprintf(stderr,
+                 "device cuda: cannot open %s (%s): the grouped GEMM is off; the experts run one GEMM each "
+                 "(cuBLASLt)\n",
+                 name.c_str(), library.why_not().c_str());
+    return blas;
+  }
+  library.resolve_if_there(blas.Create, "cublasCreate_v2");
+  library.resolve_if_there(blas.SetStream, "cublasSetStream_v2");
   library.resolve_if_there(blas.GemmGroupedBatchedEx, "cublasGemmGroupedBatchedEx");  // from cuBLAS 12.5
+  if (blas.Create == nullptr || blas.SetStream == nullptr || blas.GemmGroupedBatchedEx == nullptr) {
+    std::fprintf(stderr,
+                 "device cuda: %s has no cublasGemmGroupedBatchedEx (a cuBLAS before 12.5?): the grouped GEMM is off; "
+                 "the experts run one GEMM each (cuBLASLt)\n",
+                 name.c_str());
+    blas = Cublas{};  // all null: nothing calls into a library half there
+  }
   return blas;
 }
 
@@ -72,7 +96,7 @@ const CublasLt& cublaslt() {
 }
 
 const Cublas& cublas() {
-  static const Cublas blas = load_cublas();
+  static const Cublas blas = load_cublas();  // once: its message too
   return blas;
 }
 

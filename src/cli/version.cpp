@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #ifdef TRIDENT_CUDA
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #endif
 #ifdef TRIDENT_NCCL
@@ -31,7 +32,10 @@ void print_version(const MpiWorld& world) {
   // CUDA and NCCL as the headers of the build named them: what the kernels were compiled
   // for (doctor reports the driver and the library a run actually loads).
 #ifdef TRIDENT_CUDA
-  std::printf("  CUDA: built with %d.%d\n", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+  // The runtime is linked in (statically): a driver older than this version cannot run the
+  // build (benchmarks/gpu/check.sh compares). cuBLAS(Lt) .so.<major> is opened at run time.
+  std::printf("  CUDA: built with %d.%d (runtime linked statically), cuBLAS %d.%d (libcublasLt.so.%d opened at run time)\n",
+              CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_MAJOR);
 #else
   std::printf("  CUDA: not built\n");
 #endif

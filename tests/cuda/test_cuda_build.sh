@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What the CUDA build holds, checked without a GPU: every kernel object carries SASS for
 # sm_80 and sm_90 and compute_90 PTX (which the driver compiles for a newer GPU: without
-# it a build cannot run there at all). Usage: tests/cuda/test_cuda_build.sh BUILD_DIR
+# it a build cannot run there at all); and no executable needs libcudart.so (the runtime is
+# linked statically: a bundle runs beside any toolkit, or none). Usage:
+# tests/cuda/test_cuda_build.sh BUILD_DIR
 # Exit 0: pass; 1: fail; prints SKIP and exits 0 in a build without CUDA objects.
 set -uo pipefail
 build=${1:-build}
@@ -23,6 +25,15 @@ for o in $objects; do
     status=1
   else
     echo "ok: $(basename "$o"): $entries"
+  fi
+done
+for exe in "$build"/trident "$build"/bench/kernel_check; do
+  [ -x "$exe" ] || continue
+  if readelf -d "$exe" | grep -q 'NEEDED.*libcudart'; then
+    echo "FAIL: $exe needs $(readelf -d "$exe" | grep -o 'libcudart[^]]*') (the runtime is to be linked statically)"
+    status=1
+  else
+    echo "ok: $(basename "$exe") needs no libcudart.so"
   fi
 done
 exit $status

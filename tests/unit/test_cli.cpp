@@ -28,7 +28,8 @@ TEST(Cli, VersionAndHelp) {
   for (const char* part : {"MPI: Open MPI", "HDF5: 1.", "BLAS: oneDNN", "CUDA:", "NCCL:"})
     EXPECT_NE(version.out.find(part), std::string::npos) << part << " in\n" << version.out;
   // The versions the build's headers named, or that it has no such path.
-  EXPECT_TRUE(std::regex_search(version.out, std::regex("CUDA: (built with [0-9]+\\.[0-9]+|not built)\n")))
+  EXPECT_TRUE(std::regex_search(version.out, std::regex("CUDA: (built with [0-9]+\\.[0-9]+ \\(runtime linked statically\\), "
+                                                        "cuBLAS [0-9]+\\.[0-9]+ [^\n]*|not built)\n")))
       << version.out;
   EXPECT_TRUE(std::regex_search(version.out, std::regex("NCCL: (built with [0-9]+\\.[0-9]+\\.[0-9]+|not built)")))
       << version.out;
