@@ -141,7 +141,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   slot_batch_.assign(options.slots, 0);
   runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_, rope_table_.data(),
                                                          ring_.get(), loss_sum(), cp, router_stats_.get(),
-                                                         options.expert_parallel, growing_.get()});
+                                                         options.expert_parallel, growing_.get(), nullptr});
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
 }
@@ -314,6 +314,8 @@ void Transformer::discard_router_stats() {
   router_stats_->clear();
   if (spec().n_experts > 0) k_.fill_zero(router_stats_->aux_loss_on_device, sizeof(double));
 }
+
+void Transformer::record_routing(RoutingRecord* record) { runtime_->routing = record; }
 
 RouterStats Transformer::take_router_stats() {
   RouterStats stats = *router_stats_;

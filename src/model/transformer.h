@@ -133,6 +133,8 @@ class Transformer {
   // this stage's: the sum over sequences of each one's (model/layers/moe.h); 0 for a dense model.
   // The routers' totals since the last take or discard (RouterStats), then cleared.
   RouterStats take_router_stats();
+  // Verify's: the mixtures' choices appended to `record` from now on (null: no longer).
+  void record_routing(RoutingRecord* record);
   void discard_router_stats();
   // Adds d(loss_scale * sum of token losses)/d(params) into the gradients, for the
   // micro-batch in `slot`. For a mean over G sequences: loss_scale = 1/(G*T). A stage

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ckpt/hdf5_file.h"
+#include "model/context_parallel.h"
 #include "model/transformer_spec.h"
 #include "kernels/base/error.h"
 #include "runtime/injected_faults.h"
@@ -29,6 +30,42 @@ constexpr double kNotHere = -1.0;
 
 // max that keeps a NaN from either side, so a NaN anywhere fails the check.
 double nan_max(double a, double b) { return std::isnan(b) || b > a ? b : a; }
+
+// The reference's routing of every step ([steps, layers, batch, seq_len, K] experts and
+// [steps, layers, batch, seq_len] margins), and this rank's part of the comparison.
+struct ReferenceRouting {
+  std::vector<int32_t> chosen;
+  std::vector<double> margin;
+  int layers = 0, batch = 0, T = 0, K = 0;
+  double choices = 0, differing = 0, differing_margin = INFINITY, margin_min = INFINITY;
+
+  // The record of one step's forwards: a layer's k-th forward is micro-batch k of this
+  // rank's slice (the sequences from `first_sequence`), its rows each sequence's
+  // `positions`.
+  void compare(int step, const RoutingRecord& record, int first_sequence, int micro_batch,
+               const std::vector<int32_t>& positions) {
+    std::vector<int> forwards_of_layer(layers, 0);
+    const size_t T_local = positions.size();
+    for (const RoutingRecord::Forward& f : record.forwards) {
+      const int k = forwards_of_layer.at(f.layer)++;
+      const size_t rows = f.experts.size() / K;
+      for (size_t row = 0; row < rows; row++) {
+        const size_t sequence = first_sequence + static_cast<size_t>(k) * micro_batch + row / T_local;
+        const size_t token = ((static_cast<size_t>(step) * layers + f.layer) * batch + sequence) * T + positions[row % T_local];
+        const int32_t* theirs = chosen.data() + token * K;
+        const double m = margin.at(token);
+        margin_min = std::min(margin_min, m);
+        for (int j = 0; j < K; j++) {
+          choices++;
+          if (std::find(theirs, theirs + K, f.experts[row * K + j]) == theirs + K) {
+            differing++;
+            differing_margin = std::min(differing_margin, m);
+          }
+        }
+      }
+    }
+  }
+};
 
 }  // namespace
 
@@ -113,12 +150,14 @@ std::vector<std::string> VerifyReport::not_compared() const {
 }
 
 bool VerifyReport::passed() const {
-  // Written so that a NaN anywhere fails; a tensor that no rank compared fails too.
+  // Written so that a NaN anywhere fails; a tensor that no rank compared fails too. A
+  // routing that differs from the reference's leaves the gradients and final parameters
+  // unheld (routing_differs()).
+  const bool gradients_held = routing_differs() ||
+      (max_grad_norm_error <= tolerance.gradient && max_gradient_error() <= tolerance.gradient &&
+       std::all_of(tensors.begin(), tensors.end(), [](const TensorError& t) { return t.final_param <= t.param_tolerance; }));
   return not_compared().empty() && loss_error <= tolerance.loss && max_step_loss_error <= tolerance.loss &&
-         max_aux_loss_error <= tolerance.loss && tokens_dropped_differing <= 0 &&
-         max_grad_norm_error <= tolerance.gradient && max_gradient_error() <= tolerance.gradient &&
-         std::all_of(tensors.begin(), tensors.end(), [](const TensorError& t) { return t.final_param <= t.param_tolerance; }) &&
-         !tensors.empty();
+         max_aux_loss_error <= tolerance.loss && tokens_dropped_differing <= 0 && gradients_held && !tensors.empty();
 }
 
 VerifyReport::Tolerances VerifyReport::tolerances_for(kernels::Precision precision) {
@@ -173,6 +212,21 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   VerifyReport report;
   report.tolerance = VerifyReport::tolerances_for(k.precision());
   const int T = ref.model.seq_len;
+  // The routing: counted on the first rank of each tensor-parallel group (its peers route
+  // the same rows), each rank's own sequences and positions.
+  ReferenceRouting routing;
+  RoutingRecord record;
+  const bool routing_here = file.has("steps/router_chosen");
+  if (routing_here) {
+    routing.chosen = file.read_int32("steps/router_chosen");
+    routing.margin = file.read_double("steps/router_gap");
+    routing.layers = ref.model.n_layer;
+    routing.batch = ref.batch;
+    routing.T = T;
+    routing.K = static_cast<int>(routing.chosen.size() / routing.margin.size());
+    model.record_routing(&record);
+  }
+  const std::vector<int32_t> positions = context_positions(T, parallel.size(Axis::cp), parallel.coord(Axis::cp));
   std::vector<int32_t> inputs(static_cast<size_t>(local_batch) * T), targets(inputs.size());
   for (int step = 0; step < ref.steps; step++) {
     parallel.set_step(step);
@@ -182,7 +236,10 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
       std::copy(row, row + T, inputs.begin() + static_cast<size_t>(b) * T);
       std::copy(row + 1, row + T + 1, targets.begin() + static_cast<size_t>(b) * T);
     }
+    record.forwards.clear();
     const double loss = runner.compute_gradients(inputs.data(), targets.data(), local_batch, ref.batch);
+    if (routing_here && parallel.coord(Axis::tp) == 0)
+      routing.compare(step, record, dp_rank * local_batch, micro_batch, positions);
     if (step == 0) {
       const std::vector<float> gradients = data_parallel.gathered_gradients();  // ZeRO holds a shard
       report.loss = loss;
@@ -217,6 +274,17 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
     }
     report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
                                          std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
+  }
+  if (routing_here) {
+    model.record_routing(nullptr);
+    std::vector<double> counts = {routing.choices, routing.differing};
+    parallel.world().all_reduce(std::span<double>(counts));
+    std::vector<double> closest = {-routing.differing_margin, -routing.margin_min};  // the least, as a max
+    parallel.world().all_reduce(std::span<double>(closest), ReduceOp::max);
+    report.routing_choices = counts[0];
+    report.routing_differing = counts[1];
+    report.routing_differing_margin = -closest[0];
+    report.routing_margin = -closest[1];
   }
   for (TensorError& e : report.tensors)
     if (e.final_param != kNotHere)

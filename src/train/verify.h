@@ -2,6 +2,7 @@
 // compare the loss, every gradient and the final parameters with its float64 values.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,6 +44,15 @@ struct VerifyReport {
   // steps, and how many of those differ from the reference's steps/tokens_dropped (-1:
   // the reference has none).
   double tokens_dropped = 0, tokens_dropped_differing = -1;
+  // A mixture of experts' routing, every step, against the reference's steps/router_chosen:
+  // the (token, expert) choices compared (-1: none, the reference has no routing) and
+  // those that differ; the reference's smallest margin (a token's K-th score over its next)
+  // among the tokens whose choice differs, and among all (+inf: none). Rounding flips a
+  // near tie (bf16: margins of 1e-4 do flip), and one flipped choice moves its expert's
+  // gradient by 10-25%: with any, the gradients and final parameters are shown, not held.
+  double routing_choices = -1, routing_differing = 0;
+  double routing_differing_margin = INFINITY, routing_margin = INFINITY;
+  bool routing_differs() const { return routing_differing > 0; }
   std::vector<TensorError> tensors;
   double max_gradient_error() const;
   double max_final_param_error() const;      // over the tensors held to tolerance.param

@@ -122,6 +122,7 @@ def rms(x, g): return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + NORM_EPS)
 
 AUX = []  # this step's auxiliary losses, one per layer
 DROPPED = []  # this step's (token, expert) pairs dropped over the experts' capacity, per layer
+CHOSEN, GAP = [], []  # this step's routing per layer: the experts [B, T, K], each token's margin [B, T]
 def over_capacity(wts, chosen):
     """--capacity-factor: per sequence and expert, the pairs routed to it beyond its capacity
     ceil(factor T K / E), by --drop-policy (probs: the lowest routing weights go, after the
@@ -149,6 +150,11 @@ def moe(q, h):
     else:
         scores = p = logits.softmax(-1)
     top, chosen = scores.topk(K, dim=-1)
+    # The routing, for verify to count the choices a run makes otherwise: the experts, and
+    # each token's margin (its K-th score over the next one; rounding flips a small one).
+    CHOSEN.append(chosen.detach().int())
+    GAP.append(top[..., K - 1].detach() - scores.detach().topk(K + 1, dim=-1).values[..., K]
+               if K < E else torch.full((B, T), math.inf, dtype=torch.float64))
     wts = top / top.sum(-1, keepdim=True) if not a.no_renormalize else top
     dropped = over_capacity(wts.detach(), chosen)  # their weights 0 after the renormalization (Megatron)
     wts = wts.masked_fill(dropped, 0.0)
@@ -205,14 +211,14 @@ def loss_fn(batch):
 
 def objective(batch):
     """The loss, and the objective its gradients are of (with the auxiliary losses)."""
-    AUX.clear(); DROPPED.clear()
+    AUX.clear(); DROPPED.clear(); CHOSEN.clear(); GAP.clear()
     loss = loss_fn(batch)
     aux = sum(AUX) if AUX else torch.zeros((), dtype=torch.float64)
     return loss, loss + aux, float(aux)
 
 m = {k: torch.zeros_like(v) for k, v in P.items()}
 s = {k: torch.zeros_like(v) for k, v in P.items()}
-losses, norms, aux_losses, dropped = [], [], [], []
+losses, norms, aux_losses, dropped, chosen_steps, gap_steps = [], [], [], [], [], []
 with h5py.File(a.out, "w") as f:
     f.attrs.update(dict(format="trident-reference-v1", model=a.family, n_layer=L, n_head=H, n_kv_head=KV,
                         d_model=d, ffn_dim=F, seq_len=T, vocab_size=V, batch_size=B, steps=a.steps,
@@ -233,6 +239,7 @@ with h5py.File(a.out, "w") as f:
         for v in P.values(): v.grad = None
         loss, total, aux = objective(tokens[t]); total.backward(); aux_losses.append(aux)
         dropped.append(sum(DROPPED))
+        if MOE: chosen_steps.append(torch.stack(CHOSEN).numpy()); gap_steps.append(torch.stack(GAP).numpy())
         norm = math.sqrt(sum(float((v.grad ** 2).sum()) for v in P.values()))
         losses.append(float(loss)); norms.append(norm)
         if t == 0:
@@ -247,7 +254,10 @@ with h5py.File(a.out, "w") as f:
                 mh = m[k] / (1 - B1 ** (t + 1)); vh = s[k] / (1 - B2 ** (t + 1))
                 v.sub_(a.lr * mh / (vh.sqrt() + EPS))
     f["steps/loss"] = np.array(losses); f["steps/grad_norm"] = np.array(norms)
-    if MOE: f["steps/aux_loss"] = np.array(aux_losses)
+    if MOE:
+        f["steps/aux_loss"] = np.array(aux_losses)
+        f["steps/router_chosen"] = np.array(chosen_steps, dtype=np.int32)  # [steps, layers, B, T, K]
+        f["steps/router_gap"] = np.array(gap_steps)  # [steps, layers, B, T]
     if a.capacity_factor > 0: f["steps/tokens_dropped"] = np.array(dropped, dtype=np.float64)
     for k, v in P.items(): f[f"final/params/{k}"] = v.detach().numpy()
 print("losses", losses, "grad norms", norms, *(["tokens dropped", dropped] if a.capacity_factor > 0 else []))

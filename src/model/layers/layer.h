@@ -54,6 +54,18 @@ struct RouterStats {
   }
 };
 
+// The routers' choices, as verify compares them with a reference's: each first forward
+// (not a recomputation) of a mixture appends its block's index and its rows' experts
+// [rows, K], the rows in their order (the micro-batch's sequences, each its positions on
+// this rank). A host copy each: for verify, not for training.
+struct RoutingRecord {
+  struct Forward {
+    int layer = 0;
+    std::vector<int32_t> experts;
+  };
+  std::vector<Forward> forwards;
+};
+
 // Memory whose size the data decides: a dropless mixture's rows received from other ranks
 // beyond the balanced share that the arena (and the memory plan) holds. Each buffer is
 // named by its owner (a layer; null: shared by the stage's layers), a slot and what it
@@ -96,6 +108,7 @@ struct LayerRuntime {
   RouterStats* router = nullptr;        // the MoE routers' step totals (null: not counted)
   Communicator* experts = nullptr;      // expert parallelism's group (null: every expert here)
   GrowingScratch* growing = nullptr;
+  RoutingRecord* routing = nullptr;  // verify's record of the routers' choices (null: none)
 
   TensorParallel& tp() const { return regions.tp(); }
   const kernels::Act* weight(int index) const { return store.weight(index); }

@@ -375,6 +375,12 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
   r.k.matmul_forward(logits, x, r.weight(router_), nullptr, N, C, E);
   r.k.moe_router_forward(r.kept<float>(p.slot, probs_), r.kept<float>(p.slot, lse_), r.kept<int32_t>(p.slot, chosen_),
                          r.kept<float>(p.slot, weights_), logits, N, E, K, o_.renormalize, o_.sigmoid);
+  if (output_needed && r.routing != nullptr) {
+    RoutingRecord::Forward& f = r.routing->forwards.emplace_back();
+    f.layer = o_.layer;
+    f.experts.resize(static_cast<size_t>(N) * K);
+    r.k.copy_to_host(f.experts.data(), r.kept<int32_t>(p.slot, chosen_), f.experts.size() * sizeof(int32_t));
+  }
   route(r, p, /*count_losses=*/output_needed);
   Act* routed = r.kept(p.slot, routed_);
   Act* expert_out = r.kept(p.slot, expert_out_);
