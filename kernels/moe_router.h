@@ -18,10 +18,11 @@ namespace trident::kernels {
 // CPU). The CUDA kernels have no such arrays (a warp strides over the experts).
 inline constexpr int kMaxRouterExperts = 512;
 
-// The top-k's order: expert a (rank ra) before expert b (rank rb; b < 0: none yet) when
-// ranked higher, or equally and a < b (the first of the largest).
+// The top-k's order: expert a (rank ra) before expert b (rank rb) when ranked higher, or
+// equally and a < b (the first of the largest). An index below 0 is no expert (a warp
+// lane with no candidate): after every expert.
 TRIDENT_HOST_DEVICE inline bool outranks(float ra, int a, float rb, int b) {
-  return b < 0 || ra > rb || (ra == rb && a < b);
+  return a >= 0 && (b < 0 || ra > rb || (ra == rb && a < b));
 }
 
 // The K largest of p[0..E) in order (the j-th: the first of the largest not yet taken),

@@ -27,7 +27,8 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 kept=${build:+$build/kernels/cuda/moe.ptxas}
-if [ -n "$kept" ] && [ -s "$kept" ] && [ "$kept" -nt kernels/cuda/moe.cu ] && [ "$kept" -nt kernels/moe_router.h ]; then
+if [ -n "$kept" ] && [ -s "$kept" ] && [ "$kept" -nt kernels/cuda/moe.cu ] && [ "$kept" -nt kernels/moe_router.h ] &&
+   [ "$kept" -nt kernels/cuda/moe_router_kernels.cuh ]; then
   cp "$kept" "$tmp/ptxas.log"
   echo "ptxas's report kept by the build: $kept"
 # The Makefile's nvcc flags, with ptxas's report (-Ikernels/cuda: a .cu from elsewhere
