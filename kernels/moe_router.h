@@ -1,7 +1,9 @@
-// One token's routing math, shared by the CPU and CUDA router kernels (kernels/cpu/moe.cpp,
-// kernels/cuda/moe.cu; semantics: kernels/ops.def): the top-k of its scores and their
-// weights, and the gradient of its logits. The softmax itself stays in each backend (the
-// CPU sums in double, the GPU with its fast exp).
+// One token's routing math (semantics: kernels/ops.def): the top-k of its scores and their
+// weights, and the gradient of its logits, as the CPU router kernels (kernels/cpu/moe.cpp)
+// run it, a token per thread. The CUDA kernels (kernels/cuda/moe.cu) run a token per warp
+// with the same order and tie rule (outranks) and the same expressions per expert, but sum
+// in another order. The softmax itself stays in each backend (the CPU sums in double, the
+// GPU with its fast exp).
 #pragma once
 
 #include <cmath>
@@ -11,9 +13,17 @@
 
 namespace trident::kernels {
 
-// The most experts a router has: its kernels keep a token's E values in registers or on
-// the stack (model/layers/moe.cpp checks it).
+// The most experts a router has (model/layers/moe.cpp checks it): the CPU kernels keep a
+// token's E values in arrays of this size on the thread's stack (a few KiB, nothing on a
+// CPU). The CUDA kernels have no such arrays (a warp strides over the experts).
 inline constexpr int kMaxRouterExperts = 512;
+
+// The top-k's order: expert a (rank ra) before expert b (rank rb) when ranked higher, or
+// equally and a < b (the first of the largest). An index below 0 is no expert (a warp
+// lane with no candidate): after every expert.
+TRIDENT_HOST_DEVICE inline bool outranks(float ra, int a, float rb, int b) {
+  return a >= 0 && (b < 0 || ra > rb || (ra == rb && a < b));
+}
 
 // The K largest of p[0..E) in order (the j-th: the first of the largest not yet taken),
 // their probabilities as weights, divided by their sum when `renormalize`. `rank` (null:
@@ -28,7 +38,7 @@ TRIDENT_HOST_DEVICE inline void choose_top_k(const float* p, int E, int K, bool 
     for (int e = 0; e < E; e++) {
       bool taken = false;
       for (int i = 0; i < j; i++) taken = taken || chosen[i] == e;
-      if (!taken && (best < 0 || r[e] > r[best])) best = e;
+      if (!taken && (best < 0 || outranks(r[e], e, r[best], best))) best = e;
     }
     chosen[j] = best;
     w[j] = p[best];

@@ -122,6 +122,8 @@ shell_check tests/cuda/test_cuda_build.sh bash tests/cuda/test_cuda_build.sh "$b
 shell_check tests/cuda/test_cublas_headers.sh bash tests/cuda/test_cublas_headers.sh
 # The scalar flash-attention kernels keep their rows in registers: no spills (ptxas's report).
 shell_check tests/cuda/test_attention_spills.sh bash tests/cuda/test_attention_spills.sh "$build"
+# The MoE router kernels run a warp per token: no stack frame (local memory for every resident thread), no spills.
+shell_check tests/cuda/test_router_stack.sh bash tests/cuda/test_router_stack.sh "$build"
 
 # Checkpoints to S3 against a real S3 server (Ceph's RADOS Gateway on one node, started
 # and stopped by the script; skipped without the packages), checked with awscli. (The

@@ -58,6 +58,9 @@ CublasLt load_cublaslt() {
   library.resolve(lt.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
   library.resolve(lt.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
   library.resolve(lt.Matmul, "cublasLtMatmul");
+  library.resolve(lt.MatmulAlgoCheck, "cublasLtMatmulAlgoCheck");
+  library.resolve(lt.MatmulDescDestroy, "cublasLtMatmulDescDestroy");
+  library.resolve(lt.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
   return lt;
 }
 

@@ -38,6 +38,11 @@ struct CublasLt {
   decltype(&::cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
   decltype(&::cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
   decltype(&::cublasLtMatmul) Matmul;
+  // gemm.cu's plan cache: an algorithm chosen for one shape checked on another, and the
+  // descriptors of the plans it evicts destroyed.
+  decltype(&::cublasLtMatmulAlgoCheck) MatmulAlgoCheck;
+  decltype(&::cublasLtMatmulDescDestroy) MatmulDescDestroy;
+  decltype(&::cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy;
 };
 
 struct Cublas {

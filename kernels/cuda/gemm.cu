@@ -1,12 +1,13 @@
 // GEMM through cuBLASLt: bf16 (or fp32) inputs, fp32 accumulation, optional fused bias,
-// fp32 or input-typed output. Algorithms are chosen once per shape and cached.
-#include <map>
+// fp32 or input-typed output. Algorithms are chosen once per rounded shape and cached, at
+// most kMaxPlans of them (gemm_plan_cache.h).
 #include <mutex>
 #include <tuple>
 #include <vector>
 
 #include "cublas_library.h"
 #include "cuda_kernels.cuh"
+#include "gemm_plan_cache.h"
 
 namespace trident::kernels::cuda {
 
@@ -43,48 +44,30 @@ unsigned alignment_of(const void* p) {
   return align;
 }
 
-// One matmul problem: its descriptors and the chosen algorithm.
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-};
-
-using PlanKey = std::tuple<bool, bool, int, int, int, int, int, bool, bool, unsigned, unsigned, unsigned, unsigned>;
-
+// The row-major shapes' column-major layouts (rows x cols, leading dimension): row-major
+// C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so cuBLASLt's "A" is our B and
+// its "B" our A, with m = N, n = M.
 template <typename T, typename TC>
-const Plan& plan_for(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
-                     bool accumulate) {
-  static std::map<PlanKey, Plan> plans;
-  static std::mutex mutex;
-  const PlanKey key{trans_a, trans_b, M, N, K, static_cast<int>(data_type<T>()), static_cast<int>(data_type<TC>()),
-                    bias != nullptr, accumulate, alignment_of(A), alignment_of(B), alignment_of(C),
-                    bias != nullptr ? alignment_of(bias) : 256u};
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = plans.find(key);
-  if (found != plans.end()) return found->second;
+void create_layouts(bool trans_a, bool trans_b, int M, int N, int K, cublasLtMatrixLayout_t& a,
+                    cublasLtMatrixLayout_t& b, cublasLtMatrixLayout_t& c) {
+  if (trans_b) CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&a, data_type<T>(), K, N, K));
+  else CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&a, data_type<T>(), N, K, N));
+  if (trans_a) CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&b, data_type<T>(), M, K, M));
+  else CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&b, data_type<T>(), K, M, K));
+  CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&c, data_type<TC>(), N, M, N));
+}
 
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLASLt's "A" is
-  // our B and its "B" our A, with m = N, n = M.
-  Plan p;
-  CUBLAS_CHECK(cublaslt().MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
-  CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
-  if (bias != nullptr) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = data_type<T>();
-    CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    CUBLAS_CHECK(
-        cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
-  }
-  // Stored shapes (column-major rows x cols, leading dimension).
-  if (trans_b) CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.a, data_type<T>(), K, N, K));
-  else CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.a, data_type<T>(), N, K, N));
-  if (trans_a) CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.b, data_type<T>(), M, K, M));
-  else CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.b, data_type<T>(), K, M, K));
-  CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&p.c, data_type<TC>(), N, M, N));
+void destroy_layouts(cublasLtMatrixLayout_t& a, cublasLtMatrixLayout_t& b, cublasLtMatrixLayout_t& c) {
+  for (cublasLtMatrixLayout_t* layout : {&a, &b, &c})
+    if (*layout != nullptr) CUBLAS_CHECK(cublaslt().MatrixLayoutDestroy(*layout));
+  a = b = c = nullptr;
+}
 
+// cuBLASLt's best algorithm for these layouts, within the workspace and the operands'
+// alignments (A, B, C: ours).
+cublasLtMatmulAlgo_t heuristic_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                    cublasLtMatrixLayout_t c, const void* A, const void* B, const void* C, int M,
+                                    int N, int K) {
   cublasLtMatmulPreference_t preference;
   CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&preference));
   const size_t workspace_bytes = kWorkspaceBytes;
@@ -101,13 +84,79 @@ const Plan& plan_for(bool trans_a, bool trans_b, int M, int N, int K, const T* A
                                                     sizeof align_c));
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
-  CUBLAS_CHECK(cublaslt().MatmulAlgoGetHeuristic(cublaslt_handle(), p.desc, p.a, p.b, p.c, p.c, preference, 1, &result,
-                                              &found_count));
+  CUBLAS_CHECK(
+      cublaslt().MatmulAlgoGetHeuristic(cublaslt_handle(), desc, a, b, c, c, preference, 1, &result, &found_count));
   CUBLAS_CHECK(cublaslt().MatmulPreferenceDestroy(preference));
   check(found_count > 0, "cuBLASLt found no algorithm for a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                              std::to_string(K) + " matmul");
-  p.algo = result.algo;
-  return plans.emplace(key, p).first->second;
+  return result.algo;
+}
+
+// One matmul plan (gemm_plan_cache.h): the operation and the algorithm chosen for the
+// rounded shape; and the layouts of the exact shape last run with the algorithm for it
+// (the rounded shape's where cuBLASLt accepts it).
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatmulAlgo_t rounded_algo{};
+  int M = -1, K = -1;  // the exact shape of a, b, c (N is the key's)
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// trans_a, trans_b, M and K rounded (plan_rows: the dimensions that carry an expert's rows,
+// M in the forward and input gradient, K in the weight gradient), N, the types, bias,
+// accumulate, and the alignments of A, B, C and bias.
+using PlanKey = std::tuple<bool, bool, int, int, int, int, int, bool, bool, unsigned, unsigned, unsigned, unsigned>;
+
+constexpr size_t kMaxPlans = 256;
+
+// Never destroyed (plans kept to the process's end, as cuBLASLt itself): their destructor
+// would run after cuBLASLt's own at exit.
+GemmPlanCache<PlanKey, Plan>& plans() {
+  static auto* cache = new GemmPlanCache<PlanKey, Plan>(kMaxPlans, [](Plan& p) {
+    destroy_layouts(p.a, p.b, p.c);
+    CUBLAS_CHECK(cublaslt().MatmulDescDestroy(p.desc));
+  });
+  return *cache;
+}
+
+template <typename T, typename TC>
+Plan make_plan(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias) {
+  Plan p;
+  CUBLAS_CHECK(cublaslt().MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  if (bias != nullptr) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = data_type<T>();
+    CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    CUBLAS_CHECK(
+        cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+  }
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  create_layouts<T, TC>(trans_a, trans_b, M, N, K, a, b, c);
+  p.rounded_algo = heuristic_algo(p.desc, a, b, c, A, B, C, M, N, K);
+  destroy_layouts(a, b, c);
+  return p;
+}
+
+// The plan's layouts for the exact shape, and its algorithm: the rounded shape's when
+// cuBLASLt says it runs this one within the workspace, else the heuristic's for it.
+template <typename T, typename TC>
+void set_exact_shape(Plan& p, bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C) {
+  destroy_layouts(p.a, p.b, p.c);
+  create_layouts<T, TC>(trans_a, trans_b, M, N, K, p.a, p.b, p.c);
+  p.M = M;
+  p.K = K;
+  cublasLtMatmulHeuristicResult_t checked{};
+  const cublasStatus_t status =
+      cublaslt().MatmulAlgoCheck(cublaslt_handle(), p.desc, p.a, p.b, p.c, p.c, &p.rounded_algo, &checked);
+  if (status == CUBLAS_STATUS_SUCCESS && checked.state == CUBLAS_STATUS_SUCCESS &&
+      checked.workspaceSize <= kWorkspaceBytes)
+    p.algo = p.rounded_algo;
+  else
+    p.algo = heuristic_algo(p.desc, p.a, p.b, p.c, A, B, C, M, N, K);
 }
 
 constexpr int kRowChunks = cuda_sizes::kColumnSumRowChunks;  // column sums: row ranges summed by separate blocks
@@ -146,7 +195,15 @@ __global__ void add_column_partials_kernel(float* bias_grad, const float* partia
 template <typename T, typename TC>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias,
           bool accumulate) {
-  const Plan& p = plan_for(trans_a, trans_b, M, N, K, A, B, C, bias, accumulate);
+  const PlanKey key{trans_a, trans_b, plan_rows(M), N, plan_rows(K), static_cast<int>(data_type<T>()),
+                    static_cast<int>(data_type<TC>()), bias != nullptr, accumulate, alignment_of(A), alignment_of(B),
+                    alignment_of(C), bias != nullptr ? alignment_of(bias) : 256u};
+  static std::mutex mutex;  // the plan is used, and may be changed or evicted, under it
+  std::lock_guard<std::mutex> lock(mutex);
+  Plan& p = plans().get(key, [&] {
+    return make_plan<T, TC>(trans_a, trans_b, std::get<2>(key), N, std::get<4>(key), A, B, C, bias);
+  });
+  if (p.M != M || p.K != K) set_exact_shape<T, TC>(p, trans_a, trans_b, M, N, K, A, B, C);
   if (bias != nullptr)
     CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

@@ -1,7 +1,9 @@
-// Mixture of experts: the router's softmax (or sigmoid) and top-k (a thread per token: E is tens to a
-// few hundred), and the tokens' dispatch to their experts' rows and the weighted
-// combination back (a thread per element; each output element is written by one thread,
-// so no atomics). Semantics: kernels/ops.def.
+// Mixture of experts: the router's softmax (or sigmoid) and top-k (a warp per token: its
+// lanes stride over the E experts, reductions and the top-k's argmax by warp shuffles, so
+// no per-thread array sized by E), and the tokens' dispatch to their experts' rows and
+// the weighted combination back (a thread per element; each output element is written by
+// one thread, so no atomics). Semantics: kernels/ops.def; the CPU's version of the same
+// math: kernels/moe_router.h.
 #include "../moe_router.h"
 #include "cuda_kernels.cuh"
 
@@ -10,51 +12,7 @@ namespace trident::kernels::cuda {
 namespace {
 
 constexpr unsigned kThreads = 256;
-
-template <typename T>
-__global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
-                                      int N, int E, int K, bool renormalize, bool sigmoid) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= N) return;
-  const T* l = logits + static_cast<size_t>(t) * E;
-  float* p = probs + static_cast<size_t>(t) * E;
-  float max = -INFINITY;
-  for (int e = 0; e < E; e++) max = fmaxf(max, to_float(l[e]));
-  float sum = 0;
-  for (int e = 0; e < E; e++) sum += __expf(to_float(l[e]) - max);
-  lse[t] = max + logf(sum);
-  if (sigmoid) {  // the logits kept; the scores on the stack (the backward computes them again)
-    float scores[kMaxRouterExperts];
-    for (int e = 0; e < E; e++) {
-      p[e] = to_float(l[e]);
-      scores[e] = sigmoid_score(p[e]);
-    }
-    choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K,
-                 p);  // ranked by logit
-    return;
-  }
-  for (int e = 0; e < E; e++) p[e] = __expf(to_float(l[e]) - max) / sum;
-  choose_top_k(p, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K);
-}
-
-template <typename T>
-__global__ void router_backward_kernel(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
-                                       const float* weights, const float* dweights, const float* balance,
-                                       int tokens_per_sequence, float aux_scale, float z_scale, int N, int E, int K,
-                                       bool renormalize, bool sigmoid) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= N) return;
-  const size_t k = static_cast<size_t>(t) * K;
-  T* dl = dlogits + static_cast<size_t>(t) * E;
-  const float* b = balance != nullptr ? balance + static_cast<size_t>(t / tokens_per_sequence) * E : nullptr;
-  const auto store = [dl](int e, float v) { dl[e] = from_float<T>(v); };
-  if (sigmoid)
-    sigmoid_router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k, b,
-                                  aux_scale, z_scale, E, K, renormalize, store);
-  else
-    router_logit_gradient(probs + static_cast<size_t>(t) * E, lse[t], experts + k, weights + k, dweights + k, b,
-                          aux_scale, z_scale, E, K, renormalize, store);
-}
+#include "moe_router_kernels.cuh"  // the router kernels (also run on the CPU by a unit test)
 
 template <typename T>
 __global__ void dispatch_kernel(T* routed, const T* x, const int32_t* rows, int N, int K, int C) {
@@ -109,7 +67,7 @@ template <typename T>
 void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
                         int K, bool renormalize, bool sigmoid) {
   if (N <= 0) return;
-  router_forward_kernel<T><<<blocks_for(N, kThreads), kThreads, 0, compute_stream()>>>(
+  router_forward_kernel<T><<<blocks_for(static_cast<size_t>(N) * 32, kThreads), kThreads, 0, compute_stream()>>>(
       probs, lse, experts, weights, logits, N, E, K, renormalize, sigmoid);
   CUDA_CHECK_LAUNCH();
 }
@@ -119,7 +77,7 @@ void moe_router_backward(T* dlogits, const float* probs, const float* lse, const
                          const float* weights, const float* dweights, const float* balance, int tokens_per_sequence,
                          float aux_scale, float z_scale, int N, int E, int K, bool renormalize, bool sigmoid) {
   if (N <= 0) return;
-  router_backward_kernel<T><<<blocks_for(N, kThreads), kThreads, 0, compute_stream()>>>(
+  router_backward_kernel<T><<<blocks_for(static_cast<size_t>(N) * 32, kThreads), kThreads, 0, compute_stream()>>>(
       dlogits, probs, lse, experts, weights, dweights, balance, tokens_per_sequence, aux_scale, z_scale, N, E, K,
       renormalize, sigmoid);
   CUDA_CHECK_LAUNCH();

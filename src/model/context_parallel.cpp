@@ -55,11 +55,9 @@ void RingAttention::forward(kernels::Act* out, float* lse, const kernels::Act* q
   k_.copy_columns(ring.kv[0], width, kv_columns(qkv), qkv_width, B * T_, width);
   int cur = 0;
   for (int step = 0; step < P; step++) {
-    RequestPtr receive, send;
-    if (step < P - 1) {  // the next block on its way while this one is computed
-      receive = cp_.recv_async(span(ring.kv[1 - cur], B), prev_, kForwardBlock);
-      send = cp_.send_async(span(ring.kv[cur], B), next_, kForwardBlock);
-    }
+    RequestPtr hop;  // the next block on its way while this one is computed
+    if (step < P - 1)
+      hop = cp_.send_recv_async(span(ring.kv[cur], B), next_, span(ring.kv[1 - cur], B), prev_, kForwardBlock);
     mask.kv_pos = positions_of((me - step + P) % P);  // whose keys these are
     if (step == 0) {
       k_.attention_forward(out, lse, qkv, ring.kv[cur], width, mask, B, T_, T_, NH_, NKV_, HD_);
@@ -67,9 +65,8 @@ void RingAttention::forward(kernels::Act* out, float* lse, const kernels::Act* q
       k_.attention_forward(ring.part_out, ring.part_lse, qkv, ring.kv[cur], width, mask, B, T_, T_, NH_, NKV_, HD_);
       k_.attention_combine(out, lse, ring.part_out, ring.part_lse, B, T_, NH_, HD_);
     }
-    if (receive) {
-      receive->wait();
-      send->wait();
+    if (hop) {
+      hop->wait();
       cur = 1 - cur;
     }
   }
@@ -84,36 +81,30 @@ void RingAttention::backward(kernels::Act* dqkv, const kernels::Act* dout, const
   // At step s this rank holds block (me - s) and the sum of its key/value gradients from
   // the ranks that had it before (prev took it one step earlier): adds its own part and
   // passes the sum on; after the last step next holds its own block's complete sum.
-  RequestPtr gradient_in, gradient_out;
+  RequestPtr gradient;  // a sum to next, the next block's sum so far from prev
   int cur = 0;
   for (int step = 0; step < P; step++) {
-    RequestPtr receive, send;
-    if (step < P - 1) {
-      receive = cp_.recv_async(span(ring.kv[1 - cur], B), prev_, kBackwardBlock);
-      send = cp_.send_async(span(ring.kv[cur], B), next_, kBackwardBlock);
-    }
+    RequestPtr hop;
+    if (step < P - 1)
+      hop = cp_.send_recv_async(span(ring.kv[cur], B), next_, span(ring.kv[1 - cur], B), prev_, kBackwardBlock);
     mask.kv_pos = positions_of((me - step + P) % P);
-    kernels::Act* sum = ring.dkv_out[step % 2];
-    if (gradient_out) gradient_out->wait();  // step - 1's sum has left (its buffer is the other one)
+    kernels::Act* sum = ring.dkv_out[step % 2];  // step - 1's, in flight, is the other buffer
     if (step == 0) {
       k_.attention_backward(dqkv, sum, dout, qkv, ring.kv[cur], width, out, lse, mask, B, T_, T_, NH_, NKV_, HD_);
     } else {
       k_.attention_backward(ring.dq_part, ring.dkv_part, dout, qkv, ring.kv[cur], width, out, lse, mask, B, T_, T_,
                             NH_, NKV_, HD_);
       k_.add(dqkv, dqkv, ring.dq_part, qkv_elements);  // dq_part's key/value columns stay zero
-      gradient_in->wait();
+      gradient->wait();
       k_.add(sum, ring.dkv_in, ring.dkv_part, block_elements(B));
     }
-    gradient_in = cp_.recv_async(span(ring.dkv_in, B), prev_, kBlockGradient);  // the next block's sum so far
-    gradient_out = cp_.send_async(span(sum, B), next_, kBlockGradient);
-    if (receive) {
-      receive->wait();
-      send->wait();
+    gradient = cp_.send_recv_async(span(sum, B), next_, span(ring.dkv_in, B), prev_, kBlockGradient);
+    if (hop) {
+      hop->wait();
       cur = 1 - cur;
     }
   }
-  gradient_in->wait();  // this rank's own block, summed over every rank
-  gradient_out->wait();
+  gradient->wait();  // this rank's own block, summed over every rank
   k_.copy_columns(kv_columns(dqkv), qkv_width, ring.dkv_in, width, B * T_, width);
 }
 

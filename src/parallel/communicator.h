@@ -113,6 +113,16 @@ class Communicator {
   virtual RequestPtr all_gather_async(ActivationSpan data) = 0;
   virtual RequestPtr send_async(ActivationSpan data, int peer, int tag) = 0;
   virtual RequestPtr recv_async(ActivationSpan data, int peer, int tag) = 0;
+  // One hop of a ring: `send` to rank `to` and `recv` from rank `from`, as one request.
+  // Here both started apart (MPI: an Isend and an Irecv); NCCL issues them in one group,
+  // since apart on one stream the receive would finish before the send starts, and every
+  // rank's hop would wait for the one before (context_parallel.cpp's ring).
+  virtual RequestPtr send_recv_async(ActivationSpan send, int to, ActivationSpan recv, int from, int tag) {
+    std::vector<RequestPtr> both;
+    both.push_back(recv_async(recv, from, tag));
+    both.push_back(send_async(send, to, tag));
+    return std::make_unique<AllOf>(std::move(both));
+  }
   // Every rank sends block p of `send` (send_counts[p] elements, the blocks one after the
   // other in rank order) to rank p, and receives rank p's block for it into block p of
   // `recv` (recv_counts[p] elements): the tokens of a mixture of experts going to the

@@ -206,6 +206,25 @@ class NcclCommunicator final : public Communicator {
   RequestPtr recv_async(ActivationSpan data, int peer, int tag) override {
     return recv(data.data, data.count, data.bytes(), nccl_type(data.type), peer, tag);
   }
+  // A ring's hop: where the send and the receive share a channel (data going one way
+  // round, towards higher ranks: every rank but the ring's ends), both in one group, so
+  // the hops of every rank run at once. At the ends they go on the two channels' streams,
+  // which run side by side already.
+  RequestPtr send_recv_async(ActivationSpan send, int to, ActivationSpan recv, int from, int tag) override {
+    Channel& c = channel_to(to);
+    if (&c != &channel_from(from)) return Communicator::send_recv_async(send, to, recv, from, tag);
+    check(!on_host(send.data) && !on_host(recv.data), "NCCL send/recv needs device buffers");
+    count_started(CommOp::send, send.bytes(), watchdog_->step);
+    last_started_ = count_started(CommOp::recv, recv.bytes(), watchdog_->step);
+    after_compute(c);
+    NCCL_CHECK(ncclGroupStart());
+    ncclResult_t queued = ncclSend(send.data, send.count, nccl_type(send.type), to, c.comm, c.stream);
+    if (queued == ncclSuccess) queued = ncclRecv(recv.data, recv.count, nccl_type(recv.type), from, c.comm, c.stream);
+    const ncclResult_t ended = ncclGroupEnd();  // the group ends whatever a call said
+    nccl_ok(queued, "ncclSend/ncclRecv");
+    settle(c, ended, "ncclGroupEnd", CommOp::send, send.count, to);
+    return finished(c, CommOp::send, send.count);
+  }
   // One group of sends and receives on the collectives' channel: NCCL's all-to-all.
   RequestPtr all_to_all_v_async(ActivationSpan send, const std::vector<size_t>& send_counts, ActivationSpan recv,
                                 const std::vector<size_t>& recv_counts) override {
@@ -284,9 +303,7 @@ class NcclCommunicator final : public Communicator {
   RequestPtr recv(void* data, size_t count, size_t bytes, ncclDataType_t type, int peer, int /*tag*/) {
     check(!on_host(data), "NCCL recv needs a device buffer");
     last_started_ = count_started(CommOp::recv, bytes, watchdog_->step);
-    // Data from a lower rank travels towards higher ranks, and the other way round.
-    Channel& c = peer < rank() ? towards_higher_ : towards_lower_;
-    check(c.comm != nullptr, "NCCL: point-to-point on the " + name() + " group, made without it");
+    Channel& c = channel_from(peer);
     after_compute(c);
     NCCL_CHECK(ncclGroupStart());
     const ncclResult_t queued = ncclRecv(data, count, type, peer, c.comm, c.stream);
@@ -371,6 +388,12 @@ class NcclCommunicator final : public Communicator {
     if (healthy && state == ncclSuccess) ncclCommDestroy(c.comm);
     else ncclCommAbort(c.comm);
     c.comm = nullptr;
+  }
+  // Data from a lower rank travels towards higher ranks, and the other way round.
+  Channel& channel_from(int peer) {
+    Channel& c = peer < rank() ? towards_higher_ : towards_lower_;
+    check(c.comm != nullptr, "NCCL: point-to-point on the " + name() + " group, made without it");
+    return c;
   }
   Channel& channel_to(int peer) {
     Channel& c = peer > rank() ? towards_higher_ : towards_lower_;

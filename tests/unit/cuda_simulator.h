@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -87,6 +88,10 @@ inline float __shfl_xor_sync(unsigned lanes, float v, int mask) {
   buffer[w][lane] = v;
   __syncwarp();
   return buffer[w][lane ^ mask];
+}
+// An int's bits through the same buffer (the MoE router's argmax shuffles expert indices).
+inline int __shfl_xor_sync(unsigned lanes, int v, int mask) {
+  return std::bit_cast<int>(__shfl_xor_sync(lanes, std::bit_cast<float>(v), mask));
 }
 
 // The attention kernels' work counters (kernels/cuda/attention_visible.cuh): tiles a

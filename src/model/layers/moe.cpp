@@ -12,6 +12,8 @@
 namespace trident {
 
 MixtureOfExperts::MixtureOfExperts(MoeOptions o) : o_(std::move(o)) {
+  // The CPU router kernels keep a token's scores in arrays of kMaxRouterExperts (the CUDA
+  // ones have no limit of their own).
   check(o_.n_experts > 0 && o_.n_experts <= kernels::kMaxRouterExperts, "a mixture of 1 to 512 experts");
   check(o_.top_k > 0 && o_.top_k <= o_.n_experts, "top-k between 1 and the experts");
 }
