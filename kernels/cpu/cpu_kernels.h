@@ -36,6 +36,11 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+// out = inp @ weight^T, fp32 out (the CPU's activations are fp32; bf16 runs emulate the
+// rounding of the Act outputs only, so these stay unrounded).
+inline void matmul_forward_f32(float* out, const float* inp, const float* weight, int N, int C, int OC) {
+  matmul_forward<float>(out, inp, weight, nullptr, N, C, OC);
+}
 template <typename T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int C, int OC);

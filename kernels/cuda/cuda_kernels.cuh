@@ -37,6 +37,11 @@ template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
   gemm<T, T>(false, true, N, OC, C, inp, weight, out, bias, false);
 }
+// out[N,OC] = inp[N,C] @ weight[OC,C]^T in fp32 (the accumulator kept).
+template <typename T>
+void matmul_forward_f32(float* out, const T* inp, const T* weight, int N, int C, int OC) {
+  gemm<T, float>(false, true, N, OC, C, inp, weight, out, nullptr, false);
+}
 // bias_grad[j] += sum over rows of x[N,OC] column j, in fp32 and a fixed order (row
 // chunks on separate blocks, then their sums); scratch: column_sums_scratch_floats(OC).
 size_t column_sums_scratch_floats(int OC);

@@ -49,7 +49,8 @@ struct VerifyReport {
   // those that differ; the reference's smallest margin (a token's K-th score over its next)
   // among the tokens whose choice differs, and among all (+inf: none). Rounding flips a
   // near tie (bf16: margins of 1e-4 do flip), and one flipped choice moves its expert's
-  // gradient by 10-25%: with any, the gradients and final parameters are shown, not held.
+  // gradient by 10-25%: with any, the gradients, final parameters and dropped pairs (which
+  // follow the routing) are shown, not held.
   double routing_choices = -1, routing_differing = 0;
   double routing_differing_margin = INFINITY, routing_margin = INFINITY;
   bool routing_differs() const { return routing_differing > 0; }

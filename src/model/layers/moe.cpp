@@ -46,7 +46,7 @@ void MixtureOfExperts::declare_parameters(ParameterDeclarations& d) {
 void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
   const size_t N = a.shape().tokens(), E = o_.n_experts, K = o_.top_k, C = o_.d_model, F = F_;
   const Retention rerun = Retention::dropped_by_full;
-  logits_ = a.keep(N * E, Element::act, rerun);
+  logits_ = a.keep(N * E, Element::f32, rerun);  // fp32 under bf16 too: near ties stay apart
   probs_ = a.keep(N * E, Element::f32, rerun);
   lse_ = a.keep(N, Element::f32, rerun);
   chosen_ = a.keep(N * K, Element::i32, rerun);
@@ -373,8 +373,8 @@ std::vector<float*> MixtureOfExperts::expert_gradients(LayerRuntime& r, int Expe
 void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed) {
   const int N = p.B * r.T, E = o_.n_experts, K = o_.top_k, C = o_.d_model;
   const Act* x = r.regions.gathered_rows(in, p.B);  // the router and the experts see every row
-  Act* logits = r.kept(p.slot, logits_);
-  r.k.matmul_forward(logits, x, r.weight(router_), nullptr, N, C, E);
+  float* logits = r.kept<float>(p.slot, logits_);
+  r.k.matmul_forward_f32(logits, x, r.weight(router_), N, C, E);
   r.k.moe_router_forward(r.kept<float>(p.slot, probs_), r.kept<float>(p.slot, lse_), r.kept<int32_t>(p.slot, chosen_),
                          r.kept<float>(p.slot, weights_), logits, N, E, K, o_.renormalize, o_.sigmoid);
   if (output_needed && r.routing != nullptr) {
