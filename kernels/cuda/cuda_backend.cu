@@ -86,7 +86,8 @@ class Scratch {
 // it has run (an event), so that the caller's buffer is free at once and the copy stays
 // asynchronous. A step's uploads (tokens, targets, the embedding gradient's index, per
 // micro-batch) fit the ring many times over: the wait is for a host far ahead of the GPU.
-// Every slot is sized up front (reserve(): the largest upload of a step) because
+// Every slot is sized up front (reserve(), from Kernels::reserve_uploads(): the largest
+// upload of a step, a mixture's rows included) because
 // cudaFreeHost and cudaMallocHost stall the whole device.
 class PinnedStaging {
  public:
@@ -101,9 +102,8 @@ class PinnedStaging {
   }
   // Every slot at least `bytes` (before the first step); returns whether any grew.
   bool reserve(size_t bytes) {
-    bool grew = false;
-    for (Slot& s : slots_) grew |= grow(s, bytes);
-    return grew;
+    reserved_ = std::max(reserved_, bytes);
+    return grow_all(bytes);
   }
   // Copies src into the next slot and queues the copy to dst; returns whether it had to
   // wait for the device (a host synchronization: a slot still being read, or one that
@@ -122,11 +122,12 @@ class PinnedStaging {
       }
     }
     if (bytes > s.bytes) {  // larger than reserved: every slot grows now, one stall rather than one per slot
-      if (!grew_unreserved_)
+      if (reserved_ > 0 && !said_) {  // nothing reserved: a benchmark's backend, growing as asked
         std::fprintf(stderr, "trident: an upload of %zu bytes is larger than its pinned staging (%zu bytes, "
-                             "reserve_uploads()); each slot grows once, stalling the device\n", bytes, s.bytes);
-      grew_unreserved_ = true;
-      waited |= reserve(bytes);
+                             "reserve_uploads()); the slots grow, stalling the device\n", bytes, reserved_);
+        said_ = true;
+      }
+      waited |= grow_all(bytes);
     }
     std::memcpy(s.host, src, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, compute_stream()));
@@ -137,6 +138,11 @@ class PinnedStaging {
 
  private:
   struct Slot;
+  bool grow_all(size_t bytes) {
+    bool grew = false;
+    for (Slot& s : slots_) grew |= grow(s, bytes);
+    return grew;
+  }
   // A slot of at least `bytes` (not in flight); true if it had to grow.
   static bool grow(Slot& s, size_t bytes) {
     if (s.copied == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
@@ -158,7 +164,8 @@ class PinnedStaging {
   };
   std::array<Slot, kSlots> slots_{};
   int next_ = 0;
-  bool grew_unreserved_ = false;  // said once
+  size_t reserved_ = 0;  // the most reserve() was asked for
+  bool said_ = false;    // an upload beyond it, said once
 };
 
 using cuda_sizes::kMaxGroupedProblems;
