@@ -468,10 +468,12 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     }
     for (int g = 0; g < groups; g++) weight_ptr.push_back(as_act(weight[g].data()));
     for (int g = 0; g < groups; g++) dweight_ptr.push_back(dweight[g].data());
-    const std::string at = " " + std::to_string(groups) + " groups x" + std::to_string(in) + "x" + std::to_string(outc);
+    std::string at = " " + std::to_string(groups) + " groups x" + std::to_string(in) + "x" + std::to_string(outc);
     std::vector<float> out(n_out), dinp(n_in);
     Act *g_out = c.act(n_out), *g_inp = c.act(inp), *g_dinp = c.act(n_in);
+    gpu.set_grouped_gemm(GroupedGemmSetting::grouped);  // checked whatever this run's choice; each shape anew
     gpu.grouped_matmul_forward(g_out, g_inp, g_weight.data(), rows.data(), groups, in, outc);
+    at += gpu.grouped_gemm_on() ? "" : " (ran per expert)";  // cuBLAS refused the shape
     cpu.grouped_matmul_forward(as_act(out.data()), as_act(inp.data()), weight_ptr.data(), rows.data(), groups, in, outc);
     c.compare("grouped_matmul_forward" + at, c.host(g_out, n_out), out);
     gpu.grouped_matmul_backward(g_dinp, g_dweight.data(), c.act(dout), g_inp, g_weight.data(), rows.data(), groups, in,
