@@ -30,6 +30,8 @@
 
 namespace trident::kernels {
 
+enum class GroupedGemmSetting : int;  // kernels/grouped_gemm_choice.h
+
 // What a backend's memory holds besides the buffers it is given (precision(),
 // activation_type(), host_memory(), attention_stats_floats(), workspace_bytes()) is its
 // Footprint (kernels/footprint.h): what a memory plan needs, answerable without the device.
@@ -41,6 +43,16 @@ class Kernels : public Footprint {
   // Sizes the kernels' own workspace (workspace_bytes()) for these shapes now, before the
   // first step: a GPU without memory pools could only grow it mid-step by draining its queue.
   virtual void reserve_workspace(int /*N*/, int /*C*/, int /*max_width*/, int /*B*/, int /*T*/, int /*NH*/) {}
+  // Stages upload()s of up to `bytes` without growing (the model's largest per step, before
+  // the first): a GPU's pinned staging could only grow by stalling the device. Keeps the
+  // largest asked for; uploads_beyond_reserve() counts the uploads larger than it, on every
+  // backend, so that a CPU test sees what would stall a GPU.
+  void reserve_uploads(size_t bytes) {
+    if (bytes <= upload_reserve_) return;
+    upload_reserve_ = bytes;
+    do_reserve_uploads(bytes);
+  }
+  uint64_t uploads_beyond_reserve() const { return uploads_beyond_reserve_; }
 
   // ---- memory (device memory of this backend) ----
   // The calls of this section marked "blocking" return only once the device has caught
@@ -85,7 +97,10 @@ class Kernels : public Footprint {
   // Not blocking: a copy from host memory ordered after the work issued so far; the host
   // buffer may be reused as soon as this returns (the backend stages it: pinned memory
   // on a GPU). For per-step inputs (tokens, embedding gradient indices).
-  virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
+  void upload(void* dst, const void* src_host, size_t bytes) {
+    if (bytes > upload_reserve_) uploads_beyond_reserve_++;
+    do_upload(dst, src_host, bytes);
+  }
   // The memory this backend allocates from: what is free now and in all, and a key
   // that the ranks drawing on the same memory share (the node for RAM, the device).
   struct MemoryPool {
@@ -114,6 +129,11 @@ class Kernels : public Footprint {
                                       int groups, int C, int OC);
   virtual void grouped_matmul_backward(Act* dinp, float* const* dweights, const Act* dout, const Act* inp,
                                        const Act* const* weights, const int* rows, int groups, int C, int OC);
+  // Whether they run as one grouped GEMM now (kernel_check's rows say which way they timed),
+  // and a setting that replaces the backend's own choice (kernel_check times both ways):
+  // kernels/grouped_gemm_choice.h. Where there is one way (the CPU), false and a no-op.
+  virtual bool grouped_gemm_on() const { return false; }
+  virtual void set_grouped_gemm(GroupedGemmSetting /*setting*/) {}
 
   // sum of x[i]^2, accumulated in double, on the host (blocking).
   double sum_squares(const float* x, size_t n) {
@@ -136,9 +156,14 @@ class Kernels : public Footprint {
   virtual void do_activations_to_host(float* host, const Act* x, size_t n) = 0;
   virtual void do_activations_from_host(Act* x, const float* host, size_t n) = 0;
   virtual double do_sum_squares(const float* x, size_t n) = 0;
+  // upload() and reserve_uploads() as each backend does them.
+  virtual void do_upload(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void do_reserve_uploads(size_t /*bytes*/) {}
 
  private:
   uint64_t host_syncs_ = 0;
+  size_t upload_reserve_ = 0;
+  uint64_t uploads_beyond_reserve_ = 0;
 };
 
 // The CPU backend (kernels/cpu). Threads: OpenMP's one pool, shared with the GEMM library.

@@ -31,7 +31,7 @@ class FaultyKernels final : public Kernels {
   }
   MemoryPool memory_pool() const override { return inner_->memory_pool(); }
 
-  void upload(void* dst, const void* src, size_t bytes) override { live("upload").upload(dst, src, bytes); }
+  void do_upload(void* dst, const void* src, size_t bytes) override { live("upload").upload(dst, src, bytes); }
   void copy_on_device(void* dst, const void* src, size_t bytes) override {
     live("copy_on_device").copy_on_device(dst, src, bytes);
   }

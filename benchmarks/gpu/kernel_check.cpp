@@ -21,6 +21,12 @@
 //   build/bench/kernel_check --cpu-self-check            the CPU backend in place of the
 //       GPU's (bf16 emulated): checks this program itself where there is no GPU, a
 //       simulated fault included
+//   --record PATH   writes which of grouped and per-expert GEMMs was faster for a mixture's
+//       experts (the timing table's experts rows, per precision) to the JSON file PATH; a
+//       run with TRIDENT_GPU_CHOICES=PATH follows it (kernels/grouped_gemm_choice.h)
+//   --moe-router-memory   only the MoE router / dispatch kernels at N 16384, E 128, K 8,
+//       C 2048 (bf16 unless --precision): checked against the CPU, timed, and FAIL where a
+//       kernel's first run takes over 64 MiB of device memory (moe_router_memory() below)
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -28,6 +34,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -37,11 +44,48 @@
 #include "benchmarks/gpu/faulty_kernels.h"
 #include "kernels/bf16.h"
 #include "kernels/cuda/naive_attention.h"
+#include "kernels/grouped_gemm_choice.h"
 #include "kernels/kernels.h"
+
+#ifdef TRIDENT_CUDA
+#include <cuda_runtime.h>
+#endif
 
 using namespace trident::kernels;
 
 namespace {
+
+#ifdef TRIDENT_CUDA
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#endif
+
+// The current GPU's model, as the CUDA backend compares a record's (grouped_gemm_choice.h).
+std::string device_model() {
+#ifdef TRIDENT_CUDA
+  int device = 0;
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return prop.name;
+#else
+  return "no GPU";
+#endif
+}
+
+// Free device memory once the device is idle (what kernels reserve for themselves, their
+// stacks say, shows as less free).
+size_t device_free_bytes() {
+#ifdef TRIDENT_CUDA
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  size_t free_bytes = 0, total = 0;
+  cuda_ok(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  return free_bytes;
+#else
+  throw std::runtime_error("no CUDA in this build");
+#endif
+}
 
 double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, norm = 0;
@@ -199,6 +243,65 @@ class Comparison {
   bool broken_ = false;
 };
 
+// Mixture of experts, E experts, top K, over B sequences of T tokens of width C; `mode` 0:
+// renormalized softmax, 1: softmax, 2: renormalized sigmoid. The router's scores, top-k
+// and logit gradient; the dispatch to rows grouped by expert and the weighted combine.
+void check_moe(Kernels& cpu, Kernels& gpu, Comparison& c, int B, int T, int E, int K, int C, int mode) {
+  const int N = B * T;
+  const bool renormalize = mode != 1, sigmoid = mode == 2;
+  const std::string at = " E=" + std::to_string(E) + " K=" + std::to_string(K) +
+                         (renormalize ? " renormalized" : "") + (sigmoid ? " sigmoid" : "");
+  const auto logits = c.input(static_cast<size_t>(N) * E);
+  std::vector<float> probs(static_cast<size_t>(N) * E), lse(N), weights(static_cast<size_t>(N) * K);
+  std::vector<int32_t> experts(static_cast<size_t>(N) * K);
+  float *g_probs = c.f32(probs.size()), *g_lse = c.f32(N), *g_weights = c.f32(weights.size());
+  int32_t* g_experts = c.i32(experts);
+  gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.act(logits), N, E, K, renormalize, sigmoid);
+  cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), as_act(logits.data()), N, E, K,
+                         renormalize, sigmoid);
+  c.compare("moe_router_forward probs" + at, c.host(g_probs, probs.size()), probs, 1e-5);
+  c.compare("moe_router_forward lse" + at, c.host(g_lse, N), lse, 1e-5);
+  c.compare("moe_router_forward weights" + at, c.host(g_weights, weights.size()), weights, 1e-5);
+  std::vector<int32_t> chosen(experts.size());
+  gpu.copy_to_host(chosen.data(), g_experts, chosen.size() * sizeof(int32_t));
+  c.compare("moe_router_forward experts (exact)" + at, std::vector<float>(chosen.begin(), chosen.end()),
+            std::vector<float>(experts.begin(), experts.end()), 0.0);
+  // Backward from the CPU's routing on both: the weights' gradient, balance and z-loss.
+  const auto dweights = c.input(weights.size()), balance = c.input(static_cast<size_t>(B) * E);
+  std::vector<float> dlogits(probs.size());
+  Act* g_dlogits = c.act(dlogits.size());
+  gpu.moe_router_backward(g_dlogits, c.f32(probs), c.f32(lse), c.i32(experts), c.f32(weights), c.f32(dweights),
+                          c.f32(balance), T, 0.3f, 0.01f, N, E, K, renormalize, sigmoid);
+  cpu.moe_router_backward(as_act(dlogits.data()), probs.data(), lse.data(), experts.data(), weights.data(),
+                          dweights.data(), balance.data(), T, 0.3f, 0.01f, N, E, K, renormalize, sigmoid);
+  c.compare("moe_router_backward dlogits" + at, c.host(g_dlogits, dlogits.size()), dlogits);
+  // Rows: a random permutation of the N*K routed rows.
+  std::vector<int32_t> rows(static_cast<size_t>(N) * K);
+  for (size_t i = 0; i < rows.size(); i++) rows[i] = static_cast<int32_t>(i);
+  std::shuffle(rows.begin(), rows.end(), std::mt19937(5));
+  const int32_t* g_rows = c.i32(rows);
+  const size_t routed_n = rows.size() * C, token_n = static_cast<size_t>(N) * C;
+  const auto x = c.input(token_n), expert_out = c.input(routed_n), dout = c.input(token_n);
+  std::vector<float> routed(routed_n), dx(token_n), out(token_n), dexpert_out(routed_n), dw(weights.size());
+  Act *g_routed = c.act(routed_n), *g_dx = c.act(token_n), *g_out = c.act(token_n), *g_dexpert = c.act(routed_n);
+  float* g_dw = c.f32(dw.size());
+  gpu.moe_dispatch(g_routed, c.act(x), g_rows, N, K, C);
+  cpu.moe_dispatch(as_act(routed.data()), as_act(x.data()), rows.data(), N, K, C);
+  c.compare("moe_dispatch (exact)", c.host(g_routed, routed_n), routed, 0.0);
+  gpu.moe_dispatch_backward(g_dx, c.act(expert_out), g_rows, N, K, C);
+  cpu.moe_dispatch_backward(as_act(dx.data()), as_act(expert_out.data()), rows.data(), N, K, C);
+  c.compare("moe_dispatch_backward dx", c.host(g_dx, token_n), dx);
+  const float* g_w = c.f32(weights);
+  gpu.moe_combine(g_out, c.act(expert_out), g_w, g_rows, N, K, C);
+  cpu.moe_combine(as_act(out.data()), as_act(expert_out.data()), weights.data(), rows.data(), N, K, C);
+  c.compare("moe_combine" + at, c.host(g_out, token_n), out);
+  gpu.moe_combine_backward(g_dexpert, g_dw, c.act(dout), c.act(expert_out), g_w, g_rows, N, K, C);
+  cpu.moe_combine_backward(as_act(dexpert_out.data()), dw.data(), as_act(dout.data()), as_act(expert_out.data()),
+                           weights.data(), rows.data(), N, K, C);
+  c.compare("moe_combine_backward dexpert_out" + at, c.host(g_dexpert, routed_n), dexpert_out);
+  c.compare("moe_combine_backward dweights" + at, c.host(g_dw, dw.size()), dw);
+}
+
 void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
   const int B = 2, T = 200, C = 256, N = B * T;  // T not a multiple of any tile
   c.run("cast_to_activation", [&] {  // the compute copy of the weights: bit-exact round to nearest even
@@ -316,64 +419,8 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     cpu.swiglu_backward(as_act(dgate_up.data()), as_act(gate_up.data()), as_act(dout.data()), N, F);
     c.compare("swiglu_backward dgate_up F=300", c.host(g_dgate_up, 2 * n), dgate_up);
   });
-  // Mixture of experts (8 experts, top-2, renormalized and not, softmax and sigmoid scores):
-  // the router's scores, top-k and logit gradient; the dispatch to rows grouped by expert
-  // and the weighted combine.
-  for (int mode = 0; mode < 3; mode++) c.run("moe", [&] {
-    const bool renormalize = mode != 1, sigmoid = mode == 2;
-    const int E = 8, K = 2;
-    const std::string at =
-        std::string(renormalize ? " E=8 K=2 renormalized" : " E=8 K=2") + (sigmoid ? " sigmoid" : "");
-    const auto logits = c.input(static_cast<size_t>(N) * E);
-    std::vector<float> probs(static_cast<size_t>(N) * E), lse(N), weights(static_cast<size_t>(N) * K);
-    std::vector<int32_t> experts(static_cast<size_t>(N) * K);
-    float *g_probs = c.f32(probs.size()), *g_lse = c.f32(N), *g_weights = c.f32(weights.size());
-    int32_t* g_experts = c.i32(experts);
-    gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.act(logits), N, E, K, renormalize, sigmoid);
-    cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), as_act(logits.data()), N, E, K,
-                           renormalize, sigmoid);
-    c.compare("moe_router_forward probs" + at, c.host(g_probs, probs.size()), probs, 1e-5);
-    c.compare("moe_router_forward lse" + at, c.host(g_lse, N), lse, 1e-5);
-    c.compare("moe_router_forward weights" + at, c.host(g_weights, weights.size()), weights, 1e-5);
-    std::vector<int32_t> chosen(experts.size());
-    gpu.copy_to_host(chosen.data(), g_experts, chosen.size() * sizeof(int32_t));
-    c.compare("moe_router_forward experts (exact)", std::vector<float>(chosen.begin(), chosen.end()),
-              std::vector<float>(experts.begin(), experts.end()), 0.0);
-    // Backward from the CPU's routing on both: the weights' gradient, balance and z-loss.
-    const auto dweights = c.input(weights.size()), balance = c.input(static_cast<size_t>(B) * E);
-    std::vector<float> dlogits(probs.size());
-    Act* g_dlogits = c.act(dlogits.size());
-    gpu.moe_router_backward(g_dlogits, c.f32(probs), c.f32(lse), c.i32(experts), c.f32(weights), c.f32(dweights),
-                            c.f32(balance), T, 0.3f, 0.01f, N, E, K, renormalize, sigmoid);
-    cpu.moe_router_backward(as_act(dlogits.data()), probs.data(), lse.data(), experts.data(), weights.data(),
-                            dweights.data(), balance.data(), T, 0.3f, 0.01f, N, E, K, renormalize, sigmoid);
-    c.compare("moe_router_backward dlogits" + at, c.host(g_dlogits, dlogits.size()), dlogits);
-    // Rows: a random permutation of the N*K routed rows.
-    std::vector<int32_t> rows(static_cast<size_t>(N) * K);
-    for (size_t i = 0; i < rows.size(); i++) rows[i] = static_cast<int32_t>(i);
-    std::shuffle(rows.begin(), rows.end(), std::mt19937(5));
-    const int32_t* g_rows = c.i32(rows);
-    const size_t routed_n = rows.size() * C, token_n = static_cast<size_t>(N) * C;
-    const auto x = c.input(token_n), expert_out = c.input(routed_n), dout = c.input(token_n);
-    std::vector<float> routed(routed_n), dx(token_n), out(token_n), dexpert_out(routed_n), dw(weights.size());
-    Act *g_routed = c.act(routed_n), *g_dx = c.act(token_n), *g_out = c.act(token_n), *g_dexpert = c.act(routed_n);
-    float* g_dw = c.f32(dw.size());
-    gpu.moe_dispatch(g_routed, c.act(x), g_rows, N, K, C);
-    cpu.moe_dispatch(as_act(routed.data()), as_act(x.data()), rows.data(), N, K, C);
-    c.compare("moe_dispatch (exact)", c.host(g_routed, routed_n), routed, 0.0);
-    gpu.moe_dispatch_backward(g_dx, c.act(expert_out), g_rows, N, K, C);
-    cpu.moe_dispatch_backward(as_act(dx.data()), as_act(expert_out.data()), rows.data(), N, K, C);
-    c.compare("moe_dispatch_backward dx", c.host(g_dx, token_n), dx);
-    const float* g_w = c.f32(weights);
-    gpu.moe_combine(g_out, c.act(expert_out), g_w, g_rows, N, K, C);
-    cpu.moe_combine(as_act(out.data()), as_act(expert_out.data()), weights.data(), rows.data(), N, K, C);
-    c.compare("moe_combine" + at, c.host(g_out, token_n), out);
-    gpu.moe_combine_backward(g_dexpert, g_dw, c.act(dout), c.act(expert_out), g_w, g_rows, N, K, C);
-    cpu.moe_combine_backward(as_act(dexpert_out.data()), dw.data(), as_act(dout.data()), as_act(expert_out.data()),
-                             weights.data(), rows.data(), N, K, C);
-    c.compare("moe_combine_backward dexpert_out" + at, c.host(g_dexpert, routed_n), dexpert_out);
-    c.compare("moe_combine_backward dweights" + at, c.host(g_dw, dw.size()), dw);
-  });
+  // Mixture of experts (8 experts, top-2, renormalized and not, softmax and sigmoid scores).
+  for (int mode = 0; mode < 3; mode++) c.run("moe", [&] { check_moe(cpu, gpu, c, B, T, 8, 2, C, mode); });
   // Matmuls: an aligned shape and an odd one (cuBLASLt picks other algorithms).
   for (const auto& [rows, in, outc] : std::vector<std::tuple<int, int, int>>{{N, C, 3 * C}, {301, 203, 333}}) c.run("matmul", [&] {
     const size_t n_in = static_cast<size_t>(rows) * in, n_out = static_cast<size_t>(rows) * outc;
@@ -421,10 +468,12 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     }
     for (int g = 0; g < groups; g++) weight_ptr.push_back(as_act(weight[g].data()));
     for (int g = 0; g < groups; g++) dweight_ptr.push_back(dweight[g].data());
-    const std::string at = " " + std::to_string(groups) + " groups x" + std::to_string(in) + "x" + std::to_string(outc);
+    std::string at = " " + std::to_string(groups) + " groups x" + std::to_string(in) + "x" + std::to_string(outc);
     std::vector<float> out(n_out), dinp(n_in);
     Act *g_out = c.act(n_out), *g_inp = c.act(inp), *g_dinp = c.act(n_in);
+    gpu.set_grouped_gemm(GroupedGemmSetting::grouped);  // checked whatever this run's choice; each shape anew
     gpu.grouped_matmul_forward(g_out, g_inp, g_weight.data(), rows.data(), groups, in, outc);
+    at += gpu.grouped_gemm_on() ? "" : " (ran per expert)";  // cuBLAS refused the shape
     cpu.grouped_matmul_forward(as_act(out.data()), as_act(inp.data()), weight_ptr.data(), rows.data(), groups, in, outc);
     c.compare("grouped_matmul_forward" + at, c.host(g_out, n_out), out);
     gpu.grouped_matmul_backward(g_dinp, g_dweight.data(), c.act(dout), g_inp, g_weight.data(), rows.data(), groups, in,
@@ -847,7 +896,10 @@ void fill_pattern(Kernels& gpu, Act* p, size_t n) {
 // A mixture's experts at Qwen3-30B-A3B's shapes (128 experts of width 768 over d 2048, top
 // 8 of 8192 tokens: 512 rows each): the gate | up GEMMs of every expert as one grouped
 // GEMM against one GEMM per expert (the base class's loop), forward and backward.
-void experts_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers) {
+// The grouped rows time the grouped GEMM whatever this process's choice (TRIDENT_GROUPED_GEMM,
+// a record, or the odd-shape check above turning it off for "not supported"), and say so
+// where cuBLAS still refused it and the row ran per expert. `measured`: both ways' times.
+void experts_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers, std::optional<GroupedGemmMeasurement>& measured) {
   const int E = 128, C = 2048, F2 = 2 * 768, per = 512, R = E * per;
   std::vector<int> counts(E, per);
   std::vector<const Act*> weights;
@@ -868,24 +920,40 @@ void experts_rows(TimingRows& rows, Kernels& gpu, Buffers& buffers) {
       }))
     return;
   const double flops = 2.0 * R * C * F2;
-  rows.row("experts gate|up fwd, grouped (128 x 512x2048x1536)",
-           [&] { gpu.grouped_matmul_forward(y, x, weights.data(), counts.data(), E, C, F2); }, flops, "TFLOP/s");
-  rows.row("experts gate|up fwd, a GEMM per expert",
-           [&] { gpu.Kernels::grouped_matmul_forward(y, x, weights.data(), counts.data(), E, C, F2); }, flops,
-           "TFLOP/s");
-  rows.row(gpu.precision() == Precision::bf16 ? "experts gate|up bwd, grouped dinp + dweight per expert"
-                                              : "experts gate|up bwd, grouped (dinp + dweight)",
-           [&] { gpu.grouped_matmul_backward(dx, grads.data(), y, x, weights.data(), counts.data(), E, C, F2); },
-           2 * flops, "TFLOP/s");
-  rows.row("experts gate|up bwd, a GEMM per expert", [&] {
+  gpu.set_grouped_gemm(GroupedGemmSetting::grouped);
+  // A grouped row that cuBLAS turned down ran per expert: its label says so.
+  const auto grouped_label = [&](std::string label) {
+    return gpu.grouped_gemm_on() ? label : label + " [RAN PER EXPERT: grouped not supported]";
+  };
+  const double fwd_grouped = rows.time("experts gate|up fwd, grouped", [&] {
+    gpu.grouped_matmul_forward(y, x, weights.data(), counts.data(), E, C, F2);
+  });
+  rows.print(grouped_label("experts gate|up fwd, grouped (128 x 512x2048x1536)"), fwd_grouped, flops, "TFLOP/s");
+  const double fwd_each = rows.time("experts gate|up fwd, a GEMM per expert", [&] {
+    gpu.Kernels::grouped_matmul_forward(y, x, weights.data(), counts.data(), E, C, F2);
+  });
+  rows.print("experts gate|up fwd, a GEMM per expert", fwd_each, flops, "TFLOP/s");
+  const double bwd_grouped = rows.time("experts gate|up bwd, grouped", [&] {
+    gpu.grouped_matmul_backward(dx, grads.data(), y, x, weights.data(), counts.data(), E, C, F2);
+  });
+  rows.print(grouped_label(gpu.precision() == Precision::bf16 ? "experts gate|up bwd, grouped dinp + dweight per expert"
+                                                              : "experts gate|up bwd, grouped (dinp + dweight)"),
+             bwd_grouped, 2 * flops, "TFLOP/s");
+  const double bwd_each = rows.time("experts gate|up bwd, a GEMM per expert", [&] {
     gpu.Kernels::grouped_matmul_backward(dx, grads.data(), y, x, weights.data(), counts.data(), E, C, F2);
-  }, 2 * flops, "TFLOP/s");
+  });
+  rows.print("experts gate|up bwd, a GEMM per expert", bwd_each, 2 * flops, "TFLOP/s");
+  if (std::isnan(fwd_grouped + fwd_each + bwd_grouped + bwd_each)) return;  // a failed row: nothing to record
+  measured = GroupedGemmMeasurement{device_model(), (fwd_grouped + bwd_grouped) * 1e3, (fwd_each + bwd_each) * 1e3,
+                                    gpu.grouped_gemm_on()};
+  std::printf("| %-44s | %8s | %-17s |\n", "experts fwd + bwd: the faster", "",
+              measured->grouped_wins() ? "grouped" : "a GEMM per expert");
 }
 
 // The Llama kernels timed at Llama-2-7B / Llama-3-8B shapes (d 4096, SwiGLU 11008, 32
 // heads of 128 over 8 key/value heads), 8192 tokens: RMSNorm, SwiGLU, rotary embeddings,
 // and grouped-query flash attention against the naive three kernels. Returns the failed rows.
-int llama_timing_table(Kernels& gpu) {
+int llama_timing_table(Kernels& gpu, std::optional<GroupedGemmMeasurement>& experts_measured) {
   TimingRows rows(gpu);
   const int C = 4096, F = 11008, NH = 32, NKV = 8, HD = 128, N = 8192;
   const int rope_B = 2, rope_T = 4096;    // rotary embeddings over 4096 positions
@@ -937,11 +1005,111 @@ int llama_timing_table(Kernels& gpu) {
            rope_bytes * 1e3, "GB/s");
   rows.row("rope_backward (B=2 T=4096)", [&] { gpu.rope_backward(dqkv, table, rope_B, rope_T, NH, NKV, HD); },
            rope_bytes * 1e3, "GB/s");
-  experts_rows(rows, gpu, buffers);
+  experts_rows(rows, gpu, buffers, experts_measured);
   attention_rows(rows, gpu, buffers, "GQA T=2048 ", {out, qkv, dqkv, dout, stats}, att_B, att_T, NH, NKV, HD, "");
   attention_rows(rows, gpu, buffers, "GQA T=4096 ", {out, qkv, dqkv, dout, stats}, att_B / 2, 2 * att_T, NH, NKV, HD,
                  " (target >= 3x)");
   return rows.failures();
+}
+
+// --moe-router-memory: the router and dispatch kernels of a mixture at Qwen3-30B-A3B's
+// router shapes (N tokens, E experts, top K, width C): first checked against the CPU on
+// fewer tokens, then each run once between two readings of free device memory (after a
+// synchronization) and timed. A kernel's first run that takes more than `limit` bytes
+// fails: the router kernels' per-thread arrays once spilled to 4 KiB of stack per thread,
+// which the driver reserves for every resident thread (~1 GiB) at the first launch. Every
+// kernel is held to it, not only the router backward: a reservation stays, so an earlier
+// kernel that made it would hide a later one's. `free_bytes`: device_free_bytes() on a GPU.
+struct MoeShape {
+  int N, T, E, K, C;
+};
+int moe_router_memory(Kernels& cpu, Kernels& gpu, uint64_t seed, const MoeShape& m,
+                      const std::function<size_t()>& free_bytes, size_t limit) {
+  std::printf("\n| %-38s | prec | rel. error | toler. | |\n|---|---|---:|---:|---|\n", "MoE router kernels, output");
+  int failures = 0;
+  {
+    Comparison c(gpu, seed);
+    for (int mode = 0; mode < 3; mode++)
+      c.run("moe router", [&] { check_moe(cpu, gpu, c, 2, 128, m.E, m.K, 256, mode); });
+    failures += c.failures();
+    if (c.broken()) return failures;
+  }
+  TimingRows rows(gpu);
+  Buffers buffers(gpu);
+  const size_t NE = static_cast<size_t>(m.N) * m.E, NK = static_cast<size_t>(m.N) * m.K;
+  const size_t NC = static_cast<size_t>(m.N) * m.C, routed = NK * m.C;
+  Act *logits = nullptr, *dlogits = nullptr, *x = nullptr, *dx = nullptr, *out = nullptr, *dout = nullptr,
+      *expert_rows = nullptr, *dexpert_rows = nullptr;
+  float *probs = nullptr, *lse = nullptr, *weights = nullptr, *dweights = nullptr, *balance = nullptr;
+  int32_t *experts = nullptr, *order = nullptr;
+  if (!rows.attempt("MoE router buffers", [&] {
+        logits = buffers.act(NE), dlogits = buffers.act(NE), x = buffers.act(NC), dx = buffers.act(NC);
+        out = buffers.act(NC), dout = buffers.act(NC), expert_rows = buffers.act(routed);
+        dexpert_rows = buffers.act(routed);
+        probs = buffers.f32(NE), lse = buffers.f32(m.N), weights = buffers.f32(NK), dweights = buffers.f32(NK);
+        balance = buffers.f32(static_cast<size_t>(m.N / m.T) * m.E);
+        fill_pattern(gpu, logits, NE);
+        for (Act* p : {x, dout}) fill_pattern(gpu, p, NC);
+        fill_pattern(gpu, expert_rows, routed);
+        std::vector<int32_t> chosen(NK), permutation(NK);
+        for (size_t i = 0; i < NK; i++) chosen[i] = static_cast<int32_t>(i % m.E);
+        for (size_t i = 0; i < NK; i++) permutation[i] = static_cast<int32_t>(i);
+        std::shuffle(permutation.begin(), permutation.end(), std::mt19937(5));
+        experts = buffers.i32(chosen), order = buffers.i32(permutation);
+        const std::vector<float> small(std::max(NK, static_cast<size_t>(m.N / m.T) * m.E), 0.01f);
+        gpu.copy_to_device(dweights, small.data(), NK * sizeof(float));
+        gpu.copy_to_device(balance, small.data(), static_cast<size_t>(m.N / m.T) * m.E * sizeof(float));
+      }))
+    return failures + rows.failures();
+  std::printf("\n| MoE kernel, N=%d E=%d K=%d C=%d (%s) | ms | device memory its first run took | |\n"
+              "|---|---:|---:|---|\n",
+              m.N, m.E, m.K, m.C, precision_name(gpu.precision()));
+  const auto kernel = [&](const char* name, const std::function<void()>& run) {
+    double taken = NAN;
+    const bool ran = rows.attempt(name, [&] {
+      const size_t before = free_bytes();
+      run();
+      taken = static_cast<double>(before) - static_cast<double>(free_bytes());  // < 0: some came back
+    });
+    if (!ran) return;
+    const double seconds = rows.time(name, run);
+    if (std::isnan(seconds)) return;
+    const bool ok = taken <= static_cast<double>(limit);
+    failures += ok ? 0 : 1;
+    std::printf("| %-38s | %8.3f | %+9.1f MiB | %s |\n", name, seconds * 1e3, taken / (1 << 20),
+                ok ? "ok" : ("FAIL: over " + std::to_string(limit >> 20) + " MiB").c_str());
+  };
+  kernel("moe_router_forward", [&] {
+    gpu.moe_router_forward(probs, lse, experts, weights, logits, m.N, m.E, m.K, true, false);
+  });
+  kernel("moe_dispatch", [&] { gpu.moe_dispatch(expert_rows, x, order, m.N, m.K, m.C); });
+  kernel("moe_combine", [&] { gpu.moe_combine(out, expert_rows, weights, order, m.N, m.K, m.C); });
+  kernel("moe_combine_backward", [&] {
+    gpu.moe_combine_backward(dexpert_rows, dweights, dout, expert_rows, weights, order, m.N, m.K, m.C);
+  });
+  kernel("moe_dispatch_backward", [&] { gpu.moe_dispatch_backward(dx, dexpert_rows, order, m.N, m.K, m.C); });
+  kernel("moe_router_backward", [&] {
+    gpu.moe_router_backward(dlogits, probs, lse, experts, weights, dweights, balance, m.T, 0.01f, 0.001f, m.N, m.E,
+                            m.K, true, false);
+  });
+  return failures + rows.failures();
+}
+
+// --cpu-self-check of --moe-router-memory on the CPU backend, at fewer tokens: with free
+// memory that stays, it passes; with free memory that drops by 1 GiB across every first
+// run (as the old router kernels' stacks did), each kernel fails. Returns 0 when so.
+int moe_router_memory_self_check(Kernels& cpu, uint64_t seed) {
+  std::printf("\n--moe-router-memory on the CPU, then with 1 GiB taken by every first run, on purpose:\n");
+  auto kernels = make_cpu_kernels(Precision::bf16);
+  const MoeShape small{512, 128, 128, 8, 64};
+  const size_t limit = 64u << 20;
+  const int steady = moe_router_memory(cpu, *kernels, seed, small, [] { return size_t{8} << 30; }, limit);
+  size_t free_now = size_t{64} << 30;
+  const int leaking = moe_router_memory(cpu, *kernels, seed, small, [&] { return free_now -= size_t{1} << 30; }, limit);
+  const bool ok = steady == 0 && leaking == 6;
+  std::printf("moe router memory self-check: %s (%d failed with steady memory, %d of 6 with 1 GiB taken)\n",
+              ok ? "ok" : "FAIL", steady, leaking);
+  return ok ? 0 : 1;
 }
 
 // --cpu-self-check of the timing rows (the table itself needs a GPU): a row that throws
@@ -976,7 +1144,9 @@ int fault_self_check(Kernels& cpu, uint64_t seed) {
 }
 
 // The checks and the timing tables of one precision; returns the failed checks and rows.
-int check_precision(Kernels& cpu, Precision precision, uint64_t seed, bool timing, bool self_check) {
+// `record`: where to write the experts' grouped / per-expert measurement ("": nowhere).
+int check_precision(Kernels& cpu, Precision precision, uint64_t seed, bool timing, bool self_check,
+                    const std::string& record) {
   std::unique_ptr<Kernels> gpu;
   try {
     gpu = self_check ? make_cpu_kernels(precision) : make_cuda_kernels(precision);
@@ -994,9 +1164,19 @@ int check_precision(Kernels& cpu, Precision precision, uint64_t seed, bool timin
     return failures;
   }
   if (timing && !self_check) {
-    const int rows = timing_table(*gpu) + llama_timing_table(*gpu);
+    std::optional<GroupedGemmMeasurement> experts;
+    const int rows = timing_table(*gpu) + llama_timing_table(*gpu, experts);
     std::printf("\n%s timing: %d rows failed\n", precision_name(precision), rows);
     failures += rows;
+    if (!record.empty() && experts) {
+      record_grouped_gemm(record, precision, *experts);
+      std::printf("recorded in %s: the experts' GEMMs %s in %s on %s (TRIDENT_GPU_CHOICES=%s uses it)\n",
+                  record.c_str(), experts->grouped_wins() ? "grouped" : "per expert", precision_name(precision),
+                  experts->device.c_str(), record.c_str());
+    } else if (!record.empty()) {
+      std::printf("nothing recorded in %s for %s: an experts' timing row failed\n", record.c_str(),
+                  precision_name(precision));
+    }
   }
   return failures;
 }
@@ -1005,25 +1185,43 @@ int check_precision(Kernels& cpu, Precision precision, uint64_t seed, bool timin
 
 int main(int argc, char** argv) {
   uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  bool timing = true, self_check = false;
+  bool timing = true, self_check = false, moe_memory = false, precision_given = false;
+  std::string record;
   std::vector<Precision> precisions = {Precision::bf16, Precision::fp32};
   try {
     for (int i = 1; i < argc; i++) {
       if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = std::stoull(argv[++i]);
-      else if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc) precisions = {parse_precision(argv[++i])};
+      else if (std::strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
+        precisions = {parse_precision(argv[++i])}, precision_given = true;
       else if (std::strcmp(argv[i], "--no-timing") == 0) timing = false;
       else if (std::strcmp(argv[i], "--cpu-self-check") == 0) self_check = true;
+      else if (std::strcmp(argv[i], "--moe-router-memory") == 0) moe_memory = true;
+      else if (std::strcmp(argv[i], "--record") == 0 && i + 1 < argc && argv[i + 1][0] != '\0') record = argv[++i];
       else throw std::invalid_argument(std::string("unknown argument ") + argv[i] +
-                                       " (--precision fp32|bf16, --seed N, --no-timing, --cpu-self-check)");
+                                       " (--precision fp32|bf16, --seed N, --no-timing, --cpu-self-check,"
+                                       " --moe-router-memory, --record PATH)");
     }
     if (!self_check) select_cuda_device(0);
     auto cpu = make_cpu_kernels(Precision::fp32);
     std::printf("kernel check, seed %llu: ||gpu - cpu|| / ||cpu|| on the same inputs\n\n",
                 static_cast<unsigned long long>(seed));
-    std::printf("| %-38s | prec | rel. error | toler. | |\n|---|---|---:|---:|---|\n", "kernel, output");
     int failures = 0;
-    for (Precision precision : precisions) failures += check_precision(*cpu, precision, seed, timing, self_check);
-    if (self_check) failures += timing_rows_self_check(*cpu) + fault_self_check(*cpu, seed);
+    if (moe_memory) {  // this mode alone: bf16 (training's) unless --precision says
+      for (Precision precision : precision_given ? precisions : std::vector<Precision>{Precision::bf16}) {
+        auto kernels = self_check ? make_cpu_kernels(precision) : make_cuda_kernels(precision);
+        const MoeShape shape = self_check ? MoeShape{512, 128, 128, 8, 64} : MoeShape{16384, 4096, 128, 8, 2048};
+        const std::function<size_t()> free_bytes = self_check ? std::function<size_t()>([] { return size_t{0}; })
+                                                              : std::function<size_t()>(device_free_bytes);
+        failures += moe_router_memory(*cpu, *kernels, seed, shape, free_bytes, 64u << 20);
+      }
+      std::printf("\n%s: %d failed\n", failures == 0 ? "PASS" : "FAIL", failures);
+      return failures == 0 ? 0 : 1;
+    }
+    std::printf("| %-38s | prec | rel. error | toler. | |\n|---|---|---:|---:|---|\n", "kernel, output");
+    for (Precision precision : precisions)
+      failures += check_precision(*cpu, precision, seed, timing, self_check, record);
+    if (self_check)
+      failures += timing_rows_self_check(*cpu) + fault_self_check(*cpu, seed) + moe_router_memory_self_check(*cpu, seed);
     std::printf("\n%s: %d failed\n", failures == 0 ? "PASS" : "FAIL", failures);
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {

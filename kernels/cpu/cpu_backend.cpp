@@ -66,7 +66,7 @@ class CpuKernels final : public Kernels {
   void do_free(void* p) override { std::free(p); }
   void do_copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void do_copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void do_upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void fill_zero(void* p, size_t bytes) override {
     const size_t n = bytes / sizeof(float);

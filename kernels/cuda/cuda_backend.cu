@@ -7,13 +7,16 @@
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <vector>
 
 #include "../bf16.h"
+#include "../grouped_gemm_choice.h"
 #include "../kernels.h"
 #include "cuda_kernels.cuh"
+#include "cuda_sizes.h"
 
 namespace trident::kernels {
 
@@ -83,7 +86,8 @@ class Scratch {
 // it has run (an event), so that the caller's buffer is free at once and the copy stays
 // asynchronous. A step's uploads (tokens, targets, the embedding gradient's index, per
 // micro-batch) fit the ring many times over: the wait is for a host far ahead of the GPU.
-// Every slot is sized up front (reserve(): the largest upload of a step) because
+// Every slot is sized up front (reserve(), from Kernels::reserve_uploads(): the largest
+// upload of a step, a mixture's rows included) because
 // cudaFreeHost and cudaMallocHost stall the whole device.
 class PinnedStaging {
  public:
@@ -98,9 +102,8 @@ class PinnedStaging {
   }
   // Every slot at least `bytes` (before the first step); returns whether any grew.
   bool reserve(size_t bytes) {
-    bool grew = false;
-    for (Slot& s : slots_) grew |= grow(s, bytes);
-    return grew;
+    reserved_ = std::max(reserved_, bytes);
+    return grow_all(bytes);
   }
   // Copies src into the next slot and queues the copy to dst; returns whether it had to
   // wait for the device (a host synchronization: a slot still being read, or one that
@@ -118,7 +121,14 @@ class PinnedStaging {
         CUDA_CHECK(state);
       }
     }
-    waited |= grow(s, bytes);
+    if (bytes > s.bytes) {  // larger than reserved: every slot grows now, one stall rather than one per slot
+      if (reserved_ > 0 && !said_) {  // nothing reserved: a benchmark's backend, growing as asked
+        std::fprintf(stderr, "trident: an upload of %zu bytes is larger than its pinned staging (%zu bytes, "
+                             "reserve_uploads()); the slots grow, stalling the device\n", bytes, reserved_);
+        said_ = true;
+      }
+      waited |= grow_all(bytes);
+    }
     std::memcpy(s.host, src, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, compute_stream()));
     CUDA_CHECK(cudaEventRecord(s.copied, compute_stream()));
@@ -128,6 +138,11 @@ class PinnedStaging {
 
  private:
   struct Slot;
+  bool grow_all(size_t bytes) {
+    bool grew = false;
+    for (Slot& s : slots_) grew |= grow(s, bytes);
+    return grew;
+  }
   // A slot of at least `bytes` (not in flight); true if it had to grow.
   static bool grow(Slot& s, size_t bytes) {
     if (s.copied == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
@@ -149,16 +164,29 @@ class PinnedStaging {
   };
   std::array<Slot, kSlots> slots_{};
   int next_ = 0;
+  size_t reserved_ = 0;  // the most reserve() was asked for
+  bool said_ = false;    // an upload beyond it, said once
 };
 
-// The experts a rank holds, at most, for which the grouped GEMMs' pointer arrays are sized
-// up front (more grow them at their first use).
-constexpr size_t kMaxGroupedProblems = 1024;
+using cuda_sizes::kMaxGroupedProblems;
+
+// The model of the current GPU ("NVIDIA H100 80GB HBM3"): what a recorded measurement is of.
+std::string device_model() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
 
 template <typename Element>
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels() : pooled_(memory_pools_supported()) {
+  CudaKernels()
+      : pooled_(memory_pools_supported()),
+        grouped_(GroupedGemmChoice::from_environment(
+            device_model(), std::is_same_v<Element, float> ? Precision::fp32 : Precision::bf16,
+            [](const std::string& line) { std::fprintf(stderr, "trident: %s\n", line.c_str()); })) {
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
@@ -168,8 +196,9 @@ class CudaKernels final : public Kernels {
 
   std::string name() const override { return name_; }
   std::string details() const override {
-    return pooled_ ? "scratch from the stream-ordered memory pool"
-                   : "scratch by cudaMalloc, sized up front (this GPU's runtime has no memory pools)";
+    return (pooled_ ? "scratch from the stream-ordered memory pool"
+                    : "scratch by cudaMalloc, sized up front (this GPU's runtime has no memory pools)") +
+           std::string(", ") + grouped_.description();
   }
   Precision precision() const override { return std::is_same_v<Element, float> ? Precision::fp32 : Precision::bf16; }
   DType activation_type() const override { return std::is_same_v<Element, float> ? DType::f32 : DType::bf16; }
@@ -181,7 +210,7 @@ class CudaKernels final : public Kernels {
                                static_cast<size_t>(B) * NH * T_}) *
                      sizeof(float));
     index_scratch_.reserve((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t));
-    staging_.reserve((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t));  // the largest upload: that index
+    reserve_uploads(cuda_sizes::own_upload_bytes(N));  // the model adds its own (a mixture's rows)
     norm_scratch_.reserve((cuda::sum_partials() + 1) * sizeof(double));  // + sum_squares()'s total
     pointer_scratch_.reserve(3 * kMaxGroupedProblems * sizeof(void*));    // a grouped GEMM's A, B and C arrays
     cuda::gemm_workspace();  // cuBLASLt's, allocated now rather than in the first GEMM
@@ -215,9 +244,10 @@ class CudaKernels final : public Kernels {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream()));
     CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
   }
-  void upload(void* dst, const void* src, size_t bytes) override {
+  void do_upload(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0 && staging_.upload(dst, src, bytes)) count_host_sync();
   }
+  void do_reserve_uploads(size_t bytes) override { staging_.reserve(bytes); }  // before the first step
   void copy_on_device(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream()));
   }
@@ -333,6 +363,8 @@ class CudaKernels final : public Kernels {
     run_grouped<Element>(input, false, false, false);
     run_grouped<float>(weight, true, false, true);  // fp32 gradients, added
   }
+  bool grouped_gemm_on() const override { return grouped_.on(); }
+  void set_grouped_gemm(GroupedGemmSetting setting) override { grouped_.set(setting); }
   void rmsnorm_backward(Act* dinp, float* dweight, const Act* dout, const Act* inp, const Act* weight,
                         const float* rstd, int N, int C) override {
     float* scratch = scratch_.get<float>(cuda::rmsnorm_backward_scratch_floats(N, C));
@@ -418,13 +450,15 @@ class CudaKernels final : public Kernels {
       M.push_back(m), N.push_back(n), K.push_back(k), A.push_back(a), B.push_back(b), C.push_back(c);
     }
   };
-  // As one cuBLAS call (its pointer arrays uploaded), or one gemm() each where cuBLAS has
-  // no grouped GEMM for these types (asked once: the answer is kept). cuBLAS groups inputs
-  // and results of one type: fp32 weight gradients from bf16 inputs go one GEMM each.
+  // As one cuBLAS call (its pointer arrays uploaded), or one gemm() each where grouped_
+  // says so: chosen so, or cuBLAS without a grouped GEMM (for these types: the answer is
+  // kept for the run). cuBLAS groups inputs and results of one type: fp32 weight gradients
+  // from bf16 inputs go one GEMM each.
   template <typename TC>
   void run_grouped(const GroupedProblems& g, bool trans_a, bool trans_b, bool accumulate) {
     const int count = static_cast<int>(g.M.size());
-    if (count > 1 && std::is_same_v<TC, Element> && grouped_supported_) {
+    if (count > 1 && std::is_same_v<TC, Element> && grouped_.on() &&
+        grouped_.use_grouped(cuda::grouped_gemm_available())) {
       std::vector<const void*> pointers(g.A);
       pointers.insert(pointers.end(), g.B.begin(), g.B.end());
       pointers.insert(pointers.end(), g.C.begin(), g.C.end());
@@ -433,7 +467,7 @@ class CudaKernels final : public Kernels {
       if (cuda::grouped_gemm<Element, TC>(trans_a, trans_b, count, g.M.data(), g.N.data(), g.K.data(), device,
                                           accumulate))
         return;
-      grouped_supported_ = false;
+      grouped_.not_supported();
     }
     for (int i = 0; i < count; i++)
       cuda::gemm<Element, TC>(trans_a, trans_b, g.M[i], g.N[i], g.K[i], static_cast<const Element*>(g.A[i]),
@@ -449,9 +483,9 @@ class CudaKernels final : public Kernels {
 
   std::string name_;
   const bool pooled_;
+  GroupedGemmChoice grouped_;  // the experts' GEMMs: grouped or one per expert
   Scratch scratch_{pooled_, [this] { count_host_sync(); }}, index_scratch_{pooled_, [this] { count_host_sync(); }},
       norm_scratch_{pooled_, [this] { count_host_sync(); }}, pointer_scratch_{pooled_, [this] { count_host_sync(); }};
-  bool grouped_supported_ = true;  // false once cuBLAS said it has no grouped GEMM for them
   PinnedStaging staging_;
   std::vector<int32_t> csr_count_, csr_packed_, csr_slot_;  // embedding_backward's, kept between calls
 };

@@ -29,6 +29,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
 // x K[i]; device_pointers (device memory) holds the count A's, then the B's, then the C's.
 // Returns false, having done nothing, where cuBLAS has no grouped GEMM for these types or
 // none at all (before 12.5): the caller runs gemm() per problem.
+// Whether this cuBLAS has the grouped GEMM's entry point at all (cuBLAS 12.5 or later).
+bool grouped_gemm_available();
 template <typename T, typename TC>
 bool grouped_gemm(bool trans_a, bool trans_b, int count, const int* M, const int* N, const int* K,
                   const void* const* device_pointers, bool accumulate);

@@ -19,6 +19,17 @@ inline size_t layernorm_backward_scratch_floats(int N, int C) { return static_ca
 inline size_t rmsnorm_backward_scratch_floats(int N, int C) { return static_cast<size_t>(norm_backward_blocks(N)) * C; }
 inline size_t column_sums_scratch_floats(int OC) { return static_cast<size_t>(kColumnSumRowChunks) * OC; }
 
+// The experts a rank holds, at most, for which the grouped GEMMs' pointer arrays are sized
+// up front (more grow them at their first use).
+constexpr size_t kMaxGroupedProblems = 1024;
+
+// The backend's own largest upload(): embedding_backward's token index (3N + 2 ints) or a
+// grouped GEMM's pointer arrays (A, B and C of each expert). The model's own uploads come
+// on top of it (Kernels::reserve_uploads()).
+inline size_t own_upload_bytes(int N) {
+  return std::max((3 * static_cast<size_t>(N) + 2) * sizeof(int32_t), 3 * kMaxGroupedProblems * sizeof(void*));
+}
+
 // Flash attention keeps each row's log-sum-exp.
 inline size_t attention_stats_floats(int B, int T, int NH) { return static_cast<size_t>(B) * NH * T; }
 

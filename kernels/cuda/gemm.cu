@@ -211,6 +211,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
                               gemm_workspace(), kWorkspaceBytes, compute_stream()));
 }
 
+bool grouped_gemm_available() { return cublas().GemmGroupedBatchedEx != nullptr; }
+
 template <typename T, typename TC>
 bool grouped_gemm(bool trans_a, bool trans_b, int count, const int* M, const int* N, const int* K,
                   const void* const* device_pointers, bool accumulate) {

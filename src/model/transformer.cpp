@@ -7,6 +7,7 @@
 
 #include "kernels/base/error.h"
 #include "model/document_mask.h"
+#include "model/layers/moe.h"
 #include "monitor/step_trace.h"
 #include "runtime/random.h"
 
@@ -144,6 +145,11 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
                                                          options.expert_parallel, growing_.get(), nullptr});
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
+  // And the staging of the layers' uploads: tokens, targets, document starts (B T ints
+  // each), a mixture's rows.
+  const size_t N = static_cast<size_t>(B_) * T_;
+  k.reserve_uploads(std::max(N * sizeof(int32_t),
+                             s.n_experts > 0 ? moe_largest_upload_bytes(N, s.experts_per_token, options.stage.ep) : 0));
 }
 
 void Transformer::init_parameters(uint64_t seed) {

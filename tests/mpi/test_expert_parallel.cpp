@@ -87,6 +87,9 @@ TEST_P(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
   } else {
     EXPECT_EQ(sharded.grown_bytes(), 0u);
   }
+  // Rank 0 received every rank's N K rows (dropless): their order, N K ep ints, was
+  // uploaded within what the model reserved (a GPU's pinned staging grows nowhere).
+  EXPECT_EQ(k->uploads_beyond_reserve(), 0u);
   int compared = 0;
   for (const ParameterTensor& t : whole.layout().tensors()) {
     std::vector<float> expected = whole.full_gradient(t.name);

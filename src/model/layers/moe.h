@@ -36,6 +36,8 @@
 // - the router z-loss (ST-MoE): z_coef * the mean over tokens of logsumexp(logits)^2.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,14 @@ struct MoeOptions {
   int seq_len = 0;  // a whole sequence's tokens (the balance is per sequence)
   int layer = 0;    // the block's index in the model (RouterStats::tokens)
 };
+
+// The largest upload() a mixture makes in a step, in bytes, for N tokens with K experts
+// each: the rows permutation (N K ints) or, under expert parallelism over ep ranks, the
+// order of the rows received, up to N K from each rank (dropless, all to this rank's
+// experts). Kernels::reserve_uploads() sizes the staging for it up front.
+inline size_t moe_largest_upload_bytes(size_t N, int K, int ep) {
+  return N * static_cast<size_t>(K) * static_cast<size_t>(ep < 1 ? 1 : ep) * sizeof(int32_t);
+}
 
 class MixtureOfExperts : public Sublayer {
  public:
