@@ -256,8 +256,9 @@ void check_moe(Kernels& cpu, Kernels& gpu, Comparison& c, int B, int T, int E, i
   std::vector<int32_t> experts(static_cast<size_t>(N) * K);
   float *g_probs = c.f32(probs.size()), *g_lse = c.f32(N), *g_weights = c.f32(weights.size());
   int32_t* g_experts = c.i32(experts);
-  gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.act(logits), N, E, K, renormalize, sigmoid);
-  cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), as_act(logits.data()), N, E, K,
+  // The logits in fp32, as the router's matmul_forward_f32 leaves them.
+  gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.f32(logits), N, E, K, renormalize, sigmoid);
+  cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), logits.data(), N, E, K,
                          renormalize, sigmoid);
   c.compare("moe_router_forward probs" + at, c.host(g_probs, probs.size()), probs, 1e-5);
   c.compare("moe_router_forward lse" + at, c.host(g_lse, N), lse, 1e-5);
@@ -266,6 +267,34 @@ void check_moe(Kernels& cpu, Kernels& gpu, Comparison& c, int B, int T, int E, i
   gpu.copy_to_host(chosen.data(), g_experts, chosen.size() * sizeof(int32_t));
   c.compare("moe_router_forward experts (exact)" + at, std::vector<float>(chosen.begin(), chosen.end()),
             std::vector<float>(experts.begin(), experts.end()), 0.0);
+  // From the CPU's routing on both: the dropless permutation (exact) and the balance
+  // loss's statistics, coefficients and value (kernels/cuda/moe_routing.cu).
+  {
+    const int32_t* g_chosen = c.i32(experts);
+    std::vector<int32_t> permutation(experts.size(), -1), got(experts.size());
+    std::vector<float> counts(E);
+    int32_t* g_permutation = c.i32(permutation);
+    float* g_counts = c.f32(E);
+    gpu.moe_permute(g_permutation, g_counts, g_chosen, N * K, E);
+    cpu.moe_permute(permutation.data(), counts.data(), experts.data(), N * K, E);
+    gpu.copy_to_host(got.data(), g_permutation, got.size() * sizeof(int32_t));
+    c.compare("moe_permute rows (exact)" + at, std::vector<float>(got.begin(), got.end()),
+              std::vector<float>(permutation.begin(), permutation.end()), 0.0);
+    c.compare("moe_permute counts (exact)" + at, c.host(g_counts, E), counts, 0.0);
+    const size_t BE = static_cast<size_t>(B) * E;
+    std::vector<float> stats(2 * BE), totals(N), coefficients(BE);
+    float *g_stats = c.f32(stats.size()), *g_coefficients = c.f32(BE);
+    auto* g_loss = reinterpret_cast<double*>(c.f32(2));  // zero-filled
+    gpu.moe_balance_statistics(g_stats, c.f32(N), g_chosen, c.f32(probs), N, T, E, K, sigmoid);
+    cpu.moe_balance_statistics(stats.data(), totals.data(), experts.data(), probs.data(), N, T, E, K, sigmoid);
+    c.compare("moe_balance_statistics" + at, c.host(g_stats, stats.size()), stats, 1e-5);
+    double loss = 0, g_loss_host = 0;
+    gpu.moe_balance_loss(g_coefficients, g_loss, g_stats, c.f32(lse), B, N, E, K, T, 0.01, 0.001, true);
+    cpu.moe_balance_loss(coefficients.data(), &loss, stats.data(), lse.data(), B, N, E, K, T, 0.01, 0.001, true);
+    gpu.copy_to_host(&g_loss_host, g_loss, sizeof(double));
+    c.compare("moe_balance_loss coefficients" + at, c.host(g_coefficients, BE), coefficients, 1e-5);
+    c.compare("moe_balance_loss value" + at, {static_cast<float>(g_loss_host)}, {static_cast<float>(loss)}, 1e-5);
+  }
   // Backward from the CPU's routing on both: the weights' gradient, balance and z-loss.
   const auto dweights = c.input(weights.size()), balance = c.input(static_cast<size_t>(B) * E);
   std::vector<float> dlogits(probs.size());
@@ -436,6 +465,13 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     gpu.matmul_forward(g_out, g_inp, g_weight, nullptr, rows, in, outc);
     cpu.matmul_forward(as_act(out.data()), as_act(inp.data()), as_act(weight.data()), nullptr, rows, in, outc);
     c.compare("matmul_forward" + at, c.host(g_out, n_out), out);
+    {  // fp32 out (a router's logits): no rounding to the activation type on either side
+      std::vector<float> out_f32(n_out);
+      float* g_out_f32 = c.f32(n_out);
+      gpu.matmul_forward_f32(g_out_f32, g_inp, g_weight, rows, in, outc);
+      cpu.matmul_forward_f32(out_f32.data(), as_act(inp.data()), as_act(weight.data()), rows, in, outc);
+      c.compare("matmul_forward_f32" + at, c.host(g_out_f32, n_out), out_f32);
+    }
     const auto dout = c.input(n_out);
     auto dweight = c.input(weight.size()), dbias = c.input(outc);
     Act* g_dinp = c.act(n_in);
@@ -1038,17 +1074,21 @@ int moe_router_memory(Kernels& cpu, Kernels& gpu, uint64_t seed, const MoeShape&
   Buffers buffers(gpu);
   const size_t NE = static_cast<size_t>(m.N) * m.E, NK = static_cast<size_t>(m.N) * m.K;
   const size_t NC = static_cast<size_t>(m.N) * m.C, routed = NK * m.C;
-  Act *logits = nullptr, *dlogits = nullptr, *x = nullptr, *dx = nullptr, *out = nullptr, *dout = nullptr,
+  float* logits = nullptr;
+  Act *dlogits = nullptr, *x = nullptr, *dx = nullptr, *out = nullptr, *dout = nullptr,
       *expert_rows = nullptr, *dexpert_rows = nullptr;
   float *probs = nullptr, *lse = nullptr, *weights = nullptr, *dweights = nullptr, *balance = nullptr;
   int32_t *experts = nullptr, *order = nullptr;
   if (!rows.attempt("MoE router buffers", [&] {
-        logits = buffers.act(NE), dlogits = buffers.act(NE), x = buffers.act(NC), dx = buffers.act(NC);
+        logits = buffers.f32(NE), dlogits = buffers.act(NE), x = buffers.act(NC), dx = buffers.act(NC);
         out = buffers.act(NC), dout = buffers.act(NC), expert_rows = buffers.act(routed);
         dexpert_rows = buffers.act(routed);
         probs = buffers.f32(NE), lse = buffers.f32(m.N), weights = buffers.f32(NK), dweights = buffers.f32(NK);
         balance = buffers.f32(static_cast<size_t>(m.N / m.T) * m.E);
-        fill_pattern(gpu, logits, NE);
+        fill_pattern(gpu, dlogits, NE);  // the logits: its values in fp32
+        std::vector<float> values(NE);
+        gpu.activations_to_host(values.data(), dlogits, NE);
+        gpu.copy_to_device(logits, values.data(), NE * sizeof(float));
         for (Act* p : {x, dout}) fill_pattern(gpu, p, NC);
         fill_pattern(gpu, expert_rows, routed);
         std::vector<int32_t> chosen(NK), permutation(NK);

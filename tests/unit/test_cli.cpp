@@ -878,6 +878,34 @@ TEST(Cli, VerifyFailsATensorThatNoRankCompared) {
   EXPECT_NE(kept.out.find("\nPASS\n"), std::string::npos) << kept.out;
 }
 
+// verify compares a mixture's routing with the reference's, every choice once whatever
+// the layout (3 steps x 2 layers x 96 tokens x top 2 = 1152: counted on one rank of each
+// tensor-parallel group, each rank's own sequences and positions); fp32 makes the same
+// choices; bf16 flips near ties (the reference's margins go down to 2e-6), and verify then
+// says so and holds the losses, not the gradients.
+TEST(Cli, VerifyComparesTheRoutingWithTheReferences) {
+  const std::string verify = "verify --reference tests/data/qwen3_moe_ref_e8.h5 ";
+  const std::regex same("\nrouting choices, all steps +1152  \\(all as the reference's; its closest margin 2e-06\\) ok\n");
+  for (const auto& [flags, launcher] : std::vector<std::pair<std::string, std::string>>{
+           {"", ""},
+           {"--parallel.dp=2 --parallel.cp=2 --parallel.ep=4 --train.micro_batch=1", kMpirun + "4"},
+           {"--parallel.tp=2 --parallel.pp=2 --parallel.sequence_parallel=true --train.micro_batch=1", kMpirun + "4"}}) {
+    const CliRun r = run(verify + flags, launcher, 180);
+    EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.out << r.err;
+    EXPECT_TRUE(std::regex_search(r.out, same)) << flags << "\n" << r.out;
+  }
+  const CliRun bf16 = run(verify + "--train.precision=bf16", "", 180);
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.out << bf16.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(bf16.out, m, std::regex("\nrouting choices, all steps +1152  \\(([0-9]+) differ from the "
+                                                        "reference's, the closest at a margin of ([0-9.e-]+)\\) bf16 may flip")))
+      << bf16.out;
+  EXPECT_GT(std::stoi(m[1]), 0);
+  EXPECT_LT(std::stod(m[2]), 1e-3);  // a near tie
+  EXPECT_NE(bf16.out.find("\ngradients, per tensor (max)"), std::string::npos);
+  EXPECT_NE(bf16.out.find("not held: the routing differs\n"), std::string::npos) << bf16.out;
+}
+
 TEST(Cli, ShortTrainingRunLearns) {
   const std::string run_dir = testing::TempDir() + "trident_train_run";
   const CliRun r = run("train --config configs/tiny.ini --train.steps=150 --train.warmup_steps=20 "

@@ -172,6 +172,10 @@ TEST(ReferenceTest, EachMixtureOfExpertsOptionIsChecked) {
     if (f.what.find("loss") != std::string::npos) {  // a coefficient: the auxiliary loss itself is off too
       EXPECT_GT(r.max_aux_loss_error, 100 * VerifyReport::kLossTolerance) << f.file << " with " << f.what;
     }
+    if (f.what.find("scores") != std::string::npos) {  // the other score function: other choices too
+      EXPECT_GT(r.routing_differing, 0) << f.file << " with " << f.what;
+      EXPECT_FALSE(r.routing_held()) << f.file << " with " << f.what;
+    }
     if (r.tokens_dropped_differing >= 0) {  // a reference that counts its drops: other drops than its
       EXPECT_GT(r.tokens_dropped_differing, 0) << f.file << " with " << f.what;
     }
