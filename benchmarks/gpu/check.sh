@@ -25,7 +25,8 @@
 #      layers, d 2048, 32 heads over 8, SwiGLU 8192, vocabulary 128256, batch 8 x 2048),
 #      bf16: tokens/s, MFU against the datasheet bf16 rate of the GPU the driver names,
 #      host syncs per step;
-#   7. the kernel timing tables (kernel_check, bf16 then fp32);
+#   7. the kernel timing tables (kernel_check, bf16 then fp32), the experts' grouped vs
+#      per-expert GEMM choice recorded in OUT/gpu_choices.json (TRIDENT_GPU_CHOICES);
 #   8. with --sanitizer only, last: compute-sanitizer memcheck on step 1's checks.
 #
 #   bash benchmarks/gpu/check.sh [--sanitizer] [--dry-run] [OUT_DIR]
@@ -174,7 +175,9 @@ if [ $check_dry_run = 1 ]; then
   step "kernel timings" 10 dry_skip "timings need a GPU"
 else
   for precision in bf16 fp32; do
-    step "kernel timings, $precision" 180 $kc --precision $precision --seed 2
+    # The experts' grouped vs per-expert GEMM timing, kept for the runs that follow
+    # (TRIDENT_GPU_CHOICES=$out/gpu_choices.json; docs/performance.md).
+    step "kernel timings, $precision" 180 $kc --precision $precision --seed 2 --record "$out/gpu_choices.json"
   done
 fi
 # 8. compute-sanitizer, asked for only
