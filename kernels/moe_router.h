@@ -20,8 +20,11 @@ inline constexpr int kMaxRouterExperts = 512;
 
 // The top-k's order: expert a (rank ra) before expert b (rank rb) when ranked higher, or
 // equally and a < b (the first of the largest). An index below 0 is no expert (a warp
-// lane with no candidate): after every expert.
+// lane with no candidate): after every expert. A NaN ranks as -inf (a step the trainer
+// will skip): the order stays total, so every token still gets K distinct experts.
 TRIDENT_HOST_DEVICE inline bool outranks(float ra, int a, float rb, int b) {
+  if (ra != ra) ra = -INFINITY;
+  if (rb != rb) rb = -INFINITY;
   return a >= 0 && (b < 0 || ra > rb || (ra == rb && a < b));
 }
 

@@ -120,6 +120,11 @@ GemmPlanCache<PlanKey, Plan>& plans() {
   return *cache;
 }
 
+std::mutex& plans_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 template <typename T, typename TC>
 Plan make_plan(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias) {
   Plan p;
@@ -198,12 +203,21 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
   const PlanKey key{trans_a, trans_b, plan_rows(M), N, plan_rows(K), static_cast<int>(data_type<T>()),
                     static_cast<int>(data_type<TC>()), bias != nullptr, accumulate, alignment_of(A), alignment_of(B),
                     alignment_of(C), bias != nullptr ? alignment_of(bias) : 256u};
-  static std::mutex mutex;  // the plan is used, and may be changed or evicted, under it
-  std::lock_guard<std::mutex> lock(mutex);
+  // One lock for the one cache, whatever the types: the plan is used, and may be changed
+  // or evicted, under it.
+  std::lock_guard<std::mutex> lock(plans_mutex());
   Plan& p = plans().get(key, [&] {
     return make_plan<T, TC>(trans_a, trans_b, std::get<2>(key), N, std::get<4>(key), A, B, C, bias);
   });
-  if (p.M != M || p.K != K) set_exact_shape<T, TC>(p, trans_a, trans_b, M, N, K, A, B, C);
+  if (p.M < 0) {  // the key's first shape: the heuristic's algorithm for it exactly (a dense
+                  // layer's only shape keeps its own best, not the rounded shape's)
+    create_layouts<T, TC>(trans_a, trans_b, M, N, K, p.a, p.b, p.c);
+    p.M = M;
+    p.K = K;
+    p.algo = heuristic_algo(p.desc, p.a, p.b, p.c, A, B, C, M, N, K);
+  } else if (p.M != M || p.K != K) {
+    set_exact_shape<T, TC>(p, trans_a, trans_b, M, N, K, A, B, C);
+  }
   if (bias != nullptr)
     CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

@@ -5,6 +5,7 @@
 // in another order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -26,7 +27,7 @@ struct Case {
   bool renormalize, sigmoid;
 };
 
-void check_case(const Case& c, std::mt19937& rng) {
+void check_case(const Case& c, std::mt19937& rng, bool non_finite = false) {
   SCOPED_TRACE(testing::Message() << "N " << c.N << " E " << c.E << " K " << c.K << " renormalize " << c.renormalize
                                   << " sigmoid " << c.sigmoid);
   const size_t NE = static_cast<size_t>(c.N) * c.E, NK = static_cast<size_t>(c.N) * c.K;
@@ -35,6 +36,11 @@ void check_case(const Case& c, std::mt19937& rng) {
   std::uniform_int_distribution<int> grid(-24, 24);
   std::vector<float> logits(NE);
   for (size_t i = 0; i < NE; i++) logits[i] = grid(rng) / 8.0f + (i / c.E % 5 == 4 ? 20.0f : 0.0f);
+  if (non_finite) {  // a NaN in some rows, +inf (a NaN softmax) in others, every logit NaN in one
+    for (int t = 0; t < c.N; t += 3) logits[static_cast<size_t>(t) * c.E + (t % c.E)] = NAN;
+    for (int t = 1; t < c.N; t += 3) logits[static_cast<size_t>(t) * c.E + (t % c.E)] = INFINITY;
+    std::fill_n(logits.begin() + static_cast<std::ptrdiff_t>(c.E) * (c.N - 1), c.E, NAN);
+  }
   const int tokens_per_sequence = 4, B = (c.N + tokens_per_sequence - 1) / tokens_per_sequence;
   std::uniform_real_distribution<float> uniform(-1, 1);
   std::vector<float> dweights(NK), balance(static_cast<size_t>(B) * c.E);
@@ -50,6 +56,14 @@ void check_case(const Case& c, std::mt19937& rng) {
                                  c.K, c.renormalize, c.sigmoid);
   });
   EXPECT_EQ(experts, cpu_experts);
+  for (int t = 0; t < c.N; t++) {  // K distinct experts, whatever the logits
+    std::vector<int32_t> mine(experts.begin() + static_cast<std::ptrdiff_t>(t) * c.K,
+                              experts.begin() + static_cast<std::ptrdiff_t>(t + 1) * c.K);
+    std::sort(mine.begin(), mine.end());
+    ASSERT_TRUE(mine.front() >= 0 && mine.back() < c.E && std::adjacent_find(mine.begin(), mine.end()) == mine.end())
+        << "token " << t;
+  }
+  if (non_finite) return;  // the values: NaN on both sides
   for (size_t i = 0; i < NK; i++) ASSERT_NEAR(weights[i], cpu_weights[i], 1e-6f + 1e-5f * std::fabs(cpu_weights[i]));
   for (size_t i = 0; i < NE; i++) ASSERT_NEAR(probs[i], cpu_probs[i], 1e-6f + 1e-5f * std::fabs(cpu_probs[i])) << i;
   for (int t = 0; t < c.N; t++) ASSERT_NEAR(lse[t], cpu_lse[t], 1e-5f * (1 + std::fabs(cpu_lse[t])));
@@ -78,6 +92,15 @@ TEST(MoeRouterWarpOnCpu, MatchesTheCpuKernels) {
       for (const bool renormalize : {false, true})
         for (const bool sigmoid : {false, true}) check_case({13, E, K, renormalize, sigmoid}, rng);
   check_case({9, 256, 8, true, false}, rng);
+}
+
+// A non-finite logit (a diverged step, which the trainer skips) still routes every token to
+// K distinct experts, the same on both (a NaN ranked as -inf): never an expert -1 that the
+// permutation and the dispatch would read out of bounds.
+TEST(MoeRouterWarpOnCpu, NonFiniteLogitsStillChooseKExperts) {
+  std::mt19937 rng(7);
+  for (const int E : {5, 70})
+    for (const bool sigmoid : {false, true}) check_case({12, E, 3, true, sigmoid}, rng, /*non_finite=*/true);
 }
 
 }  // namespace router
