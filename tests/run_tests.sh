@@ -93,16 +93,40 @@ shell_check() {  # label, command...
   local label=$1; shift
   echo "=== $label"
   if "$@" > "$log" 2>&1; then
-    if grep -q '^SKIP' "$log"; then
-      grep '^SKIP' "$log"
+    shell_check_counted 0 "$log"
+  else
+    shell_check_counted 1 "$log"
+  fi
+}
+shell_check_counted() {  # exit status, its output
+  if [ "$1" = 0 ]; then
+    if grep -q '^SKIP' "$2"; then
+      grep '^SKIP' "$2"
       skipped=$((skipped + 1))
     else
       passed=$((passed + 1))
     fi
   else
-    cat "$log"
+    cat "$2"
     failed=$((failed + 1))
   fi
+}
+# The same, started now and counted later (shell_check_collect): a check that mostly
+# computes, run beside the S3 tests, which mostly wait on their servers.
+beside_labels=() beside_pids=()
+shell_check_beside() {  # label, command...
+  local label=$1 i=${#beside_labels[@]}; shift
+  beside_labels+=("$label")
+  ( "$@" > "$TEST_TMPDIR/beside.$i.log" 2>&1; echo $? > "$TEST_TMPDIR/beside.$i.rc" ) &
+  beside_pids+=($!)
+}
+shell_check_collect() {
+  local i
+  for i in "${!beside_labels[@]}"; do
+    wait "${beside_pids[$i]}"
+    echo "=== ${beside_labels[$i]} (ran beside the S3 tests)"
+    shell_check_counted "$(cat "$TEST_TMPDIR/beside.$i.rc" 2>/dev/null || echo 1)" "$TEST_TMPDIR/beside.$i.log"
+  done
 }
 # A build that is done stays done: make has nothing left to do for any binary.
 shell_check "make twice is a no-op" make -q BUILD="$build" "$build/trident" "$build/tests/unit_tests" \
@@ -112,14 +136,14 @@ shell_check tests/unit/test_gpu_scripts.sh bash tests/unit/test_gpu_scripts.sh
 # The GPU checks' plumbing on the CPU: check.sh and check2.sh --dry-run (about 40 s), a
 # fault and a deadline included. They use build/, as on a loan: skipped for another BUILD_DIR.
 if [ "$build" = build ]; then
-  shell_check tests/unit/test_gpu_check_dry_run.sh bash tests/unit/test_gpu_check_dry_run.sh
+  shell_check_beside tests/unit/test_gpu_check_dry_run.sh bash tests/unit/test_gpu_check_dry_run.sh
 fi
 # slurm/efa_env.sh's variables forwarded by every mpirun launcher (fake mpirun and fi_info).
 shell_check tests/slurm/test_efa_env.sh bash tests/slurm/test_efa_env.sh
 # The CUDA objects: SASS for sm_80 and sm_90 and compute_90 PTX in each.
 shell_check tests/cuda/test_cuda_build.sh bash tests/cuda/test_cuda_build.sh "$build"
 # The CUDA sources compile against cuBLAS 12.0-12.4's headers (no grouped GEMM declared).
-shell_check tests/cuda/test_cublas_headers.sh bash tests/cuda/test_cublas_headers.sh
+shell_check_beside tests/cuda/test_cublas_headers.sh bash tests/cuda/test_cublas_headers.sh
 # The scalar flash-attention kernels keep their rows in registers: no spills (ptxas's report).
 shell_check tests/cuda/test_attention_spills.sh bash tests/cuda/test_attention_spills.sh "$build"
 # The MoE router kernels run a warp per token: no stack frame (local memory for every resident thread), no spills.
@@ -131,6 +155,7 @@ shell_check tests/cuda/test_router_stack.sh bash tests/cuda/test_router_stack.sh
 run "S3 tests" bash tests/s3/test_s3.sh "$build"
 # The same client against a second S3 implementation, npm's s3rver (skipped without npm).
 run "S3 tests (s3rver)" bash tests/s3/test_s3rver.sh "$build"
+shell_check_collect
 
 # The launch scripts on a real single-node Slurm (and mpirun_ec2.sh): one count per check;
 # skipped without root or the packages. Started first, beside the unit tests: it waits on
