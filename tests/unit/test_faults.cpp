@@ -173,9 +173,11 @@ TEST(Faults, ARankStoppedInsideACollectiveIsNamedToo) {
   EXPECT_NE(r.err.find("rank 1: TRIDENT_TEST_STALL_RANK set: stalling at step 3 (SIGSTOP inside its next wait)"),
             std::string::npos) << r.err;
   // Whether rank 0 timed out in the operation rank 1 stopped in (started it, then silent)
-  // or in the next one (rank 1 had not started it, and is no longer beating), rank 1 is named.
+  // or in the next one (rank 1 had not started it, and is no longer beating), or in a
+  // receive from it (a point-to-point wait: its other side named), rank 1 is named.
   const std::regex named("(ranks that started this [a-z_]+ \\(#[0-9]+ on the group\\) and then stopped: 1 \\(silent for|"
-                         "ranks that had not started this [a-z_]+ \\(#[0-9]+ on the group\\): 1 \\([^)]*\\)(,|$|;|\\n))");
+                         "ranks that had not started this [a-z_]+ \\(#[0-9]+ on the group\\): 1 \\([^)]*\\)(,|$|;|\\n)|"
+                         "rank 1 \\(this recv's other side\\) has been silent for [0-9.]+ s: stopped)");
   EXPECT_TRUE(std::regex_search(r.err, named)) << r.err;
   const std::string verdict = health::verdict_path(dir);
   ASSERT_TRUE(fs::exists(verdict)) << r.err;
