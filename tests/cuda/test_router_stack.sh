@@ -19,68 +19,19 @@ case "$arg" in
   *.cu) source=$arg ;;
   ?*) build=$arg ;;
 esac
-nvcc=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
+source tests/cuda/ptxas_report.sh
 if [ ! -x "$nvcc" ]; then
   echo "SKIP: no nvcc (set NVCC or CUDA_HOME)"
   exit 0
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-kept=${build:+$build/kernels/cuda/moe.ptxas}
-if [ -n "$kept" ] && [ -s "$kept" ] && [ "$kept" -nt kernels/cuda/moe.cu ] && [ "$kept" -nt kernels/moe_router.h ] &&
-   [ "$kept" -nt kernels/cuda/moe_router_kernels.cuh ]; then
-  cp "$kept" "$tmp/ptxas.log"
-  echo "ptxas's report kept by the build: $kept"
-# The Makefile's nvcc flags, with ptxas's report (-Ikernels/cuda: a .cu from elsewhere
-# finds moe.cu's includes).
-elif ! "$nvcc" -std=c++20 -O3 -lineinfo -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-  -I. -Isrc -Ikernels/cuda -Xptxas -v -c "$source" -o "$tmp/moe.o" > "$tmp/ptxas.log" 2>&1; then
-  cat "$tmp/ptxas.log"
-  echo "FAIL: nvcc could not compile $source"
-  exit 1
-fi
-
-# ptxas reports each entry function in three lines: "Compiling entry function 'NAME' for
-# 'sm_XX'", then "N bytes stack frame, N bytes spill stores, N bytes spill loads", then
-# "Used N registers, ...". NAME is mangled (router_forward_kernelIfE...) or demangled.
-awk '
-  function number_before(line, word,    at, head, n) {  # the integer just before `word`
-    at = index(line, word)
-    if (at == 0) return -1
-    head = substr(line, 1, at - 1)
-    sub(/[ \t]+$/, "", head)
-    n = split(head, parts, /[^0-9]+/)
-    return parts[n] + 0
-  }
-  function label(name,    kernel, rest) {  # kernel<type>, or "" if not a router kernel
-    if (!match(name, /router_(forward|backward)_kernel/)) return ""
-    kernel = substr(name, RSTART, RLENGTH)
-    rest = substr(name, RSTART + RLENGTH)
-    return kernel "<" (rest ~ /^(If|<float)/ ? "float" : rest ~ /bfloat16/ ? "bf16" : "?") ">"
-  }
-  BEGIN { printf "%-30s %-6s %9s %7s %12s %11s\n", "kernel", "arch", "registers", "stack", "spill_stores", "spill_loads" }
-  /Compiling entry function/ {
-    split($0, quoted, "\047")
-    name = label(quoted[2]); arch = quoted[4]; stack = 0; stores = 0; loads = 0
-    next
-  }
-  /bytes stack frame/ {
-    stack = number_before($0, "bytes stack frame")
-    stores = number_before($0, "bytes spill stores")
-    loads = number_before($0, "bytes spill loads")
-    next
-  }
-  /Used [0-9]+ registers/ {
-    if (name == "") next
-    registers = number_before($0, "registers")
-    bad = stores > 0 || loads > 0 || stack > 0
-    printf "%-30s %-6s %9d %7d %12d %11d%s\n", name, arch, registers, stack, stores, loads, bad ? "  <- FAIL" : ""
-    found++; failed += bad
-    name = ""
-  }
-  END {
-    if (found < 8) { printf "FAIL: ptxas reported %d router kernel instances, not 8 (2 kernels x float, bf16 x sm_80, sm_90)\n", found; exit 1 }
-    if (failed > 0) { printf "FAIL: %d of %d router kernel instances have a stack frame or spill\n", failed, found; exit 1 }
-    printf "PASS: %d router kernel instances, 0 bytes stack frame, no spills\n", found
-  }
-' "$tmp/ptxas.log"
+ptxas_report "$source" "${build:+$build/kernels/cuda/moe.ptxas}" "$tmp/ptxas.log" kernels/cuda/moe.cu \
+  kernels/moe_router.h kernels/cuda/moe_router_kernels.cuh || exit 1
+# The router kernels' instances as kernel<type>: 2 kernels x float, bf16 x sm_80, sm_90.
+ptxas_entries "$tmp/ptxas.log" | awk -F '\t' -v OFS='\t' '
+  match($1, /router_(forward|backward)_kernel/) {
+    rest = substr($1, RSTART + RLENGTH)
+    $1 = substr($1, RSTART, RLENGTH) "<" (rest ~ /^(If|<float)/ ? "float" : rest ~ /bfloat16/ ? "bf16" : "?") ">"
+    print
+  }' | ptxas_verdict 0 8 "router kernel"
