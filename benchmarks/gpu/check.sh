@@ -44,15 +44,8 @@ source benchmarks/gpu/check_lib.sh
 check_begin gpu_check "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-echo
-echo "=== machine"
-if [ $check_dry_run = 1 ]; then
-  device=cpu
-  echo "dry run: $(nproc) CPU cores, no GPU asked for"
-else
-  device=cuda
-  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || { echo "no GPU (nvidia-smi failed)"; exit 2; }
-  echo "$(nproc) CPU cores"
+check_machine name,memory.total,driver_version,clocks.max.sm || exit 2
+if [ $check_dry_run = 0 ]; then
   # The CUDA the executables need, before any is run: the carried build's, the bundle's, nvcc's.
   wanted=$(check_build_cuda build/trident)
   [ -n "$wanted" ] || wanted=$({ tar -xJOf .gpu_bundle.tar.xz .gpu_bundle/cuda_version ||

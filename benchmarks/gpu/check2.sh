@@ -21,14 +21,8 @@ source benchmarks/gpu/check_lib.sh
 check_begin gpu_check2 "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-echo
-echo "=== machine"
-if [ $check_dry_run = 1 ]; then
-  device=cpu
-  echo "dry run: $(nproc) CPU cores, no GPU asked for"
-else
-  device=cuda
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || { echo "no GPU (nvidia-smi failed)"; exit 2; }
+check_machine name,memory.total,driver_version || exit 2
+if [ $check_dry_run = 0 ]; then
   gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
   [ "$gpus" -ge 2 ] || { echo "check2.sh needs 2 GPUs; this machine has $gpus (run check.sh)"; exit 2; }
 fi

@@ -101,6 +101,21 @@ check_end() {
   exit 1
 }
 
+# The machine's lines, and `device` for the runs: cpu in a dry run, else cuda with the
+# GPUs nvidia-smi lists ($1: its --query-gpu fields). Returns 2 where there is no GPU.
+check_machine() {
+  echo
+  echo "=== machine"
+  if [ $check_dry_run = 1 ]; then
+    device=cpu
+    echo "dry run: $(nproc) CPU cores, no GPU asked for"
+    return 0
+  fi
+  device=cuda
+  nvidia-smi --query-gpu="$1" --format=csv || { echo "no GPU (nvidia-smi failed)"; return 2; }
+  echo "$(nproc) CPU cores"
+}
+
 # The driver's CUDA version against the build's: one line and exit 2 where the driver is
 # older than the build's major.minor (CUDA's runtime refuses to start then, with a less
 # clear error on every step). $1: the build's major.minor; $2 (tests): the driver's.
