@@ -92,11 +92,12 @@ cublasLtMatmulAlgo_t heuristic_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLay
   return result.algo;
 }
 
-// One matmul plan (gemm_plan_cache.h): the operation and the algorithm chosen for the
-// rounded shape; and the layouts of the exact shape last run with the algorithm for it
-// (the rounded shape's where cuBLASLt accepts it).
+// One matmul plan (gemm_plan_cache.h): the operation; the layouts of the exact shape last
+// run and the algorithm for it (the heuristic's for the key's first shape; for a later
+// one the rounded shape's, found once when a second shape comes, where cuBLASLt accepts it).
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
+  bool rounded_known = false;  // a dense layer's one shape never needs it
   cublasLtMatmulAlgo_t rounded_algo{};
   int M = -1, K = -1;  // the exact shape of a, b, c (N is the key's)
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -125,8 +126,8 @@ std::mutex& plans_mutex() {
   return mutex;
 }
 
-template <typename T, typename TC>
-Plan make_plan(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C, const T* bias) {
+template <typename T>
+Plan make_plan(bool trans_a, bool trans_b, const T* bias) {
   Plan p;
   CUBLAS_CHECK(cublaslt().MatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -139,17 +140,22 @@ Plan make_plan(bool trans_a, bool trans_b, int M, int N, int K, const T* A, cons
     CUBLAS_CHECK(
         cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
   }
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  create_layouts<T, TC>(trans_a, trans_b, M, N, K, a, b, c);
-  p.rounded_algo = heuristic_algo(p.desc, a, b, c, A, B, C, M, N, K);
-  destroy_layouts(a, b, c);
   return p;
 }
 
-// The plan's layouts for the exact shape, and its algorithm: the rounded shape's when
-// cuBLASLt says it runs this one within the workspace, else the heuristic's for it.
+// The plan's layouts for the exact shape (M, N, K), and its algorithm: the rounded shape's
+// (rounded_M, rounded_K) when cuBLASLt says it runs this one within the workspace, else
+// the heuristic's for it.
 template <typename T, typename TC>
-void set_exact_shape(Plan& p, bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* B, TC* C) {
+void set_exact_shape(Plan& p, bool trans_a, bool trans_b, int M, int N, int K, int rounded_M, int rounded_K, const T* A,
+                     const T* B, TC* C) {
+  if (!p.rounded_known) {
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    create_layouts<T, TC>(trans_a, trans_b, rounded_M, N, rounded_K, a, b, c);
+    p.rounded_algo = heuristic_algo(p.desc, a, b, c, A, B, C, rounded_M, N, rounded_K);
+    destroy_layouts(a, b, c);
+    p.rounded_known = true;
+  }
   destroy_layouts(p.a, p.b, p.c);
   create_layouts<T, TC>(trans_a, trans_b, M, N, K, p.a, p.b, p.c);
   p.M = M;
@@ -206,9 +212,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
   // One lock for the one cache, whatever the types: the plan is used, and may be changed
   // or evicted, under it.
   std::lock_guard<std::mutex> lock(plans_mutex());
-  Plan& p = plans().get(key, [&] {
-    return make_plan<T, TC>(trans_a, trans_b, std::get<2>(key), N, std::get<4>(key), A, B, C, bias);
-  });
+  Plan& p = plans().get(key, [&] { return make_plan<T>(trans_a, trans_b, bias); });
   if (p.M < 0) {  // the key's first shape: the heuristic's algorithm for it exactly (a dense
                   // layer's only shape keeps its own best, not the rounded shape's)
     create_layouts<T, TC>(trans_a, trans_b, M, N, K, p.a, p.b, p.c);
@@ -216,7 +220,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, const T* A, const T* 
     p.K = K;
     p.algo = heuristic_algo(p.desc, p.a, p.b, p.c, A, B, C, M, N, K);
   } else if (p.M != M || p.K != K) {
-    set_exact_shape<T, TC>(p, trans_a, trans_b, M, N, K, A, B, C);
+    set_exact_shape<T, TC>(p, trans_a, trans_b, M, N, K, std::get<2>(key), std::get<4>(key), A, B, C);
   }
   if (bias != nullptr)
     CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
