@@ -457,8 +457,7 @@ class CudaKernels final : public Kernels {
   template <typename TC>
   void run_grouped(const GroupedProblems& g, bool trans_a, bool trans_b, bool accumulate) {
     const int count = static_cast<int>(g.M.size());
-    if (count > 1 && std::is_same_v<TC, Element> && grouped_.on() &&
-        grouped_.use_grouped(cuda::grouped_gemm_available())) {
+    if (count > 1 && std::is_same_v<TC, Element> && grouped_.use_grouped(cuda::grouped_gemm_available())) {
       std::vector<const void*> pointers(g.A);
       pointers.insert(pointers.end(), g.B.begin(), g.B.end());
       pointers.insert(pointers.end(), g.C.begin(), g.C.end());
