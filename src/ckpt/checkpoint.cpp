@@ -226,6 +226,8 @@ void require_same_model(const ModelConfig& saved, const ModelConfig& configured,
   differ(a.n_head != b.n_head, "n_head");
   differ(a.n_kv_head != b.n_kv_head, "n_kv_head");
   differ(a.d_model != b.d_model, "d_model");
+  differ(a.head_dim != b.head_dim, "head_dim");
+  differ(a.tied_head != b.tied_head, "tie_word_embeddings");
   differ(a.ffn_dim != b.ffn_dim, "ffn_dim");
   differ(a.seq_len != b.seq_len, "seq_len");
   differ(a.vocab_size != b.vocab_size, "vocab_size");

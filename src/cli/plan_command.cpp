@@ -67,12 +67,9 @@ int run_plan_command(const std::vector<std::string>& args) {
   const std::vector<PlannedLayout> layouts = plan_cluster(cl.config, cluster, pins);
 
   const TransformerSpec spec = transformer_spec(cl.config.model);
-  char active[40] = "";  // a mixture of experts: what a token passes through (the step's work, MFU)
-  if (active_parameter_count(spec) != parameter_count(spec))
-    std::snprintf(active, sizeof active, ", %.2fB active", active_parameter_count(spec) / 1e9);
-  std::printf("plan: %s (%.2fB parameters%s), global batch %d x %d tokens, on %d node(s) x %d %s "
+  std::printf("plan: %s (%s), global batch %d x %d tokens, on %d node(s) x %d %s "
               "(%.0f TFLOP/s bf16 dense, GEMMs up to %.0f%% of it, NVLink %.0f GB/s, network %s: %.0f GB/s per GPU)\n",
-              spec.describe().c_str(), parameter_count(spec) / 1e9, active, cl.config.train.global_batch, spec.seq_len, nodes,
+              spec.describe().c_str(), parameter_summary(spec).c_str(), cl.config.train.global_batch, spec.seq_len, nodes,
               gpus_per_node, cluster.gpu.description.c_str(), cluster.gpu.bf16_tflops, 100 * cluster.gpu.gemm_efficiency,
               cluster.gpu.nvlink_gbps, cluster.network.name.c_str(), cluster.network.bus_bytes_per_s() / 1e9);
   if (pins.any()) std::printf("pinned (set in the config or by flags): %s\n", pins.describe(cl.config).c_str());

@@ -313,9 +313,10 @@ void Config::validate() const {
   require(model.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0: n_head)");
   require(model.ffn_dim >= 0, "model.ffn_dim must be >= 0 (0: the family's default)");
   require(model.sliding_window >= 0, "model.sliding_window must be >= 0 (0: attention over all earlier tokens)");
-  require(model.d_model % model.n_head == 0,
+  require(model.head_dim >= 0, "model.head_dim must be >= 0 (0: d_model / n_head)");
+  require(model.head_dim > 0 || model.d_model % model.n_head == 0,
           "model.d_model (" + std::to_string(model.d_model) + ") must be a multiple of model.n_head (" +
-              std::to_string(model.n_head) + ")");
+              std::to_string(model.n_head) + "), or model.head_dim given");
   require(parallel.dp >= 0, "parallel.dp must be >= 0 (0: derived from the world size)");
   positive(parallel.tp, "parallel.tp");
   positive(parallel.cp, "parallel.cp");

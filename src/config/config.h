@@ -31,19 +31,21 @@ struct RopeScaling {
 struct ModelConfig {
   std::string family = "gpt2";   // a registered family (model/families/): gpt2, llama, qwen2, qwen3, mistral, mixtral, qwen3_moe
   int n_layer = 4;               // transformer blocks
-  int n_head = 4;                // attention (query) heads; d_model % n_head == 0
+  int n_head = 4;                // attention (query) heads
   int n_kv_head = 0;             // key/value heads (grouped-query attention); 0: n_head
+  int head_dim = 0;              // each head's width; 0: d_model / n_head (Qwen3, Mistral Nemo: 128 apart from it)
   int d_model = 128;             // width of the residual stream
   int ffn_dim = 0;               // MLP hidden width; 0: 4 d (gpt2), 2/3 of 4 d rounded up to 256 (llama)
   int seq_len = 128;             // context length T
   int vocab_size = 256;          // real vocabulary V (256 = byte-level tokens)
+  bool tie_word_embeddings = false;  // llama-style: the head reads the token embedding (small Qwen3s); gpt2 always ties
   double norm_eps = 1e-5;        // LayerNorm (gpt2) or RMSNorm (llama) epsilon
   double rope_theta = 10000;     // rotary base (llama)
   RopeScaling rope_scaling;      // llama
   int sliding_window = 0;        // mistral: each token attends to this many latest tokens (itself included); 0: all
   // Mixture of experts (mixtral, qwen3_moe: model/layers/moe.h)
   int n_experts = 0;               // experts per MoE block (0: dense; the family's default)
-  int n_experts_per_token = 2;     // top-k: the experts each token is sent to
+  int n_experts_per_token = 0;     // top-k: the experts each token is sent to (0: the family's default)
   int moe_ffn_dim = 0;             // each expert's hidden width (0: ffn_dim)
   bool moe_norm_topk = true;       // the top-k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
   std::string moe_router_score = "softmax";  // softmax or sigmoid (DeepSeek-V3's, Megatron's moe_router_score_function)
@@ -51,8 +53,6 @@ struct ModelConfig {
   std::string moe_token_drop_policy = "probs";  // over capacity, drop the lowest weights (probs) or the latest (position)
   double router_aux_loss_coef = 0.001;  // the load-balancing loss's coefficient
   double router_z_loss_coef = 0;        // the router z-loss's coefficient
-
-  int head_dim() const { return d_model / n_head; }
 };
 
 // Every field of ModelConfig, once, in the order of the config's keys: its key (model.KEY
@@ -66,10 +66,13 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("n_layer", m.n_layer, "transformer blocks");
   visit("n_head", m.n_head, "attention (query) heads");
   visit("n_kv_head", m.n_kv_head, "key/value heads, grouped-query attention (0: n_head; llama)");
+  visit("head_dim", m.head_dim, "each attention head's width (0: d_model / n_head; llama-style families)");
   visit("d_model", m.d_model, "model width");
   visit("ffn_dim", m.ffn_dim, "MLP hidden width (0: 4 d_model for gpt2, 2/3 of it rounded up to 256 for llama)");
   visit("seq_len", m.seq_len, "context length");
   visit("vocab_size", m.vocab_size, "vocabulary size");
+  visit("tie_word_embeddings", m.tie_word_embeddings,
+        "the head reads the token embedding's table, no head of its own (llama-style families; gpt2 always ties)");
   visit("norm_eps", m.norm_eps, "LayerNorm (gpt2) or RMSNorm (llama) epsilon");
   visit("rope_theta", m.rope_theta, "rotary base (llama)");
   visit("rope_scaling", m.rope_scaling.type, "rotary frequency scaling: none or llama3 (Llama 3.1)");
@@ -81,7 +84,7 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("sliding_window", m.sliding_window,
         "sliding-window attention (mistral): each token sees the N latest tokens, itself included (0: all earlier)");
   visit("n_experts", m.n_experts, "mixture of experts (mixtral, qwen3_moe): experts per block (0: the family's default)");
-  visit("n_experts_per_token", m.n_experts_per_token, "mixture of experts: experts each token is routed to (top-k)");
+  visit("n_experts_per_token", m.n_experts_per_token, "mixture of experts: experts each token is routed to, top-k (0: the family's, mixtral 2, qwen3_moe 8)");
   visit("moe_ffn_dim", m.moe_ffn_dim, "mixture of experts: each expert's hidden width (0: ffn_dim)");
   visit("moe_norm_topk", m.moe_norm_topk, "mixture of experts: divide the top-k routing weights by their sum");
   visit("moe_router_score", m.moe_router_score,

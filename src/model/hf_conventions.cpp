@@ -115,6 +115,7 @@ std::vector<std::string> hf_config_mismatches(const nlohmann::json& c, const Tra
 
 std::string parameter_name_from_hf(const TransformerSpec& s, const std::string& hf) {
   if (ends_with(hf, ".rotary_emb.inv_freq")) return "";  // a buffer, in any family
+  if (s.tied_head && hf == "lm_head.weight") return "";   // some tied files keep the head's copy of the table
   return model_family(s.family).hf.parameter_name(hf);
 }
 

@@ -1,6 +1,7 @@
 #include "model/transformer_spec.h"
 
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 
 #include "model/families/family.h"
@@ -23,18 +24,22 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
   s.rope_theta = c.rope_theta;
   s.rope_scaling = c.rope_scaling;
   s.sliding_window = c.sliding_window;
-  require(c.n_head > 0 && c.d_model % c.n_head == 0, "model.d_model (" + std::to_string(c.d_model) +
-                                                         ") must be a multiple of model.n_head (" +
-                                                         std::to_string(c.n_head) + ")");
-  s.head_dim = c.d_model / c.n_head;
+  require(c.n_head > 0 && (c.head_dim > 0 || c.d_model % c.n_head == 0),
+          "model.d_model (" + std::to_string(c.d_model) + ") must be a multiple of model.n_head (" +
+              std::to_string(c.n_head) + "), or model.head_dim given");
+  s.head_dim = c.head_dim > 0 ? c.head_dim : c.d_model / c.n_head;
+  s.tied_head = c.tie_word_embeddings;
   family.configure(c, s);
   require(s.n_experts > 0 || c.n_experts == 0,
           "model.n_experts applies to a mixture-of-experts family (mixtral, qwen3_moe), not " + c.family);
   s.config = c;
   s.config.n_kv_head = s.n_kv_head;
+  s.config.head_dim = s.head_dim;
+  s.config.tie_word_embeddings = s.tied_head;
   s.config.ffn_dim = s.ffn_dim;
   if (s.n_experts > 0) {
     s.config.n_experts = s.n_experts;
+    s.config.n_experts_per_token = s.experts_per_token;
     s.config.moe_ffn_dim = s.moe_ffn_dim;
   }
   return s;
@@ -44,6 +49,7 @@ std::string TransformerSpec::describe() const {
   std::string s = family + " L" + std::to_string(n_layer) + " H" + std::to_string(n_head);
   if (n_kv_head != n_head) s += " KV" + std::to_string(n_kv_head);
   s += " d" + std::to_string(d_model);
+  if (head_dim * n_head != d_model) s += " hd" + std::to_string(head_dim);
   if (ffn_dim != 4 * d_model) s += " F" + std::to_string(ffn_dim);
   if (n_experts > 0)
     s += " E" + std::to_string(n_experts) + "x" + std::to_string(moe_ffn_dim) + " top" + std::to_string(experts_per_token);
@@ -69,6 +75,16 @@ int64_t parameter_count(const TransformerSpec& spec) {
   int64_t n = 0;
   for (const ParameterTensor& t : whole.tensors()) n += static_cast<int64_t>(t.numel());
   return n;
+}
+
+std::string parameter_summary(const TransformerSpec& spec) {
+  const int64_t all = parameter_count(spec), active = active_parameter_count(spec);
+  char text[80];
+  if (active == all)
+    std::snprintf(text, sizeof text, "%.2fB parameters", all / 1e9);
+  else  // a mixture of experts: what a token passes through (the step's work, MFU)
+    std::snprintf(text, sizeof text, "%.2fB parameters, %.2fB active", all / 1e9, active / 1e9);
+  return text;
 }
 
 int64_t active_parameter_count(const TransformerSpec& spec) {

@@ -66,6 +66,8 @@ int64_t parameter_count(const TransformerSpec& spec);
 // The parameters a token passes through: all but the experts it is not routed to (each
 // expert's counted K / E times). parameter_count() for a dense model.
 int64_t active_parameter_count(const TransformerSpec& spec);
+// "46.70B parameters, 12.88B active" (a dense model: "8.03B parameters"), as `plan` prints it.
+std::string parameter_summary(const TransformerSpec& spec);
 
 // The rotary frequency of each of the head_dim / 2 pairs, scaled as configured.
 std::vector<double> rope_frequencies(const TransformerSpec& spec);

@@ -189,7 +189,7 @@ def llama_logits(c, w, tokens):
         else:
             x = x + swiglu(h, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj")
     x = rms_norm(x, g("model.norm.weight"), eps)
-    return x @ g("lm_head.weight").T
+    return x @ g("model.embed_tokens.weight" if c.get("tie_word_embeddings") else "lm_head.weight").T
 
 
 def strip(name):  # what trident calls a parameter of a GPT-2 file
@@ -223,16 +223,19 @@ def main():
             for i in range(c["n_layer"]):
                 T = c["n_positions"]
                 fresh[f"transformer.h.{i}.attn.bias"] = np.tril(np.ones((1, 1, T, T), dtype=bool))
+        elif c.get("tie_word_embeddings"):  # as Qwen3-0.6B's file: the tied head's copy stored too
+            fresh["lm_head.weight"] = fresh["model.embed_tokens.weight"].copy()
         write_safetensors(os.path.join(out, "model.safetensors"), fresh)
         json.dump(c, open(os.path.join(out, "config.json"), "w"), indent=2)
         print(f"wrote {len(fresh)} tensors to {out}")
         return
     if cmd == "compare":
-        _, a = read_model(sys.argv[2])
+        c, a = read_model(sys.argv[2])
         _, b = read_model(sys.argv[3])
+        tied = bool(c.get("tie_word_embeddings"))
         def parameters(t):  # buffers and GPT-2's tied head are not parameters
             p = {strip(k): v for k, v in t.items() if not is_buffer(k)}
-            if "wte.weight" in p:
+            if "wte.weight" in p or "model.embed_tokens.weight" in p and "lm_head.weight" in t and tied:
                 p.pop("lm_head.weight", None)
             return p
 

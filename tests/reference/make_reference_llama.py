@@ -46,6 +46,8 @@ p.add_argument("--drop-policy", choices=["probs", "position"], default="probs",
 p.add_argument("--aux-coef", type=float, default=0.01)
 p.add_argument("--z-coef", type=float, default=0.001)
 p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
+p.add_argument("--head-dim", type=int, default=0, help="each head's width (0: dim / heads; Qwen3's head_dim)")
+p.add_argument("--tie", action="store_true", help="tie_word_embeddings: the head reads model.embed_tokens.weight")
 a = p.parse_args()
 if a.window > 0 and a.family not in ("mistral", "mixtral"): raise SystemExit("--window goes with mistral or mixtral")
 MOE = a.family in ("mixtral", "qwen3_moe")
@@ -53,7 +55,7 @@ E, K = a.experts, a.top_k
 FE = a.moe_ffn if a.moe_ffn > 0 else a.ffn  # an expert's width
 torch.manual_seed(a.seed)
 L, H, KV, d, F, T, V, B = a.layers, a.heads, a.kv_heads, a.dim, a.ffn, a.seq, a.vocab, a.batch
-hd = d // H
+hd = a.head_dim if a.head_dim > 0 else d // H
 B1, B2, EPS, NORM_EPS = 0.9, 0.95, 1e-8, 1e-5
 
 def w(*shape): return (0.02 * torch.randn(*shape)).float()
@@ -72,6 +74,8 @@ for i in range(L):
     })
 params["model.norm.weight"] = norm_w(d)
 params["lm_head.weight"] = w(V, d)
+if a.tie: del params["lm_head.weight"]  # drawn all the same: the draws after it stay as they were
+HEAD = "model.embed_tokens.weight" if a.tie else "lm_head.weight"
 for i in range(L):  # drawn after Llama's parameters: a llama reference is what it was
     q = f"model.layers.{i}.self_attn."
     if a.family == "qwen2":
@@ -206,7 +210,7 @@ def loss_fn(batch):
         g = h @ P[q + "mlp.gate_proj.weight"].T
         x = x + (torch.nn.functional.silu(g) * (h @ P[q + "mlp.up_proj.weight"].T)) @ P[q + "mlp.down_proj.weight"].T
     x = rms(x, P["model.norm.weight"])
-    logits = x @ P["lm_head.weight"].T
+    logits = x @ P[HEAD].T
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
 
 def objective(batch):
@@ -226,6 +230,8 @@ with h5py.File(a.out, "w") as f:
                         weight_decay=a.wd, grad_clip=a.clip, seed=a.seed))
     if a.eod is not None: f.attrs["eod_token"] = np.int64(a.eod)
     if a.window > 0: f.attrs["sliding_window"] = np.int64(a.window)
+    if a.head_dim > 0: f.attrs["head_dim"] = np.int64(hd)
+    if a.tie: f.attrs["tie_word_embeddings"] = np.int64(1)
     if MOE:
         f.attrs.update(dict(n_experts=np.int64(E), n_experts_per_token=np.int64(K), moe_ffn_dim=np.int64(FE),
                             moe_norm_topk=np.int64(0 if a.no_renormalize else 1),

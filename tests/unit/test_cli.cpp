@@ -198,6 +198,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // head's q and k normalized), Mistral (a sliding window of 7 tokens; with documents too).
   const std::string qwen2 = "tests/data/qwen2_ref_t24.h5", qwen3 = "tests/data/qwen3_ref_t24.h5",
                     mistral = "tests/data/mistral_ref_w7.h5", mdocs = "tests/data/mistral_ref_w7_docs.h5";
+  // Qwen3 with heads 16 wide (model.head_dim; d_model / n_head = 8) and a tied head.
+  const std::string qwen3_tied = "tests/data/qwen3_ref_hd16_tied.h5";
   // Mixtures of experts (tests/reference/README.md): Mixtral, 4 experts of 48, top-2,
   // renormalized; Qwen3-MoE, 8 experts of 16, top-2, not renormalized; both with the
   // load-balancing and z-losses (verify checks their value every step).
@@ -407,8 +409,12 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       // under zb1, recomputed, under cp and bf16.
       {2, qwen3, "--parallel.tp=2", "tp groups: {0,1}"},
       {4, qwen3, "--parallel.tp=4 --parallel.sequence_parallel=true", "tp groups: {0,1,2,3}"},
-      {4, qwen3, "--parallel.pp=2 --parallel.tp=2 --parallel.schedule=zb1 --train.micro_batch=1", "pp groups: {0,2} {1,3}"},
-      {4, qwen3, "--parallel.dp=2 --parallel.tp=2 --parallel.zero=3 --train.recompute=full --train.micro_batch=1",
+      // Heads of their own width (head_dim 16 of d 32 / 4 heads) and the head tied to the
+      // token table: its gradient's two parts summed between the pipeline's ends, and its
+      // shards under ZeRO-3.
+      {4, qwen3_tied, "--parallel.pp=2 --parallel.tp=2 --parallel.schedule=zb1 --train.micro_batch=1",
+       "pp groups: {0,2} {1,3}"},
+      {4, qwen3_tied, "--parallel.dp=2 --parallel.tp=2 --parallel.zero=3 --train.recompute=full --train.micro_batch=1",
        "dp groups: {0,2} {1,3}"},
       {2, qwen3, "--parallel.cp=2 --train.recompute=selective --train.precision=bf16", "cp groups: {0,1}"},
       // Mistral: the window across context-parallel chunks (cp 2, 3), with tp and pp, with

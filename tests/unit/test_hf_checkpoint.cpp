@@ -209,9 +209,11 @@ Flow flow_of(const std::string& name) {
   if (name == "qwen3_moe")
     return {dir, "configs/tiny-mixtral.ini --model.family=qwen3_moe --model.moe_ffn_dim=64 --model.moe_norm_topk=false",
             experts};
+  // Qwen3 as its small models are: heads of their own width (48, not 128 / 4), the head tied.
   return {dir, config ? "configs/" + name + ".ini"
                       : "configs/tiny-llama.ini --model.family=" + name +
-                            (name == "mistral" ? " --model.sliding_window=16" : "")};
+                            (name == "mistral" ? " --model.sliding_window=16" : "") +
+                            (name == "qwen3" ? " --model.head_dim=48 --model.tie_word_embeddings=true" : "")};
 }
 
 TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
@@ -223,6 +225,11 @@ TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
   EXPECT_EQ(config["model_type"], GetParam() == "tiny" ? "gpt2" : GetParam() == "tiny-llama" ? "llama" : GetParam());
   if (GetParam() == "mistral" || GetParam() == "mixtral") {
     EXPECT_EQ(config["sliding_window"], 16);
+  }
+  if (GetParam() == "qwen3") {
+    EXPECT_EQ(config["head_dim"], 48);
+    EXPECT_EQ(config["tie_word_embeddings"], true);
+    EXPECT_EQ(bytes_of(hf + "/model.safetensors.index.json").find("lm_head"), std::string::npos);
   }
   if (GetParam() == "mixtral") {
     EXPECT_EQ(config["num_local_experts"], 8);

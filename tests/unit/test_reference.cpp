@@ -129,6 +129,20 @@ TEST(ReferenceTest, EachFamilysOwnPartIsChecked) {
   }
 }
 
+// A Llama-style model whose heads have their own width (model.head_dim 16, not d_model 32 /
+// 4 heads) and whose head reads the token table (model.tie_word_embeddings): the
+// reference's attributes say so, verify passes it, and the same tensors read with the
+// heads d_model / n_head wide do not fit.
+TEST(ReferenceTest, HeadsOfTheirOwnWidthAndATiedHead) {
+  auto k = kernels::make_cpu_kernels();
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  Reference ref = load_reference("tests/data/qwen3_ref_hd16_tied.h5");
+  EXPECT_EQ(ref.model.head_dim, 16);
+  EXPECT_TRUE(ref.model.tie_word_embeddings);
+  EXPECT_TRUE(verify_against_reference(ref, 0, *k, parallel, ParallelConfig{}).passed());
+  ref.model.head_dim = 0;
+  EXPECT_THROW(verify_against_reference(ref, 0, *k, parallel, ParallelConfig{}), UsageError);
+}
 
 // Each option of a mixture of experts is checked: verify with the option flipped fails on
 // the reference made without the flip (the score function, the top-k renormalization,

@@ -4,9 +4,13 @@
 // Face's formula, and one clear error for each shape a family cannot have.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "config/config.h"
+#include "model/hf_conventions.h"
 #include "model/parameters.h"
 #include "model/transformer_spec.h"
 #include "kernels/base/error.h"
@@ -39,6 +43,78 @@ TEST(TransformerSpec, PublishedParameterCounts) {
   const int64_t experts = 32LL * 8 * 3 * 4096 * 14336;
   EXPECT_EQ(active_parameter_count(transformer_spec(config_of("configs/mixtral-8x7b.ini"))),
             46702792704 - experts + experts / 4);
+}
+
+// "30.5" rounded as published: to as many decimals as the published figure has.
+bool rounds_to(double billions, const std::string& published) {
+  const size_t dot = published.find('.');
+  const int decimals = dot == std::string::npos ? 0 : static_cast<int>(published.size() - dot - 1);
+  const double scale = std::pow(10.0, decimals);
+  return std::abs(std::round(billions * scale) / scale - std::stod(published)) < 0.5 / scale;
+}
+
+// Each shipped config of a published model is that model: its family's config.json as
+// published (tests/hf/published/, from the model cards' repositories) describes it (no
+// mismatch: head_dim, tie_word_embeddings, experts, rope scaling, ...), and the counts that
+// `trident plan` prints round to the published ones (total, active per token, and the Qwen
+// model cards' count without the embedding and head).
+TEST(TransformerSpec, ShippedConfigsAreThePublishedModels) {
+  struct Published {
+    const char *config, *hf, *total, *active, *non_embedding;  // billions; "" where not published
+    bool active_without_router = false;  // the published active count leaves the router out
+  };
+  const Published models[] = {
+      // Qwen3 model cards: "Number of Parameters", "(Non-Embedding)", "activated".
+      {"qwen3-0.6b", "Qwen3-0.6B", "0.6", "", "0.44"},
+      {"qwen3-8b", "Qwen3-8B", "8.2", "", "6.95"},
+      {"qwen3-32b", "Qwen3-32B", "32.8", "", "31.2"},
+      // Qwen's "activated" leaves the router out: 3.353B with it (what a token passes
+      // through, as plan counts it), 3.340B without (48 x 2048 x 128 fewer).
+      {"qwen3-30b-a3b", "Qwen3-30B-A3B", "30.5", "3.3", "29.9", true},
+      {"qwen3-235b-a22b", "Qwen3-235B-A22B", "235", "22", "234", true},
+      // Hugging Face's count of the weights (Mistral 7B, Llama 3.1), Mistral's announcements.
+      {"mistral-7b", "Mistral-7B-v0.1", "7.24", "", ""},
+      {"mixtral-8x7b", "Mixtral-8x7B-v0.1", "46.7", "12.9", ""},
+      {"mixtral-8x22b", "Mixtral-8x22B-v0.1", "141", "39", ""},
+      {"llama3.1-70b", "Llama-3.1-70B", "70.6", "", ""},
+      {"llama3.1-405b", "Llama-3.1-405B", "406", "", ""},
+  };
+  for (const Published& m : models) {
+    SCOPED_TRACE(m.config);
+    const TransformerSpec spec = transformer_spec(config_of(std::string("configs/") + m.config + ".ini"));
+    std::ifstream file(std::string("tests/hf/published/") + m.hf + ".json");
+    ASSERT_TRUE(file.good()) << m.hf;
+    const nlohmann::json published = nlohmann::json::parse(file);
+    EXPECT_EQ(hf_config_mismatches(published, spec), std::vector<std::string>{});
+    const double total = parameter_count(spec) / 1e9, active = active_parameter_count(spec) / 1e9;
+    EXPECT_TRUE(rounds_to(total, m.total)) << total << " vs " << m.total;
+    const double router = m.active_without_router ? 1e-9 * spec.n_layer * spec.d_model * spec.n_experts : 0;
+    if (*m.active) EXPECT_TRUE(rounds_to(active - router, m.active)) << active - router << " vs " << m.active;
+    if (!*m.active) EXPECT_EQ(active, total);
+    if (*m.non_embedding) {
+      const double tables = (spec.tied_head ? 1.0 : 2.0) * spec.vocab_size * spec.d_model / 1e9;
+      EXPECT_TRUE(rounds_to(total - tables, m.non_embedding)) << total - tables << " vs " << m.non_embedding;
+    }
+    // What plan prints.
+    char expected[80];
+    std::snprintf(expected, sizeof expected, *m.active ? "%.2fB parameters, %.2fB active" : "%.2fB parameters", total,
+                  active);
+    EXPECT_EQ(parameter_summary(spec), expected);
+  }
+  // The heads' own width, and the tied table (no lm_head): Qwen3 0.6B's 28 blocks are
+  // 0.44B, its one table 0.16B.
+  const TransformerSpec small = transformer_spec(config_of("configs/qwen3-0.6b.ini"));
+  EXPECT_EQ(small.head_dim, 128);
+  EXPECT_EQ(small.attention_width(), 2048);
+  EXPECT_TRUE(small.tied_head);
+  EXPECT_FALSE(ParameterLayout(small).has("lm_head.weight"));
+  // Without head_dim, Qwen3-30B-A3B's heads would be 2048 / 32 = 64 wide: its config.json says otherwise.
+  ModelConfig narrow = config_of("configs/qwen3-30b-a3b.ini");
+  narrow.head_dim = 0;
+  std::ifstream file("tests/hf/published/Qwen3-30B-A3B.json");
+  const std::vector<std::string> bad = hf_config_mismatches(nlohmann::json::parse(file), transformer_spec(narrow));
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0], "head_dim = 128, but model.head_dim = 64");
 }
 
 TEST(TransformerSpec, FlopsPerTokenCountTheMatmulsOnce) {
@@ -179,6 +255,20 @@ TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   }
   m.family = "mistral";
   EXPECT_EQ(error_of(m), "");
+  // head_dim: a llama-style family's own width (d_model then need not divide by n_head);
+  // GPT-2's heads are d_model / n_head wide.
+  m = ModelConfig{};
+  m.family = "qwen3";
+  m.d_model = 102;  // not 4 heads of a whole width
+  EXPECT_NE(error_of(m).find("must be a multiple of model.n_head"), std::string::npos);
+  m.head_dim = 32;
+  EXPECT_EQ(error_of(m), "");
+  EXPECT_EQ(transformer_spec(m).attention_width(), 128);
+  m.head_dim = 33;  // rotary embeddings turn pairs
+  EXPECT_NE(error_of(m).find("(model.head_dim, or model.d_model / model.n_head: 33) must be even"), std::string::npos);
+  m = ModelConfig{};
+  m.head_dim = 64;  // gpt2, 4 heads of 128 / 4
+  EXPECT_NE(error_of(m).find("model.head_dim (64) applies to the llama-style families"), std::string::npos);
   m.family = "mamba";
   EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'");
 }

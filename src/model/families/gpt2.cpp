@@ -15,6 +15,9 @@ void configure(const ModelConfig& c, TransformerSpec& s) {
                                        ") applies to model.family = llama; GPT-2 has one key/value head per head");
   require(c.rope_scaling.type == "none", "model.rope_scaling applies to model.family = llama");
   require(c.sliding_window == 0, "model.sliding_window applies to model.family = mistral");
+  require(c.head_dim == 0 || c.head_dim * c.n_head == c.d_model,
+          "model.head_dim (" + std::to_string(c.head_dim) + ") applies to the llama-style families; GPT-2's heads are "
+          "model.d_model / model.n_head wide");
   s.ffn_dim = c.ffn_dim > 0 ? c.ffn_dim : 4 * c.d_model;
   s.positions = PositionKind::learned;
   s.mlp = MlpKind::gelu;

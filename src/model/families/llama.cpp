@@ -13,8 +13,7 @@ const bool registered = register_family(llama_style({
                          {"model_type", "llama"},
                          {"hidden_act", "silu"},
                          {"attention_bias", false},
-                         {"mlp_bias", false},
-                         {"tie_word_embeddings", false}},
+                         {"mlp_bias", false}},
                          {.vocab = 32000, .hidden = 4096, .intermediate = 11008, .layers = 32, .heads = 32,
                           .max_positions = 2048}),
 }));

@@ -18,10 +18,10 @@ int default_ffn(int d) { return (8 * d / 3 + 255) / 256 * 256; }
 void configure_experts(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s) {
   const LlamaStyleExperts& x = *style.experts;
   s.n_experts = c.n_experts > 0 ? c.n_experts : x.default_experts;
-  s.experts_per_token = c.n_experts_per_token;
+  s.experts_per_token = c.n_experts_per_token != 0 ? c.n_experts_per_token : x.default_top_k;
   require(s.n_experts <= 512, key_value("model.n_experts", s.n_experts) + " must be at most 512");
   require(s.experts_per_token >= 1 && s.experts_per_token <= s.n_experts,
-          key_value("model.n_experts_per_token", c.n_experts_per_token) + " must be between 1 and " +
+          key_value("model.n_experts_per_token", s.experts_per_token) + " must be between 1 and " +
               key_value("model.n_experts", s.n_experts) + ": each token goes to that many different experts");
   if (x.width_is_ffn_dim) {
     require(c.moe_ffn_dim == 0 || c.moe_ffn_dim == s.ffn_dim,
@@ -46,8 +46,8 @@ void configure(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s
   require(s.n_kv_head <= s.n_head && s.n_head % s.n_kv_head == 0,
           key_value("model.n_kv_head", c.n_kv_head) + " must divide " + key_value("model.n_head", c.n_head) +
               ": each key/value head serves a group of query heads");
-  require(s.head_dim % 2 == 0, "rotary embeddings turn pairs of channels: the head dimension model.d_model / "
-                               "model.n_head (" + std::to_string(s.head_dim) + ") must be even");
+  require(s.head_dim % 2 == 0, "rotary embeddings turn pairs of channels: the head dimension (model.head_dim, or "
+                               "model.d_model / model.n_head: " + std::to_string(s.head_dim) + ") must be even");
   require(c.rope_theta > 0, "model.rope_theta must be positive");
   require(c.rope_scaling.type == "none" || c.rope_scaling.type == "llama3",
           "model.rope_scaling must be none or llama3, got '" + c.rope_scaling.type + "'");
@@ -62,7 +62,7 @@ void configure(const LlamaStyle& style, const ModelConfig& c, TransformerSpec& s
   if (style.experts) configure_experts(style, c, s);
   s.positions = PositionKind::rotary;
   s.mlp = MlpKind::swiglu;
-  s.tied_head = false;
+  s.tied_head = c.tie_word_embeddings;
 }
 
 std::unique_ptr<Norm> rmsnorm(const TransformerSpec& s, const std::string& name) {
@@ -132,14 +132,15 @@ ModelFamily llama_style(LlamaStyle style) {
                                                         .vocab = s.vocab_size,
                                                         .d_model = s.d_model,
                                                         .seq_len = s.seq_len,
-                                                        .tied = false,
+                                                        .tied = s.tied_head,
                                                         .table_only = table_only});
   };
   f.block = [style](const TransformerSpec& s, int layer) { return block(style, s, layer); };
   f.final_norm = [](const TransformerSpec& s) { return rmsnorm(s, "model.norm"); };
   f.head = [](const TransformerSpec& s) {
-    return std::make_unique<Head>(HeadOptions{.table = "lm_head.weight", .vocab = s.vocab_size,
-                                              .d_model = s.d_model, .tied = false});
+    // Tied (tie_word_embeddings): the token table is the head's weight; HF stores no lm_head.
+    return std::make_unique<Head>(HeadOptions{.table = s.tied_head ? "model.embed_tokens.weight" : "lm_head.weight",
+                                              .vocab = s.vocab_size, .d_model = s.d_model, .tied = s.tied_head});
   };
   return f;
 }
@@ -152,6 +153,7 @@ std::vector<HfField> llama_hf_fields(const LlamaHfDefaults& d) {
           {"ffn_dim", "intermediate_size", d.intermediate},
           {"seq_len", "max_position_embeddings", d.max_positions, nullptr, 1, /*checked=*/false},
           {"vocab_size", "vocab_size", d.vocab},
+          {"tie_word_embeddings", "tie_word_embeddings", 0},
           {"norm_eps", "rms_norm_eps", d.rms_norm_eps},
           {"rope_theta", "rope_theta", d.rope_theta}};
 }
@@ -163,12 +165,14 @@ HfConventions llama_style_hf(nlohmann::ordered_json constants, const LlamaHfDefa
   hf.fields.insert(hf.fields.end(), extra.begin(), extra.end());
   hf.rope_scaling = true;
   hf.finish = [](const TransformerSpec& s, nlohmann::ordered_json& c) { c["head_dim"] = s.head_dim; };
+  // head_dim: HF's default (absent or null) is hidden_size / num_attention_heads.
   hf.check = [](const nlohmann::json& c, const TransformerSpec& s, std::vector<std::string>& out) {
     if (c.contains("head_dim") && c["head_dim"].is_number() && c["head_dim"].get<double>() != s.head_dim)
-      out.push_back("head_dim = " + std::to_string(c["head_dim"].get<int>()) + ", but model.d_model / model.n_head = " +
+      out.push_back("head_dim = " + std::to_string(c["head_dim"].get<int>()) + ", but model.head_dim = " +
                     std::to_string(s.head_dim));
-    if (c.value("tie_word_embeddings", false))
-      out.push_back("tie_word_embeddings = true, but " + s.family + "'s head is untied here");
+    if ((!c.contains("head_dim") || c["head_dim"].is_null()) && s.head_dim * s.n_head != s.d_model)
+      out.push_back("head_dim is left out (hidden_size / num_attention_heads = " + std::to_string(s.d_model / s.n_head) +
+                    "), but model.head_dim = " + std::to_string(s.head_dim));
   };
   return hf;
 }

@@ -17,6 +17,7 @@ struct LlamaStyleExperts {
   std::string block;             // "block_sparse_moe" (Mixtral), "mlp" (Qwen3-MoE)
   std::string gate, up, down;    // "w1", "w3", "w2" (Mixtral); "gate_proj", ... (Qwen3-MoE)
   int default_experts = 8;       // when model.n_experts is 0
+  int default_top_k = 2;         // when model.n_experts_per_token is 0 (Hugging Face's default)
   bool width_is_ffn_dim = false;  // each expert is ffn_dim wide (Mixtral: intermediate_size); else moe_ffn_dim
   bool renormalize_option = true;  // model.moe_norm_topk may be false (Qwen3-MoE); Mixtral always renormalizes
 };

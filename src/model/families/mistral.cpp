@@ -19,8 +19,7 @@ const bool registered = register_family(llama_style({
     .hf = llama_style_hf({{"architectures", {"MistralForCausalLM"}},
                          {"model_type", "mistral"},
                          {"hidden_act", "silu"},
-                         {"attention_dropout", 0.0},
-                         {"tie_word_embeddings", false}},
+                         {"attention_dropout", 0.0}},
                          kDefaults, {sliding_window()}),
 }));
 

@@ -15,8 +15,7 @@ const bool registered = register_family(llama_style({
                          {"hidden_act", "silu"},
                          {"attention_bias", false},
                          {"use_sliding_window", false},
-                         {"attention_dropout", 0.0},
-                         {"tie_word_embeddings", false}},
+                         {"attention_dropout", 0.0}},
                          {.vocab = 151936, .hidden = 4096, .intermediate = 22016, .layers = 32, .heads = 32,
                           .max_positions = 32768}),
 }));

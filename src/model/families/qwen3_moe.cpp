@@ -18,8 +18,7 @@ HfConventions conventions() {
        {"attention_dropout", 0.0},
        {"decoder_sparse_step", 1},
        {"mlp_only_layers", nlohmann::ordered_json::array()},
-       {"output_router_logits", false},
-       {"tie_word_embeddings", false}},
+       {"output_router_logits", false}},
       {.vocab = 151936, .hidden = 2048, .intermediate = 6144, .layers = 24, .heads = 32, .max_positions = 32768},
       {{.key = "n_experts", .hf = "num_experts", .required = true},
        {.key = "n_experts_per_token", .hf = "num_experts_per_tok", .hf_default = 8},
@@ -40,7 +39,8 @@ HfConventions conventions() {
 const bool registered = register_family(llama_style({
     .name = "qwen3_moe",
     .qk_norm = true,
-    .experts = LlamaStyleExperts{.block = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj", .default_experts = 128},
+    .experts = LlamaStyleExperts{.block = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj",
+                                  .default_experts = 128, .default_top_k = 8},
     .hf = conventions(),
 }));
 
