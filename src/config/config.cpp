@@ -147,7 +147,7 @@ po::options_description config_options(Config& c) {
       ("data.eod_token", with_default(&d.eod_token),
        "the end-of-document token id of data.document_mask (-1: the tokenizer's end-of-sequence token)")
       ("checkpoint.dir", with_default(&ck.dir), "checkpoint directory (empty: none)")
-      ("checkpoint.every_steps", with_default(&ck.every_steps), "save every N steps (0: on signals only)")
+      ("checkpoint.every_steps", with_default(&ck.every_steps), "save every N steps (0: only the last step and on signals)")
       ("checkpoint.keep_last", with_default(&ck.keep_last), "complete checkpoints kept (0: all)")
       ("checkpoint.async", with_default(&ck.async), "write in the background")
       ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")

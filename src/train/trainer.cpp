@@ -205,6 +205,16 @@ ResumePoint resume_point(const Config& config, ParallelState& parallel, Checkpoi
   return r;
 }
 
+// Whether the end of `step` (0-based) saves a checkpoint without being asked by a signal:
+// every checkpoint.every_steps, and the last step always (as Megatron and torchtitan do), so
+// a run given only checkpoint.dir leaves something for eval and a resume. A last step
+// that is also periodic is one save.
+bool checkpoint_due(const Config& config, int step) {
+  const CheckpointConfig& cc = config.checkpoint;
+  if (cc.dir.empty()) return false;
+  return step + 1 == config.train.steps || (cc.every_steps > 0 && (step + 1) % cc.every_steps == 0);
+}
+
 // Whether `dir` holds a complete checkpoint to go back to (rank 0's question).
 bool has_checkpoint(const std::string& dir) {
   if (dir.empty()) return false;
@@ -565,9 +575,8 @@ class StepEnd {
   // before it writes again.
   bool checkpoint_or_stop(int step, bool may_save) {
     const CheckpointConfig& cc = config_.checkpoint;
-    const bool last = step + 1 == config_.train.steps;
     checkpointer_.poll();
-    const bool periodic = cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last);
+    const bool periodic = checkpoint_due(config_, step);
     const bool lost = lease_ != nullptr && !lease_->renew(/*check_now=*/periodic || stop_signal_received());
     const StepEndVerdict verdict = stop_requested(parallel_, lost);
     if (verdict.lease_lost) end_on_lost_lease(config_, lease_);
@@ -893,8 +902,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     }
     // Replicas compared at their interval and before every periodic checkpoint: a corrupted
     // state is not saved (a save on a signal is not checked first).
-    const bool saving = config.checkpoint.every_steps > 0 && (step + 1) % config.checkpoint.every_steps == 0 &&
-                        !config.checkpoint.dir.empty();
+    const bool saving = checkpoint_due(config, step);
     if (replicas.due(step) || (saving && replicas.enabled())) {
       const Timer checking;
       const ReplicaComparison c = replicas.compare(s.model.store().parameters(), step + 1);

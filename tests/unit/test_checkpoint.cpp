@@ -365,10 +365,16 @@ TEST(Checkpoint, SignalSavesAndExitsZero) {
 
 TEST(Checkpoint, ExportThenInitFrom) {
   const std::string dir = fresh_dir("export"), again = fresh_dir("export_again");
-  ASSERT_EQ(run(kTrain + "--train.steps=2 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir)).exit_code, 0);
+  const CliRun first = run(kTrain + "--train.steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(count(first.out, "checkpoint: step "), 1) << first.out;
+  EXPECT_EQ(count(first.out, "checkpoint: step 2 saved to " + dir + "/step_00000002"), 1) << first.out;
+  EXPECT_NE(first.out.find("next: "), std::string::npos) << first.out;
   const std::string file = dir + "/exported.h5";
   const CliRun e = run("ckpt export --checkpoint.dir=" + dir + " --out=" + file);
   ASSERT_EQ(e.exit_code, 0) << e.err;
+// The first run gives checkpoint.dir alone: its last step is saved all the same (issue 55),
+// once; the second's last step is also periodic (every_steps=1): saved once, not twice.
   // lr 0: the parameters pass through a step unchanged, so the new checkpoint holds
   // exactly what was exported.
   const CliRun r = run(kTrain + "--train.steps=1 --train.lr=0 --train.min_lr=0 --checkpoint.every_steps=1 "
@@ -381,6 +387,7 @@ TEST(Checkpoint, ExportThenInitFrom) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
 }
+  EXPECT_EQ(count(r.out, "checkpoint: step 1 saved"), 1) << r.out;
 
 // Llama the same way: the key/value heads shared by two ranks at tp 4 (2 heads), split
 // at tp 2; saved under one layout, resumed bit-exactly under the same one and with the
