@@ -37,12 +37,23 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_EQ(usage.exit_code, 0);
   for (const char* command : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate", "doctor", "plan"})
     EXPECT_NE(usage.out.find("\n  " + std::string(command) + " "), std::string::npos) << command << " in\n" << usage.out;
+  // eval and generate read a checkpoint.dir (issue 55: the usage named checkpoint.load).
+  EXPECT_EQ(usage.out.find("checkpoint.load"), std::string::npos) << usage.out;
+  EXPECT_NE(usage.out.find("\n  eval      --checkpoint.dir=DIR: "), std::string::npos) << usage.out;
+  EXPECT_NE(usage.out.find("\n  generate  --checkpoint.dir=DIR "), std::string::npos) << usage.out;
   // An unknown command: the error, then the same usage text.
   const CliRun unknown = run("fly");
   EXPECT_NE(unknown.err.find("\n" + usage.out), std::string::npos) << unknown.err;
   const CliRun help = run("train --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--train.lr"), std::string::npos);
+  // What the keys really do (issue 55), the help's wrapping undone.
+  const std::string flat = std::regex_replace(help.out, std::regex("\\s+"), " ");
+  EXPECT_NE(flat.find("or a trident checkpoint (a step folder, or a checkpoint.dir: its newest complete step)"),
+            std::string::npos) << flat;
+  EXPECT_NE(flat.find("training starts meanwhile, reading a Megatron token file with ranged GETs"), std::string::npos)
+      << flat;
+  EXPECT_NE(flat.find("(0: only the last step and on signals)"), std::string::npos) << flat;
   const CliRun verify_help = run("verify --help");
   EXPECT_EQ(verify_help.exit_code, 0);
   EXPECT_NE(verify_help.out.find("--reference"), std::string::npos);
