@@ -311,6 +311,11 @@ void print_schedule(const Config& config, const Restored& restored) {
   std::printf("learning rate: %s", now.describe().c_str());
   if (restored.step > 0) std::printf("; step %d: %.3e", restored.step + 1, now.at(restored.step));
   std::printf("\n");
+  const TrainConfig& t = config.train;
+  if (t.warmup_steps > t.steps)  // legal (a run to be extended), but rarely meant
+    std::fprintf(stderr, "trident: warning: train.warmup_steps (%d) is more than train.steps (%d): the run ends in its "
+                 "warmup, at a rate of %.3e, below train.lr (%.3e)\n", t.warmup_steps, t.steps,
+                 now.at(std::max(0, t.steps - 1)), t.lr);
   if (restored.config_ini.empty()) return;
   TrainConfig saved;
   try {
@@ -321,12 +326,21 @@ void print_schedule(const Config& config, const Restored& restored) {
   const LearningRateSchedule before = schedule_of(saved);
   const double was = before.at(restored.step), is = now.at(restored.step);
   if (now.describe() == before.describe()) return;
-  std::printf("learning rate: the checkpoint's run had %s; at step %d the rate is now %.3e (was %.3e)",
-              before.describe().c_str(), restored.step + 1, is, was);
-  if (saved.steps != config.train.steps && saved.lr_decay_steps == 0 && config.train.lr_decay_steps == 0)
-    std::printf(": train.steps went from %d to %d and the decay follows it; --train.lr_decay_steps=%d keeps the "
-                "curve the run was on",
-                saved.steps, config.train.steps, saved.steps);
+  // Still in the warmup (under both schedules): the decay has not begun, so it is not what moved the rate.
+  const bool warming = restored.step < now.warmup_steps && restored.step < before.warmup_steps;
+  std::printf("learning rate: the checkpoint's run had %s; at step %d the rate is now %.3e (was %.3e)%s",
+              before.describe().c_str(), restored.step + 1, is, was, warming ? ", still in the warmup" : "");
+  if (saved.steps != config.train.steps && saved.lr_decay_steps == 0 && config.train.lr_decay_steps == 0) {
+    if (warming) {
+      std::printf("; train.steps went from %d to %d: the decay after the warmup will end at step %d, not %d",
+                  saved.steps, config.train.steps, config.train.steps, saved.steps);
+      if (saved.steps > config.train.warmup_steps)  // a decay end the warmup allows
+        std::printf("; --train.lr_decay_steps=%d keeps the curve the run was on", saved.steps);
+    } else
+      std::printf(": train.steps went from %d to %d and the decay follows it; --train.lr_decay_steps=%d keeps the "
+                  "curve the run was on",
+                  saved.steps, config.train.steps, saved.steps);
+  }
   std::printf("\n");
 }
 

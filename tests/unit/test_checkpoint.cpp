@@ -83,7 +83,8 @@ TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
     const CliRun other = run(kTrain + "--parallel.zero=1 --train.steps=7 --checkpoint.dir=" + whole +
                                  run_dir_flag(whole), launcher);
     EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
-    EXPECT_NE(other.err.find("holds the state of the optimizer lion, not of train.optimizer = adamw"),
+    EXPECT_NE(other.err.find("holds the state of the optimizer lion, not of train.optimizer = adamw; to change "
+                             "optimizers, start from its parameters: --checkpoint.init_from=" + whole + "/step_00000006 "),
               std::string::npos) << other.err;
   }
 }
@@ -304,6 +305,11 @@ void flip_byte(const std::string& path, size_t offset) {
 TEST(Checkpoint, DamagedFilesAreNamedAndLatestFallsBack) {
   const std::string dir = fresh_dir("damaged");
   ASSERT_EQ(run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir)).exit_code, 0);
+  // A step never saved: said so, with the steps there are (not "incomplete").
+  const CliRun never = run("ckpt export --checkpoint.dir=" + dir + " --step=7 --out=" + dir + "/x.h5");
+  EXPECT_EQ(never.exit_code, 2);
+  EXPECT_NE(never.err.find("no checkpoint of step 7 in '" + dir + "': its complete checkpoints are of steps 2, 4"),
+            std::string::npos) << never.err;
   const std::string node = dir + "/step_00000004/node_0000.h5";
   const size_t size = fs::file_size(node);
   flip_byte(node, size / 2);
@@ -363,6 +369,8 @@ TEST(Checkpoint, SignalSavesAndExitsZero) {
   EXPECT_LT(m->step, 100000);
 }
 
+// The first run gives checkpoint.dir alone: its last step is saved all the same (issue 55),
+// once; the second's last step is also periodic (every_steps=1): saved once, not twice.
 TEST(Checkpoint, ExportThenInitFrom) {
   const std::string dir = fresh_dir("export"), again = fresh_dir("export_again");
   const CliRun first = run(kTrain + "--train.steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir));
@@ -373,21 +381,19 @@ TEST(Checkpoint, ExportThenInitFrom) {
   const std::string file = dir + "/exported.h5";
   const CliRun e = run("ckpt export --checkpoint.dir=" + dir + " --out=" + file);
   ASSERT_EQ(e.exit_code, 0) << e.err;
-// The first run gives checkpoint.dir alone: its last step is saved all the same (issue 55),
-// once; the second's last step is also periodic (every_steps=1): saved once, not twice.
   // lr 0: the parameters pass through a step unchanged, so the new checkpoint holds
   // exactly what was exported.
   const CliRun r = run(kTrain + "--train.steps=1 --train.lr=0 --train.min_lr=0 --checkpoint.every_steps=1 "
                                 "--checkpoint.init_from=" + file + " --checkpoint.dir=" + again + run_dir_flag(again));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("parameters initialized from"), std::string::npos);
+  EXPECT_EQ(count(r.out, "checkpoint: step 1 saved"), 1) << r.out;
   const auto a = read_canonical(read_manifest(dir + "/step_00000002"), "params");
   const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
   ASSERT_FALSE(a.empty());
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
 }
-  EXPECT_EQ(count(r.out, "checkpoint: step 1 saved"), 1) << r.out;
 
 // Llama the same way: the key/value heads shared by two ranks at tp 4 (2 heads), split
 // at tp 2; saved under one layout, resumed bit-exactly under the same one and with the
