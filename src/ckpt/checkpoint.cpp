@@ -663,14 +663,16 @@ void Checkpointer::complete(Pending& p) {
 int Checkpointer::load(const Manifest& m) {
   const ParameterLayout& layout = *state_.parameters.layout;
   require_same_model(m.model, config_.model, "checkpoint " + m.dir);
+  // init_from reads a trident checkpoint as it is (its parameters alone); in a new folder,
+  // since this one would resume from the same checkpoint again.
+  const std::string start_anew = "start from its parameters: --checkpoint.init_from=" + m.dir +
+                                 " with another --checkpoint.dir (this one resumes)";
   require(m.optimizer == state_.optimizer,
           "checkpoint " + m.dir + " holds the state of the optimizer " + m.optimizer + ", not of train.optimizer = " +
-              state_.optimizer + "; to change optimizers, export it ('trident ckpt export') and start from "
-              "--checkpoint.init_from");
+              state_.optimizer + "; to change optimizers, " + start_anew);
   require(m.data_fingerprint.empty() || data_fingerprint_.empty() || m.data_fingerprint == data_fingerprint_,
           "checkpoint " + m.dir + " was trained on other data (" + m.data_fingerprint + ") than data.path holds now (" +
-              data_fingerprint_ + "), so its data position means nothing here; to train on new data, export it "
-              "('trident ckpt export') and start from --checkpoint.init_from");
+              data_fingerprint_ + "), so its data position means nothing here; to train on new data, " + start_anew);
   const ShardIndex index(m, files_needed(m, layout));
   const ParameterLayout saved(m.model, 0, m.dims.size(Axis::tp));
   const std::vector<std::string> kinds = kinds_of(state_);

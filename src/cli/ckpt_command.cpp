@@ -39,9 +39,15 @@ constexpr const char* kCkptUsage =
 // The checkpoint of `step`, or the newest complete one.
 Manifest choose(const std::string& dir, int step) {
   if (step >= 0) {
-    char name[32];
-    std::snprintf(name, sizeof name, "step_%08d", step);
-    return read_manifest((fs::path(dir) / name).string());
+    const std::string path = (fs::path(dir) / step_name(step)).string();
+    if (!fs::exists(path)) {  // a step never saved: say which were (an existing folder's faults read_manifest names)
+      std::string saved;
+      for (const std::string& c : complete_checkpoints(dir))
+        saved += (saved.empty() ? "" : ", ") + std::to_string(step_of_name(fs::path(c).filename().string()));
+      throw UsageError("no checkpoint of step " + std::to_string(step) + " in '" + dir + "': " +
+                       (saved.empty() ? "it holds no complete checkpoint" : "its complete checkpoints are of steps " + saved));
+    }
+    return read_manifest(path);
   }
   const std::optional<Manifest> latest = find_latest_checkpoint(dir);
   require(latest.has_value(), "no complete checkpoint in '" + dir + "'");

@@ -18,11 +18,11 @@ namespace {
 constexpr const char* kPlanUsage =
     "usage: trident plan --config FILE.ini --nodes N --gpus_per_node G --gpu a100|h100|h200\n"
     "                    [--network efa|ib|GBPS] [--top K] [--section.key=value ...]\n"
-    "  Every layout (dp, tp, cp, pp, pipeline schedule, ZeRO stage, recompute, micro-batch) of the config's model and\n"
+    "  Every layout (dp, tp, cp, ep, pp, pipeline schedule, ZeRO stage, recompute, micro-batch) of the config's model and\n"
     "  global batch that fits N nodes of G GPUs: the busiest GPU's memory from trident's memory\n"
     "  plan and a predicted step time, the K fastest first, and the sbatch line of the best.\n"
-    "  A layout key set in the config or by a flag (parallel.dp, tp, cp, pp, schedule, vpp, zero,\n"
-    "  sequence_parallel, train.recompute, micro_batch) pins it: only layouts with its value.\n"
+    "  A layout key set in the config or by a flag (parallel.dp, tp, cp, ep, pp, schedule, vpp,\n"
+    "  zero, sequence_parallel, train.recompute, micro_batch) pins it: only layouts with its value.\n"
     "  --network: between nodes; efa (the GPU's AWS instance: p4d, p5), ib (one HDR/NDR port\n"
     "  per GPU), or Gbit/s per GPU.\n";
 

@@ -80,12 +80,13 @@ std::string part_prefix(const std::string& out, int rank, int ranks) {
 }
 
 constexpr const char* kUsage =
-    "usage: trident prepare --input PATH [--input PATH ...] --out PREFIX --data.tokenizer=KIND\n"
+    "usage: trident prepare --input PATH [--input PATH ...] --out PREFIX [--data.tokenizer=KIND]\n"
     "                       [--data.tokenizer_path=PATH] [--json_key text] [--train_tokenizer VOCAB]\n"
     "  Tokenizes text (documents split at lines holding only '%', or one per file) or JSONL\n"
     "  (.jsonl/.json, the document under --json_key), gzip of either, into Megatron's indexed\n"
     "  dataset PREFIX.bin + PREFIX.idx (one sequence per document, the end-of-document token\n"
-    "  appended) and PREFIX.json. Under mpirun every rank tokenizes its share of the input.\n"
+    "  appended) and PREFIX.json, with the tokenizer KIND: byte (the default), gpt2, llama3 or\n"
+    "  sentencepiece. Under mpirun every rank tokenizes its share of the input.\n"
     "  --train_tokenizer VOCAB first trains a SentencePiece BPE with Llama 2's settings on\n"
     "  the input (PREFIX.model) and prepares with it. PREFIX may be s3://bucket/key: the files\n"
     "  are made in data.cache_dir, then uploaded (S3 settings: checkpoint.s3_*).\n";
@@ -179,6 +180,9 @@ int run_prepare_command(const std::vector<std::string>& args) {
   }
   std::unique_ptr<Tokenizer> tokenizer;
   run_collectively([&] { tokenizer = make_tokenizer(data.tokenizer, data.tokenizer_path); });
+  if (root && cl.given.count("data.tokenizer") == 0)  // the default, said: a newcomer may have meant another
+    std::printf("prepare: no --data.tokenizer given: byte-level tokens (256 ids, one per byte); "
+                "--data.tokenizer=gpt2, llama3 or sentencepiece for another\n");
   const int32_t eod = tokenizer->special_tokens().eos;
   const TokenType type = token_type_for_vocabulary(tokenizer->vocab_size());
 

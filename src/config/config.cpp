@@ -118,7 +118,9 @@ po::options_description config_options(Config& c) {
        "activations recomputed in backward: none, selective (attention's core) or full (each layer)")
       ("data.path", with_default(&d.path),
        "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"; any "
-       "of them as s3://bucket/key (copied to data.cache_dir first; S3 settings: checkpoint.s3_*)")
+       "of them as s3://bucket/key (each node copies it to data.cache_dir; training starts meanwhile, reading a "
+       "Megatron token file with ranged GETs until its copy is complete: data.wait_for_copy, data.stream; S3 "
+       "settings: checkpoint.s3_*)")
       ("data.tokenizer", with_default(&d.tokenizer),
        "byte, gpt2, llama3 or sentencepiece (text data is tokenized with it at start; 'trident prepare' "
        "tokenizes once, for every later run)")
@@ -147,11 +149,11 @@ po::options_description config_options(Config& c) {
       ("data.eod_token", with_default(&d.eod_token),
        "the end-of-document token id of data.document_mask (-1: the tokenizer's end-of-sequence token)")
       ("checkpoint.dir", with_default(&ck.dir), "checkpoint directory (empty: none)")
-      ("checkpoint.every_steps", with_default(&ck.every_steps), "save every N steps (0: on signals only)")
+      ("checkpoint.every_steps", with_default(&ck.every_steps), "save every N steps (0: only the last step and on signals)")
       ("checkpoint.keep_last", with_default(&ck.keep_last), "complete checkpoints kept (0: all)")
       ("checkpoint.async", with_default(&ck.async), "write in the background")
       ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")
-      ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from: an exported .h5, or Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file)")
+      ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from (step 0, a fresh optimizer): an exported .h5, Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file), or a trident checkpoint (a step folder, or a checkpoint.dir: its newest complete step)")
       ("checkpoint.lease_s", with_default(&ck.lease_s),
        "a run's lease on checkpoint.dir (one folder, one run) not renewed for this long is stale and may be taken "
        "over (0: auto, the larger of parallel.timeout_s and 4 step times)")

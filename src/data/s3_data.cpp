@@ -23,6 +23,7 @@
 #include "ckpt/remote_checkpoints.h"
 #include "parallel/agreement.h"
 #include "parallel/node_leaders.h"
+#include "runtime/byte_size.h"
 #include "runtime/durable_file.h"
 #include "runtime/injected_faults.h"
 #include "runtime/timer.h"
@@ -144,12 +145,6 @@ uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o, 
   return o.size;
 }
 
-std::string gb(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.3f GB", bytes / 1e9);
-  return text;
-}
-
 // The objects every s3:// entry of `spec` names (rank 0; UsageError for an entry that
 // names nothing, a bucket that cannot be used).
 // stream: a Megatron prefix (its .bin and .idx there) goes into `streamed` instead (data.stream);
@@ -267,7 +262,7 @@ class LeaderCopies final : public DataInBackground {
         fetch(*clients_.at(o.bucket), cache_, o, writer_);
         if (announce_)
           std::printf("data: copied s3://%s/%s in the background (%s in %.2f s)\n", o.bucket.c_str(), o.key.c_str(),
-                      gb(static_cast<double>(o.size)).c_str(), timer.seconds());
+                      byte_size(static_cast<double>(o.size)).c_str(), timer.seconds());
       } catch (const std::exception& e) {
         std::error_code ec;
         fs::remove(copy_path(cache_, o) + ".partial." + writer_, ec);
@@ -321,7 +316,12 @@ std::shared_ptr<DataInBackground> copy_in_background(const std::string& bucket, 
 
 StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool copy_while_reading) {
   DataConfig data = config.data;
-  if (!names_s3(data.path) && !names_s3(data.val_path)) return {data, {}, nullptr};
+  if (!names_s3(data.path) && !names_s3(data.val_path)) {
+    if (data.stream && parallel.is_root())  // not silently ignored
+      std::printf("data: data.stream=true streams s3:// Megatron prefixes only; data.path %s is read from disk\n",
+                  data.path.c_str());
+    return {data, {}, nullptr};
+  }
   const std::string cache = data_cache_dir(data);
   // Rank 0 lists what the entries name; every rank learns it.
   std::vector<DataObject> objects;
@@ -393,7 +393,7 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
   double plan[2] = {to_fetch, kept};
   parallel.world().all_reduce(std::span<double>(plan, 2));
   if (parallel.is_root() && plan[0] > 0)
-    std::printf("data: copying %s of s3:// data to %s (%zu objects, %.0f already there)\n", gb(plan[0]).c_str(),
+    std::printf("data: copying %s of s3:// data to %s (%zu objects, %.0f already there)\n", byte_size(plan[0]).c_str(),
                 cache.c_str(), objects.size(), plan[1]);
   std::fflush(stdout);
 
@@ -424,7 +424,7 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
         const double seconds = timer.seconds();
         if (parallel.is_root() && seconds - last_line >= 2 && fetched < to_fetch) {
           const double rate = fetched / seconds;
-          std::printf("data: copied %s of %s (%.3f GB/s), ETA %.0f s\n", gb(fetched).c_str(), gb(to_fetch).c_str(),
+          std::printf("data: copied %s of %s (%.3f GB/s), ETA %.0f s\n", byte_size(fetched).c_str(), byte_size(to_fetch).c_str(),
                       rate / 1e9, (to_fetch - fetched) / rate);
           std::fflush(stdout);
           last_line = seconds;
@@ -452,7 +452,7 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
   }
   if (parallel.is_root() && totals[1] > 0)
     std::printf("data: copied %.0f object%s, %s, in %.2f s (%.3f GB/s); %.0f already there\n", totals[1],
-                totals[1] == 1 ? "" : "s", gb(totals[0]).c_str(), slowest, totals[0] / std::max(slowest, 1e-9) / 1e9,
+                totals[1] == 1 ? "" : "s", byte_size(totals[0]).c_str(), slowest, totals[0] / std::max(slowest, 1e-9) / 1e9,
                 plan[1]);
   else if (parallel.is_root() && being_copied.empty())
     std::printf("data: the s3:// data's %zu objects are in %s already\n", objects.size() + deferred.size(),
@@ -480,7 +480,7 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
     for (const StreamedEntry& e : being_copied) bytes += static_cast<double>(e.bin.size);
     std::printf("data: training starts while %zu token file%s (%s) %s copied to %s; until then %s read with ranged "
                 "GETs (data.wait_for_copy=true waits for the copy)\n",
-                being_copied.size(), being_copied.size() == 1 ? "" : "s", gb(bytes).c_str(),
+                being_copied.size(), being_copied.size() == 1 ? "" : "s", byte_size(bytes).c_str(),
                 being_copied.size() == 1 ? "is" : "are", cache.c_str(), being_copied.size() == 1 ? "it is" : "they are");
     std::fflush(stdout);
   }

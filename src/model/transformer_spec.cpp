@@ -53,7 +53,9 @@ std::string TransformerSpec::describe() const {
   if (ffn_dim != 4 * d_model) s += " F" + std::to_string(ffn_dim);
   if (n_experts > 0)
     s += " E" + std::to_string(n_experts) + "x" + std::to_string(moe_ffn_dim) + " top" + std::to_string(experts_per_token);
-  return s + " T" + std::to_string(seq_len) + " V" + std::to_string(vocab_size);
+  s += " T" + std::to_string(seq_len) + " V" + std::to_string(vocab_size);
+  if (sliding_window > 0) s += " window " + std::to_string(sliding_window);  // Mistral's: what each token sees
+  return s;
 }
 
 void check_tensor_parallel(const TransformerSpec& s, int tp) {

@@ -6,8 +6,9 @@ namespace trident {
 
 const std::vector<std::string>& layout_keys() {
   static const std::vector<std::string> keys = {
-      "parallel.dp",       "parallel.tp",     "parallel.cp",       "parallel.pp",  "parallel.vpp", "parallel.schedule",
-      "parallel.zero",     "train.recompute", "train.micro_batch", "parallel.sequence_parallel"};
+      "parallel.dp",       "parallel.tp",     "parallel.cp",       "parallel.ep",  "parallel.pp",
+      "parallel.vpp",      "parallel.schedule", "parallel.zero",   "train.recompute", "train.micro_batch",
+      "parallel.sequence_parallel"};
   return keys;
 }
 
@@ -16,6 +17,7 @@ std::string layout_value(const Config& c, const std::string& key) {
   if (key == "parallel.dp") return std::to_string(p.dp);
   if (key == "parallel.tp") return std::to_string(p.tp);
   if (key == "parallel.cp") return std::to_string(p.cp);
+  if (key == "parallel.ep") return std::to_string(p.ep);
   if (key == "parallel.pp") return std::to_string(p.pp);
   if (key == "parallel.vpp") return std::to_string(p.vpp);
   if (key == "parallel.schedule") return name_of(p.schedule);

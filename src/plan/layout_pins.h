@@ -10,7 +10,7 @@
 
 namespace trident {
 
-// Every key the planner chooses. parallel.cp (context parallelism) joins them when it lands.
+// Every key the planner chooses.
 const std::vector<std::string>& layout_keys();
 
 struct LayoutPins {

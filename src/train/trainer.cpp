@@ -205,6 +205,16 @@ ResumePoint resume_point(const Config& config, ParallelState& parallel, Checkpoi
   return r;
 }
 
+// Whether the end of `step` (0-based) saves a checkpoint without being asked by a signal:
+// every checkpoint.every_steps, and the last step always (as Megatron and torchtitan do), so
+// a run given only checkpoint.dir leaves something for eval and a resume. A last step
+// that is also periodic is one save.
+bool checkpoint_due(const Config& config, int step) {
+  const CheckpointConfig& cc = config.checkpoint;
+  if (cc.dir.empty()) return false;
+  return step + 1 == config.train.steps || (cc.every_steps > 0 && (step + 1) % cc.every_steps == 0);
+}
+
 // Whether `dir` holds a complete checkpoint to go back to (rank 0's question).
 bool has_checkpoint(const std::string& dir) {
   if (dir.empty()) return false;
@@ -301,6 +311,11 @@ void print_schedule(const Config& config, const Restored& restored) {
   std::printf("learning rate: %s", now.describe().c_str());
   if (restored.step > 0) std::printf("; step %d: %.3e", restored.step + 1, now.at(restored.step));
   std::printf("\n");
+  const TrainConfig& t = config.train;
+  if (t.warmup_steps > t.steps)  // legal (a run to be extended), but rarely meant
+    std::fprintf(stderr, "trident: warning: train.warmup_steps (%d) is more than train.steps (%d): the run ends in its "
+                 "warmup, at a rate of %.3e, below train.lr (%.3e)\n", t.warmup_steps, t.steps,
+                 now.at(std::max(0, t.steps - 1)), t.lr);
   if (restored.config_ini.empty()) return;
   TrainConfig saved;
   try {
@@ -311,12 +326,21 @@ void print_schedule(const Config& config, const Restored& restored) {
   const LearningRateSchedule before = schedule_of(saved);
   const double was = before.at(restored.step), is = now.at(restored.step);
   if (now.describe() == before.describe()) return;
-  std::printf("learning rate: the checkpoint's run had %s; at step %d the rate is now %.3e (was %.3e)",
-              before.describe().c_str(), restored.step + 1, is, was);
-  if (saved.steps != config.train.steps && saved.lr_decay_steps == 0 && config.train.lr_decay_steps == 0)
-    std::printf(": train.steps went from %d to %d and the decay follows it; --train.lr_decay_steps=%d keeps the "
-                "curve the run was on",
-                saved.steps, config.train.steps, saved.steps);
+  // Still in the warmup (under both schedules): the decay has not begun, so it is not what moved the rate.
+  const bool warming = restored.step < now.warmup_steps && restored.step < before.warmup_steps;
+  std::printf("learning rate: the checkpoint's run had %s; at step %d the rate is now %.3e (was %.3e)%s",
+              before.describe().c_str(), restored.step + 1, is, was, warming ? ", still in the warmup" : "");
+  if (saved.steps != config.train.steps && saved.lr_decay_steps == 0 && config.train.lr_decay_steps == 0) {
+    if (warming) {
+      std::printf("; train.steps went from %d to %d: the decay after the warmup will end at step %d, not %d",
+                  saved.steps, config.train.steps, config.train.steps, saved.steps);
+      if (saved.steps > config.train.warmup_steps)  // a decay end the warmup allows
+        std::printf("; --train.lr_decay_steps=%d keeps the curve the run was on", saved.steps);
+    } else
+      std::printf(": train.steps went from %d to %d and the decay follows it; --train.lr_decay_steps=%d keeps the "
+                  "curve the run was on",
+                  saved.steps, config.train.steps, saved.steps);
+  }
   std::printf("\n");
 }
 
@@ -565,9 +589,8 @@ class StepEnd {
   // before it writes again.
   bool checkpoint_or_stop(int step, bool may_save) {
     const CheckpointConfig& cc = config_.checkpoint;
-    const bool last = step + 1 == config_.train.steps;
     checkpointer_.poll();
-    const bool periodic = cc.every_steps > 0 && ((step + 1) % cc.every_steps == 0 || last);
+    const bool periodic = checkpoint_due(config_, step);
     const bool lost = lease_ != nullptr && !lease_->renew(/*check_now=*/periodic || stop_signal_received());
     const StepEndVerdict verdict = stop_requested(parallel_, lost);
     if (verdict.lease_lost) end_on_lost_lease(config_, lease_);
@@ -893,8 +916,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     }
     // Replicas compared at their interval and before every periodic checkpoint: a corrupted
     // state is not saved (a save on a signal is not checked first).
-    const bool saving = config.checkpoint.every_steps > 0 && (step + 1) % config.checkpoint.every_steps == 0 &&
-                        !config.checkpoint.dir.empty();
+    const bool saving = checkpoint_due(config, step);
     if (replicas.due(step) || (saving && replicas.enabled())) {
       const Timer checking;
       const ReplicaComparison c = replicas.compare(s.model.store().parameters(), step + 1);

@@ -83,7 +83,8 @@ TEST(Checkpoint, ResumedRunEndsBitForBitLikeAnUninterruptedOne) {
     const CliRun other = run(kTrain + "--parallel.zero=1 --train.steps=7 --checkpoint.dir=" + whole +
                                  run_dir_flag(whole), launcher);
     EXPECT_EQ(other.exit_code, 2) << other.out << other.err;
-    EXPECT_NE(other.err.find("holds the state of the optimizer lion, not of train.optimizer = adamw"),
+    EXPECT_NE(other.err.find("holds the state of the optimizer lion, not of train.optimizer = adamw; to change "
+                             "optimizers, start from its parameters: --checkpoint.init_from=" + whole + "/step_00000006 "),
               std::string::npos) << other.err;
   }
 }
@@ -304,6 +305,11 @@ void flip_byte(const std::string& path, size_t offset) {
 TEST(Checkpoint, DamagedFilesAreNamedAndLatestFallsBack) {
   const std::string dir = fresh_dir("damaged");
   ASSERT_EQ(run(kTrain + "--train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir)).exit_code, 0);
+  // A step never saved: said so, with the steps there are (not "incomplete").
+  const CliRun never = run("ckpt export --checkpoint.dir=" + dir + " --step=7 --out=" + dir + "/x.h5");
+  EXPECT_EQ(never.exit_code, 2);
+  EXPECT_NE(never.err.find("no checkpoint of step 7 in '" + dir + "': its complete checkpoints are of steps 2, 4"),
+            std::string::npos) << never.err;
   const std::string node = dir + "/step_00000004/node_0000.h5";
   const size_t size = fs::file_size(node);
   flip_byte(node, size / 2);
@@ -363,9 +369,15 @@ TEST(Checkpoint, SignalSavesAndExitsZero) {
   EXPECT_LT(m->step, 100000);
 }
 
+// The first run gives checkpoint.dir alone: its last step is saved all the same (issue 55),
+// once; the second's last step is also periodic (every_steps=1): saved once, not twice.
 TEST(Checkpoint, ExportThenInitFrom) {
   const std::string dir = fresh_dir("export"), again = fresh_dir("export_again");
-  ASSERT_EQ(run(kTrain + "--train.steps=2 --checkpoint.every_steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir)).exit_code, 0);
+  const CliRun first = run(kTrain + "--train.steps=2 --checkpoint.dir=" + dir + run_dir_flag(dir));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(count(first.out, "checkpoint: step "), 1) << first.out;
+  EXPECT_EQ(count(first.out, "checkpoint: step 2 saved to " + dir + "/step_00000002"), 1) << first.out;
+  EXPECT_NE(first.out.find("next: "), std::string::npos) << first.out;
   const std::string file = dir + "/exported.h5";
   const CliRun e = run("ckpt export --checkpoint.dir=" + dir + " --out=" + file);
   ASSERT_EQ(e.exit_code, 0) << e.err;
@@ -375,6 +387,7 @@ TEST(Checkpoint, ExportThenInitFrom) {
                                 "--checkpoint.init_from=" + file + " --checkpoint.dir=" + again + run_dir_flag(again));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("parameters initialized from"), std::string::npos);
+  EXPECT_EQ(count(r.out, "checkpoint: step 1 saved"), 1) << r.out;
   const auto a = read_canonical(read_manifest(dir + "/step_00000002"), "params");
   const auto b = read_canonical(read_manifest(again + "/step_00000001"), "params");
   ASSERT_FALSE(a.empty());

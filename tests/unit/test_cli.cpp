@@ -37,12 +37,23 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_EQ(usage.exit_code, 0);
   for (const char* command : {"train", "verify", "ckpt", "tokenize", "prepare", "eval", "generate", "doctor", "plan"})
     EXPECT_NE(usage.out.find("\n  " + std::string(command) + " "), std::string::npos) << command << " in\n" << usage.out;
+  // eval and generate read a checkpoint.dir (issue 55: the usage named checkpoint.load).
+  EXPECT_EQ(usage.out.find("checkpoint.load"), std::string::npos) << usage.out;
+  EXPECT_NE(usage.out.find("\n  eval      --checkpoint.dir=DIR: "), std::string::npos) << usage.out;
+  EXPECT_NE(usage.out.find("\n  generate  --checkpoint.dir=DIR "), std::string::npos) << usage.out;
   // An unknown command: the error, then the same usage text.
   const CliRun unknown = run("fly");
   EXPECT_NE(unknown.err.find("\n" + usage.out), std::string::npos) << unknown.err;
   const CliRun help = run("train --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--train.lr"), std::string::npos);
+  // What the keys really do (issue 55), the help's wrapping undone.
+  const std::string flat = std::regex_replace(help.out, std::regex("\\s+"), " ");
+  EXPECT_NE(flat.find("or a trident checkpoint (a step folder, or a checkpoint.dir: its newest complete step)"),
+            std::string::npos) << flat;
+  EXPECT_NE(flat.find("training starts meanwhile, reading a Megatron token file with ranged GETs"), std::string::npos)
+      << flat;
+  EXPECT_NE(flat.find("(0: only the last step and on signals)"), std::string::npos) << flat;
   const CliRun verify_help = run("verify --help");
   EXPECT_EQ(verify_help.exit_code, 0);
   EXPECT_NE(verify_help.out.find("--reference"), std::string::npos);
@@ -730,6 +741,32 @@ TEST(Cli, AResumeGoesOnInOneLogAndSaysWhatChanged) {
   EXPECT_NE(tune.out.find("the parameters of trident checkpoint " + ckpt + "/step_00000012"), std::string::npos)
       << tune.out;
   EXPECT_LT(jsonl(dir + "/tune/metrics.jsonl")[0]["loss"].get<double>(), steps[0]["loss"].get<double>() - 0.3);
+}
+
+// What a newcomer met (issue 55): a warmup longer than the run is warned of, once; a run
+// given checkpoint.dir alone saves its last step; a resume still in the warmup does not
+// say the decay moved its rate; data.stream on a local path is said to be ignored, once.
+TEST(Cli, AShortRunInItsWarmupSaysWhatItDoes) {
+  const std::string dir = testing::TempDir() + "warmup_flow", ckpt = dir + "/ckpt";
+  std::filesystem::remove_all(dir);
+  const std::string base = "train --config configs/tiny.ini --model.d_model=64 --model.n_layer=2 --log.val_batches=0 "
+                           "--log.sample_every_steps=0 --train.global_batch=4 --train.warmup_steps=4 "
+                           "--data.stream=true --checkpoint.dir=" + ckpt + " --log.run_dir=" + dir + "/run ";
+  const CliRun first = run(base + "--train.steps=2", kMpirun + "2");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(count(first.err, "trident: warning: train.warmup_steps (4) is more than train.steps (2): the run ends in its "
+                             "warmup, at a rate of 1.000e-03, below train.lr (2.000e-03)"), 1) << first.err;
+  EXPECT_EQ(count(first.out, "data: data.stream=true streams s3:// Megatron prefixes only; data.path "
+                             "/usr/share/games/fortunes is read from disk"), 1) << first.out;
+  ASSERT_TRUE(std::filesystem::exists(ckpt + "/step_00000002/manifest.json"));
+  const CliRun longer = run(base + "--train.steps=3");
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  EXPECT_NE(longer.out.find("resumed from " + ckpt + "/step_00000002"), std::string::npos) << longer.out;
+  // (No --train.lr_decay_steps=2 to suggest: a decay end within the warmup is refused.)
+  EXPECT_NE(longer.out.find("at step 3 the rate is now 1.500e-03 (was 1.500e-03), still in the warmup; train.steps went "
+                            "from 2 to 3: the decay after the warmup will end at step 3, not 2\n"),
+            std::string::npos) << longer.out;
+  EXPECT_EQ(longer.out.find("the decay follows it"), std::string::npos) << longer.out;
 }
 
 // More threads than cores: rank 0 says so and names the fix; more ranks than cores (a

@@ -564,5 +564,34 @@ TEST(ClusterPlan, ExpertsCostTheirActiveWork) {
   }
 }
 
+// parallel.ep given is pinned like the other layout keys (issue 55: it was dropped
+// silently): every layout keeps it; one that cannot split the experts is one error.
+TEST(ClusterPlan, PinnedExpertParallelismKeepsItsValue) {
+  Config moe;
+  moe.model = llama(32, 4096, 32, 8, 14336, 4096, 32000);
+  moe.model.family = "mixtral";
+  moe.model.n_experts = 8;
+  moe.model.n_experts_per_token = 2;
+  moe.train.global_batch = 64;
+  moe.parallel.ep = 8;
+  const LayoutPins pins = layout_pins({"parallel.ep"}, moe);
+  EXPECT_EQ(pins.describe(moe), "parallel.ep=8");
+  const std::vector<PlannedLayout> layouts = plan_cluster(moe, h100s(8), pins);
+  ASSERT_FALSE(layouts.empty());
+  for (const PlannedLayout& l : layouts) {
+    EXPECT_EQ(l.config.parallel.ep, 8) << l.flags;
+    EXPECT_NE(l.flags.find("--parallel.ep=8"), std::string::npos) << l.flags;
+  }
+  moe.parallel.ep = 3;  // divides neither the 8 experts nor any dp of 64 GPUs
+  try {
+    plan_cluster(moe, h100s(8), layout_pins({"parallel.ep"}, moe));
+    ADD_FAILURE() << "parallel.ep=3 was planned";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no layout with parallel.ep=3 works on 8 node(s) x 8 GPUs: parallel.ep (3) must"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace trident

@@ -46,10 +46,13 @@ TEST(Prepare, SameBytesForAnyRankCountAndEveryInputForm) {
   const std::string dir = fresh_dir("ranks");
   const std::string in = make_inputs(dir);
   for (int ranks : {1, 2, 3}) {
+    // One rank with no --data.tokenizer: byte, the default, and said so (the same bytes below).
+    const bool named = ranks > 1;
     const CliRun r = run("prepare --input " + in + " --out " + dir + "/r" + std::to_string(ranks) +
-                             " --data.tokenizer=byte", kMpirun + std::to_string(ranks), 60);
+                             (named ? " --data.tokenizer=byte" : ""), kMpirun + std::to_string(ranks), 60);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("prepared"), std::string::npos) << r.out;
+    EXPECT_EQ(count(r.out, "prepare: no --data.tokenizer given: byte-level tokens"), named ? 0 : 1) << r.out;
   }
   for (const char* ext : {".bin", ".idx"}) {
     EXPECT_EQ(bytes_of(dir + "/r2" + ext), bytes_of(dir + "/r1" + ext)) << ext;

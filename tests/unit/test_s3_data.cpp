@@ -15,6 +15,7 @@
 
 #include "cli_helpers.h"
 #include "data/s3_data.h"
+#include "runtime/byte_size.h"
 #include "storage/aws_credentials.h"
 #include "storage/s3_client.h"
 
@@ -57,6 +58,15 @@ class S3Data : public testing::Test {
   std::string endpoint_, bucket_, dir_;
   const std::string mpirun2 = "mpirun --oversubscribe --allow-run-as-root -np 2";
 };
+
+// Sizes in the copy's log lines: a small copy is not "0.000 GB".
+TEST(S3DataLog, SizesAreInAUnitAPersonReads) {
+  EXPECT_EQ(byte_size(1073741824.0), "1.074 GB");
+  EXPECT_EQ(byte_size(2138000.0), "2.1 MB");
+  EXPECT_EQ(byte_size(5240.0), "5.2 KB");
+  EXPECT_EQ(byte_size(512.0), "512 bytes");
+  EXPECT_EQ(byte_size(0.0), "0 bytes");
+}
 
 // The last step's line of a run's output.
 std::string last_step(const std::string& out) {

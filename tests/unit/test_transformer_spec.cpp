@@ -178,6 +178,17 @@ TEST(TransformerSpec, FamiliesDifferOnlyWhereTheyDiffer) {
   EXPECT_FALSE(last_stage.has("wpe.weight"));
 }
 
+// The model line names what sets a family apart: Mistral's sliding window too.
+TEST(TransformerSpec, DescriptionNamesTheSlidingWindow) {
+  ModelConfig m;
+  m.family = "mistral";
+  m.n_kv_head = 2;
+  m.sliding_window = 7;
+  EXPECT_EQ(transformer_spec(m).describe(), "mistral L4 H4 KV2 d128 T128 V256 window 7");
+  m.sliding_window = 0;  // all earlier tokens: nothing to name
+  EXPECT_EQ(transformer_spec(m).describe(), "mistral L4 H4 KV2 d128 T128 V256");
+}
+
 TEST(TransformerSpec, KeyValueHeadsSplitOrAreSharedOverTp) {
   ModelConfig m;
   m.family = "llama";
