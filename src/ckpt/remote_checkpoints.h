@@ -14,13 +14,16 @@
 #include "ckpt/checkpoint.h"
 #include "config/config.h"
 #include "storage/s3_client.h"
+#include "storage/s3_endpoint.h"
 #include "storage/s3_uri.h"
 
 namespace trident {
 
 // checkpoint.s3_* as the client's settings; the region resolved as AWS's tools would
-// (else us-east-1) and checked.
+// (else us-east-1) and checked; the endpoint `endpoint` (default: checkpoint.s3_endpoint,
+// else the environment's: storage/s3_endpoint.h).
 S3Settings s3_settings(const CheckpointConfig& c);
+S3Settings s3_settings(const CheckpointConfig& c, const S3Endpoint& endpoint);
 
 class RemoteCheckpoints {
  public:

@@ -19,6 +19,9 @@
 #include "health/health_verdict.h"
 #include "cli/system_probes.h"
 #include "config/config.h"
+#include "data/s3_data.h"
+#include "data/token_dataset.h"
+#include "data/tokenizer.h"
 #include "kernels/kernels.h"
 #include "model/transformer_spec.h"
 #include "parallel/parallel_state.h"
@@ -42,8 +45,11 @@ constexpr const char* kUsage =
     "The preflight before a long job: ranks and hosts as MPI sees them; per GPU its model,\n"
     "driver, memory and ECC state (NVML); NCCL and its network plugin (aws-ofi-nccl);\n"
     "libfabric's providers (efa, FI_HMEM); the EFA environment against slurm/efa_env.sh;\n"
-    "a timed all-reduce on each group of the config's layout against --expect_busbw; the\n"
-    "checkpoint folder writable with room for a checkpoint of the config's model; with\n"
+    "a timed all-reduce on each group of the config's layout against --expect_busbw (and with\n"
+    "a mixture of experts over parallel.ep > 1, a timed all-to-all of one micro-batch's dispatch\n"
+    "on each ep group); the data as train opens it (s3:// entries listed and their indexes read,\n"
+    "nothing copied), checked against the model; the checkpoint folder writable with room\n"
+    "for a checkpoint of the config's model; with\n"
     "checkpoint.upload, from every node the bucket reachable and a probe object written,\n"
     "read back and deleted.\n"
     "One table on rank 0; exit 0, or 1 naming each failed check. What this machine lacks\n"
@@ -221,6 +227,74 @@ Check all_reduce_check(Communicator& group, Communicator& world, kernels::Kernel
   return c;
 }
 
+// Mixture of experts over ep > 1 ranks: each ep group exchanges a layer's dispatch of one
+// micro-batch (micro_batch x seq_len tokens, each to its top-k experts: rows of d_model
+// activations), spread evenly over the group, all groups at once as in training; the
+// slowest counts. Bus bandwidth as nccl-tests counts an all-to-all's: (n-1)/n of the
+// bytes a rank sends, over the time.
+Check all_to_all_check(Communicator& ep_group, Communicator& world, kernels::Kernels& k, const Config& config,
+                       double expect_gbps) {
+  const TransformerSpec spec = transformer_spec(config.model);
+  const kernels::DType type = config.train.resolved_precision() == kernels::Precision::bf16 && k.name().rfind("cuda", 0) == 0
+                                  ? kernels::DType::bf16
+                                  : kernels::DType::f32;
+  const size_t n = static_cast<size_t>(ep_group.size());
+  const size_t rows = static_cast<size_t>(config.train.micro_batch) * config.model.seq_len * spec.experts_per_token;
+  const size_t per_peer = std::max<size_t>(1, rows * config.model.d_model / n);
+  const size_t count = per_peer * n, bytes = count * kernels::dtype_bytes(type);
+  auto* send = static_cast<kernels::Act*>(k.alloc(bytes));
+  auto* recv = static_cast<kernels::Act*>(k.alloc(bytes));
+  k.fill_zero(send, bytes);
+  const std::vector<size_t> counts(n, per_peer);
+  constexpr int kIters = 5;
+  ep_group.all_to_all_v({send, count, type}, counts, {recv, count, type}, counts);  // warm-up: connections
+  k.synchronize();
+  world.barrier();
+  const Timer timer;
+  for (int i = 0; i < kIters; i++) ep_group.all_to_all_v({send, count, type}, counts, {recv, count, type}, counts);
+  k.synchronize();
+  const double seconds = world.all_reduce(timer.seconds() / kIters, ReduceOp::max);
+  k.free(send);
+  k.free(recv);
+  const double busbw = static_cast<double>(bytes) / seconds * static_cast<double>(n - 1) / static_cast<double>(n) / 1e9;
+  Check c{"all-to-all " + ep_group.name(), Verdict::ok, ""};
+  c.detail = format("groups of %.0f ranks, %.2f MiB a rank sends", static_cast<double>(n), bytes / double(1 << 20)) +
+             " (micro_batch " + std::to_string(config.train.micro_batch) + " x seq_len " +
+             std::to_string(config.model.seq_len) + " x top-" + std::to_string(spec.experts_per_token) + " x d_model " +
+             std::to_string(config.model.d_model) + (type == kernels::DType::bf16 ? ", bf16" : ", fp32") + ")" +
+             format(": busbw %.2f GB/s (expected >= %.2f, --expect_busbw)", busbw, expect_gbps);
+  if (busbw < expect_gbps) c.verdict = Verdict::fail;
+  return c;
+}
+
+// The data as train opens it, without copying any: its s3:// entries listed and their
+// indexes read (data/s3_data.h), every entry opened (open_training_data) and checked
+// against the model (require_data_fits). Train's refusal, said before the job.
+Check data_check(const Config& config) {
+  const DataConfig& d = config.data;
+  try {
+    const ListedData listed = list_s3_data(config);
+    std::string s3;
+    if (listed.objects > 0)
+      s3 = "; s3:// " + std::to_string(listed.objects) + " objects, " + format("%.3f GB", listed.bytes / 1e9) + " listed";
+    if (!listed.listed_only.empty()) {
+      std::string names;
+      for (const std::string& e : listed.listed_only) names += (names.empty() ? "" : ", ") + e;
+      // Shards and text are read once train has copied them: listed here, not opened.
+      return {"data", Verdict::ok, "listed, not opened (train copies them first): " + names + s3};
+    }
+    const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
+    const TrainingData data =
+        open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key, listed.open_remote);
+    require_data_fits(data, config.model.vocab_size, config.model.seq_len);
+    return {"data", Verdict::ok,
+            data.description + "; " + std::to_string(data.train.tokens()) + " train / " +
+                std::to_string(data.val.tokens()) + " val tokens, ids below model.vocab_size" + s3};
+  } catch (const std::exception& e) {
+    return {"data", Verdict::fail, e.what()};
+  }
+}
+
 // On each node's first rank: the folder writable (a file written, synced, removed) and
 // its free space against one checkpoint of the model (fp32 parameters and the optimizer's
 // state buffers).
@@ -380,6 +454,13 @@ int run_doctor_command(const std::vector<std::string>& args, const MpiWorld& mpi
     Check c = all_reduce_check(*g, world, *k, g != &world, expect_busbw);
     if (mpi.is_root()) checks.push_back(c);
   }
+  // The experts' token exchange, where a mixture of experts is split over ep ranks.
+  if (Communicator* ep = parallel.expert_parallel(); ep != nullptr && transformer_spec(config.model).n_experts > 0) {
+    Check c = all_to_all_check(*ep, world, *k, config, expect_busbw);
+    if (mpi.is_root()) checks.push_back(c);
+  }
+  // The data, from rank 0 (it is the job's, as train's rank 0 lists it).
+  if (mpi.is_root()) checks.push_back(data_check(config));
   std::string failed;
   if (mpi.is_root()) {
     std::printf("trident doctor: %d ranks, device %s\n\n| check | result | detail |\n| --- | --- | --- |\n",

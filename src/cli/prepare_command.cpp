@@ -137,7 +137,7 @@ int run_prepare_command(const std::vector<std::string>& args) {
     out = local_copy_of(destination, data_cache_dir(data));
     run_collectively([&] {
       if (!root) return;
-      s3 = std::make_unique<S3Client>(uri.bucket, s3_settings(cl.config.checkpoint), std::make_shared<AwsCredentialProvider>());
+      s3 = std::make_unique<S3Client>(uri.bucket, data_s3_settings(cl.config), std::make_shared<AwsCredentialProvider>());
       s3->check_bucket(uri.prefix.substr(0, uri.prefix.rfind('/') == std::string::npos ? 0 : uri.prefix.rfind('/')));
     });
     if (train_vocab > 0) data.tokenizer_path = out + ".model";

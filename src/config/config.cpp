@@ -11,6 +11,7 @@
 #include "model/families/family.h"
 #include "optim/optimizer.h"
 #include "kernels/base/error.h"
+#include "storage/s3_endpoint.h"
 #include "storage/s3_uri.h"
 
 namespace po = boost::program_options;
@@ -134,6 +135,9 @@ po::options_description config_options(Config& c) {
       ("data.cache_dir", with_default(&d.cache_dir),
        "where each node copies data.path and val_path entries given as s3://bucket/prefix "
        "(empty: $SLURM_TMPDIR/trident-data, else /tmp/trident-data); files already there that verify are kept")
+      ("data.s3_endpoint", with_default(&d.s3_endpoint),
+       "the S3-compatible store of s3:// data, http(s)://host:port (empty: checkpoint.s3_endpoint, else "
+       "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3)")
       ("data.stream", with_default(&d.stream),
        "read s3:// Megatron prefixes with ranged GETs as training needs them (each batch's sequences "
        "fetched together), instead of copying them to data.cache_dir first; other s3:// entries are still copied")
@@ -160,7 +164,7 @@ po::options_description config_options(Config& c) {
       ("checkpoint.upload", with_default(&ck.upload),
        "s3://bucket/prefix: every complete checkpoint is uploaded there in the background (node files, then "
        "manifest.json, then latest), and a run with no checkpoint on disk resumes from there")
-      ("checkpoint.s3_endpoint", with_default(&ck.s3_endpoint), "an S3-compatible store's URL (empty: AWS S3)")
+      ("checkpoint.s3_endpoint", with_default(&ck.s3_endpoint), "an S3-compatible store's URL (empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3)")
       ("checkpoint.s3_region", with_default(&ck.s3_region),
        "the bucket's region (empty: AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config, the EC2 instance's; else us-east-1)")
       ("checkpoint.s3_part_mb", with_default(&ck.s3_part_mb), "multipart part size in MiB (at least 5)")
@@ -376,6 +380,7 @@ void Config::validate() const {
   require(data.eod_token >= -1 && data.eod_token < model.vocab_size,
           "data.eod_token (" + std::to_string(data.eod_token) + ") must be a token id below model.vocab_size (" +
               std::to_string(model.vocab_size) + "), or -1 (the tokenizer's)");
+  if (!data.s3_endpoint.empty()) resolve_s3_endpoint(data.s3_endpoint, "data.s3_endpoint");  // an http(s):// URL
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
   require(checkpoint.every_steps == 0 || !checkpoint.dir.empty(), "checkpoint.every_steps needs checkpoint.dir");
@@ -385,10 +390,8 @@ void Config::validate() const {
     parse_s3_uri(checkpoint.upload);
     require(!checkpoint.dir.empty(), "checkpoint.upload needs checkpoint.dir (the first tier, where each checkpoint "
                                      "is complete before it goes to S3)");
-    if (!checkpoint.s3_region.empty()) check_s3_region(checkpoint.s3_region, !checkpoint.s3_endpoint.empty());
-    require(checkpoint.s3_endpoint.empty() || checkpoint.s3_endpoint.starts_with("http://") ||
-                checkpoint.s3_endpoint.starts_with("https://"),
-            "checkpoint.s3_endpoint must be an http:// or https:// URL, got '" + checkpoint.s3_endpoint + "'");
+    const S3Endpoint endpoint = resolve_s3_endpoint(checkpoint.s3_endpoint, "checkpoint.s3_endpoint");
+    if (!checkpoint.s3_region.empty()) check_s3_region(checkpoint.s3_region, !endpoint.url.empty());
     require(checkpoint.s3_part_mb >= 5, "checkpoint.s3_part_mb must be at least 5: S3 refuses parts below 5 MiB, got " +
                                             std::to_string(checkpoint.s3_part_mb));
     require(checkpoint.s3_part_mb <= 5120, "checkpoint.s3_part_mb must be at most 5120: S3's largest part is 5 GiB");

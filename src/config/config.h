@@ -168,6 +168,9 @@ struct DataConfig {
   // Where each node keeps its copy of data in S3 (an s3:// data.path or val_path):
   // empty: $SLURM_TMPDIR/trident-data under Slurm, else /tmp/trident-data (data/s3_data.h).
   std::string cache_dir;
+  // The S3-compatible store of s3:// data (http(s)://host:port); empty: checkpoint.s3_endpoint's,
+  // else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS S3 (storage/s3_endpoint.h).
+  std::string s3_endpoint;
   // s3:// Megatron prefixes read with ranged GETs as training needs them instead of copied
   // first (data/s3_stream.h), each rank keeping up to stream_cache_mb of fetched ranges.
   bool stream = false;
@@ -197,7 +200,8 @@ struct CheckpointConfig {
   double lease_s = 0;
   // The second tier (ckpt/checkpoint_upload.h): s3://bucket/prefix; empty: disk only.
   std::string upload;
-  std::string s3_endpoint;       // an S3-compatible store's http(s)://host:port; empty: AWS
+  std::string s3_endpoint;       // an S3-compatible store's http(s)://host:port; empty: AWS_ENDPOINT_URL_S3,
+                                 // AWS_ENDPOINT_URL, else AWS (storage/s3_endpoint.h)
   std::string s3_region;         // empty: AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config, the instance's
   int s3_part_mb = 64;           // multipart part size (S3's minimum: 5 MiB; grown past 10,000 parts)
   int s3_parallel = 8;           // parts in flight per node file

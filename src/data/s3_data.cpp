@@ -27,10 +27,12 @@
 #include "runtime/durable_file.h"
 #include "runtime/injected_faults.h"
 #include "runtime/timer.h"
+#include "data/dataset_prefix_help.h"
 #include "data/s3_stream.h"
 #include "storage/background_priority.h"
 #include "storage/file_md5.h"
 #include "storage/s3_client.h"
+#include "storage/s3_endpoint.h"
 #include "storage/s3_uri.h"
 
 namespace fs = std::filesystem;
@@ -149,25 +151,42 @@ uint64_t fetch(S3Client& client, const std::string& cache, const DataObject& o, 
 // names nothing, a bucket that cannot be used).
 // stream: a Megatron prefix (its .bin and .idx there) goes into `streamed` instead (data.stream);
 // defer: its token file goes into `deferred` (copied while training reads it), the rest into objects.
-void list_entries(const std::string& key_name, const std::string& spec, const CheckpointConfig& s3, bool stream,
+void list_entries(const std::string& key_name, const std::string& spec, const S3Settings& settings, bool stream,
                   bool defer, std::vector<DataObject>& objects, std::vector<StreamedEntry>& streamed,
                   std::vector<StreamedEntry>& deferred) {
   for (const std::string& word : words_of(spec)) {
     if (!is_s3_uri(word)) continue;
     const S3Uri uri = parse_s3_uri(word);
-    S3Client client(uri.bucket, s3_settings(s3), std::make_shared<AwsCredentialProvider>());
-    const std::string listed_under = uri.prefix.substr(0, uri.prefix.find_first_of("*?["));
+    S3Client client(uri.bucket, settings, std::make_shared<AwsCredentialProvider>());
+    // A dataset's .bin or .idx: listed from its stem, to see whether its pair is there.
+    const bool one_file = !has_glob(uri.prefix) && (uri.prefix.ends_with(".bin") || uri.prefix.ends_with(".idx"));
+    const std::string listed_under =
+        one_file ? uri.prefix.substr(0, uri.prefix.size() - 4) : uri.prefix.substr(0, uri.prefix.find_first_of("*?["));
     client.check_bucket(listed_under);
     std::vector<DataObject> found;
-    for (const S3Object& o : client.list(listed_under))
+    std::vector<std::string> keys;  // all listed, for the "pass the prefix" help
+    for (const S3Object& o : client.list(listed_under)) {
+      keys.push_back(o.key);
       if (named_by(uri.prefix, o.key)) found.push_back({uri.bucket, o.key, o.etag, o.size});
+    }
     require(!found.empty(), key_name + " '" + word + "' names no object in S3 (a Megatron prefix with its .bin and .idx, "
                                                      "a glob of shards, a file or a folder)");
+    if (one_file) {
+      const std::string stem = listed_under;
+      refuse_one_file_of_dataset(key_name, word, std::count(keys.begin(), keys.end(), stem + ".bin") +
+                                                     std::count(keys.begin(), keys.end(), stem + ".idx") == 2);
+    }
     const auto named = [&](const std::string& key) {
       return std::find_if(found.begin(), found.end(), [&](const DataObject& o) { return o.key == key; });
     };
     const auto bin = named(uri.prefix + ".bin");
     const bool megatron = !has_glob(uri.prefix) && bin != found.end() && named(uri.prefix + ".idx") != found.end();
+    if (!megatron && !has_glob(uri.prefix)) {  // a folder holding prepared datasets
+      std::vector<std::string> inside;
+      for (const DataObject& o : found)
+        if (o.key.starts_with(uri.prefix + "/") || uri.prefix.empty()) inside.push_back("s3://" + uri.bucket + "/" + o.key);
+      refuse_folder_of_datasets(key_name, word, megatron_prefixes(inside));
+    }
     if (megatron && stream) {
       streamed.push_back({word, *bin});
     } else if (megatron && defer) {
@@ -300,6 +319,12 @@ std::string local_copy_of(const std::string& uri, const std::string& cache_dir) 
   return (fs::path(cache_dir) / u.bucket / u.prefix).string();
 }
 
+S3Settings data_s3_settings(const Config& config) {
+  const bool own = !config.data.s3_endpoint.empty();
+  return s3_settings(config.checkpoint, resolve_s3_endpoint(own ? config.data.s3_endpoint : config.checkpoint.s3_endpoint,
+                                                            own ? "data.s3_endpoint" : "checkpoint.s3_endpoint"));
+}
+
 std::string data_cache_dir(const DataConfig& data) {
   if (!data.cache_dir.empty()) return data.cache_dir;
   const char* slurm = std::getenv("SLURM_TMPDIR");
@@ -312,6 +337,31 @@ std::shared_ptr<DataInBackground> copy_in_background(const std::string& bucket, 
   std::vector<DataObject> listed;
   for (const S3Object& o : objects) listed.push_back({bucket, o.key, o.etag, o.size});
   return std::make_shared<LeaderCopies>(std::move(listed), cache_dir, settings, writer, announce);
+}
+
+ListedData list_s3_data(const Config& config) {
+  const DataConfig& data = config.data;
+  ListedData listed;
+  if (!names_s3(data.path) && !names_s3(data.val_path)) return listed;
+  const S3Settings settings = data_s3_settings(config);
+  std::vector<DataObject> objects;
+  std::vector<StreamedEntry> streamed, deferred;
+  list_entries("data.path", data.path, settings, /*stream=*/true, /*defer=*/false, objects, streamed, deferred);
+  list_entries("data.val_path", data.val_path, settings, /*stream=*/true, /*defer=*/false, objects, streamed, deferred);
+  for (const std::string& word : words_of(data.path + " " + data.val_path)) {
+    const bool opened = std::any_of(streamed.begin(), streamed.end(), [&](const StreamedEntry& e) { return e.uri == word; });
+    if (is_s3_uri(word) && !opened) listed.listed_only.push_back(word);
+  }
+  for (const DataObject& o : objects) listed.bytes += static_cast<double>(o.size);
+  for (const StreamedEntry& e : streamed) listed.bytes += static_cast<double>(e.bin.size);
+  listed.objects = objects.size() + 2 * streamed.size();
+  const size_t cache_bytes = size_t{16} << 20;  // the check reads a sample of the tokens once
+  listed.open_remote = [streamed, settings, cache_bytes](const std::string& uri) -> std::unique_ptr<TokenDataset> {
+    const auto e = std::find_if(streamed.begin(), streamed.end(), [&](const StreamedEntry& s) { return s.uri == uri; });
+    check(e != streamed.end(), "an s3:// entry listed, not a Megatron prefix, opened: " + uri);
+    return open_streamed_megatron_dataset(uri, e->bin.object(), settings, cache_bytes);
+  };
+  return listed;
 }
 
 StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool copy_while_reading) {
@@ -327,10 +377,12 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
   std::vector<DataObject> objects;
   std::vector<StreamedEntry> streamed, deferred;
   const bool defer = !data.wait_for_copy;
+  S3Settings settings;
   run_collectively([&] {
+    settings = data_s3_settings(config);  // every rank's (a bad endpoint or region: one error on every rank)
     if (!parallel.is_root()) return;
-    list_entries("data.path", data.path, config.checkpoint, data.stream, defer, objects, streamed, deferred);
-    list_entries("data.val_path", data.val_path, config.checkpoint, data.stream, defer, objects, streamed, deferred);
+    list_entries("data.path", data.path, settings, data.stream, defer, objects, streamed, deferred);
+    list_entries("data.val_path", data.val_path, settings, data.stream, defer, objects, streamed, deferred);
   });
   const nlohmann::json listed = nlohmann::json::parse(broadcast_string(
       nlohmann::json{{"objects", objects}, {"streamed", streamed}, {"deferred", deferred}}.dump()));
@@ -352,7 +404,6 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
   // Each rank opens a streamed entry with what rank 0 listed (no listing of its own).
   require((streamed.empty() && being_copied.empty()) || data.stream_cache_mb > 0,
           "data.stream_cache_mb must be positive");
-  const S3Settings settings = s3_settings(config.checkpoint);
   const size_t cache_bytes = static_cast<size_t>(data.stream_cache_mb) << 20;
   const bool announce = parallel.is_root();
   RemoteOpener open_streamed = [streamed, being_copied, cache, settings, cache_bytes,
@@ -416,8 +467,7 @@ StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool cop
       double last_line = 0;
       for (const DataObject* o : mine) {
         auto& client = clients[o->bucket];
-        if (!client) client = std::make_unique<S3Client>(o->bucket, s3_settings(config.checkpoint),
-                                                         std::make_shared<AwsCredentialProvider>());
+        if (!client) client = std::make_unique<S3Client>(o->bucket, settings, std::make_shared<AwsCredentialProvider>());
         fetched += static_cast<double>(fetch(*client, cache, *o, writer));
         files++;
         // Rank 0's own share, as it goes (every 2 s): bytes, rate, time left.

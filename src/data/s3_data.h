@@ -34,6 +34,10 @@ bool names_s3(const std::string& data_path);
 // (glob characters kept).
 std::string local_copy_of(const std::string& uri, const std::string& cache_dir);
 
+// The S3 settings of s3:// data: checkpoint.s3_*'s, with data.s3_endpoint where set (else
+// checkpoint.s3_endpoint, else the environment's: storage/s3_endpoint.h).
+S3Settings data_s3_settings(const Config& config);
+
 // data.cache_dir, or its default: $SLURM_TMPDIR/trident-data, else /tmp/trident-data.
 std::string data_cache_dir(const DataConfig& data);
 
@@ -44,7 +48,7 @@ void remember_copy(const std::string& cache_dir, const std::string& bucket, cons
                    const std::string& etag, uint64_t size);
 
 // Collective. `config.data` with every s3:// entry of path and val_path replaced by its
-// local copy, fetched first where missing or changed (S3 settings: config.checkpoint's);
+// local copy, fetched first where missing or changed (S3 settings: data_s3_settings);
 // under data.stream a Megatron prefix stays s3:// (data/s3_stream.h), opened by
 // open_remote (open_training_data's) from what rank 0 listed.
 // Unless data.wait_for_copy, a Megatron prefix's token file (the large part) is not waited
@@ -59,6 +63,20 @@ struct StagedData {
 // copy_while_reading false (a short read, as `eval`'s): the files that would be copied
 // meanwhile are only streamed.
 StagedData stage_s3_data(const Config& config, ParallelState& parallel, bool copy_while_reading = true);
+
+// What `trident doctor` checks of the s3:// entries of data.path and val_path without
+// copying any: each listed as stage_s3_data lists it (the same errors: a missing bucket, an
+// entry that names nothing, a dataset's file or folder in place of its prefix); open_remote
+// opens a Megatron prefix as data.stream does (its index read now, its tokens as asked).
+// The other entries (llm.c shards, text, folders: train copies them first) are listed
+// only, and named in `listed_only`. On one rank: not collective.
+struct ListedData {
+  RemoteOpener open_remote;
+  std::vector<std::string> listed_only;
+  size_t objects = 0;  // listed, every entry's
+  double bytes = 0;
+};
+ListedData list_s3_data(const Config& config);
 
 // What stage_s3_data's `background` does, for `objects` of `bucket` (as listed: ETag and
 // size): once started, copies each into `cache_dir`, one after the other on a thread at

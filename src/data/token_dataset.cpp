@@ -10,6 +10,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "data/dataset_prefix_help.h"
 #include "data/documents.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -352,12 +353,17 @@ std::unique_ptr<TokenDataset> open_one(const std::string& path, const Tokenizer&
     files += 2;
     return open_megatron_dataset(path);
   }
-  // One file of a Megatron pair named in place of the pair: say what to pass.
+  // One file of a Megatron pair named in place of the pair, or the folder holding
+  // prepared datasets: say what to pass.
   if (path.ends_with(".bin") || path.ends_with(".idx")) {
     const std::string prefix = path.substr(0, path.size() - 4);
-    require(!(fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx")),
-            "data.path '" + path + "' is one file of the Megatron indexed dataset '" + prefix +
-                "' (.bin + .idx): pass the prefix, --data.path=" + prefix);
+    refuse_one_file_of_dataset("data.path", path, fs::exists(prefix + ".bin") && fs::exists(prefix + ".idx"));
+  }
+  if (fs::is_directory(path)) {
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(path))
+      if (entry.is_regular_file()) files.push_back((fs::path(path) / entry.path().filename()).string());
+    refuse_folder_of_datasets("data.path", path, megatron_prefixes(files));
   }
   if (path.ends_with(".bin") || path.find_first_of("*?[") != std::string::npos) {
     const std::vector<std::string> shards = glob_files(path);
@@ -444,6 +450,13 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
 }
 
 // ---- sampling -------------------------------------------------------------------------
+
+void require_data_fits(const TrainingData& data, int vocab_size, int seq_len) {
+  require(data.max_token < vocab_size, "the data holds token id " + std::to_string(data.max_token) +
+                                           ", beyond model.vocab_size (" + std::to_string(vocab_size) +
+                                           "): " + data.description);
+  BatchSampler sequences_to_draw(data.train, seq_len, /*seed=*/0, /*stream=*/0);  // its checks alone
+}
 
 BatchSampler::BatchSampler(const Split& split, int seq_len, uint64_t seed, uint64_t stream)
     : split_(split), T_(seq_len), seed_(seed), stream_(stream) {

@@ -111,6 +111,11 @@ TrainingData open_training_data(const std::string& path, const std::string& val_
                                 const Tokenizer& tokenizer, const std::string& json_key = "text",
                                 const RemoteOpener& open_remote = {});
 
+// UsageError unless the data fits the model: every token id a row of the embedding (below
+// vocab_size; the tokenizer's vocabulary may be larger: pre-tokenized data whose ids all
+// fit trains), and sequences of seq_len + 1 tokens to draw from the training split.
+void require_data_fits(const TrainingData& data, int vocab_size, int seq_len);
+
 // Sequences of T+1 tokens (inputs [:T], targets [1:]) drawn from a split. Sequence i of
 // step s comes from the blend's dataset and start chosen by (seed, stream, s, i) alone,
 // so the global batch of a step is the same under every layout and after any resume.

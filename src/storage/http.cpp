@@ -130,6 +130,7 @@ HttpResponse HttpSession::perform(const HttpRequest& request) {
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) {
     response.transport_error = error[0] != '\0' ? error : curl_easy_strerror(rc);
+    response.host_unresolved = rc == CURLE_COULDNT_RESOLVE_HOST;
     response.status = 0;
     return response;
   }

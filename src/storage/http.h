@@ -33,6 +33,7 @@ struct HttpRequest {
 struct HttpResponse {
   long status = 0;                             // 0: no response (transport_error says why)
   std::string transport_error;                 // libcurl's message when the exchange failed
+  bool host_unresolved = false;                // the failure: the URL's host name did not resolve (DNS)
   std::map<std::string, std::string> headers;  // lowercase names
   std::string body;
   std::string header(const std::string& lowercase_name) const;

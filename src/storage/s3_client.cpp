@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <pugixml.hpp>
@@ -20,6 +21,7 @@
 #include "runtime/exit_codes.h"
 #include "runtime/timer.h"
 #include "storage/background_priority.h"
+#include "storage/s3_endpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -131,6 +133,29 @@ void in_parallel(int pieces, int workers, const std::function<void(int piece, Ht
   if (first) std::rethrow_exception(first);
 }
 
+// The hosts that have answered a request of this process: one of them that stops
+// resolving is a passing fault of DNS (retried), not a wrong name.
+class AnsweringHosts {
+ public:
+  void add(const std::string& host) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    hosts_.insert(host);
+  }
+  bool contains(const std::string& host) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return hosts_.contains(host);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<std::string> hosts_;
+};
+
+AnsweringHosts& answering_hosts() {
+  static AnsweringHosts hosts;
+  return hosts;
+}
+
 }  // namespace
 
 struct S3Client::Request {
@@ -175,6 +200,18 @@ size_t s3_upload_buffer_bytes(uint64_t bytes, const S3Settings& settings) {
   return std::min<uint64_t>(bytes, std::min<uint64_t>(parts, static_cast<uint64_t>(settings.parallel)) * part);
 }
 
+std::string S3Client::unresolved_host_error(const std::string& host) const {
+  const std::string set_it = "data.s3_endpoint (s3:// data), checkpoint.s3_endpoint, or the environment's "
+                             "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL";
+  if (settings_.endpoint.empty())
+    return "S3: the host " + host + " (AWS S3, region " + settings_.region + ", for s3://" + bucket_ +
+           ") does not resolve: this machine cannot reach AWS S3 by name. For an S3-compatible store, set its "
+           "http(s)://host:port in " + set_it;
+  const std::string from = settings_.endpoint_from.empty() ? "" : " (from " + settings_.endpoint_from + ")";
+  return "S3: the endpoint " + settings_.endpoint + from + " names the host " + host +
+         ", which does not resolve: give the store's http(s)://host:port in " + set_it;
+}
+
 void S3Client::sleep_before_retry(int attempt) {
   // Full jitter (AWS's advice): uniform in [0, min(cap, base * 2^attempt)].
   thread_local std::mt19937_64 random(std::random_device{}());
@@ -212,6 +249,9 @@ HttpResponse S3Client::send(HttpSession& http, const Request& r) {
     if (r.tally != nullptr) r.tally->put++;  // a transfer counts its requests in one figure
     HttpResponse response = http.perform(h);
     if (r.refused != nullptr && !r.refused->empty()) throw S3Error(what + ": " + *r.refused, -1, "Refused");
+    const std::string host = url_host(h.url);
+    if (response.status != 0) answering_hosts().add(host);
+    if (response.host_unresolved && !answering_hosts().contains(host)) throw UsageError(unresolved_host_error(host));
     if (response.status / 100 == 2 || (r.missing_ok && response.status == 404)) {
       if (r.method == "PUT" || r.method == "POST") counts_.bytes_up += r.body.size();
       return response;

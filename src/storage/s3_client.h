@@ -4,6 +4,9 @@
 // part that changed on the way. A request the store may answer better later (503 Slow
 // Down, 500, a refused or broken connection) is retried with exponential backoff and
 // full jitter until settings.retry_s have passed; one it refuses (403, 404) is not.
+// A host name that does not resolve, where no request to it has been answered yet in this
+// process, is a UsageError at once (a wrong endpoint, or AWS's host where no endpoint was
+// set on a machine that cannot reach AWS): no retries for it.
 #pragma once
 
 #include <atomic>
@@ -24,6 +27,7 @@ namespace trident {
 
 struct S3Settings {
   std::string endpoint;  // http(s)://host[:port] of an S3-compatible store; empty: AWS's
+  std::string endpoint_from;  // what set it (storage/s3_endpoint.h), named when its host does not resolve
   std::string region;
   size_t part_bytes = size_t{64} << 20;  // of a multipart transfer (at least 5 MiB)
   int parallel = 8;                      // parts in flight
@@ -131,6 +135,9 @@ class S3Client {
   std::string complete_upload(HttpSession& http, const Request& complete, uint64_t bytes,
                               const std::vector<std::string>& part_etags);
   std::string bucket_url() const;
+  // What to say when the store's host name does not resolve: which host, and where an
+  // endpoint is set.
+  std::string unresolved_host_error(const std::string& host) const;
   void sleep_before_retry(int attempt);
 
   std::string bucket_;

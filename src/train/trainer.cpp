@@ -76,12 +76,7 @@ TrainingData load_data(const Config& config, ParallelState& parallel, std::uniqu
     tokenizer = make_tokenizer(d.tokenizer, d.tokenizer_path);
     data = open_training_data(d.path, d.val_path, d.val_fraction, *tokenizer, d.json_key, staged.open_remote);
     data.background = staged.background;
-    // Every id the data holds must be a row of the embedding (the tokenizer's vocabulary
-    // may be larger: pre-tokenized data whose ids all fit trains).
-    require(data.max_token < config.model.vocab_size,
-            "the data holds token id " + std::to_string(data.max_token) + ", beyond model.vocab_size (" +
-                std::to_string(config.model.vocab_size) + "): " + data.description);
-    BatchSampler check_enough(data.train, config.model.seq_len, config.train.seed, kTrainStream);
+    require_data_fits(data, config.model.vocab_size, config.model.seq_len);
   });
   if (parallel.is_root())
     std::printf("data: %s; %llu train / %llu val tokens; unigram entropy %.4f nats\n", data.description.c_str(),

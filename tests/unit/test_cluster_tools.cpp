@@ -91,12 +91,18 @@ TEST(ClusterTools, MfuPeakCountsTheCoresInUseAndTheSummaryAddsUp) {
 TEST(ClusterTools, DoctorChecksThisMachineAndNamesWhatFailed) {
   const std::string ckpt = testing::TempDir() + "doctor_ckpt";
   // A low bandwidth floor: the row's form is under test, and a loaded CI box misses the CPU default.
-  const CliRun ok = run("doctor --expect_busbw=0.01 --checkpoint.dir=" + ckpt, kMpirun + "2", 120);
+  // A mixture of experts over ep = 2: its token exchange timed, a micro-batch's dispatch
+  // (8 sequences x 128 tokens x top-2 x d_model 128, fp32: 1 MiB a rank).
+  const CliRun ok = run("doctor --config configs/tiny-mixtral.ini --parallel.ep=2 --expect_busbw=0.01 "
+                        "--checkpoint.dir=" + ckpt, kMpirun + "2", 120);
   EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
   const std::string host = health::node_name();
   const std::vector<std::string> rows = {"| ranks | ok | 2 ranks on 1 host(s)", "| MPI | ok | Open MPI",
                                          "| all-reduce node " + host + " | ok |", "| libfabric " + host + " |",
-                                         "| EFA " + host + " | skip |", "doctor: all checks passed"};
+                                         "| EFA " + host + " | skip |",
+                                         "| all-to-all ep | ok | groups of 2 ranks, 1.00 MiB a rank sends (micro_batch 8 "
+                                         "x seq_len 128 x top-2 x d_model 128, fp32): busbw ",
+                                         "| data | ok | text /usr/share/games/fortunes: ", "doctor: all checks passed"};
   for (const std::string& row : rows)
     EXPECT_NE(ok.out.find(row), std::string::npos) << row << " in\n" << ok.out;
   EXPECT_EQ(count(ok.out, "| checkpoint folder "), 1) << ok.out;  // one per node
@@ -105,10 +111,15 @@ TEST(ClusterTools, DoctorChecksThisMachineAndNamesWhatFailed) {
   else EXPECT_NE(ok.out.find("| skip | libnvidia-ml.so.1 not found"), std::string::npos) << ok.out;
 
   // A folder that cannot be made, and a bandwidth no machine reaches: failed checks, exit 1.
-  const CliRun bad = run("doctor --checkpoint.dir=/proc/trident-doctor --expect_busbw=1000000", kMpirun + "2", 120);
+  // Data that train would refuse: its refusal, word for word.
+  const CliRun bad = run("doctor --checkpoint.dir=/proc/trident-doctor --expect_busbw=1000000 "
+                         "--data.path=/nonexistent/data", kMpirun + "2", 120);
   EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
   EXPECT_NE(bad.out.find("FAIL | /proc/trident-doctor: not writable"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("doctor: FAILED: checkpoint folder "), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("| data | FAIL | data.path '/nonexistent/data' does not exist |"), std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find(", data\n"), std::string::npos) << bad.out;  // named on the FAILED line
   EXPECT_NE(bad.out.find("| all-reduce node " + host + " | FAIL |"), std::string::npos) << bad.out;
 
   // The same bandwidth with a folder that takes files: the node's verdict for the batch

@@ -160,6 +160,34 @@ TEST(TrainingData, MegatronDatasetsBlendAndValidateApart) {
       EXPECT_NE(std::string(e.what()).find("pass the prefix, --data.path=" + a), std::string::npos) << e.what();
     }
   }
+  // The folder holding prepared datasets (with prepare's .json beside them) in place of a
+  // prefix: the same help, not a parse of their bytes as text.
+  const std::string folder = testing::TempDir() + "trident_prepared_folder";
+  fs::remove_all(folder);
+  fs::create_directories(folder);
+  for (const std::string name : {"web", "code"}) {
+    IndexedDatasetWriter w(folder + "/" + name, TokenType::uint16);
+    w.add_document(std::vector<int32_t>(50, 7));
+    w.finish();
+    std::ofstream(folder + "/" + name + ".json") << "{\"tokenizer\": \"byte\"}\n";
+    const auto error_of = [&](const std::string& path) {
+      try {
+        open_training_data(path, "", 0.1, *kBytes);
+      } catch (const UsageError& e) {
+        return std::string(e.what());
+      }
+      return std::string("read");
+    };
+    if (name == "web") {  // one dataset there
+      EXPECT_EQ(error_of(folder), "data.path '" + folder + "' is a folder holding the Megatron indexed dataset '" +
+                                      folder + "/web' (.bin + .idx): pass the prefix, --data.path=" + folder + "/web");
+    } else {
+      EXPECT_EQ(error_of(folder + "/"), "data.path '" + folder + "/' is a folder holding 2 Megatron indexed datasets ('" +
+                                            folder + "/code', '" + folder + "/web'): pass a prefix, --data.path=" +
+                                            folder + "/code, or a blend of them, --data.path='1 " + folder + "/code 1 " +
+                                            folder + "/web'");
+    }
+  }
 }
 
 // JSONL as data.path is read as `trident prepare` reads it: a document per line under

@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <netdb.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +26,7 @@
 #include "storage/background_priority.h"
 #include "storage/file_md5.h"
 #include "storage/s3_client.h"
+#include "storage/s3_endpoint.h"
 #include "storage/s3_uri.h"
 
 namespace fs = std::filesystem;
@@ -225,6 +228,84 @@ TEST(AwsCredentials, NoneIsOneClearError) {
   }
   const ScopedEnv half({{"AWS_ACCESS_KEY_ID", "AKID"}});
   EXPECT_THROW(AwsCredentialProvider(), UsageError);
+}
+
+// The endpoint as AWS's SDKs choose it: the config's key, then AWS_ENDPOINT_URL_S3, then
+// AWS_ENDPOINT_URL, else AWS S3; AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true ignores both.
+TEST(S3Endpoint, ConfigThenServiceVariableThenGeneral) {
+  const ScopedEnv none({{"AWS_ENDPOINT_URL_S3", nullptr}, {"AWS_ENDPOINT_URL", nullptr},
+                        {"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", nullptr}});
+  EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "");
+  const ScopedEnv general({{"AWS_ENDPOINT_URL", "http://general:9000"}});
+  EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "http://general:9000");
+  EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").from, "AWS_ENDPOINT_URL");
+  const ScopedEnv service({{"AWS_ENDPOINT_URL_S3", "https://s3.store:8443"}});
+  EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "https://s3.store:8443");
+  EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").from, "AWS_ENDPOINT_URL_S3");
+  EXPECT_EQ(resolve_s3_endpoint("http://mine:1", "data.s3_endpoint").url, "http://mine:1");
+  EXPECT_EQ(resolve_s3_endpoint("http://mine:1", "data.s3_endpoint").from, "data.s3_endpoint");
+  {
+    const ScopedEnv ignored({{"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"}});
+    EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "");
+  }
+  const ScopedEnv bad({{"AWS_ENDPOINT_URL_S3", "s3.store:8443"}});
+  try {
+    resolve_s3_endpoint("", "checkpoint.s3_endpoint");
+    ADD_FAILURE() << "a URL without its scheme was taken";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("AWS_ENDPOINT_URL_S3 must be an http:// or https:// URL"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(url_host("http://a.b:9000/bucket/key"), "a.b");
+  EXPECT_EQ(url_host("https://bkt.s3.us-east-1.amazonaws.com/k"), "bkt.s3.us-east-1.amazonaws.com");
+  EXPECT_EQ(url_host("http://[::1]:9000"), "[::1]");
+  EXPECT_EQ(url_host("https://bkt.s3.us-east-1.amazonaws.com?max-keys=1"), "bkt.s3.us-east-1.amazonaws.com");
+}
+
+// An endpoint whose host does not resolve (.invalid never does, RFC 2606) is one clear
+// error at once, exit 2, naming the host and where it came from: not 120 s of retries and
+// "a retry may succeed". data.s3_endpoint wins over checkpoint.s3_endpoint, which wins over
+// the environment. Without any endpoint, AWS's host where this machine cannot resolve it.
+TEST(S3Endpoint, AnUnresolvableHostIsOneErrorAtOnce) {
+  // (An empty variable counts as unset, as for AWS's tools.)
+  const std::string env = "env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u all_proxy "
+                          "-u AWS_IGNORE_CONFIGURED_ENDPOINT_URLS AWS_ACCESS_KEY_ID=AKIDENDPOINTTEST "
+                          "AWS_SECRET_ACCESS_KEY=endpoint-test-secret AWS_EC2_METADATA_DISABLED=true AWS_REGION=us-east-1 ";
+  const std::string variables = "AWS_ENDPOINT_URL=http://general.invalid:9000 "
+                                "AWS_ENDPOINT_URL_S3=http://service.invalid:9000 ";
+  const std::string train = "train --config configs/tiny.ini --train.steps=1 --data.cache_dir=" + testing::TempDir() +
+                            "endpoint_cache --data.path=s3://bkt/corpus ";
+  struct Case {
+    std::string env, flags, expect;
+  };
+  const std::vector<Case> cases = {
+      {variables, "", "the endpoint http://service.invalid:9000 (from AWS_ENDPOINT_URL_S3) names the host "
+                      "service.invalid, which does not resolve"},
+      {"AWS_ENDPOINT_URL=http://general.invalid:9000 AWS_ENDPOINT_URL_S3= ", "",
+       "(from AWS_ENDPOINT_URL) names the host general.invalid"},
+      {variables, "--checkpoint.s3_endpoint=http://ckpt.invalid:1",
+       "the endpoint http://ckpt.invalid:1 (from checkpoint.s3_endpoint)"},
+      {variables, "--checkpoint.s3_endpoint=http://ckpt.invalid:1 --data.s3_endpoint=http://data.invalid:2",
+       "the endpoint http://data.invalid:2 (from data.s3_endpoint)"},
+  };
+  for (const Case& c : cases) {
+    const CliRun r = run(train + c.flags, env + c.env, 60);
+    EXPECT_EQ(r.exit_code, 2) << c.flags << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.expect << " in\n" << r.err;
+    EXPECT_NE(r.err.find("in data.s3_endpoint (s3:// data), checkpoint.s3_endpoint, or the environment's "
+                         "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL"), std::string::npos) << r.err;
+    EXPECT_EQ(count(r.err, "trident: error"), 1) << r.err;
+    EXPECT_EQ((r.out + r.err).find("endpoint-test-secret"), std::string::npos) << "the secret in the output";
+  }
+  // No endpoint: AWS S3's host for the bucket, where this machine has no name for it.
+  addrinfo* found = nullptr;
+  const bool aws_resolves = getaddrinfo("bkt.s3.us-east-1.amazonaws.com", "443", nullptr, &found) == 0;
+  if (found != nullptr) freeaddrinfo(found);
+  if (aws_resolves) return;  // a machine that reaches AWS: the case of one that cannot is not here
+  const CliRun aws = run(train, env + "AWS_ENDPOINT_URL= AWS_ENDPOINT_URL_S3= ", 60);
+  EXPECT_EQ(aws.exit_code, 2) << aws.out << aws.err;
+  EXPECT_NE(aws.err.find("the host bkt.s3.us-east-1.amazonaws.com (AWS S3, region us-east-1, for s3://bkt) does not "
+                         "resolve"), std::string::npos) << aws.err;
 }
 
 // ---- against the server -------------------------------------------------------------

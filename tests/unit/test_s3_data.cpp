@@ -290,6 +290,37 @@ TEST_F(S3Data, StreamsAMegatronPrefixAsFromDisk) {
   std::printf("%s\n", m[0].str().c_str());
 }
 
+// A dataset's token file or its folder in place of its prefix: train says to pass the
+// prefix, as for a local path (the store named by data.s3_endpoint, or by the environment's
+// AWS_ENDPOINT_URL_S3 as AWS's tools take it). doctor opens the data as train would,
+// copying nothing: a prefix that names nothing fails its row, the dataset's index is read.
+TEST_F(S3Data, DoctorAndTrainSayWhatToPass) {
+  put_fortunes_in_s3(dir_ + "/fortunes");
+  const std::string prefix = "s3://" + bucket_ + "/megatron/fortunes", cache = dir_ + "/cache";
+  const std::string train = "train --config configs/tiny.ini --train.steps=1 --data.cache_dir=" + cache + " --data.path=";
+  const CliRun bin = run(train + prefix + ".bin", "env AWS_ENDPOINT_URL_S3=" + endpoint_);
+  EXPECT_EQ(bin.exit_code, 2) << bin.out << bin.err;
+  EXPECT_NE(bin.err.find("data.path '" + prefix + ".bin' is one file of the Megatron indexed dataset '" + prefix +
+                         "' (.bin + .idx): pass the prefix, --data.path=" + prefix),
+            std::string::npos) << bin.err;
+  const CliRun folder = run(train + "s3://" + bucket_ + "/megatron/ --data.s3_endpoint=" + endpoint_);
+  EXPECT_EQ(folder.exit_code, 2) << folder.out << folder.err;
+  EXPECT_NE(folder.err.find("data.path 's3://" + bucket_ + "/megatron/' is a folder holding the Megatron indexed "
+                            "dataset '" + prefix + "' (.bin + .idx): pass the prefix, --data.path=" + prefix),
+            std::string::npos) << folder.err;
+
+  const std::string doctor = "doctor --data.cache_dir=" + cache + " --data.s3_endpoint=" + endpoint_ + " --data.path=";
+  const CliRun nothing = run(doctor + "s3://" + bucket_ + "/nothing");
+  EXPECT_EQ(nothing.exit_code, 1) << nothing.out << nothing.err;
+  EXPECT_NE(nothing.out.find("| data | FAIL | data.path 's3://" + bucket_ + "/nothing' names no object in S3"),
+            std::string::npos) << nothing.out;
+  const CliRun good = run(doctor + prefix);
+  EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
+  EXPECT_NE(good.out.find("| data | ok | Megatron indexed dataset " + prefix + " ("), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("; s3:// 2 objects, "), std::string::npos) << good.out;
+  EXPECT_FALSE(fs::exists(cache + "/" + bucket_)) << "doctor copied the data";
+}
+
 // A bucket that is not there, a key that names nothing, no credentials: one error on every
 // rank, exit 2, before training, no secret in it.
 TEST_F(S3Data, BadInputEndsBeforeTraining) {
