@@ -185,6 +185,9 @@ po::options_description config_options(Config& c) {
       ("log.peak_gflops", with_default(&l.peak_gflops), "peak GFLOP/s for MFU (0: measure)")
       ("log.tensorboard_dir", with_default(&l.tensorboard_dir),
        "TensorBoard event files (empty: <log.run_dir>/tensorboard; none: off)")
+      ("log.expert_tokens_per_layer", with_default(&l.expert_tokens_per_layer),
+       "a mixture of experts: log each layer's tokens per expert too (metrics.jsonl expert_tokens_per_layer, "
+       "TensorBoard moe/expert-tokens/layer-L/expert-E), beside their sum over the layers")
       ("log.metrics_port", with_default(&l.metrics_port),
        "serve Prometheus metrics at http://HOST:PORT/metrics (rank 0, and the first rank of each other machine; 0: off)")
       ("log.trace_steps", with_default(&l.trace_steps),
