@@ -48,6 +48,7 @@
 #include "plan/memory_fit.h"
 #include "plan/memory_plan.h"
 #include "train/metrics_log.h"
+#include "train/resume_settings.h"
 #include "train/run_monitor.h"
 #include "train/setup.h"
 #include "data/s3_data.h"
@@ -232,10 +233,18 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
     Timer loading;
     double bytes = 0;
     Manifest m;
+    std::string routing_changed;
     run_collectively([&] {
       m = parse_manifest(point.manifest_text, point.dir, point.dir + "/manifest.json");
       for (const ManifestFile& f : m.files) bytes += static_cast<double>(f.bytes);
       r.config_ini = m.config_ini;
+      std::optional<ModelConfig> saved;
+      try {
+        if (!m.config_ini.empty()) saved = parse_command_line("train", {}, m.config_ini).config.model;
+      } catch (const UsageError&) {
+        // a stored config this build cannot read: nothing to compare
+      }
+      if (saved) routing_changed = check_resumed_experts(*saved, config.model, point.dir);
       r.step = checkpointer.load(m);
     });
     parallel.world().barrier();
@@ -247,6 +256,7 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
                     s3->bytes / 1e9 / std::max(s3->seconds, 1e-9));
       std::printf("resumed from %s: continuing after step %d (%.3f GB of node files loaded in %.2f s)\n",
                   point.dir.c_str(), r.step, bytes / 1e9, loading.seconds());
+      if (!routing_changed.empty()) std::printf("%s (from step %d)\n", routing_changed.c_str(), r.step + 1);
     }
     if (!latest_first && !point.from_s3) checkpointer.upload_if_missing(m, point.manifest_text);
     return r;
