@@ -89,6 +89,24 @@ void write_hf_tokenizer_config(const fs::path& out_dir, const DataConfig& data, 
 
 }  // namespace
 
+std::vector<std::string> hf_export_caveats(const Manifest& m) {
+  std::vector<std::string> caveats;
+  const TransformerSpec spec = transformer_spec(m.model);
+  if (spec.n_experts > 0 && m.model.moe_capacity_factor > 0) {
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%g", m.model.moe_capacity_factor);
+    caveats.push_back("this checkpoint trained with model.moe_capacity_factor=" + std::string(factor) +
+                      " (tokens over an expert's capacity dropped); Hugging Face's " + spec.family +
+                      " is dropless, so there every token reaches its experts and the outputs differ from the "
+                      "trained model's wherever tokens were dropped");
+  }
+  const DataConfig data = parse_command_line("ckpt", {}, m.config_ini).config.data;
+  if (data.tokenizer == TokenizerKind::byte)
+    caveats.push_back("this checkpoint trained on byte-level tokens (data.tokenizer=byte), which have no Hugging Face "
+                      "tokenizer: the export has none, so feed it token ids (the text's UTF-8 bytes, 0-255) yourself");
+  return caveats;
+}
+
 HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExportOptions& options) {
   require(options.dtype == "fp32" || options.dtype == "bf16", "--dtype must be fp32 or bf16, got '" + options.dtype + "'");
   require(options.max_shard_gb > 0, "--max_shard_gb must be > 0");

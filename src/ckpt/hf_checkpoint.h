@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "model/parameters.h"
@@ -30,6 +31,11 @@ struct HfTransfer {
 // Writes the parameters of checkpoint `m` into `out_dir`, with the tokenizer's files when
 // the run used one (data.tokenizer_path of the checkpoint's config).
 HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExportOptions& options);
+
+// Where the Hugging Face form of checkpoint `m` will behave otherwise than the run trained
+// (a capacity factor's dropped tokens that HF's dropless experts take; no tokenizer to go
+// with the weights), one sentence each for a warning; empty when it behaves the same.
+std::vector<std::string> hf_export_caveats(const Manifest& m);
 
 // Initializes this rank's shards from a Hugging Face folder (config.json checked against
 // the model: a mismatch is a UsageError naming the field) or one .safetensors file. Each

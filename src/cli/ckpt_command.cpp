@@ -235,6 +235,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
   if (format == "hf") {
     require(!out.empty(), "ckpt export --format=hf needs --out=DIR");
     const HfTransfer t = export_hf(m, out, hf);
+    for (const std::string& caveat : hf_export_caveats(m)) std::fprintf(stderr, "trident: warning: %s\n", caveat.c_str());
     std::printf("exported the parameters of %s (step %d) to %s: %d safetensors file(s), %.3f GB of %s written in "
                 "%.2f s (%.2f GB/s; reading the checkpoint took %.2f s)\n",
                 m.dir.c_str(), m.step, out.c_str(), t.files, t.bytes / 1e9, hf.dtype.c_str(), t.seconds,

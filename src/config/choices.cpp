@@ -1,5 +1,6 @@
 #include "config/choices.h"
 
+#include "config/did_you_mean.h"
 #include "kernels/base/error.h"
 
 namespace trident {
@@ -13,8 +14,10 @@ std::string join_choices(const char* const* names, size_t count) {
   return s;
 }
 
-void throw_bad_choice(const char* key, const std::string& choices, std::string_view text) {
-  throw UsageError(std::string(key) + " must be " + choices + ", got '" + std::string(text) + "'");
+void throw_bad_choice(const char* key, const char* const* names, size_t count, std::string_view text) {
+  const std::string meant = closest_choice(text, names, count);
+  throw UsageError(std::string(key) + " must be " + join_choices(names, count) + ", got '" + std::string(text) + "'" +
+                   (meant.empty() ? "" : " (did you mean " + meant + "?)"));
 }
 
 }  // namespace trident

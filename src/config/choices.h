@@ -72,7 +72,9 @@ std::string choice_list() {
   return join_choices(names.data(), names.size());
 }
 
-[[noreturn]] void throw_bad_choice(const char* key, const std::string& choices, std::string_view text);
+// UsageError "KEY must be a, b or c, got 'text'", with " (did you mean b?)" when text is
+// close to one of the names (config/did_you_mean.h).
+[[noreturn]] void throw_bad_choice(const char* key, const char* const* names, size_t count, std::string_view text);
 
 // The value named `text`; UsageError "KEY must be a, b or c, got 'text'" otherwise.
 template <class E>
@@ -80,7 +82,7 @@ E parse_choice(std::string_view text) {
   const auto& names = Choices<E>::names;
   for (size_t i = 0; i < names.size(); i++)
     if (text == names[i]) return static_cast<E>(i);
-  throw_bad_choice(Choices<E>::key, choice_list<E>(), text);
+  throw_bad_choice(Choices<E>::key, names.data(), names.size(), text);
 }
 
 // Written by name (the printed config, help texts, messages).

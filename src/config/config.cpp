@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/did_you_mean.h"
 #include "optim/lr_schedule.h"
 #include "model/families/family.h"
 #include "optim/optimizer.h"
@@ -190,6 +191,9 @@ po::options_description config_options(Config& c) {
       ("log.peak_gflops", with_default(&l.peak_gflops), "peak GFLOP/s for MFU (0: measure)")
       ("log.tensorboard_dir", with_default(&l.tensorboard_dir),
        "TensorBoard event files (empty: <log.run_dir>/tensorboard; none: off)")
+      ("log.expert_tokens_per_layer", with_default(&l.expert_tokens_per_layer),
+       "a mixture of experts: log each layer's tokens per expert too (metrics.jsonl expert_tokens_per_layer, "
+       "TensorBoard moe/expert-tokens/layer-L/expert-E), beside their sum over the layers")
       ("log.metrics_port", with_default(&l.metrics_port),
        "serve Prometheus metrics at http://HOST:PORT/metrics (rank 0, and the first rank of each other machine; 0: off)")
       ("log.trace_steps", with_default(&l.trace_steps),
@@ -201,39 +205,23 @@ po::options_description config_options(Config& c) {
 // must not quietly set train.warmup_steps).
 constexpr int kFlagStyle = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
 
-// The lengths of the edits that turn a into b (insert, delete, replace one character).
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
-  for (size_t i = 1; i <= a.size(); i++) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); j++) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 // " (did you mean --train.warmup_steps?)" for a key that is a prefix of known keys or
-// a few edits away from one; "" when none is close.
+// a few edits away from one, or another trainer's name for one (--parallel.expert_parallel:
+// --parallel.ep); "" when none is close.
 std::string did_you_mean(std::string unknown, const po::options_description& options, bool as_flag) {
   const size_t equals = unknown.find('=');
   if (equals != std::string::npos) unknown.resize(equals);
   while (!unknown.empty() && unknown[0] == '-') unknown.erase(0, 1);
-  if (unknown.empty()) return "";
   std::vector<std::string> close;
-  size_t best = std::max<size_t>(2, unknown.size() / 4);
-  for (const auto& option : options.options()) {
-    const std::string& key = option->long_name();
-    if (key.empty()) continue;
-    const size_t d = key.rfind(unknown, 0) == 0 ? 0 : edit_distance(unknown, key);
-    if (d < best) close.clear(), best = d;
-    if (d == best) close.push_back(key);
+  if (const std::string alias = key_alias(unknown); !alias.empty()) {
+    close.push_back(alias);
+  } else {
+    std::vector<std::string> keys;
+    for (const auto& option : options.options())
+      if (!option->long_name().empty()) keys.push_back(option->long_name());
+    close = closest_names(unknown, keys);
   }
-  if (close.empty() || close.size() > 3) return "";
+  if (close.empty()) return "";
   std::string text = " (did you mean ";
   for (size_t i = 0; i < close.size(); i++)
     text += (i == 0 ? "" : i + 1 == close.size() ? " or " : ", ") + std::string(as_flag ? "--" : "") + close[i];

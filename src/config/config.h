@@ -222,6 +222,7 @@ struct LogConfig {
   int sample_every_steps = 0;            // print a greedy sample of the model every N steps; 0: never
   double peak_gflops = 0;                // for MFU; 0: measure sgemm at start
   std::string tensorboard_dir;           // TensorBoard event files; empty: <run_dir>/tensorboard; "none": off
+  bool expert_tokens_per_layer = false;  // a mixture of experts: tokens per expert of each layer, beside their sum
   int metrics_port = 0;                  // Prometheus endpoint http://host:PORT/metrics; 0: off
   std::string trace_steps;               // "A:B": a Chrome trace of steps A..B (from 1); empty: none
 

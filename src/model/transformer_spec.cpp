@@ -3,12 +3,39 @@
 #include <cmath>
 #include <cstdio>
 #include <numbers>
+#include <utility>
 
 #include "model/families/family.h"
 #include "model/parameters.h"
 #include "kernels/base/error.h"
 
 namespace trident {
+
+namespace {
+
+// The mixture-of-experts keys set away from their defaults, as "model.n_experts, ...". A
+// key set to its default cannot be told from one left out, and means nothing either way
+// (a printed config, a dense Hugging Face import list them all at their defaults).
+std::string moe_keys_set(const ModelConfig& c) {
+  const ModelConfig d;
+  const std::pair<const char*, bool> keys[] = {
+      {"n_experts", c.n_experts != d.n_experts},
+      {"n_experts_per_token", c.n_experts_per_token != d.n_experts_per_token},
+      {"moe_ffn_dim", c.moe_ffn_dim != d.moe_ffn_dim},
+      {"moe_norm_topk", c.moe_norm_topk != d.moe_norm_topk},
+      {"moe_router_score", c.moe_router_score != d.moe_router_score},
+      {"moe_capacity_factor", c.moe_capacity_factor != d.moe_capacity_factor},
+      {"moe_token_drop_policy", c.moe_token_drop_policy != d.moe_token_drop_policy},
+      {"router_aux_loss_coef", c.router_aux_loss_coef != d.router_aux_loss_coef},
+      {"router_z_loss_coef", c.router_z_loss_coef != d.router_z_loss_coef},
+  };
+  std::string set;
+  for (const auto& [key, differs] : keys)
+    if (differs) set += (set.empty() ? "model." : ", model.") + std::string(key);
+  return set;
+}
+
+}  // namespace
 
 TransformerSpec transformer_spec(const ModelConfig& c) {
   const ModelFamily& family = model_family(c.family);
@@ -30,8 +57,11 @@ TransformerSpec transformer_spec(const ModelConfig& c) {
   s.head_dim = c.head_dim > 0 ? c.head_dim : c.d_model / c.n_head;
   s.tied_head = c.tie_word_embeddings;
   family.configure(c, s);
-  require(s.n_experts > 0 || c.n_experts == 0,
-          "model.n_experts applies to a mixture-of-experts family (mixtral, qwen3_moe), not " + c.family);
+  if (s.n_experts == 0) {
+    const std::string set = moe_keys_set(c);
+    require(set.empty(), set + (set.find(',') == std::string::npos ? " applies" : " apply") +
+                             " to a mixture-of-experts family (mixtral, qwen3_moe), not " + c.family);
+  }
   s.config = c;
   s.config.n_kv_head = s.n_kv_head;
   s.config.head_dim = s.head_dim;

@@ -47,9 +47,12 @@ inline const RunMetric kMixtureOfExpertsMetrics[] = {
     {"expert_load", "moe/expert-load-max", "trident_moe_expert_load_max",
      "the most loaded expert's tokens over the mean expert's, in the least balanced layer (1: balanced)"},
     {"all_to_all_bytes", "moe/all-to-all-bytes", "trident_moe_all_to_all_bytes",
-     "bytes the expert-parallel token exchanges of the last logged step sent, all ranks together (0: ep 1)"},
+     "bytes the expert-parallel token exchanges of the last logged step sent to other ranks, all ranks together "
+     "(0: ep 1)"},
     {"tokens_dropped", "moe/tokens-dropped", "trident_moe_tokens_dropped",
      "token-expert pairs of the last logged step that the routers chose and no expert computed (0: dropless)"},
+    {"tokens_routed", "moe/tokens-routed", "trident_moe_tokens_routed",
+     "token-expert pairs the routers chose in the last logged step, every MoE layer (tokens x top-k x layers)"},
 };
 
 // What a run with checkpoint.upload adds (ckpt/checkpoint_upload.h).

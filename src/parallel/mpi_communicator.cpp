@@ -354,7 +354,8 @@ RequestPtr MpiCommunicator::all_to_all_v_async(ActivationSpan send, const std::v
     received += recv_counts[p];
   }
   check(sent <= out.size() && received <= in.size(), "all_to_all_v: the counts exceed the buffers");
-  last_started_ = count_started(CommOp::all_to_all, sent * sizeof(float), watchdog_->step);
+  // Counted: what leaves this rank (its own block stays in memory).
+  last_started_ = count_started(CommOp::all_to_all, (sent - send_counts[rank_]) * sizeof(float), watchdog_->step);
   MPI_Request r;
   const int n = size_;
   check_mpi(MPI_Ialltoallv(out.data(), v.data(), v.data() + n, MPI_FLOAT, in.data(), v.data() + 2 * n,

@@ -235,7 +235,8 @@ class NcclCommunicator final : public Communicator {
     for (int p = 0; p < size(); p++) sent += send_counts[p], received += recv_counts[p];
     check(sent <= send.count && received <= recv.count, "all_to_all_v: the counts exceed the buffers");
     const size_t element = kernels::dtype_bytes(send.type);
-    last_started_ = count_started(CommOp::all_to_all, sent * element, watchdog_->step);
+    // Counted: what leaves this rank (its own block stays on the device).
+    last_started_ = count_started(CommOp::all_to_all, (sent - send_counts[rank()]) * element, watchdog_->step);
     after_compute(collectives_);
     const char* out = reinterpret_cast<const char*>(send.data);
     char* in = reinterpret_cast<char*>(recv.data);

@@ -23,19 +23,28 @@ class Registry {
     entries_.emplace(name, std::move(value));
     return true;
   }
-  // UsageError "KEY must be a or b, got 'name'" for a name nobody registered.
+  // UsageError "KEY must be a or b, got 'name'" for a name nobody registered (with the
+  // name meant, when it is close to one).
   const T& at(const std::string& name) const {
     const auto it = entries_.find(name);
-    if (it == entries_.end()) throw_bad_choice(key_, choices(), name);
+    if (it == entries_.end()) {
+      const std::vector<const char*> known = names();
+      throw_bad_choice(key_, known.data(), known.size(), name);
+    }
     return it->second;
   }
   std::string choices() const {  // "a or b", sorted
-    std::vector<const char*> names;
-    for (const auto& [name, value] : entries_) names.push_back(name.c_str());
-    return join_choices(names.data(), names.size());
+    const std::vector<const char*> known = names();
+    return join_choices(known.data(), known.size());
   }
 
  private:
+  std::vector<const char*> names() const {
+    std::vector<const char*> out;
+    for (const auto& [name, value] : entries_) out.push_back(name.c_str());
+    return out;
+  }
+
   const char* key_;
   std::map<std::string, T> entries_;
 };

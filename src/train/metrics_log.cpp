@@ -41,6 +41,7 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
     out.emplace_back(&kMixtureOfExpertsMetrics[1], *std::max_element(m.expert_load.begin(), m.expert_load.end()));
     out.emplace_back(&kMixtureOfExpertsMetrics[2], m.all_to_all_bytes);
     out.emplace_back(&kMixtureOfExpertsMetrics[3], m.tokens_dropped);
+    out.emplace_back(&kMixtureOfExpertsMetrics[4], m.tokens_routed);
   }
   for (size_t i = 0; i < m.s3.size() && i < std::size(kS3Metrics); i++) out.emplace_back(&kS3Metrics[i], m.s3[i]);
   return out;
@@ -119,10 +120,11 @@ MetricsLog::MetricsLog(const std::string& run_dir, int resumed_from, const std::
 }
 
 void MetricsLog::log_step(const StepMetrics& m) {
-  char aux[64] = "";
+  char aux[96] = "";
   if (!std::isnan(m.aux_loss)) std::snprintf(aux, sizeof aux, " | aux %.4f", m.aux_loss);
   if (m.tokens_dropped > 0)  // a capacity factor's: the (token, expert) pairs no expert took this step
-    std::snprintf(aux + std::strlen(aux), sizeof aux - std::strlen(aux), " | dropped %.0f", m.tokens_dropped);
+    std::snprintf(aux + std::strlen(aux), sizeof aux - std::strlen(aux), " | dropped %.0f of %.0f (%.0f%%)",
+                  m.tokens_dropped, m.tokens_routed, 100.0 * m.tokens_dropped / std::max(m.tokens_routed, 1.0));
   std::printf("step %*d/%d | loss %.4f%s | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %.1f ms | mem %.2f GiB | ETA %s\n",
               static_cast<int>(std::to_string(m.total_steps).size()), m.step, m.total_steps, m.loss, aux,
               m.lr, m.grad_norm, m.tokens_per_s, 100.0 * m.mfu, 1000.0 * m.step_time_s, m.memory_gib,
@@ -134,6 +136,13 @@ void MetricsLog::log_step(const StepMetrics& m) {
       tensorboard_->scalars(values, m.step);
       for (size_t layer = 0; layer < m.expert_load.size(); layer++)
         tensorboard_->scalar("moe/expert-load/layer-" + std::to_string(layer), m.expert_load[layer], m.step);
+      // One scalar per expert: side by side, the bars of the experts' loads.
+      for (size_t e = 0; e < m.expert_tokens.size(); e++)
+        tensorboard_->scalar("moe/expert-tokens/expert-" + std::to_string(e), m.expert_tokens[e], m.step);
+      for (size_t layer = 0; layer < m.expert_tokens_per_layer.size(); layer++)
+        for (size_t e = 0; e < m.expert_tokens_per_layer[layer].size(); e++)
+          tensorboard_->scalar("moe/expert-tokens/layer-" + std::to_string(layer) + "/expert-" + std::to_string(e),
+                               m.expert_tokens_per_layer[layer][e], m.step);
       for (const MachineSample& machine : m.machines) machine_scalars(*tensorboard_, machine, m.step);
       tensorboard_->flush();  // a killed run loses at most what came after this line
     });
@@ -149,8 +158,10 @@ void MetricsLog::log_step(const StepMetrics& m) {
   j["step"] = m.step;
   j["loss_steps"] = m.loss_steps;
   if (!m.expert_load.empty()) j["expert_load_per_layer"] = m.expert_load;
+  if (!m.expert_tokens.empty()) j["expert_tokens"] = m.expert_tokens;
+  if (!m.expert_tokens_per_layer.empty()) j["expert_tokens_per_layer"] = m.expert_tokens_per_layer;
   for (const char* count : {"global_batch", "skipped_steps", "loss_spikes", "straggler_reports", "s3_step", "s3_lag_steps",
-                            "s3_upload_retries"})
+                            "s3_upload_retries", "tokens_routed", "tokens_dropped"})
     if (j.contains(count)) j[count] = static_cast<int64_t>(j[count].get<double>());
   jsonl_ << j.dump() << "\n";
   jsonl_.flush();

@@ -30,9 +30,13 @@ struct StepMetrics {
   double aux_loss = std::numeric_limits<double>::quiet_NaN();
   // Per MoE layer: the most loaded expert's tokens over the mean expert's (empty: dense).
   std::vector<double> expert_load;
-  // Its expert-parallel exchanges' bytes over all ranks, and the routed token-expert pairs
-  // no expert computed (meaningful with expert_load non-empty).
-  double all_to_all_bytes = 0, tokens_dropped = 0;
+  // Its expert-parallel exchanges' bytes to other ranks, all ranks together; the routed
+  // token-expert pairs, and those no expert computed (meaningful with expert_load non-empty).
+  double all_to_all_bytes = 0, tokens_routed = 0, tokens_dropped = 0;
+  // The token-expert pairs each expert was chosen for, summed over the MoE layers (empty:
+  // dense), and per layer (empty unless log.expert_tokens_per_layer).
+  std::vector<double> expert_tokens;
+  std::vector<std::vector<double>> expert_tokens_per_layer;
   // With checkpoint.upload: kS3Metrics's figures, in its order (empty: no upload).
   std::vector<double> s3;
   double lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;

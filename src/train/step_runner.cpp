@@ -62,24 +62,30 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
   // reduction for all.
   const RouterStats router = model_.take_router_stats();
   const uint64_t exchanged = exchanged_bytes() - exchanged_before;
-  std::vector<double> sums = {model_.take_loss_sum(), router.aux_loss_sum, router.rows_routed - router.rows_computed,
-                              static_cast<double>(exchanged)};
+  struct At {  // `sums`' order: the tokens per layer and expert last
+    enum { loss, aux_loss, routed, not_computed, exchanged, tokens };
+  };
+  std::vector<double> sums = {model_.take_loss_sum(), router.aux_loss_sum, router.rows_routed,
+                              router.rows_routed - router.rows_computed, static_cast<double>(exchanged)};
   sums.insert(sums.end(), router.tokens.begin(), router.tokens.end());
   if (pipeline_.pp() != nullptr) pipeline_.pp()->all_reduce(std::span<double>(sums));
   dp_.all_reduce(std::span<double>(sums));
-  aux_loss_ = sums[1] / global_batch;
-  tokens_dropped_ = sums[2];
+  aux_loss_ = sums[At::aux_loss] / global_batch;
+  tokens_routed_ = sums[At::routed];
+  tokens_dropped_ = sums[At::not_computed];
   // Summed over pp and dp x cp; every tp rank exchanges as many.
   const Communicator* tp = model_.tensor_parallel().communicator();
-  all_to_all_bytes_ = sums[3] * (tp != nullptr ? tp->size() : 1);
+  all_to_all_bytes_ = sums[At::exchanged] * (tp != nullptr ? tp->size() : 1);
   const int E = model_.spec().n_experts;
   expert_load_.clear();
-  for (size_t first = 4; E > 0 && first < sums.size(); first += E) {
+  expert_tokens_.clear();
+  for (size_t first = At::tokens; E > 0 && first < sums.size(); first += E) {
     const auto begin = sums.begin() + static_cast<std::ptrdiff_t>(first), end = begin + E;
     const double total = std::accumulate(begin, end, 0.0);
     expert_load_.push_back(total > 0 ? *std::max_element(begin, end) * E / total : 1.0);
+    expert_tokens_.emplace_back(begin, end);
   }
-  return sums[0] / (static_cast<double>(global_batch) * T);
+  return sums[At::loss] / (static_cast<double>(global_batch) * T);
 }
 
 double StepRunner::forward_loss(const int32_t* inputs, const int32_t* targets, int B) {

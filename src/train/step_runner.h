@@ -52,9 +52,13 @@ class StepRunner {
   // Its expert load per MoE layer over the global batch: the most loaded expert's tokens over
   // the mean expert's (1: balanced; E/K: every token to the same K). Empty for a dense model.
   const std::vector<double>& expert_load() const { return expert_load_; }
+  // Its token-expert pairs per MoE layer and expert over the global batch (the routers'
+  // choices, dropped ones too). Empty for a dense model.
+  const std::vector<std::vector<double>>& expert_tokens() const { return expert_tokens_; }
   // Its expert-parallel exchanges' bytes, sent by all ranks (0 without expert parallelism),
-  // and the token-expert pairs routed but not computed (0: dropless).
+  // the token-expert pairs routed, and those of them not computed (0: dropless).
   double all_to_all_bytes() const { return all_to_all_bytes_; }
+  double tokens_routed() const { return tokens_routed_; }
   double tokens_dropped() const { return tokens_dropped_; }
   double compute_s() const { return compute_s_; }
   const PassTimes& pass_s() const { return pipeline_.pass_s(); }  // the same by kind of pass
@@ -73,8 +77,10 @@ class StepRunner {
   Communicator& dp_;
   kernels::Kernels& k_;
   PipelineRunner pipeline_;  // this rank's stage of the model, `model_`, and its chunks
-  double comm_wait_s_ = 0, compute_s_ = 0, aux_loss_ = 0, all_to_all_bytes_ = 0, tokens_dropped_ = 0;
+  double comm_wait_s_ = 0, compute_s_ = 0, aux_loss_ = 0, all_to_all_bytes_ = 0, tokens_routed_ = 0,
+         tokens_dropped_ = 0;
   std::vector<double> expert_load_;
+  std::vector<std::vector<double>> expert_tokens_;
   kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
 };
 

@@ -48,6 +48,7 @@
 #include "plan/memory_fit.h"
 #include "plan/memory_plan.h"
 #include "train/metrics_log.h"
+#include "train/resume_settings.h"
 #include "train/run_monitor.h"
 #include "train/setup.h"
 #include "data/s3_data.h"
@@ -237,10 +238,18 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
     Timer loading;
     double bytes = 0;
     Manifest m;
+    std::string routing_changed;
     run_collectively([&] {
       m = parse_manifest(point.manifest_text, point.dir, point.dir + "/manifest.json");
       for (const ManifestFile& f : m.files) bytes += static_cast<double>(f.bytes);
       r.config_ini = m.config_ini;
+      std::optional<ModelConfig> saved;
+      try {
+        if (!m.config_ini.empty()) saved = parse_command_line("train", {}, m.config_ini).config.model;
+      } catch (const UsageError&) {
+        // a stored config this build cannot read: nothing to compare
+      }
+      if (saved) routing_changed = check_resumed_experts(*saved, config.model, point.dir);
       r.step = checkpointer.load(m);
     });
     parallel.world().barrier();
@@ -252,6 +261,7 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
                     s3->bytes / 1e9 / std::max(s3->seconds, 1e-9));
       std::printf("resumed from %s: continuing after step %d (%.3f GB of node files loaded in %.2f s)\n",
                   point.dir.c_str(), r.step, bytes / 1e9, loading.seconds());
+      if (!routing_changed.empty()) std::printf("%s (from step %d)\n", routing_changed.c_str(), r.step + 1);
     }
     if (!latest_first && !point.from_s3) checkpointer.upload_if_missing(m, point.manifest_text);
     return r;
@@ -414,7 +424,8 @@ struct StepOutcome {
   double compute_seconds = 0, update_seconds = 0;  // forward/backward passes; clip + update
   double aux_loss = std::numeric_limits<double>::quiet_NaN();  // a mixture of experts' (NaN: none)
   std::vector<double> expert_load;  // per MoE layer (StepRunner::expert_load)
-  double all_to_all_bytes = 0, tokens_dropped = 0;  // StepRunner's
+  double all_to_all_bytes = 0, tokens_routed = 0, tokens_dropped = 0;  // StepRunner's
+  std::vector<std::vector<double>> expert_tokens;  // per MoE layer and expert (StepRunner::expert_tokens)
   GradientNorm norm;
   uint64_t host_syncs = 0;  // the kernels' host synchronizations (kernels.h: on a GPU, drained queues)
 };
@@ -440,7 +451,9 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
     o.aux_loss = s.runner.aux_loss();
     o.expert_load = s.runner.expert_load();
     o.all_to_all_bytes = s.runner.all_to_all_bytes();
+    o.tokens_routed = s.runner.tokens_routed();
     o.tokens_dropped = s.runner.tokens_dropped();
+    o.expert_tokens = s.runner.expert_tokens();
   }
   o.compute_seconds = s.runner.compute_s() + slowed;
   o.host_syncs = k.host_syncs() - syncs_before;
@@ -552,7 +565,13 @@ class StepEnd {
     m.aux_loss = o.aux_loss;
     m.expert_load = o.expert_load;
     m.all_to_all_bytes = o.all_to_all_bytes;
+    m.tokens_routed = o.tokens_routed;
     m.tokens_dropped = o.tokens_dropped;
+    for (const std::vector<double>& layer : o.expert_tokens) {
+      m.expert_tokens.resize(layer.size(), 0.0);
+      for (size_t e = 0; e < layer.size(); e++) m.expert_tokens[e] += layer[e];
+    }
+    if (config_.log.expert_tokens_per_layer) m.expert_tokens_per_layer = o.expert_tokens;
     if (const CheckpointUploader* uploader = checkpointer_.uploader()) {
       const CheckpointUploader::Status s = uploader->status();
       m.s3 = {static_cast<double>(s.s3_step), static_cast<double>(s.lag_steps), s.bytes, s.seconds, s.retries};

@@ -17,6 +17,7 @@
 #include "model/parameters.h"
 #include "model/transformer_spec.h"
 #include "cli_helpers.h"
+#include "train/resume_settings.h"
 
 namespace fs = std::filesystem;
 
@@ -248,6 +249,51 @@ TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
           << r.out;
     }
   }
+}
+
+// A resume cannot change the experts' shapes (the checkpoint's tensors have them): the
+// setting is named with both values. It may change the routing: one line says what.
+TEST(Checkpoint, AResumeNamesTheExpertSettingsItCannotChangeAndNotesTheRouting) {
+  ModelConfig saved;
+  saved.family = "mixtral";
+  saved.n_kv_head = 2;
+  saved.n_experts = 8;
+  ModelConfig now = saved;
+  EXPECT_EQ(check_resumed_experts(saved, now, "ck/step_00000002"), "");
+  now.n_experts = 0;  // the family's default: 8 too
+  EXPECT_EQ(check_resumed_experts(saved, now, "ck/step_00000002"), "");
+  now.n_experts = 4;
+  try {
+    check_resumed_experts(saved, now, "ck/step_00000002");
+    ADD_FAILURE() << "resumed with other experts";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).find("checkpoint ck/step_00000002 has model.n_experts=8, this run model.n_experts=4: "
+                                         "the experts' tensors would not fit; resume with --model.n_experts=8"),
+              0u)
+        << e.what();
+  }
+  now = saved;
+  now.n_experts_per_token = 1;
+  now.moe_capacity_factor = 1.5;
+  EXPECT_EQ(check_resumed_experts(saved, now, "ck/step_00000002"),
+            "routing changed since the checkpoint: model.n_experts_per_token 2 -> 1, model.moe_capacity_factor 0 -> 1.5");
+  ModelConfig dense;
+  EXPECT_EQ(check_resumed_experts(dense, dense, "ck"), "");
+  // Through a run: one rank, one step saved, resumed.
+  const std::string dir = fresh_dir("moe_resume");
+  const std::string base = "train --config configs/tiny-mixtral.ini --model.n_layer=1 --model.d_model=64 "
+                           "--model.seq_len=32 --train.global_batch=2 --log.val_batches=0 --log.sample_every_steps=0 "
+                           "--log.peak_gflops=100 --checkpoint.dir=" + dir + run_dir_flag(dir);
+  ASSERT_EQ(run(base + "--train.steps=1 --checkpoint.every_steps=1").exit_code, 0);
+  const CliRun other = run(base + "--train.steps=2 --model.n_experts=4");
+  EXPECT_EQ(other.exit_code, 2) << other.err;
+  EXPECT_NE(other.err.find("has model.n_experts=8, this run model.n_experts=4"), std::string::npos) << other.err;
+  const CliRun routing = run(base + "--train.steps=2 --model.n_experts_per_token=1 --model.moe_capacity_factor=1.5");
+  EXPECT_EQ(routing.exit_code, 0) << routing.err;
+  EXPECT_NE(routing.out.find("routing changed since the checkpoint: model.n_experts_per_token 2 -> 1, "
+                             "model.moe_capacity_factor 0 -> 1.5 (from step 2)\n"),
+            std::string::npos)
+      << routing.out;
 }
 
 TEST(Checkpoint, AsyncWritesTheSameCheckpointsAndReportsTheStall) {

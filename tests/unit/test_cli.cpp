@@ -14,7 +14,9 @@
 #include <filesystem>
 #include <future>
 #include <cstdlib>
+#include <cmath>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -657,13 +659,28 @@ TEST(Cli, MixtureOfExpertsRunsLogTheirAuxiliaryLossAndLoad) {
                                         "mpirun --oversubscribe --allow-run-as-root -np 2");
   EXPECT_EQ(dp2["expert_load_per_layer"], one["expert_load_per_layer"]);
   EXPECT_NEAR(dp2["aux_loss"].get<double>(), aux, 1e-6 * aux);
+  // The tokens per expert: each layer's 512 tokens x top-2, summed over the 2 layers.
+  const std::vector<double> per_expert = one["expert_tokens"];
+  ASSERT_EQ(per_expert.size(), 8u);
+  EXPECT_EQ(std::accumulate(per_expert.begin(), per_expert.end(), 0.0), 2.0 * 512 * 2);
+  EXPECT_EQ(one["tokens_routed"], 2 * 512 * 2);
+  EXPECT_FALSE(one.contains("expert_tokens_per_layer")) << "per layer only when asked";
   // Expert parallelism routes as one rank does. Its exchanges, per MoE layer: the routed
-  // rows (tokens x K of width d) to their experts and back, forward and backward, all
-  // ranks together: 4 x 512 x 2 x 64 floats per layer, 2 layers. Every pair computed.
+  // rows (tokens x K of width d) that go to another rank's experts, there and back, forward
+  // and backward: at most 4 x 512 x 2 x 64 floats per layer, 2 layers; the rows whose
+  // experts are on their own rank stay (not counted). Every pair computed.
   const nlohmann::json ep2 = first_step("ep2", "--model.router_aux_loss_coef=0.01 --model.router_z_loss_coef=0.001 "
-                                        "--parallel.ep=2", "mpirun --oversubscribe --allow-run-as-root -np 2");
+                                        "--parallel.ep=2 --log.expert_tokens_per_layer=true",
+                                        "mpirun --oversubscribe --allow-run-as-root -np 2");
   EXPECT_EQ(ep2["expert_load_per_layer"], one["expert_load_per_layer"]);
-  EXPECT_EQ(ep2["all_to_all_bytes"].get<double>(), 2.0 * 4 * 512 * 2 * 64 * sizeof(float));
+  EXPECT_EQ(ep2["expert_tokens"], one["expert_tokens"]);
+  const std::vector<std::vector<double>> per_layer = ep2["expert_tokens_per_layer"];
+  ASSERT_EQ(per_layer.size(), 2u);
+  for (size_t e = 0; e < 8; e++) EXPECT_EQ(per_layer[0].at(e) + per_layer[1].at(e), per_expert[e]) << e;
+  const double bytes = ep2["all_to_all_bytes"].get<double>(), row = 4 * 64 * sizeof(float);  // 4 passes of a row
+  EXPECT_GT(bytes, 0.0);
+  EXPECT_LT(bytes, 2.0 * 512 * 2 * row);
+  EXPECT_EQ(std::fmod(bytes, row), 0.0) << bytes;
   EXPECT_EQ(ep2["tokens_dropped"].get<double>(), 0.0);
   EXPECT_EQ(one["all_to_all_bytes"].get<double>(), 0.0);
   const CliRun dense = run("train --config configs/tiny.ini --model.d_model=64 --model.n_layer=2 --train.steps=1 "

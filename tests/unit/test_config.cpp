@@ -132,6 +132,31 @@ TEST(Config, ExactKeysSuggestionsFileLinesAndEmptyValues) {
   EXPECT_EQ(parse_command_line("train", {"--config", with_dir, "--checkpoint.dir="}).config.checkpoint.dir, "");
 }
 
+// A value close to a choice names it (its case, '-' for '_', a letter off), and a key
+// that other trainers or Hugging Face spell out names ours.
+TEST(Config, ValuesAndLongKeyNamesSuggestWhatWasMeant) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--model.family=qwen3-moe"}, "got 'qwen3-moe' (did you mean qwen3_moe?)"},
+      {{"--model.family=Mixtral"}, "got 'Mixtral' (did you mean mixtral?)"},
+      {{"--model.family=lama"}, "got 'lama' (did you mean llama?)"},
+      {{"--train.optimizer=Lion"}, "got 'Lion' (did you mean lion?)"},
+      {{"--train.precision=BF16"}, "got 'BF16' (did you mean bf16?)"},
+      {{"--parallel.expert_parallel=2"}, "(did you mean --parallel.ep?)"},
+      {{"--parallel.tensor_parallel=2"}, "(did you mean --parallel.tp?)"},
+      {{"--pipeline_parallel=2"}, "(did you mean --parallel.pp?)"},
+      {{"--parallel.context-parallel=2"}, "(did you mean --parallel.cp?)"},
+      {{"--parallel.data_parallel=2"}, "(did you mean --parallel.dp?)"},
+      {{"--model.num_hidden_layers=2"}, "(did you mean --model.n_layer?)"},
+  };
+  for (const auto& [args, expected] : cases)
+    EXPECT_NE(error_of(args).find(expected), std::string::npos) << args[0] << ": " << error_of(args);
+  EXPECT_EQ(error_of({"--model.family=mamba"}).find("did you mean"), std::string::npos) << "nothing close: no guess";
+  const std::string ini = write_ini("[parallel]\nexpert_parallel = 2\n");
+  const std::string in_file = error_of({"--config", ini});
+  EXPECT_NE(in_file.find(ini + ":2:"), std::string::npos) << in_file;
+  EXPECT_NE(in_file.find("(did you mean parallel.ep?)"), std::string::npos) << in_file;
+}
+
 TEST(Config, LayoutArithmetic) {
   CommandLine cl = parse_command_line("train", {"--train.global_batch=12"});
   Config c = cl.config;

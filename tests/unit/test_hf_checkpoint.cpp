@@ -349,6 +349,38 @@ TEST(HfConventions, ASigmoidRouterIsNotExported) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// An export warns where Hugging Face's model will behave otherwise than the trained one: a
+// capacity factor's dropped tokens (HF's Mixtral is dropless), byte-level tokens (no HF
+// tokenizer goes with the weights). A dropless run on a real tokenizer: no warning.
+TEST(HfConventions, AnExportNamesWhereHuggingFaceBehavesOtherwise) {
+  ModelConfig m;
+  m.family = "mixtral";
+  m.n_kv_head = 2;
+  m.n_experts = 4;
+  m.moe_capacity_factor = 1.25;
+  const auto manifest_of = [](const ModelConfig& model, const std::string& config_ini) {
+    const nlohmann::json j = {{"format", "trident-checkpoint-v1"},
+                              {"step", 5},
+                              {"model", model_json(model)},
+                              {"config", config_ini},
+                              {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"zero", 0}, {"nodes", 1}}},
+                              {"files", nlohmann::json::array()}};
+    return parse_manifest(j.dump(), "step_00000005", "manifest.json");
+  };
+  const std::vector<std::string> both = hf_export_caveats(manifest_of(m, "[data]\ntokenizer = byte\n"));
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].find("this checkpoint trained with model.moe_capacity_factor=1.25 (tokens over an expert's capacity "
+                         "dropped); Hugging Face's mixtral is dropless"),
+            0u)
+      << both[0];
+  EXPECT_EQ(both[1].find("this checkpoint trained on byte-level tokens (data.tokenizer=byte), which have no Hugging Face "
+                         "tokenizer"),
+            0u)
+      << both[1];
+  m.moe_capacity_factor = 0;
+  EXPECT_TRUE(hf_export_caveats(manifest_of(m, "[data]\ntokenizer = gpt2\ntokenizer_path = gpt2-files\n")).empty());
+}
+
 TEST(HfCheckpoint, Bf16ExportRoundsAndImportsWithinBf16) {
   const Flow f{testing::TempDir() + "hf_bf16", "configs/tiny-llama.ini"};
   fs::remove_all(f.dir);

@@ -27,6 +27,7 @@
 #include "monitor/run_metrics.h"
 #include "monitor/telemetry.h"
 #include "pipeline/schedule.h"
+#include "train/metrics_log.h"
 
 namespace fs = std::filesystem;
 
@@ -353,6 +354,42 @@ TEST(Monitor, AMixtureOfExpertsFiguresReachTensorBoardAndPrometheus) {
   const std::map<std::string, int> compared =
       expect_events_match_the_log(events, dir + "/run/metrics.jsonl", 0, last);
   for (const RunMetric& m : kMixtureOfExpertsMetrics) EXPECT_GE(compared.count(m.tensorboard) ? compared.at(m.tensorboard) : 0, 1) << m.tensorboard;
+}
+
+// A mixture of experts' step as rank 0 logs it: the dropped pairs as a share of the routed
+// ones on the line; the tokens per expert (summed over the layers, and per layer when
+// asked) in metrics.jsonl and as one TensorBoard scalar per expert.
+TEST(Monitor, AMixtureOfExpertsStepShowsItsDropsAsAShareAndTokensPerExpert) {
+  const std::string dir = testing::TempDir() + "moe_step_log";
+  fs::remove_all(dir);
+  StepMetrics m;
+  m.step = m.total_steps = 1;
+  m.aux_loss = 0.01;
+  m.expert_load = {1.5, 1.25};
+  m.tokens_routed = 4096;
+  m.tokens_dropped = 2243;
+  m.expert_tokens_per_layer = {{1000, 500, 300, 248}, {900, 600, 400, 148}};
+  m.expert_tokens = {1900, 1100, 700, 396};
+  {
+    MetricsLog log(dir, 0, dir + "/tensorboard");
+    testing::internal::CaptureStdout();
+    log.log_step(m);
+    const std::string line = testing::internal::GetCapturedStdout();
+    EXPECT_NE(line.find(" | aux 0.0100 | dropped 2243 of 4096 (55%) | lr "), std::string::npos) << line;
+  }
+  const std::vector<nlohmann::json> records = json_lines(slurp(dir + "/metrics.jsonl"));
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0]["tokens_routed"], 4096);
+  EXPECT_EQ(records[0]["tokens_dropped"], 2243);
+  EXPECT_EQ(records[0]["expert_tokens"], nlohmann::json({1900, 1100, 700, 396}));
+  EXPECT_EQ(records[0]["expert_tokens_per_layer"][1], nlohmann::json({900, 600, 400, 148}));
+  // The tags are in the event file as they are written (protobuf strings).
+  std::string events;
+  for (const auto& f : fs::directory_iterator(dir + "/tensorboard")) events += slurp(f.path().string());
+  for (const std::string tag : {"moe/expert-tokens/expert-0", "moe/expert-tokens/expert-3",
+                                "moe/expert-tokens/layer-1/expert-3", "moe/tokens-routed"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
+  EXPECT_EQ(events.find("moe/expert-tokens/expert-4"), std::string::npos);
 }
 
 // A port in use, a port out of range, a TensorBoard folder that cannot be made, a bad

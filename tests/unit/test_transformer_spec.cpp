@@ -284,5 +284,33 @@ TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'");
 }
 
+// A mixture of experts' keys on a dense family are refused, named, like n_experts; at their
+// defaults (a printed config, a dense config file) they are not asked for and pass.
+TEST(TransformerSpec, ExpertKeysOnADenseFamilyAreNamed) {
+  ModelConfig m;
+  m.family = "llama";
+  m.n_kv_head = 2;
+  m.n_experts_per_token = 4;
+  EXPECT_EQ(error_of(m), "model.n_experts_per_token applies to a mixture-of-experts family (mixtral, qwen3_moe), not llama");
+  m.moe_capacity_factor = 1.25;
+  m.router_z_loss_coef = 0.001;
+  EXPECT_EQ(error_of(m), "model.n_experts_per_token, model.moe_capacity_factor, model.router_z_loss_coef apply to a "
+                         "mixture-of-experts family (mixtral, qwen3_moe), not llama");
+  for (const std::string& flag : {"--model.moe_ffn_dim=64", "--model.moe_norm_topk=false", "--model.moe_router_score=sigmoid",
+                                  "--model.moe_token_drop_policy=position", "--model.router_aux_loss_coef=0.01"}) {
+    const ModelConfig dense = parse_command_line("train", {"--config", "configs/tiny-llama.ini", flag}).config.model;
+    const std::string key = flag.substr(2, flag.find('=') - 2);
+    EXPECT_EQ(error_of(dense), key + " applies to a mixture-of-experts family (mixtral, qwen3_moe), not llama") << flag;
+    ModelConfig moe = dense;
+    moe.family = "qwen3_moe";
+    EXPECT_EQ(error_of(moe), "") << flag;
+  }
+  // Every key written out at its default, as the resolved config prints them all.
+  const std::string printed = testing::TempDir() + "printed_dense.ini";
+  std::ofstream(printed) << parse_command_line("train", {"--config", "configs/tiny-llama.ini"}).config.to_ini();
+  EXPECT_EQ(error_of(config_of(printed)), "");
+  EXPECT_EQ(error_of(config_of("configs/tiny.ini")), "");
+}
+
 }  // namespace
 }  // namespace trident
