@@ -74,7 +74,8 @@ int run_verify(const Args& args, const MpiWorld& world) {
   std::unique_ptr<kernels::Kernels> k =
       kernels::make_kernels(config.train.device, config.train.resolved_precision());
   const VerifyReport r = verify_against_reference(ref, config.train.micro_batch, *k, parallel, config.parallel,
-                                                   config.train.recompute);
+                                                   config.train.recompute, config.train.recompute_layers,
+                                                   config.train.recompute_method);
   if (!world.is_root()) return r.passed() ? 0 : 1;
 
   std::string masks;  // what narrows attention beyond causal
@@ -85,7 +86,7 @@ int run_verify(const Args& args, const MpiWorld& world) {
               "%d rank(s), ZeRO-%d, recompute %s, %s on %s%s\n",
               ref.path.c_str(), transformer_spec(ref.model).describe().c_str(), ref.batch, config.train.micro_batch,
               ref.steps, world.size(),
-              config.parallel.zero, name_of(config.train.recompute), kernels::precision_name(k->precision()),
+              config.parallel.zero, config.train.recompute_description().c_str(), kernels::precision_name(k->precision()),
               k->name().c_str(), masks.c_str());
   std::printf("%-44s %14s %14s\n", "tensor", "grad rel err", "final rel err");
   for (const TensorError& e : r.tensors)

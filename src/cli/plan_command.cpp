@@ -84,13 +84,18 @@ int run_plan_command(const std::vector<std::string>& args) {
     const PlannedLayout& l = layouts[i];
     const ParallelConfig& p = l.config.parallel;
     const StepPrediction& s = l.step;
-    char ep[8] = "", exchange[16] = "";
+    char ep[8] = "", exchange[16] = "", recompute[16];
+    // Full recomputation of some layers: "full:5", 5 layers of each chunk.
+    if (l.config.train.recompute == Recompute::full && l.config.train.recompute_layers > 0)
+      std::snprintf(recompute, sizeof recompute, "full:%d", l.config.train.recompute_layers);
+    else
+      std::snprintf(recompute, sizeof recompute, "%s", name_of(l.config.train.recompute));
     if (experts) {
       std::snprintf(ep, sizeof ep, " %3d", p.ep);
       std::snprintf(exchange, sizeof exchange, " + %.3f", s.ep_s);
     }
     std::printf("%3d %4d %3d %3d %3d%s %-11s %3d %4d %-9s %3d %8.1f %8.3f %10.0f %5.1f%%  %.3f + %.3f%s + %.3f + %.3f + %.3f (%.3f) + %.3f\n",
-                i + 1, p.dp, p.tp, p.cp, p.pp, ep, name_of(p.schedule), p.vpp, p.zero, name_of(l.config.train.recompute),
+                i + 1, p.dp, p.tp, p.cp, p.pp, ep, name_of(p.schedule), p.vpp, p.zero, recompute,
                 l.config.train.micro_batch, gib(static_cast<double>(l.memory.device_bytes())), s.step_s, s.tokens_per_s,
                 100 * s.mfu, s.compute_s, s.tp_s, exchange, s.bubble_s, s.pp_s, s.dp_exposed_s, s.dp_s, s.optimizer_s);
   }

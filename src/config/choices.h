@@ -18,6 +18,7 @@ namespace trident {
 
 enum class Schedule { one_f_one_b, gpipe, interleaved, zb1 };  // parallel.schedule (pipeline/schedule.h)
 enum class Recompute { none, selective, full };      // train.recompute
+enum class RecomputeMethod { uniform, block };       // train.recompute_method (model/activations.h)
 enum class PrecisionSetting { fp32, bf16, automatic };  // train.precision (auto: bf16 on cuda, fp32 on cpu)
 enum class TokenizerKind { byte, gpt2, llama3, sentencepiece };  // data.tokenizer
 using kernels::Device;                               // train.device
@@ -33,6 +34,11 @@ template <>
 struct Choices<Recompute> {
   static constexpr const char* key = "train.recompute";
   static constexpr std::array<const char*, 3> names = {"none", "selective", "full"};
+};
+template <>
+struct Choices<RecomputeMethod> {
+  static constexpr const char* key = "train.recompute_method";
+  static constexpr std::array<const char*, 2> names = {"uniform", "block"};
 };
 template <>
 struct Choices<PrecisionSetting> {
@@ -53,6 +59,7 @@ struct Choices<Device> {
 // Every value has its name (the last value of each enum, then the size of its table).
 static_assert(static_cast<size_t>(Schedule::zb1) + 1 == Choices<Schedule>::names.size());
 static_assert(static_cast<size_t>(Recompute::full) + 1 == Choices<Recompute>::names.size());
+static_assert(static_cast<size_t>(RecomputeMethod::block) + 1 == Choices<RecomputeMethod>::names.size());
 static_assert(static_cast<size_t>(PrecisionSetting::automatic) + 1 == Choices<PrecisionSetting>::names.size());
 static_assert(static_cast<size_t>(TokenizerKind::sentencepiece) + 1 == Choices<TokenizerKind>::names.size());
 static_assert(static_cast<size_t>(Device::cuda) + 1 == Choices<Device>::names.size());

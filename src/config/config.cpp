@@ -118,6 +118,11 @@ po::options_description config_options(Config& c) {
        "naming it (exit 3) (0: never)")
       ("train.recompute", with_default(&t.recompute),
        "activations recomputed in backward: none, selective (attention's core) or full (each layer)")
+      ("train.recompute_layers", with_default(&t.recompute_layers),
+       "with train.recompute=full: the layers of each pipeline stage (model chunk) recomputed whole, the others "
+       "keeping their activations (Megatron's --recompute-num-layers; 0: every layer)")
+      ("train.recompute_method", with_default(&t.recompute_method),
+       "which train.recompute_layers: block (each chunk's first N) or uniform (N spread evenly over the chunk)")
       ("data.path", with_default(&d.path),
        "Megatron dataset prefix, llm.c shard glob, text file or folder, or a blend \"0.7 web 0.3 code\"; any "
        "of them as s3://bucket/key (each node copies it to data.cache_dir; training starts meanwhile, reading a "
@@ -284,6 +289,7 @@ std::string format_value(const boost::any& v) {
   else if (auto* b = boost::any_cast<bool>(&v)) s << (*b ? "true" : "false");
   else if (auto* e = boost::any_cast<Schedule>(&v)) s << *e;
   else if (auto* e = boost::any_cast<Recompute>(&v)) s << *e;
+  else if (auto* e = boost::any_cast<RecomputeMethod>(&v)) s << *e;
   else if (auto* e = boost::any_cast<PrecisionSetting>(&v)) s << *e;
   else if (auto* e = boost::any_cast<TokenizerKind>(&v)) s << *e;
   else if (auto* e = boost::any_cast<Device>(&v)) s << *e;
@@ -341,6 +347,11 @@ void Config::validate() const {
   positive(train.global_batch, "train.global_batch");
   require(train.micro_batch >= 0, "train.micro_batch must be >= 0 (0: global_batch / dp)");
   positive(train.max_bad_steps, "train.max_bad_steps");
+  require(train.recompute_layers >= 0, "train.recompute_layers must be >= 0 (0: every layer), got " +
+                                          std::to_string(train.recompute_layers));
+  require(train.recompute_layers == 0 || train.recompute == Recompute::full,
+          "train.recompute_layers=" + std::to_string(train.recompute_layers) + " needs train.recompute=full (it is " +
+              name_of(train.recompute) + "): it picks the layers that full recomputation reruns");
   require(train.replica_check_steps >= 0, "train.replica_check_steps must be >= 0 (0: never)");
   require(log.straggler_limit >= 0, "log.straggler_limit must be >= 0 (0: report only)");
   require(log.gpu_error_limit >= 0, "log.gpu_error_limit must be >= 0 (0: warn only)");
@@ -399,6 +410,11 @@ void Config::validate() const {
   const int trace_last = log.trace_range().second;
   require(trace_last <= train.steps, "log.trace_steps ends at step " + std::to_string(trace_last) +
                                          ", past train.steps (" + std::to_string(train.steps) + ")");
+}
+
+std::string TrainConfig::recompute_description() const {
+  if (recompute != Recompute::full || recompute_layers == 0) return name_of(recompute);
+  return "full (" + std::to_string(recompute_layers) + " layer(s) per chunk, " + name_of(recompute_method) + ")";
 }
 
 std::string LogConfig::tensorboard_folder() const {

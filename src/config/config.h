@@ -140,6 +140,12 @@ struct TrainConfig {
   Device device = Device::cpu;
   PrecisionSetting precision = PrecisionSetting::automatic;  // fp32 | bf16 (fp32 master weights) | auto: bf16 on cuda, fp32 on cpu
   Recompute recompute = Recompute::none;  // none | selective (attention's core) | full (each layer in backward)
+  // full: the layers of each model chunk recomputed (Megatron's --recompute-num-layers);
+  // 0: every layer. Which ones: recompute_method (model/activations.h).
+  int recompute_layers = 0;
+  RecomputeMethod recompute_method = RecomputeMethod::block;  // block: the chunk's first N | uniform: spread evenly
+  // "full", "full (4 layers per chunk, block)", ...: for reports.
+  std::string recompute_description() const;
   int max_bad_steps = 5;            // non-finite steps in a row before going back to the last checkpoint
   double spike_factor = 3.0;        // report a loss above this times its running mean; 0: never
   // Every N steps the dp replicas' parameters are hashed and compared (silent data

@@ -25,6 +25,13 @@ bool dropped(Retention retention, Recompute mode) {
 
 }  // namespace
 
+bool ActivationShape::recomputes_block(Recompute mode, int layers, RecomputeMethod method, int i, int n) {
+  if (mode != Recompute::full || layers == 0 || layers >= n) return true;
+  if (method == RecomputeMethod::block) return i < layers;
+  // uniform: where the running count i * N / n steps up, N times over the chunk.
+  return (i + 1) * layers / n > i * layers / n;
+}
+
 size_t ActivationDeclarations::bytes_of(size_t elements, Element type) const {
   switch (type) {
     case Element::act: return shape_.act_bytes(elements);
@@ -47,7 +54,7 @@ void ActivationDeclarations::set_chunk(int chunk, bool own) {
 }
 
 int ActivationDeclarations::keep(size_t elements, Element type, Retention retention) {
-  if (group_ < 0) retention = Retention::always;
+  if (group_ < 0 || kept_whole_) retention = Retention::always;
   Kept k{bytes_of(elements, type), retention, group_, -1, chunk_, own_};
   if (retention != Retention::always) k.place = dropped_in_group_[group_]++;
   kept_.push_back(k);

@@ -12,6 +12,15 @@
 //              kept per layer; one attention forward per layer in backward.
 //   full       each block keeps only its output (the next block's input); backward
 //              reruns the block's forward up to its last output projection first.
+//              With recompute_layers N > 0 (Megatron's --recompute-num-layers) only N
+//              blocks of each model chunk do; the others keep all they produced. Which
+//              N: method block, the chunk's first N (Megatron's); uniform, N spread
+//              evenly over the chunk. Megatron's uniform instead reruns every layer in
+//              groups of N, keeping each group's input only; trident's full already keeps
+//              every block's input (its uniform at N = 1), and a group would need N
+//              blocks' recomputed buffers at once (and ZeRO-3 N blocks gathered), more
+//              than the N - 1 inputs it saves: so here uniform places the N recomputed
+//              blocks, with the memory and time of block (docs/memory.md).
 // A buffer that is not kept lives in one shared "recompute" set, reused by every block:
 // the same place in each block (its recompute group) shares one buffer.
 // Under sequence parallelism (Megatron's) the residual stream, the norms' outputs and
@@ -48,6 +57,8 @@ struct ActivationShape {
   // slots; empty: `slots` each.
   std::vector<int> chunk_slots;
   Recompute recompute = Recompute::none;
+  int recompute_layers = 0;  // full: the blocks of each chunk recomputed (0: all), as above
+  RecomputeMethod recompute_method = RecomputeMethod::block;
   // zb1 (pipeline/schedule.h): the weight-gradient half of backward runs later, from what
   // the input-gradient half leaves in the slot (model/transformer.h); only without recompute.
   bool deferred_weight_gradients = false;
@@ -58,6 +69,10 @@ struct ActivationShape {
   size_t tokens() const { return static_cast<size_t>(micro_batch) * seq_len; }  // B*T
   size_t rows() const { return tokens() / sequence_shards; }  // of the residual stream here
   size_t act_bytes(size_t elements) const { return elements * kernels::dtype_bytes(act_type); }
+  // Whether the recompute mode applies to block i (from 0) of a model chunk of n blocks:
+  // always, but under full recomputation of some blocks (recompute_layers) to N of them.
+  bool recomputes_block(int i, int n) const { return recomputes_block(recompute, recompute_layers, recompute_method, i, n); }
+  static bool recomputes_block(Recompute mode, int layers, RecomputeMethod method, int i, int n);
 };
 
 enum class Element { act, f32, i32 };  // the backend's activation type, fp32 (statistics), int32
@@ -90,6 +105,9 @@ class ActivationDeclarations {
   // block sets group 0: each block's n-th such buffer shares one). -1 (the default, the
   // layers outside blocks): every buffer is kept.
   void set_recompute_group(int group);
+  // The buffers declared next are all kept whatever the mode says (a block that partial
+  // recomputation leaves whole), until set false.
+  void set_kept_whole(bool whole) { kept_whole_ = whole; }
   // The buffers declared next are model chunk `chunk`'s: its blocks' (and its input), in
   // the slots the chunks share, or (own) the embedding's or head's, in the chunk's own.
   void set_chunk(int chunk, bool own = false);
@@ -131,6 +149,7 @@ class ActivationDeclarations {
 
   ActivationShape shape_;
   int group_ = -1;
+  bool kept_whole_ = false;
   int chunk_ = 0;
   bool own_ = false;
   std::vector<int> dropped_in_group_;  // per group: its dropped buffers so far

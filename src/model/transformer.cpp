@@ -44,7 +44,12 @@ void declare_stage(StageLayers& layers, const StageSpec& stage, const ParameterL
     a.set_recompute_group(-1);
     a.set_chunk(c);
     if (c > 0 || !stage.has_embedding) b.chunk_inputs[c] = a.keep(s.rows() * C, Element::act);
-    for (int l = layout.chunk_begin(c); l < layout.chunk_begin(c + 1); l++) layers.blocks[l]->declare_activations(a);
+    const int begin = layout.chunk_begin(c), n = layout.chunk_begin(c + 1) - begin;
+    for (int l = begin; l < begin + n; l++) {
+      a.set_kept_whole(!s.recomputes_block(l - begin, n));
+      layers.blocks[l]->declare_activations(a);
+    }
+    a.set_kept_whole(false);
   }
   a.set_recompute_group(-1);
   a.set_chunk(chunks - 1, /*own=*/true);
@@ -107,9 +112,12 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
     my_targets_.resize(my_tokens_.size());
   }
   // The activations every layer declares, in one arena.
-  ActivationDeclarations declared(activation_shape(s, stage_, B_, options.slots, options.recompute, k,
-                                                   tp_.sequence_parallel() ? tp_.size() : 1, options.split_backward,
-                                                   cp_, options.chunk_slots));
+  ActivationShape shape = activation_shape(s, stage_, B_, options.slots, options.recompute, k,
+                                           tp_.sequence_parallel() ? tp_.size() : 1, options.split_backward, cp_,
+                                           options.chunk_slots);
+  shape.recompute_layers = options.recompute_layers;
+  shape.recompute_method = options.recompute_method;
+  ActivationDeclarations declared(shape);
   StageBuffers buffers;
   check((options.expert_parallel != nullptr ? options.expert_parallel->size() : 1) == options.stage.ep,
         "the expert-parallel group does not match the stage's ep");
@@ -410,7 +418,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     if (unit_begins && !defer) unit_begins(block_unit(l));
     store_.use_block(l, l - 1);
     // What the block did not keep, recomputed into the shared set (model/activations.h).
-    if (recompute() == Recompute::full) {
+    if (recompute() == Recompute::full && activations_.shape().recomputes_block(l - first, end - first)) {
       const trace::Span span("layer", [&] { return trace_name(layout_.global_layer(l), "recompute"); });
       layers_.blocks[l]->forward(r, p, block_input(chunk, slot, l), /*up_to_last_output=*/true);
     } else if (recompute() == Recompute::selective) {

@@ -62,6 +62,8 @@ struct TransformerOptions {
   int slots = 1;
   std::vector<int> chunk_slots;
   Recompute recompute = Recompute::none;  // what backward recomputes instead of keeping (model/activations.h)
+  int recompute_layers = 0;               // full: the blocks of each chunk recomputed, 0 all (model/activations.h)
+  RecomputeMethod recompute_method = RecomputeMethod::block;
   // zb1: backward runs as two halves, the weight gradients deferred (BackwardPart); without
   // recompute only (with it the input half does the whole backward, the weight half nothing).
   bool split_backward = false;

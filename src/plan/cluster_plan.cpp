@@ -42,7 +42,12 @@ std::string layout_flags(const Config& c) {
                       " --parallel.pp=" + std::to_string(p.pp) + " --parallel.schedule=" + name_of(p.schedule) +
                       " --parallel.vpp=" + std::to_string(p.vpp) + " --parallel.zero=" + std::to_string(p.zero) +
                       " --parallel.sequence_parallel=" + (p.sequence_parallel ? "true" : "false") +
-                      " --train.recompute=" + name_of(c.train.recompute) + " --train.micro_batch=" +
+                      " --train.recompute=" + name_of(c.train.recompute) +
+                      " --train.recompute_layers=" + std::to_string(c.train.recompute_layers) +
+                      (c.train.recompute_layers > 0
+                           ? " --train.recompute_method=" + std::string(name_of(c.train.recompute_method))
+                           : std::string()) +
+                      " --train.micro_batch=" +
                       std::to_string(c.train.micro_batch) + " --train.precision=bf16";
   if (p.shard_size != 0) flags += " --parallel.shard_size=0";
   return flags;
@@ -138,7 +143,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     const int on_node = std::min(p.ep, std::max(1, G / tp));
     exchange = bytes / p.ep * ((on_node - 1) / nvlink + (p.ep - on_node) / network);
   }
-  const int exchanges_forward = 2, exchanges_backward = 2 + (recompute == Recompute::full ? 2 : 0);
+  const int exchanges = 2, rerun_exchanges = recompute == Recompute::full ? 2 : 0;
 
   // The busiest stage: the most layers (the first ones of a balanced split) or the head (the last).
   const std::vector<int> layers = stage_layer_counts(spec.n_layer, pp, p.pp_layers);
@@ -147,12 +152,18 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
   double tp_per_micro_batch = 0, ep_per_micro_batch = 0;
   for (int stage : {0, pp - 1}) {
     const double n = layers[stage], with_head = stage == pp - 1 ? 1.0 : 0.0;
+    // The layers whose backward reruns: all under recompute, but train.recompute_layers of each chunk.
+    const int chunk = layers[stage] / p.vpp, partial = config.train.recompute_layers;
+    const double rerun_layers = recompute == Recompute::none ? 0.0
+                                : recompute == Recompute::full && partial > 0 ? p.vpp * std::min(partial, chunk)
+                                                                             : n;
     PassTimes c{n * layer.forward() + with_head * head.forward,
-                n * (layer.input_grad() + rerun) + with_head * head.input_gradient,
+                n * layer.input_grad() + rerun_layers * rerun + with_head * head.input_gradient,
                 n * layer.gemm_weight_grad + with_head * head.weight_gradient};
     const double tp_forward = n * (2 * all_reduce + ring_forward),
-                 tp_backward = n * ((2 + reruns) * all_reduce + ring_backward + (recompute == Recompute::none ? 0.0 : ring_forward));
-    const double ep_forward = n * exchanges_forward * exchange, ep_backward = n * exchanges_backward * exchange;
+                 tp_backward = n * (2 * all_reduce + ring_backward) + rerun_layers * (reruns * all_reduce + ring_forward);
+    const double ep_forward = n * exchanges * exchange,
+                 ep_backward = (n * exchanges + rerun_layers * rerun_exchanges) * exchange;
     const PassTimes total{c.forward + tp_forward + ep_forward, c.input_gradient + tp_backward + ep_backward,
                           c.weight_gradient};
     if (total.total() <= busiest.total()) continue;
@@ -325,6 +336,7 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
             if (!pins.pinned("parallel.sequence_parallel"))
               c.parallel.sequence_parallel = tp > 1 && (spec.seq_len / cp) % tp == 0;  // Megatron's default with tp
             c.train.recompute = recompute;
+            if (!pins.pinned("train.recompute_layers")) c.train.recompute_layers = 0;  // chosen below
             c.train.micro_batch = micro_batch;
             // train.sbatch always checkpoints: count what a save keeps on the GPU (NCCL's
             // staging of the moments) and on the host.
@@ -345,7 +357,29 @@ std::vector<PlannedLayout> plan_cluster(const Config& config, const Cluster& clu
             }
             // Not monotone in the micro-batch (the slots in flight, ZeRO-2/3's accumulation
             // buffers change with it): every one is tried.
-            if (static_cast<double>(memory.device_bytes()) > usable_bytes(cluster.gpu)) continue;
+            const auto fits = [&](const RankMemoryPlan& m) {
+              return static_cast<double>(m.device_bytes()) <= usable_bytes(cluster.gpu);
+            };
+            if (!fits(memory)) continue;
+            // Full recomputation that fits: the fewest layers per chunk that still fit, as
+            // Megatron's --recompute-num-layers (the memory falls as N grows: bisection).
+            if (recompute == Recompute::full && c.train.recompute_layers == 0 &&
+                !pins.pinned("train.recompute_layers")) {
+              const std::vector<int> counts =
+                  stage_layer_counts(c.model.n_layer, c.parallel.pp, c.parallel.pp_layers, c.parallel.vpp);
+              const int all = *std::max_element(counts.begin(), counts.end()) / c.parallel.vpp;
+              int lo = 1, hi = all;
+              while (lo < hi) {
+                Config partial = c;
+                partial.train.recompute_layers = (lo + hi) / 2;
+                if (fits(busiest_stage_plan(partial, *footprint))) hi = partial.train.recompute_layers;
+                else lo = partial.train.recompute_layers + 1;
+              }
+              if (hi < all) {
+                c.train.recompute_layers = hi;
+                memory = busiest_stage_plan(c, *footprint);
+              }
+            }
             fitting.push_back({c, std::move(memory), predict_step(c, cluster), layout_flags(c)});
           }
   };

@@ -6,8 +6,9 @@ namespace trident {
 
 const std::vector<std::string>& layout_keys() {
   static const std::vector<std::string> keys = {
-      "parallel.dp",       "parallel.tp",     "parallel.cp",       "parallel.ep",  "parallel.pp",
-      "parallel.vpp",      "parallel.schedule", "parallel.zero",   "train.recompute", "train.micro_batch",
+      "parallel.dp",   "parallel.tp",       "parallel.cp",   "parallel.ep",     "parallel.pp",
+      "parallel.vpp",  "parallel.schedule", "parallel.zero", "train.recompute", "train.recompute_layers",
+      "train.micro_batch",
       "parallel.sequence_parallel"};
   return keys;
 }
@@ -23,6 +24,7 @@ std::string layout_value(const Config& c, const std::string& key) {
   if (key == "parallel.schedule") return name_of(p.schedule);
   if (key == "parallel.zero") return std::to_string(p.zero);
   if (key == "train.recompute") return name_of(c.train.recompute);
+  if (key == "train.recompute_layers") return std::to_string(c.train.recompute_layers);
   if (key == "train.micro_batch") return std::to_string(c.train.micro_batch);
   if (key == "parallel.sequence_parallel") return p.sequence_parallel ? "true" : "false";
   check(false, "layout_value: '" + key + "' is not a layout key");

@@ -58,6 +58,8 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
   if (p.zero < 2 && data_parallel) changes.push_back({"--parallel.zero=2", [](Config& c) { c.parallel.zero = 2; }});
   if (p.zero < 3 && data_parallel) changes.push_back({"--parallel.zero=3", [](Config& c) { c.parallel.zero = 3; }});
   if (t.recompute != Recompute::full) changes.push_back({"--train.recompute=full", [](Config& c) { c.train.recompute = Recompute::full; }});
+  if (t.recompute_layers > 0)  // every layer recomputed, not some
+    changes.push_back({"--train.recompute_layers=0", [](Config& c) { c.train.recompute_layers = 0; }});
   if (t.micro_batch > 1) changes.push_back({"--train.micro_batch=1", [](Config& c) { c.train.micro_batch = 1; }});
   // A mixture of experts: its experts split over more of the dp ranks.
   for (int ep = p.ep * 2; transformer_spec(config.model).n_experts > 0 && ep <= p.ep * 8 && data_parallel; ep *= 2)
@@ -67,9 +69,12 @@ std::vector<Alternative> alternatives(const Config& config, int world, const ker
     changes.push_back({"--parallel.tp=" + std::to_string(tp), [tp](Config& c) { c.parallel.tp = tp; }});
     changes.push_back({"--parallel.pp=" + std::to_string(pp), [pp](Config& c) { c.parallel.pp = pp; }});
   }
-  changes.push_back({"--parallel.zero=3 --train.recompute=full --train.micro_batch=1", [](Config& c) {
+  changes.push_back({std::string("--parallel.zero=3 --train.recompute=full --train.micro_batch=1") +
+                         (t.recompute_layers > 0 ? " --train.recompute_layers=0" : ""),
+                     [](Config& c) {
                        c.parallel.zero = 3;
                        c.train.recompute = Recompute::full;
+                       c.train.recompute_layers = 0;
                        c.train.micro_batch = 1;
                      }});
   std::vector<Alternative> out;

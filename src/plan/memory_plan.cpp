@@ -163,13 +163,13 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   const double MiB = 1 << 20;
   if (stage.chunk_slots.empty())
     std::snprintf(detail, sizeof detail, "%d in flight x %.1f MiB, micro-batch %d, recompute %s", stage.slots,
-                  static_cast<double>(a.bytes.per_slot) / MiB, micro_batch, name_of(config.train.recompute));
+                  static_cast<double>(a.bytes.per_slot) / MiB, micro_batch, config.train.recompute_description().c_str());
   else  // interleaved: per (micro-batch, chunk), the embedding's and head's apart
     std::snprintf(detail, sizeof detail,
                   "%d (micro-batch, chunk) in flight x %.1f MiB + embedding/head %.1f MiB, micro-batch %d, "
                   "recompute %s",
                   stage.slots, static_cast<double>(a.bytes.per_slot) / MiB,
-                  static_cast<double>(a.bytes.chunk_own) / MiB, micro_batch, name_of(config.train.recompute));
+                  static_cast<double>(a.bytes.chunk_own) / MiB, micro_batch, config.train.recompute_description().c_str());
   add("activations", detail, a.bytes.slots);
   add("recompute set", "one block's, shared", a.bytes.recompute);
   add("backward scratch", "shared by the layers", a.bytes.backward);

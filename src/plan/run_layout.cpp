@@ -1,5 +1,7 @@
 #include "plan/run_layout.h"
 
+#include <algorithm>
+
 #include "kernels/base/error.h"
 #include "model/transformer_spec.h"
 #include "pipeline/schedule.h"
@@ -8,7 +10,17 @@ namespace trident {
 
 void resolve_for_world(Config& config, int world_size) {
   const TransformerSpec spec = transformer_spec(config.model);  // the family's own rules
-  stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers, config.parallel.vpp);
+  const std::vector<int> layers =
+      stage_layer_counts(config.model.n_layer, config.parallel.pp, config.parallel.pp_layers, config.parallel.vpp);
+  // Partial recomputation counts layers per model chunk (a smaller chunk recomputes all of its own).
+  const int chunk_layers = *std::max_element(layers.begin(), layers.end()) / config.parallel.vpp;
+  require(config.train.recompute_layers <= chunk_layers,
+          "train.recompute_layers (" + std::to_string(config.train.recompute_layers) + ") exceeds the layers of a " +
+              (config.parallel.vpp > 1 ? "model chunk" : "pipeline stage") + " (" + std::to_string(chunk_layers) +
+              ": model.n_layer " + std::to_string(config.model.n_layer) + " over parallel.pp " +
+              std::to_string(config.parallel.pp) +
+              (config.parallel.vpp > 1 ? " x parallel.vpp " + std::to_string(config.parallel.vpp) : std::string()) +
+              "); 0 recomputes every layer");
   config.resolve_layout(world_size);
   check_tensor_parallel(spec, config.parallel.tp);
   const ParallelConfig& p = config.parallel;
@@ -54,6 +66,8 @@ RankStage rank_stage(const Config& config, const ParallelDims& d, const RankCoor
   s.slots = slots.slots;
   if (p.vpp > 1) s.chunk_slots = slots.chunk_slots;
   s.recompute = config.train.recompute;
+  s.recompute_layers = config.train.recompute_layers;
+  s.recompute_method = config.train.recompute_method;
   s.sequence_parallel = p.sequence_parallel && s.tp > 1;
   s.split_backward = p.schedule == Schedule::zb1;
   s.zero = zero_stage(config, d);
@@ -66,8 +80,11 @@ ParameterLayout RankStage::layout(const TransformerSpec& spec) const {
 }
 
 ActivationShape RankStage::activations(const TransformerSpec& spec, const kernels::Footprint& k) const {
-  return activation_shape(spec, stage, micro_batch, slots, recompute, k, sequence_parallel ? tp : 1, split_backward,
-                          cp, chunk_slots);
+  ActivationShape shape = activation_shape(spec, stage, micro_batch, slots, recompute, k, sequence_parallel ? tp : 1,
+                                          split_backward, cp, chunk_slots);
+  shape.recompute_layers = recompute_layers;
+  shape.recompute_method = recompute_method;
+  return shape;
 }
 
 }  // namespace trident

@@ -30,6 +30,8 @@ struct RankStage {
   int slots = 1;               // the activation sets its schedule keeps alive (per (micro-batch, chunk))
   std::vector<int> chunk_slots;  // interleaved: per chunk, its own (the embedding's, head's)
   Recompute recompute = Recompute::none;
+  int recompute_layers = 0;  // full: per chunk (0: all; model/activations.h)
+  RecomputeMethod recompute_method = RecomputeMethod::block;
   bool sequence_parallel = false;  // tp > 1 and parallel.sequence_parallel
   bool split_backward = false;     // zb1's deferred weight gradients
   int zero = 0;                    // the ZeRO stage that applies

@@ -65,6 +65,8 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .slots = stage.slots,
              .chunk_slots = stage.chunk_slots,
              .recompute = stage.recompute,
+             .recompute_layers = stage.recompute_layers,
+             .recompute_method = stage.recompute_method,
              .split_backward = stage.split_backward,
              .zero = static_cast<ZeroStage>(stage.zero),
              .shard_group = hybrid.shard ? hybrid.shard.get() : &parallel.data_parallel(),

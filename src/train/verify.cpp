@@ -169,7 +169,7 @@ VerifyReport::Tolerances VerifyReport::tolerances_for(kernels::Precision precisi
 
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
                                       ParallelState& parallel, const ParallelConfig& settings,
-                                      Recompute recompute) {
+                                      Recompute recompute, int recompute_layers, RecomputeMethod method) {
   const int dp = parallel.size(Axis::dp), dp_rank = parallel.coord(Axis::dp);
   require(ref.batch % dp == 0, "the reference batch (" + std::to_string(ref.batch) +
                                    ") must be a multiple of dp (" + std::to_string(dp) + ")");
@@ -185,6 +185,8 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   config.train.global_batch = ref.batch;
   config.train.micro_batch = micro_batch;
   config.train.recompute = recompute;
+  config.train.recompute_layers = recompute_layers;
+  config.train.recompute_method = method;
   config.train.beta1 = ref.beta1;
   config.train.beta2 = ref.beta2;
   config.train.adam_eps = ref.adam_eps;

@@ -95,10 +95,11 @@ struct VerifyReport {
 
 // Runs the reference's steps data-parallel over `parallel`'s dp group (each rank takes
 // its contiguous slice of the batch) with `micro_batch` sequences per forward/backward
-// (0: the rank's whole slice at once), recomputing `recompute` in backward. Every rank
-// gets the same report.
+// (0: the rank's whole slice at once), recomputing `recompute` in backward (full:
+// `recompute_layers` of each chunk, 0 all, chosen by `method`). Every rank gets the same report.
 VerifyReport verify_against_reference(const Reference& ref, int micro_batch, kernels::Kernels& k,
                                       ParallelState& parallel, const ParallelConfig& settings,
-                                      Recompute recompute = Recompute::none);
+                                      Recompute recompute = Recompute::none, int recompute_layers = 0,
+                                      RecomputeMethod method = RecomputeMethod::block);
 
 }  // namespace trident

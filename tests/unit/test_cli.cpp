@@ -148,6 +148,8 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --parallel.tp=3 --model.n_head=6 --model.d_model=96 --model.seq_len=64 --parallel.sequence_parallel=true "
        "--train.global_batch=15", "model.seq_len (64) must be a multiple of parallel.tp (3)"},
       {"train --train.recompute=some", "train.recompute must be none, selective or full"},
+      {"train --train.global_batch=6 --model.n_layer=2 --train.recompute=full --train.recompute_layers=3",
+       "train.recompute_layers (3) exceeds the layers of a pipeline stage (2: model.n_layer 2 over parallel.pp 1)"},
       {"train --parallel.zero=4", "parallel.zero must be 0, 1"},
       {"train --parallel.zero=1 --parallel.shard_size=2 --train.global_batch=15", "parallel.shard_size (2) must divide dp (3)"},
       {"train --parallel.shard_size=3", "parallel.shard_size needs parallel.zero = 1, 2 or 3"},
@@ -413,6 +415,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
        "pp groups: {0,2} {1,3}"},
       {6, lh6, "--parallel.pp=2 --parallel.tp=3 --train.micro_batch=1 --train.recompute=full",
        "pp groups: {0,3} {1,4} {2,5}"},
+      // Full recomputation of 2 of each stage's 4 layers, every other one (uniform), under pp 2.
+      {2, a8, "--parallel.pp=2 --train.micro_batch=1 --train.recompute=full --train.recompute_layers=2 "
+              "--train.recompute_method=uniform", "pp groups: {0,1}"},
       // Qwen2: biases split over tp, shared with the key/value heads at tp 4; ZeRO-3, zb1.
       {2, qwen2, "--parallel.tp=2", "tp groups: {0,1}"},
       {4, qwen2, "--parallel.tp=4", "tp groups: {0,1,2,3}"},

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -16,6 +18,7 @@
 #include "runtime/random.h"
 #include "tests/model_shapes.h"
 #include "plan/memory_plan.h"
+#include "plan/run_layout.h"
 #include "train/verify.h"
 
 namespace trident {
@@ -67,6 +70,42 @@ TEST(Recompute, KeepsWhatEachModeSays) {
   EXPECT_EQ(full.total(), full.slots + full.recompute + full.backward);
 
   EXPECT_THROW(parse_choice<Recompute>("some"), UsageError);
+
+  // Full recomputation of N of the 3 blocks (train.recompute_layers): the others keep all
+  // they produce, the N one block's set as under full. Each N one block's inner buffers
+  // less than the last, whichever blocks the method picks: from none's (N = 0, without a
+  // set) down to full's.
+  for (RecomputeMethod method : {RecomputeMethod::block, RecomputeMethod::uniform}) {
+    size_t last = none.per_slot;
+    for (int n = 1; n <= 3; n++) {
+      ActivationShape shape = activation_shape(spec, {}, 2, 1, Recompute::full, *k);
+      shape.recompute_layers = n;
+      shape.recompute_method = method;
+      const ActivationBytes partial = measure_activations(spec, {}, 0, 1, shape).bytes;
+      EXPECT_EQ(partial.per_slot, none.per_slot - n * (core + rest)) << name_of(method) << " " << n;
+      EXPECT_LT(partial.per_slot, last);
+      EXPECT_EQ(partial.recompute, core + rest);
+      last = partial.per_slot;
+    }
+    EXPECT_EQ(last, full.per_slot);
+  }
+}
+
+// Which blocks of a chunk partial recomputation reruns: block, the first N; uniform, N
+// spread over the chunk; N = 0 or the whole chunk: all; other modes: all.
+TEST(Recompute, PartialPicksTheBlocksItsMethodSays) {
+  const auto picked = [](Recompute mode, int N, RecomputeMethod method, int n) {
+    std::string blocks;
+    for (int i = 0; i < n; i++) blocks += ActivationShape::recomputes_block(mode, N, method, i, n) ? '1' : '0';
+    return blocks;
+  };
+  EXPECT_EQ(picked(Recompute::full, 2, RecomputeMethod::block, 5), "11000");
+  EXPECT_EQ(picked(Recompute::full, 2, RecomputeMethod::uniform, 5), "00101");
+  EXPECT_EQ(picked(Recompute::full, 3, RecomputeMethod::uniform, 4), "0111");
+  EXPECT_EQ(picked(Recompute::full, 1, RecomputeMethod::uniform, 4), "0001");
+  EXPECT_EQ(picked(Recompute::full, 4, RecomputeMethod::block, 4), "1111");
+  EXPECT_EQ(picked(Recompute::full, 0, RecomputeMethod::block, 3), "111");
+  EXPECT_EQ(picked(Recompute::selective, 1, RecomputeMethod::block, 3), "111");
 }
 
 // Under the interleaved schedule (here one rank holding two chunks of two layers) a slot
@@ -99,9 +138,11 @@ TEST(Recompute, InterleavedKeepsPerMicroBatchAndChunk) {
 // Gradients of two micro-batches whose forward and backward passes interleave as a
 // pipeline's do (forward 0, forward 1, backward 1, backward 0): the second forward
 // overwrites the shared recompute set, so only a real recomputation gets them right.
-std::vector<float> interleaved_gradients(const ModelConfig& mc, Recompute recompute, kernels::Kernels& k) {
+std::vector<float> interleaved_gradients(const ModelConfig& mc, Recompute recompute, kernels::Kernels& k,
+                                        int recompute_layers = 0, RecomputeMethod method = RecomputeMethod::block) {
   const int B = 2, T = mc.seq_len;
-  Transformer model(mc, k, {.micro_batch = B, .slots = 2, .recompute = recompute});
+  Transformer model(mc, k, {.micro_batch = B, .slots = 2, .recompute = recompute, .recompute_layers = recompute_layers,
+                            .recompute_method = method});
   model.init_parameters(7);
   std::vector<int32_t> tokens(2 * B * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
@@ -131,6 +172,15 @@ TEST(Recompute, GradientsAreBitIdenticalToKeepingEverything) {
       ASSERT_EQ(kept.size(), recomputed.size());
       EXPECT_EQ(std::memcmp(kept.data(), recomputed.data(), kept.size() * sizeof(float)), 0)
           << mc.family << " recompute " << name_of(r);
+    }
+    // Full recomputation of some of the 3 blocks: the first (block 1), the last (uniform 1),
+    // the last two (uniform 2): recomputed blocks before and after ones that keep all.
+    for (const auto& [layers, method] : {std::pair{1, RecomputeMethod::block}, std::pair{1, RecomputeMethod::uniform},
+                                         std::pair{2, RecomputeMethod::uniform}}) {
+      const std::vector<float> partial = interleaved_gradients(mc, Recompute::full, *k, layers, method);
+      ASSERT_EQ(kept.size(), partial.size());
+      EXPECT_EQ(std::memcmp(kept.data(), partial.data(), kept.size() * sizeof(float)), 0)
+          << mc.family << " recompute_layers " << layers << " " << name_of(method);
     }
   }
 }
@@ -221,6 +271,49 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
   const RankMemoryPlan other = plan_rank_memory(c, RankCoords().with(Axis::dp, 1), *k, false);
   EXPECT_LT(other.of("checkpoint pieces"), 100u);  // only dp rank 0 writes: an empty header
   EXPECT_EQ(other.of("checkpoint writer"), 0u);
+}
+
+// Full recomputation of N layers of each pipeline stage (pp 2, 4 layers each, 2
+// micro-batches in flight on stage 0): each N saves the same, a block's inner buffers per
+// slot, so the plan's activations fall in equal steps from none's (less the recompute set
+// that N = 1 brings) to full's; both methods alike.
+TEST(MemoryPlan, PartialRecomputeKeepsTheOtherLayers) {
+  auto k = kernels::make_cpu_kernels();
+  Config c;
+  c.model = gpt2_shape(8, 4, 64, 16, 97);
+  c.train.global_batch = 4;
+  c.train.micro_batch = 1;
+  c.parallel.pp = 2;
+  const auto activations = [&](Recompute recompute, int layers, RecomputeMethod method) {
+    Config v = c;
+    v.train.recompute = recompute;
+    v.train.recompute_layers = layers;
+    v.train.recompute_method = method;
+    resolve_for_world(v, 2);
+    const RankMemoryPlan p = plan_rank_memory(v, RankCoords(), *k);
+    return p.of("activations") + p.of("recompute set");
+  };
+  const size_t none = activations(Recompute::none, 0, RecomputeMethod::block);
+  const size_t full = activations(Recompute::full, 0, RecomputeMethod::block);
+  const size_t step = activations(Recompute::full, 3, RecomputeMethod::block) - full;  // one block, 2 slots
+  ASSERT_GT(step, 0u);
+  for (RecomputeMethod method : {RecomputeMethod::block, RecomputeMethod::uniform})
+    for (int n = 1; n <= 4; n++)
+      EXPECT_EQ(activations(Recompute::full, n, method), full + (4 - n) * step) << name_of(method) << " " << n;
+  EXPECT_EQ(none, full + 4 * step - step / 2);  // N = 0 would be none's with a set (one block, one slot)
+  // More layers than a stage has, or a negative count, is one clear error.
+  Config over = c;
+  over.train.recompute = Recompute::full;
+  over.train.recompute_layers = 5;
+  try {
+    resolve_for_world(over, 2);
+    ADD_FAILURE() << "5 layers of a 4-layer stage accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.recompute_layers (5) exceeds the layers of a pipeline stage (4: "
+                                         "model.n_layer 8 over parallel.pp 2)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MemoryPlan, ZeroThreeWindowsTheEndsThatFitABlocksWindow) {
