@@ -20,7 +20,9 @@ std::string moe_keys_set(const ModelConfig& c) {
   const ModelConfig d;
   const std::pair<const char*, bool> keys[] = {
       {"n_experts", c.n_experts != d.n_experts},
-      {"n_experts_per_token", c.n_experts_per_token != d.n_experts_per_token},
+      // 2: its default before 0 stood for the family's (manifests and printed configs of
+      // dense runs from then record it).
+      {"n_experts_per_token", c.n_experts_per_token != d.n_experts_per_token && c.n_experts_per_token != 2},
       {"moe_ffn_dim", c.moe_ffn_dim != d.moe_ffn_dim},
       {"moe_norm_topk", c.moe_norm_topk != d.moe_norm_topk},
       {"moe_router_score", c.moe_router_score != d.moe_router_score},

@@ -35,7 +35,7 @@ std::string check_resumed_experts(const ModelConfig& checkpoint, const ModelConf
     if (before == after) return;
     changed += (changed.empty() ? "" : ", ") + std::string("model.") + key + " " + shown(before) + " -> " + shown(after);
   };
-  compare("n_experts_per_token", checkpoint.n_experts_per_token, now.n_experts_per_token);
+  compare("n_experts_per_token", was.experts_per_token, is.experts_per_token);  // 0: the family's
   compare("moe_capacity_factor", checkpoint.moe_capacity_factor, now.moe_capacity_factor);
   compare("moe_token_drop_policy", checkpoint.moe_token_drop_policy, now.moe_token_drop_policy);
   compare("moe_router_score", checkpoint.moe_router_score, now.moe_router_score);
