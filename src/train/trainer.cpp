@@ -975,7 +975,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     summary["replica_check_seconds"] = result.replica_check_s;
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
-    summary["memory_grown_gib"] = gib(grown);  // of it, beyond the plan: expert rows past the balanced share
+    summary["memory_grown_gib"] = gib(grown);  // of it, beyond the plan: expert rows past the headroom
     summary["host_syncs_per_step"] = host_syncs_per_step;
     summary["steps_run"] = result.steps_run;
     summary["last_step"] = last_step;
