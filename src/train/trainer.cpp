@@ -975,6 +975,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     summary["replica_check_seconds"] = result.replica_check_s;
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
+    summary["memory_most_of_plan"] = most_share;  // the rank furthest above (or least below) its plan: taken / planned
     summary["memory_grown_gib"] = gib(grown);  // of it, beyond the plan: expert rows past the headroom
     summary["host_syncs_per_step"] = host_syncs_per_step;
     summary["steps_run"] = result.steps_run;

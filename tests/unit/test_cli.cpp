@@ -575,6 +575,9 @@ TEST(Cli, TinyMixtralTakesItsPlan) {
     EXPECT_GT(std::stod(m[1]), 60.0) << r.out;  // large enough that 10% means something
     EXPECT_NEAR(std::stod(m[3]), 100.0, 10.0) << precision << "\n" << r.out;
     EXPECT_NEAR(std::stod(m[4]), 100.0, 10.0) << precision << "\n" << r.out;
+    const nlohmann::json summary = nlohmann::json::parse(
+        std::ifstream(testing::TempDir() + "tiny_mixtral_" + precision + "/summary.json"));
+    EXPECT_NEAR(summary["memory_most_of_plan"].get<double>(), std::stod(m[4]) / 100, 0.001);
     EXPECT_EQ(r.err.find("warning: memory"), std::string::npos) << r.err;
     EXPECT_EQ(r.out.find("expert rows received beyond"), std::string::npos) << r.out;
     if (precision == "bf16")
