@@ -143,6 +143,9 @@ class Kernels : public Footprint {
   // Measured rate of this backend's GEMM on n x n matrices of the activation type, in GFLOP/s, over
   // about `seconds`: the peak that MFU and the benchmarks compare against.
   virtual double measure_gemm_gflops(int n, double seconds) = 0;
+  // What measure_gemm_gflops times, in words ("sgemm"; under bf16 on a CPU with bf16
+  // instructions, the bf16 GEMM the linear layers run).
+  virtual std::string measured_gemm() const { return "GEMM"; }
 
  protected:
   // A synchronization a backend makes on its own (a staging ring that caught up with the device).

@@ -87,7 +87,11 @@ struct Bf16Gemm::Primitives {
   }
 };
 
-Bf16Gemm::Bf16Gemm() : primitives_(std::make_unique<Primitives>()) {}
+Bf16Gemm::Bf16Gemm() : primitives_(std::make_unique<Primitives>()) {
+  // The shapes are cached here (Primitives::by_shape); oneDNN's own cache (1024 primitives)
+  // would keep alive again those that map lets go.
+  dnnl::set_primitive_cache_capacity(0);
+}
 Bf16Gemm::~Bf16Gemm() = default;
 
 const uint16_t* Bf16Gemm::convert(Operand& slot, const float* source, int rows, int cols, int ld) {
@@ -122,11 +126,30 @@ void Bf16Gemm::gemm(bool trans_a, bool trans_b, int M, int N, int K, const float
   }
   const uint16_t* a = convert(a_, A, trans_a ? K : M, trans_a ? M : K, lda);
   const uint16_t* b = convert(b_, B, trans_b ? N : K, trans_b ? K : N, ldb);
-  const Primitives::Matmul mm = primitives_->get(trans_a, trans_b, M, N, K, ldc, beta != 0.0f);
-  // oneDNN takes non-const pointers; a matmul only reads its source and weights.
-  dnnl::memory am(mm.a, primitives_->engine, const_cast<uint16_t*>(a)),
-      bm(mm.b, primitives_->engine, const_cast<uint16_t*>(b)), cm(mm.c, primitives_->engine, C);
-  mm.primitive.execute(primitives_->stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  // A primitive is made per shape (its JIT code: 0.1-0.4 MiB), and experts' row counts
+  // change every step: the varying dimension runs in pieces of powers of two, so that a
+  // layer's GEMMs use a few shapes (log2 of the rows) instead of one per routing. Rows (M)
+  // split where A is not transposed (its rows are independent: the same result); the depth
+  // (K, a weight gradient's rows) where A is and B is not (the pieces accumulate: fp32 sums
+  // in another order). Neither appears in the copies' strides then.
+  const auto run = [&](int m0, int m, int k0, int k, bool accumulate) {
+    const Primitives::Matmul mm = primitives_->get(trans_a, trans_b, m, N, k, ldc, accumulate);
+    const uint16_t* ap = trans_a ? a + static_cast<size_t>(k0) * M : a + static_cast<size_t>(m0) * K;
+    const uint16_t* bp = b + static_cast<size_t>(k0) * N;  // B split only when not transposed
+    // oneDNN takes non-const pointers; a matmul only reads its source and weights.
+    dnnl::memory am(mm.a, primitives_->engine, const_cast<uint16_t*>(ap)),
+        bm(mm.b, primitives_->engine, const_cast<uint16_t*>(bp)),
+        cm(mm.c, primitives_->engine, C + static_cast<size_t>(m0) * ldc);
+    mm.primitive.execute(primitives_->stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  };
+  const auto highest_bit = [](int x) { return 1 << (31 - __builtin_clz(static_cast<unsigned>(x))); };
+  if (!trans_a) {
+    for (int m0 = 0; m0 < M; m0 += highest_bit(M - m0)) run(m0, highest_bit(M - m0), 0, K, beta != 0.0f);
+  } else if (!trans_b) {
+    for (int k0 = 0; k0 < K; k0 += highest_bit(K - k0)) run(0, M, k0, highest_bit(K - k0), k0 > 0 || beta != 0.0f);
+  } else {
+    run(0, M, 0, K, beta != 0.0f);
+  }
   primitives_->stream.wait();
 }
 

@@ -49,8 +49,12 @@ struct ModelConfig {
   int moe_ffn_dim = 0;             // each expert's hidden width (0: ffn_dim)
   bool moe_norm_topk = true;       // the top-k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
   std::string moe_router_score = "softmax";  // softmax or sigmoid (DeepSeek-V3's, Megatron's moe_router_score_function)
+  static constexpr double kMoeDroplessHeadroom = 2.0;  // a random router sends a rank up to 1.7x (docs/memory.md)
   double moe_capacity_factor = 0;  // each expert takes at most ceil(factor T K / E) of a sequence's tokens (0: dropless)
   std::string moe_token_drop_policy = "probs";  // over capacity, drop the lowest weights (probs) or the latest (position)
+  // Dropless under expert parallelism: the rows a rank's experts hold (and the memory plan
+  // counts), as a multiple of the balanced share; more are held beyond the plan, with a warning.
+  double moe_dropless_headroom = kMoeDroplessHeadroom;
   double router_aux_loss_coef = 0.001;  // the load-balancing loss's coefficient
   double router_z_loss_coef = 0;        // the router z-loss's coefficient
 };
@@ -95,6 +99,9 @@ void visit_model_fields(Model& m, Visit&& visit) {
         "the rest dropped (0: dropless)");
   visit("moe_token_drop_policy", m.moe_token_drop_policy,
         "mixture of experts, over capacity: drop the tokens of lowest routing weight (probs) or the latest ones (position)");
+  visit("moe_dropless_headroom", m.moe_dropless_headroom,
+        "mixture of experts, dropless under expert parallelism: the rows a rank's experts hold, and the memory plan "
+        "counts, as a multiple of the balanced share (at most ep); rows beyond it are held as routed, with a warning");
   visit("router_aux_loss_coef", m.router_aux_loss_coef, "mixture of experts: load-balancing loss coefficient");
   visit("router_z_loss_coef", m.router_z_loss_coef, "mixture of experts: router z-loss coefficient");
 }

@@ -204,7 +204,7 @@ class Transformer {
   // Activation bytes held for all slots (for the memory report).
   const ActivationBytes& activation_bytes() const { return activations_.bytes(); }
   // Bytes held beyond the arena because the data needed them (a dropless mixture's rows
-  // received beyond the balanced share, under expert parallelism): not in the memory plan.
+  // received beyond the planned headroom, under expert parallelism): not in the memory plan.
   size_t grown_bytes() const { return growing_->bytes(); }
 
  private:

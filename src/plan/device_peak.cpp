@@ -89,8 +89,8 @@ DevicePeak device_peak(const Config& config, ParallelState& parallel, kernels::K
   const double cores = parallel.world().all_reduce(parallel.node().rank() == 0 ? node_cores : 0.0);
   p.total_gflops = core * cores;
   p.per_rank_gflops = p.total_gflops / world;
-  std::snprintf(source, sizeof source, "measured: sgemm 1024^3 on one core %.1f GFLOP/s x %.0f cores in use",
-                core, cores);
+  std::snprintf(source, sizeof source, "measured: %s 1024^3 on one core %.1f GFLOP/s x %.0f cores in use",
+                k.measured_gemm().c_str(), core, cores);
   p.source = source;
   return p;
 }

@@ -2,7 +2,7 @@
 // model FLOPs over the hardware's dense rate. On a GPU that is the datasheet rate of the
 // model the driver names, for the precision in use (H100/H200 SXM: 989 TFLOP/s bf16); on
 // a CPU, which has no datasheet figure we can trust, the GEMM rate of one core measured
-// here (about a second, after a warm-up, while the other ranks sleep) times the cores the
+// here (the GEMM the linear layers run: under bf16 with bf16 instructions, oneDNN's bf16 matmul) (about a second, after a warm-up, while the other ranks sleep) times the cores the
 // ranks occupy (on each node, the smaller of its threads and its cores).
 #pragma once
 
@@ -23,7 +23,7 @@ struct DevicePeak {
 // Collective over the world.
 DevicePeak device_peak(const Config& config, ParallelState& parallel, kernels::Kernels& k);
 
-// On the CPU, without log.peak_gflops, rank 0 times sgemm on matrices of this size.
+// On the CPU, without log.peak_gflops, rank 0 times its GEMM on matrices of this size.
 inline constexpr int kCpuPeakGemm = 1024;
 
 // The datasheet dense rate in GFLOP/s of the GPU named `device_name` (as the driver names

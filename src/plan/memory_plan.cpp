@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "ckpt/checkpoint.h"
 #include "storage/s3_client.h"
@@ -77,7 +78,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   const auto add = [&plan](const std::string& kind, const std::string& detail, size_t bytes, bool host = false) {
     plan.parts.push_back({kind, detail, bytes, host});
   };
-  char detail[160];
+  char detail[256];
 
   const int zero = stage.zero;
   const CheckpointWrites writer = CheckpointWrites::of(d, coords);  // of the checkpoint's pieces
@@ -170,13 +171,19 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
                   "recompute %s",
                   stage.slots, static_cast<double>(a.bytes.per_slot) / MiB,
                   static_cast<double>(a.bytes.chunk_own) / MiB, micro_batch, config.train.recompute_description().c_str());
+  // Dropless under expert parallelism a rank's experts receive as many rows as the routing
+  // sends them: the activations hold model.moe_dropless_headroom times the balanced share
+  // (as many as the rank sends), rows beyond it are held as routed (a warning at the end).
+  if (d.expert_parallel_size() > 1 && config.model.moe_capacity_factor <= 0 && spec.n_experts > 0) {
+    const size_t used = std::strlen(detail);
+    // (At most every rank's tokens to each local expert: ep min(K, local) / K shares.)
+    const int ep = d.expert_parallel_size(), K = spec.experts_per_token, local = spec.n_experts / ep;
+    std::snprintf(detail + used, sizeof detail - used, ", experts' rows received at %.2fx the balanced share",
+                  std::min(config.model.moe_dropless_headroom, static_cast<double>(ep * std::min(K, local)) / K));
+  }
   add("activations", detail, a.bytes.slots);
   add("recompute set", "one block's, shared", a.bytes.recompute);
   add("backward scratch", "shared by the layers", a.bytes.backward);
-  // Dropless under expert parallelism a rank's experts receive as many rows as the routing
-  // sends them; the activations hold the balanced share (as many as the rank sends).
-  if (d.expert_parallel_size() > 1 && config.model.moe_capacity_factor <= 0)
-    add("expert rows beyond the balanced share", "dropless: held as routed, reported at the end", 0);
   if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
   add("workspace", "the kernels' own",
       k.workspace_bytes(micro_batch * shape.seq_len, spec.d_model, a.widest_output, micro_batch, shape.seq_len,
@@ -276,6 +283,28 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     }
   }
   return plan;
+}
+
+std::string beyond_plan(const RankMemoryPlan& plan, size_t planned_bytes, size_t taken,
+                        const std::vector<MemoryPart>& beyond) {
+  const double planned = static_cast<double>(planned_bytes), MiB = 1 << 20;
+  if (planned <= 0 || static_cast<double>(taken) <= planned * (1 + kMemoryOverPlanWarning)) return "";
+  char line[512];
+  std::snprintf(line, sizeof line, "took %.1f MiB, %.1f%% of its memory plan (%.1f MiB); beyond it:",
+                static_cast<double>(taken) / MiB, 100.0 * static_cast<double>(taken) / planned, planned / MiB);
+  std::string text = line;
+  size_t explained = 0;
+  for (const MemoryPart& p : beyond) {
+    if (p.bytes == 0) continue;
+    std::snprintf(line, sizeof line, " %s +%.1f MiB over the plan's %.1f MiB (%s);", p.kind.c_str(),
+                  static_cast<double>(p.bytes) / MiB, static_cast<double>(plan.of(p.kind)) / MiB, p.detail.c_str());
+    text += line;
+    explained += p.bytes;
+  }
+  const double rest = static_cast<double>(taken) - planned - static_cast<double>(explained);
+  std::snprintf(line, sizeof line, " %.1f MiB in no part of the plan (what the kernels, MPI and the heap keep unasked)",
+                std::max(rest, 0.0) / MiB);
+  return text + line;
 }
 
 RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Footprint& k) {

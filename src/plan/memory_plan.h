@@ -53,4 +53,13 @@ RankMemoryPlan busiest_rank_plan(const Config& config, const kernels::Footprint&
 
 double gib(double bytes);
 
+// A run takes more than its plan by more than this share: a warning says where.
+inline constexpr double kMemoryOverPlanWarning = 0.10;
+
+// Where a rank that took `taken` bytes against `planned` of `plan` (its total; on a GPU its
+// device part) went beyond its plan: the
+// parts measured beyond what the plan counts for their kind (`beyond`: kind, detail, bytes),
+// then the rest, which no part accounts for. "" within kMemoryOverPlanWarning of the plan.
+std::string beyond_plan(const RankMemoryPlan& plan, size_t planned, size_t taken, const std::vector<MemoryPart>& beyond);
+
 }  // namespace trident

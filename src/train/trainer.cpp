@@ -974,15 +974,36 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   // What the data made the run hold beyond its plan (Transformer::grown_bytes), here and at most.
   const double grown = static_cast<double>(s.model.grown_bytes());
   const double most_grown = parallel.world().all_reduce(grown, ReduceOp::max);
+  // Every rank against its own plan: the one furthest above it (the lowest of a tie) says
+  // where, once, when it is more than kMemoryOverPlanWarning above.
+  const double share = planned > 0 ? taken / planned : 0.0;
+  const double most_share = parallel.world().all_reduce(share, ReduceOp::max);
+  const int world = parallel.dims().world();
+  const int furthest = world - static_cast<int>(parallel.world().all_reduce(
+                                   share == most_share ? static_cast<double>(world - parallel.rank()) : 0.0, ReduceOp::max));
+  const int ranks_over = static_cast<int>(
+      parallel.world().all_reduce(share > 1 + kMemoryOverPlanWarning ? 1.0 : 0.0, ReduceOp::sum));
+  if (parallel.rank() == furthest && !stopped) {
+    char rows[200];
+    std::snprintf(rows, sizeof rows,
+                  "expert rows received beyond model.moe_dropless_headroom = %g balanced shares: raise it, or set "
+                  "model.moe_capacity_factor", config.model.moe_dropless_headroom);
+    const std::vector<MemoryPart> beyond = {{"activations", rows, static_cast<size_t>(grown)}};
+    const std::string where = beyond_plan(memory_plan, static_cast<size_t>(planned), static_cast<size_t>(taken), beyond);
+    if (!where.empty())
+      std::fprintf(stderr, "warning: memory: %d rank(s) above their plan by more than %.0f%%; rank %d %s\n", ranks_over,
+                   100 * kMemoryOverPlanWarning, furthest, where.c_str());
+  }
   if (parallel.is_root()) {
     char beyond[200] = "";
     if (most_grown > 0)
       std::snprintf(beyond, sizeof beyond, "; %.1f MiB of it (%.1f MiB on the rank with most) for expert rows received "
-                    "beyond the balanced share (dropless routing: not planned)", grown / (1 << 20), most_grown / (1 << 20));
+                    "beyond the planned headroom (model.moe_dropless_headroom)", grown / (1 << 20), most_grown / (1 << 20));
     if (!stopped)
-      std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan%s\n",
+      std::printf("memory: rank 0 planned %.1f MiB, took %.1f MiB (%s since setup began): %.1f%% of the plan%s; "
+                  "rank %d the most: %.1f%% of its plan\n",
                   planned / (1 << 20), taken / (1 << 20), k->host_memory() ? "peak resident growth" : "device memory",
-                  planned > 0 ? 100.0 * taken / planned : 0.0, beyond);
+                  planned > 0 ? 100.0 * taken / planned : 0.0, beyond, furthest, 100.0 * most_share);
     nlohmann::json summary = nlohmann::json::parse(run_summary_json(config, parallel, s, result, peak, *k));
     summary["skipped_steps"] = guard.skipped_steps();
     summary["straggler_reports"] = result.straggler_reports;
@@ -990,7 +1011,8 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     summary["replica_check_seconds"] = result.replica_check_s;
     summary["memory_planned_gib"] = gib(planned);
     summary["memory_taken_gib"] = gib(taken);
-    summary["memory_grown_gib"] = gib(grown);  // of it, beyond the plan: expert rows past the balanced share
+    summary["memory_most_of_plan"] = most_share;  // the rank furthest above (or least below) its plan: taken / planned
+    summary["memory_grown_gib"] = gib(grown);  // of it, beyond the plan: expert rows past the headroom
     summary["host_syncs_per_step"] = host_syncs_per_step;
     summary["steps_run"] = result.steps_run;
     summary["last_step"] = last_step;

@@ -610,6 +610,9 @@ TEST(ClusterPlan, ExpertsCostTheirActiveWork) {
     const size_t best = r.out.find("best: sbatch"), flag = r.out.find("--parallel.ep=", best);
     ASSERT_NE(flag, std::string::npos) << r.out;
     EXPECT_GT(std::stoi(r.out.substr(flag + 14)), 1) << r.out;
+    // Dropless: its GPUs keep room for twice the balanced share of the experts' rows
+    // (model.moe_dropless_headroom; MemoryPlan.DroplessExpertsHoldTheHeadroom counts it).
+    EXPECT_NE(r.out.find("experts' rows received at 2.00x the balanced share"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("compute + tp + all-to-all + bubble"), std::string::npos) << r.out;
     std::printf("%s\n%s", args.c_str(), r.out.c_str());
   }

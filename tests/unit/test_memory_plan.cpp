@@ -314,6 +314,52 @@ TEST(MemoryPlan, PartialRecomputeKeepsTheOtherLayers) {
               std::string::npos)
         << e.what();
   }
+
+// Dropless expert parallelism: the activations hold model.moe_dropless_headroom times the
+// balanced share of received rows (N K of them per MoE layer and micro-batch in flight),
+// each kept as the experts' gate|up (2F), activation (F), received and returned rows (2C)
+// and its order (an int), up to the most the routing can send (ep min(K, local) shares).
+TEST(MemoryPlan, DroplessExpertsHoldTheHeadroom) {
+  auto k = kernels::make_cpu_kernels();
+  Config c;
+  c.model = gpt2_shape(2, 4, 64, 16, 128);
+  c.model.family = "mixtral";
+  c.model.n_kv_head = 2;
+  c.model.ffn_dim = 96;
+  c.model.n_experts = 8;
+  c.model.n_experts_per_token = 2;
+  c.train.global_batch = 4;
+  c.train.micro_batch = 2;
+  c.parallel.dp = 2;
+  c.parallel.ep = 2;
+  const auto plan = [&](double headroom) {
+    Config h = c;
+    h.model.moe_dropless_headroom = headroom;
+    return plan_rank_memory(h, RankCoords(), *k);
+  };
+  const RankMemoryPlan one = plan(1), two = plan(2), three = plan(3);
+  const size_t NK = 2 * 16 * 2, C = 64, F = 96, layers = 2;  // 2 sequences of 16 tokens, top 2
+  EXPECT_EQ(two.of("activations") - one.of("activations"), layers * NK * ((3 * F + 2 * C) * 4 + 4));
+  EXPECT_EQ(two.of("backward scratch") - one.of("backward scratch"), NK * (3 * F + 2 * C) * 4);
+  // ep 2, 4 local experts of top 2: every token of both ranks can come here, 2 shares at most.
+  EXPECT_EQ(three.total_bytes(), two.total_bytes());
+  EXPECT_NE(two.describe().find("experts' rows received at 2.00x the balanced share"), std::string::npos)
+      << two.describe();
+  // With a capacity factor the bound is the capacity's, whatever the headroom.
+  c.model.moe_capacity_factor = 1;
+  EXPECT_EQ(plan(1).total_bytes(), plan(2).total_bytes());
+}
+
+// A rank more than 10% above its plan: where, by the plan's kinds measured, and the rest.
+TEST(MemoryPlan, BeyondPlanSaysWhere) {
+  RankMemoryPlan p;
+  p.parts = {{"parameters", "fp32", 40u << 20}, {"activations", "1 in flight", 60u << 20}};
+  const std::vector<MemoryPart> grown = {{"activations", "expert rows beyond the headroom", 30u << 20}};
+  EXPECT_EQ(beyond_plan(p, p.total_bytes(), 110u << 20, grown), "");  // 10%: within
+  EXPECT_EQ(beyond_plan(p, p.total_bytes(), 145u << 20, grown),
+            "took 145.0 MiB, 145.0% of its memory plan (100.0 MiB); beyond it: activations +30.0 MiB over the plan's "
+            "60.0 MiB (expert rows beyond the headroom); 15.0 MiB in no part of the plan (what the kernels, MPI and "
+            "the heap keep unasked)");
 }
 
 TEST(MemoryPlan, ZeroThreeWindowsTheEndsThatFitABlocksWindow) {

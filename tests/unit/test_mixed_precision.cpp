@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -226,6 +230,31 @@ TEST(CpuBf16Gemm, IsTheFp32GemmOnBf16Values) {
   EXPECT_EQ(c, (std::vector<float>{0.0f, 0.0f}));
   // The backend says which GEMMs it runs.
   EXPECT_NE(kernels::make_cpu_kernels(Precision::bf16)->name().find("GEMMs in bf16 on avx512_core_"), std::string::npos);
+}
+
+// MFU's denominator on the CPU (plan/device_peak.h) is the rate of the GEMM the linear layers
+// run: sgemm in fp32, the bf16 GEMM under bf16 where the CPU has bf16 instructions (read
+// from /proc/cpuinfo here, from oneDNN's probe there), measured: well above sgemm's (about
+// 2x with AVX-512 BF16, 3x with AMX; alternated, the best of 3, against a noisy machine).
+TEST(CpuBf16Gemm, MfuPeakIsTheGemmOfThePrecision) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+  const bool capped = std::getenv("ONEDNN_MAX_CPU_ISA") != nullptr || std::getenv("DNNL_MAX_CPU_ISA") != nullptr;
+  const bool instructions = flags.find(" avx512_bf16") != std::string::npos && !capped;
+  const auto fp32 = kernels::make_cpu_kernels(Precision::fp32), bf16 = kernels::make_cpu_kernels(Precision::bf16);
+  EXPECT_EQ(fp32->measured_gemm(), "sgemm");
+  if (!instructions) {
+    EXPECT_EQ(bf16->measured_gemm(), "sgemm");  // emulated: its GEMMs are fp32's
+    return;
+  }
+  EXPECT_EQ(bf16->measured_gemm(), "bf16 GEMM (oneDNN on " + kernels::cpu::bf16_gemm_isa() + ")");
+  double fp32_rate = 0, bf16_rate = 0;
+  for (int i = 0; i < 3; i++) {
+    fp32_rate = std::max(fp32_rate, fp32->measure_gemm_gflops(512, 0.05));
+    bf16_rate = std::max(bf16_rate, bf16->measure_gemm_gflops(512, 0.05));
+  }
+  EXPECT_GT(bf16_rate, 1.3 * fp32_rate) << "bf16 " << bf16_rate << " GFLOP/s, sgemm " << fp32_rate;
+  std::printf("GEMM 512^3: sgemm %.1f GFLOP/s, %s %.1f\n", fp32_rate, bf16->measured_gemm().c_str(), bf16_rate);
 }
 
 // Through the backend (make_cpu_kernels(bf16), which picks bf16 GEMMs on this CPU): a

@@ -36,6 +36,8 @@ void configure_experts(const LlamaStyle& style, const ModelConfig& c, Transforme
           "model.moe_router_score must be softmax or sigmoid, got '" + c.moe_router_score + "'");
   require(c.moe_capacity_factor >= 0, "model.moe_capacity_factor (" + std::to_string(c.moe_capacity_factor) +
                                          ") must not be negative (0: dropless)");
+  require(c.moe_dropless_headroom >= 1, "model.moe_dropless_headroom (" + std::to_string(c.moe_dropless_headroom) +
+                                          ") must be at least 1 (the balanced share)");
   require(c.moe_token_drop_policy == "probs" || c.moe_token_drop_policy == "position",
           "model.moe_token_drop_policy must be probs or position, got '" + c.moe_token_drop_policy + "'");
   require(c.router_aux_loss_coef >= 0 && c.router_z_loss_coef >= 0,
@@ -101,6 +103,7 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                                                                 .renormalize = c.moe_norm_topk,
                                                                 .sigmoid = c.moe_router_score == "sigmoid",
                                                                 .capacity_factor = c.moe_capacity_factor,
+                                                                .dropless_headroom = c.moe_dropless_headroom,
                                                                 .drop_by_position =
                                                                     c.moe_token_drop_policy == "position",
                                                                 .aux_loss_coef = c.router_aux_loss_coef,

@@ -67,7 +67,8 @@ struct RoutingRecord {
 };
 
 // Memory whose size the data decides: a dropless mixture's rows received from other ranks
-// beyond the balanced share that the arena (and the memory plan) holds. Each buffer is
+// beyond the headroom (model.moe_dropless_headroom balanced shares) that the arena (and the
+// memory plan) holds. Each buffer is
 // named by its owner (a layer; null: shared by the stage's layers), a slot and what it
 // holds; grown when needed (what it held is not kept), kept for the next time. bytes():
 // all of it, which the run reports beside its plan.

@@ -258,13 +258,14 @@ MixtureOfExperts::ExpertSide MixtureOfExperts::expert_side(LayerRuntime& r, int 
 
 size_t MixtureOfExperts::received_rows_held(int sequences, size_t N) const {
   const size_t K = o_.top_k, local = o_.n_experts / ep_;
-  // Dropless: the balanced share, as many rows as this rank sends; more arrive when the
-  // routing favours its experts (the data decides: GrowingScratch).
-  if (o_.capacity_factor <= 0) return N * K;
-  // A capacity factor bounds them: from each of the ep ranks, for each local expert, at
-  // most its capacity per sequence and one row per token.
-  return ep_ * std::min(local * std::min(N, static_cast<size_t>(sequences) * capacity_per_sequence()),
-                        N * std::min(K, local));
+  // At most, from each of the ep ranks, a row per token and local expert it goes to.
+  const size_t most = ep_ * N * std::min(K, local);
+  // Dropless: the headroom times the balanced share (as many rows as this rank sends); more
+  // arrive when the routing favours its experts still more (the data decides: GrowingScratch).
+  if (o_.capacity_factor <= 0)
+    return std::min(most, static_cast<size_t>(std::ceil(o_.dropless_headroom * static_cast<double>(N * K))));
+  // A capacity factor bounds them: for each local expert, its capacity per sequence.
+  return std::min(ep_ * local * std::min(N, static_cast<size_t>(sequences) * capacity_per_sequence()), most);
 }
 
 size_t MixtureOfExperts::capacity_per_sequence() const {

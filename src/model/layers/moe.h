@@ -55,6 +55,7 @@ struct MoeOptions {
   bool renormalize = true;
   bool sigmoid = false;  // scores: sigmoid(logits) (the balance loss on their normalized values), not softmax
   double capacity_factor = 0;     // 0: dropless
+  double dropless_headroom = 1;   // dropless under ep: the received rows held, in balanced shares
   bool drop_by_position = false;  // over capacity: the latest tokens dropped, else the lowest weights
   double aux_loss_coef = 0, z_loss_coef = 0;
   int seq_len = 0;  // a whole sequence's tokens (the balance is per sequence)
@@ -140,8 +141,8 @@ class MixtureOfExperts : public Sublayer {
   int ep_ = 1, first_expert_ = 0;  // expert parallelism: this rank's experts start at first_expert_
   std::vector<Expert> experts_;    // this rank's: E / ep of them
   std::vector<Exchange> exchanges_;  // per slot (ep > 1)
-  // The rows the arena holds for the received ones (ep > 1): N K when dropless (as many as
-  // this rank sends: balanced routing), the bound a capacity factor sets otherwise.
+  // The rows the arena holds for the received ones (ep > 1): dropless, the headroom times
+  // N K (as many as this rank sends: balanced routing), the bound a capacity factor sets otherwise.
   size_t received_rows_held(int sequences, size_t N) const;
   size_t capacity_per_sequence() const;  // ceil(factor T K / E): an expert's pairs of a sequence at most
   // The rows the arena holds for the expert side: its own tokens' N K, or under ep those
