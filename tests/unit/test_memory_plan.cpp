@@ -314,6 +314,7 @@ TEST(MemoryPlan, PartialRecomputeKeepsTheOtherLayers) {
               std::string::npos)
         << e.what();
   }
+}
 
 // Dropless expert parallelism: the activations hold model.moe_dropless_headroom times the
 // balanced share of received rows (N K of them per MoE layer and micro-batch in flight),
