@@ -27,6 +27,7 @@ std::string moe_keys_set(const ModelConfig& c) {
       {"moe_norm_topk", c.moe_norm_topk != d.moe_norm_topk},
       {"moe_router_score", c.moe_router_score != d.moe_router_score},
       {"moe_capacity_factor", c.moe_capacity_factor != d.moe_capacity_factor},
+      {"moe_dropless_headroom", c.moe_dropless_headroom != d.moe_dropless_headroom},
       {"moe_token_drop_policy", c.moe_token_drop_policy != d.moe_token_drop_policy},
       {"router_aux_loss_coef", c.router_aux_loss_coef != d.router_aux_loss_coef},
       {"router_z_loss_coef", c.router_z_loss_coef != d.router_z_loss_coef},

@@ -297,7 +297,8 @@ TEST(TransformerSpec, ExpertKeysOnADenseFamilyAreNamed) {
   EXPECT_EQ(error_of(m), "model.n_experts_per_token, model.moe_capacity_factor, model.router_z_loss_coef apply to a "
                          "mixture-of-experts family (mixtral, qwen3_moe), not llama");
   for (const std::string& flag : {"--model.moe_ffn_dim=64", "--model.moe_norm_topk=false", "--model.moe_router_score=sigmoid",
-                                  "--model.moe_token_drop_policy=position", "--model.router_aux_loss_coef=0.01"}) {
+                                  "--model.moe_token_drop_policy=position", "--model.router_aux_loss_coef=0.01",
+                                  "--model.moe_dropless_headroom=3"}) {
     const ModelConfig dense = parse_command_line("train", {"--config", "configs/tiny-llama.ini", flag}).config.model;
     const std::string key = flag.substr(2, flag.find('=') - 2);
     EXPECT_EQ(error_of(dense), key + " applies to a mixture-of-experts family (mixtral, qwen3_moe), not llama") << flag;
@@ -310,6 +311,10 @@ TEST(TransformerSpec, ExpertKeysOnADenseFamilyAreNamed) {
   std::ofstream(printed) << parse_command_line("train", {"--config", "configs/tiny-llama.ini"}).config.to_ini();
   EXPECT_EQ(error_of(config_of(printed)), "");
   EXPECT_EQ(error_of(config_of("configs/tiny.ini")), "");
+  // A dense run's manifest from before top-k's default was the family's records 2.
+  ModelConfig old = config_of("configs/tiny-llama.ini");
+  old.n_experts_per_token = 2;
+  EXPECT_EQ(error_of(old), "");
 }
 
 }  // namespace
