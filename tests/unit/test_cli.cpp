@@ -172,8 +172,8 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
       {"train --model.family=mixtral --model.n_experts=4 --model.n_experts_per_token=5",
        "model.n_experts_per_token (5) must be between 1 and model.n_experts (4)"},
       {"train --model.n_experts=4", "model.n_experts applies to a mixture-of-experts family (mixtral, qwen3_moe), not gpt2"},
-      {"train --model.family=qwen3_moe --model.n_experts=4 --model.moe_ffn_dim=32 --parallel.tp=3 --model.n_head=3 "
-       "--model.n_kv_head=3 --model.d_model=96 --model.ffn_dim=96",
+      {"train --model.family=qwen3_moe --model.n_experts=4 --model.n_experts_per_token=2 --model.moe_ffn_dim=32 "
+       "--parallel.tp=3 --model.n_head=3 --model.n_kv_head=3 --model.d_model=96 --model.ffn_dim=96",
        "parallel.tp (3) must divide each expert's width model.moe_ffn_dim (32)"},
       {"train --config configs/tiny-mixtral.ini --train.global_batch=6 --model.moe_capacity_factor=1 "
        "--model.moe_token_drop_policy=random",
@@ -604,10 +604,11 @@ TEST(Cli, TinyMixtralTakesItsPlan) {
     EXPECT_NEAR(summary["memory_most_of_plan"].get<double>(), std::stod(m[4]) / 100, 0.001);
     EXPECT_EQ(r.err.find("warning: memory"), std::string::npos) << r.err;
     EXPECT_EQ(r.out.find("expert rows received beyond"), std::string::npos) << r.out;
-    if (precision == "bf16")
+    if (precision == "bf16") {
       EXPECT_NE(r.out.find(bf16_instructions ? "(measured: bf16 GEMM (oneDNN on avx512_core" : "(measured: sgemm 1024^3"),
                 std::string::npos)
           << r.out;
+    }
     std::printf("tiny-mixtral ep 2 %s: rank 0 %s%% of its plan, the most %s%%\n", precision.c_str(), m[3].str().c_str(),
                 m[4].str().c_str());
   }
