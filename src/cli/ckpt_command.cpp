@@ -16,6 +16,7 @@
 #include "ckpt/hf_checkpoint.h"
 #include "ckpt/remote_checkpoints.h"
 #include "kernels/base/error.h"
+#include "runtime/byte_size.h"
 #include "runtime/timer.h"
 #include "storage/s3_uri.h"
 
@@ -236,9 +237,9 @@ int run_ckpt_command(const std::vector<std::string>& args) {
     require(!out.empty(), "ckpt export --format=hf needs --out=DIR");
     const HfTransfer t = export_hf(m, out, hf);
     for (const std::string& caveat : hf_export_caveats(m)) std::fprintf(stderr, "trident: warning: %s\n", caveat.c_str());
-    std::printf("exported the parameters of %s (step %d) to %s: %d safetensors file(s), %.3f GB of %s written in "
+    std::printf("exported the parameters of %s (step %d) to %s: %d safetensors file(s), %s of %s written in "
                 "%.2f s (%.2f GB/s; reading the checkpoint took %.2f s)\n",
-                m.dir.c_str(), m.step, out.c_str(), t.files, t.bytes / 1e9, hf.dtype.c_str(), t.seconds,
+                m.dir.c_str(), m.step, out.c_str(), t.files, byte_size(t.bytes).c_str(), hf.dtype.c_str(), t.seconds,
                 t.bytes / 1e9 / std::max(t.seconds, 1e-9), t.source_seconds);
     return 0;
   }

@@ -34,6 +34,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/agreement.h"
 #include "parallel/progress_board.h"
+#include "runtime/byte_size.h"
 #include "runtime/exit_codes.h"
 #include "kernels/base/memory.h"
 #include "runtime/injected_faults.h"
@@ -255,12 +256,12 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
     parallel.world().barrier();
     if (parallel.is_root()) {
       if (const auto& s3 = point.from_s3)
-        std::printf("resuming from S3 (%s): %d node file%s, %.3f GB downloaded in %.2f s (%.3f GB/s), each checked "
+        std::printf("resuming from S3 (%s): %d node file%s, %s downloaded in %.2f s (%.3f GB/s), each checked "
                     "against the manifest's CRC-32\n",
-                    cc.upload.c_str(), s3->files, s3->files == 1 ? "" : "s", s3->bytes / 1e9, s3->seconds,
+                    cc.upload.c_str(), s3->files, s3->files == 1 ? "" : "s", byte_size(s3->bytes).c_str(), s3->seconds,
                     s3->bytes / 1e9 / std::max(s3->seconds, 1e-9));
-      std::printf("resumed from %s: continuing after step %d (%.3f GB of node files loaded in %.2f s)\n",
-                  point.dir.c_str(), r.step, bytes / 1e9, loading.seconds());
+      std::printf("resumed from %s: continuing after step %d (%s of node files loaded in %.2f s)\n",
+                  point.dir.c_str(), r.step, byte_size(bytes).c_str(), loading.seconds());
       if (!routing_changed.empty()) std::printf("%s (from step %d)\n", routing_changed.c_str(), r.step + 1);
     }
     if (!latest_first && !point.from_s3) checkpointer.upload_if_missing(m, point.manifest_text);
@@ -287,9 +288,9 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
     if (parallel.is_root()) {
       std::printf("parameters initialized from %s%s", cc.init_from.c_str(), what.c_str());
       if (bytes > 0)
-        std::printf(" (Hugging Face: %.3f GB read by all ranks in %.2f s, %.2f GB/s; peak memory +%.1f MiB on the "
+        std::printf(" (Hugging Face: %s read by all ranks in %.2f s, %.2f GB/s; peak memory +%.1f MiB on the "
                     "busiest rank, largest slice %.1f MiB)",
-                    bytes / 1e9, seconds, bytes / 1e9 / std::max(seconds, 1e-9), growth / (1 << 20), slice / (1 << 20));
+                    byte_size(bytes).c_str(), seconds, bytes / 1e9 / std::max(seconds, 1e-9), growth / (1 << 20), slice / (1 << 20));
       std::printf("\n");
     }
   }
