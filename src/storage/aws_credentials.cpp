@@ -178,15 +178,23 @@ std::string AwsCredentialProvider::describe() {
 std::string default_aws_region() {
   for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"})
     if (const std::string r = env(name); !r.empty()) return r;
-  const auto values = read_ini(home_file("AWS_CONFIG_FILE", ".aws/config"));
-  const std::string p = profile();
-  for (const std::string& section : {p == "default" ? p : "profile " + p, p}) {
-    const auto it = values.find(section + ".region");
-    if (it != values.end()) return it->second;
-  }
+  if (const std::string r = aws_profile_setting("region"); !r.empty()) return r;
   if (imds_disabled()) return "";
   HttpSession http;
   return imds_get(http, "/latest/meta-data/placement/region").value_or("");
+}
+
+std::string aws_profile_setting(const std::string& key, std::string* where) {
+  const std::string file = home_file("AWS_CONFIG_FILE", ".aws/config");
+  const auto values = read_ini(file);
+  const std::string p = profile();
+  for (const std::string& section : {p == "default" ? p : "profile " + p, p}) {
+    const auto it = values.find(section + "." + key);
+    if (it == values.end()) continue;
+    if (where != nullptr) *where = "profile [" + section + "] of " + file;
+    return it->second;
+  }
+  return "";
 }
 
 }  // namespace trident

@@ -40,4 +40,9 @@ class AwsCredentialProvider {
 // region from the metadata service; "" if none says.
 std::string default_aws_region();
 
+// A setting of the profile (AWS_PROFILE, else "default") in the config file (AWS_CONFIG_FILE,
+// else ~/.aws/config): `region`, `endpoint_url`, ...; "" where the file does not set it.
+// `where` (when given) is told "profile [p] of FILE" for messages.
+std::string aws_profile_setting(const std::string& key, std::string* where = nullptr);
+
 }  // namespace trident

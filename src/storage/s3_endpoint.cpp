@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "kernels/base/error.h"
+#include "storage/aws_credentials.h"
 
 namespace trident {
 
@@ -17,10 +18,18 @@ std::string env(const char* name) {
 
 S3Endpoint resolve_s3_endpoint(const std::string& configured, const std::string& key) {
   S3Endpoint e{configured, key};
+  const auto is_true = [](const std::string& v) { return v == "true" || v == "TRUE" || v == "True"; };
+  // The variable, else the profile's ignore_configured_endpoint_urls: both the variables
+  // and the profile's endpoint_url are then ignored.
   const std::string ignore = env("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
-  const bool environment_ignored = ignore == "true" || ignore == "TRUE" || ignore == "True";
+  const bool ignored = ignore.empty() ? is_true(aws_profile_setting("ignore_configured_endpoint_urls")) : is_true(ignore);
   for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"})
-    if (e.url.empty() && !environment_ignored && !env(name).empty()) e = {env(name), name};
+    if (e.url.empty() && !ignored && !env(name).empty()) e = {env(name), name};
+  if (e.url.empty() && !ignored) {
+    std::string where;
+    if (const std::string url = aws_profile_setting("endpoint_url", &where); !url.empty())
+      e = {url, "endpoint_url of " + where};
+  }
   if (e.url.empty()) return {"", ""};
   require(e.url.starts_with("http://") || e.url.starts_with("https://"),
           e.from + " must be an http:// or https:// URL (an S3-compatible store's), got '" + e.url + "'");

@@ -1,7 +1,9 @@
 // Which S3 store a request goes to, as AWS's SDKs and CLI decide it: a key of the config
 // first, then AWS_ENDPOINT_URL_S3 (the service's own), then AWS_ENDPOINT_URL (every
-// service's), else AWS S3 itself (https://<bucket>.s3.<region>.amazonaws.com).
-// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true ignores both variables, as there.
+// service's), then the profile's endpoint_url in ~/.aws/config (AWS_CONFIG_FILE), else AWS
+// S3 itself (https://<bucket>.s3.<region>.amazonaws.com). AWS_IGNORE_CONFIGURED_ENDPOINT_URLS
+// (or the profile's ignore_configured_endpoint_urls) = true ignores all but the key, as there.
+// (The profile's `services` sections are not read.)
 #pragma once
 
 #include <string>

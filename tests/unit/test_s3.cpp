@@ -233,9 +233,21 @@ TEST(AwsCredentials, NoneIsOneClearError) {
 // The endpoint as AWS's SDKs choose it: the config's key, then AWS_ENDPOINT_URL_S3, then
 // AWS_ENDPOINT_URL, else AWS S3; AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true ignores both.
 TEST(S3Endpoint, ConfigThenServiceVariableThenGeneral) {
+  const std::string aws_config = testing::TempDir() + "endpoint_aws_config";
   const ScopedEnv none({{"AWS_ENDPOINT_URL_S3", nullptr}, {"AWS_ENDPOINT_URL", nullptr},
-                        {"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", nullptr}});
+                        {"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", nullptr}, {"AWS_PROFILE", "lab"},
+                        {"AWS_CONFIG_FILE", aws_config.c_str()}});
+  std::filesystem::remove(aws_config);
   EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "");
+  // The profile's endpoint_url (as the SDKs read ~/.aws/config), below both variables.
+  std::ofstream(aws_config) << "[default]\nendpoint_url = http://other:1\n[profile lab]\nregion = eu-west-1\n"
+                               "endpoint_url = http://profile:9000\n";
+  EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "http://profile:9000");
+  EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").from, "endpoint_url of profile [profile lab] of " + aws_config);
+  {
+    const ScopedEnv ignored({{"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true"}});
+    EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "");
+  }
   const ScopedEnv general({{"AWS_ENDPOINT_URL", "http://general:9000"}});
   EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").url, "http://general:9000");
   EXPECT_EQ(resolve_s3_endpoint("", "checkpoint.s3_endpoint").from, "AWS_ENDPOINT_URL");
