@@ -1,6 +1,7 @@
 // Llama (Touvron et al. 2023; Meta's reference, Hugging Face's LlamaForCausalLM): rotary
 // positions (Llama 3.1's frequency scaling optional), RMSNorm, SwiGLU, grouped-query
-// attention, no biases, an untied head. Names and shapes: shared/reference/FORMAT.md.
+// attention, no biases, a head of its own (model.tie_word_embeddings: the token table).
+// Names and shapes: shared/reference/FORMAT.md.
 #include "model/families/llama_style.h"
 
 namespace trident {

@@ -1,5 +1,6 @@
 // The Llama-style families: rotary positions, RMSNorm, SwiGLU, grouped-query attention, no
-// biases but where a family adds them, an untied head, Hugging Face's Llama names
+// biases but where a family adds them, a head of its own or tied to the token table
+// (model.tie_word_embeddings), heads model.head_dim wide, Hugging Face's Llama names
 // (model.layers.{i}.self_attn.q_proj, ...). Llama, Qwen2, Qwen3, Mistral, Mixtral and
 // Qwen3-MoE are each one of these (its file: llama.cpp, qwen2.cpp, ...) with its options
 // and its config.json.
@@ -39,7 +40,7 @@ struct LlamaHfDefaults {
 // The config.json fields of the config's keys for a Llama-style family.
 std::vector<HfField> llama_hf_fields(const LlamaHfDefaults& d);
 // A Llama-style family's Hugging Face conventions: its fixed fields (architectures,
-// model_type, ...), the fields above (and `extra` ones), rope_scaling, head_dim, an untied head.
+// model_type, ...), the fields above (and `extra` ones), rope_scaling, head_dim, tie_word_embeddings.
 HfConventions llama_style_hf(nlohmann::ordered_json constants, const LlamaHfDefaults& d,
                              std::vector<HfField> extra = {});
 
