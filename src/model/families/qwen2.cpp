@@ -1,5 +1,6 @@
 // Qwen2 (Yang et al. 2024; Hugging Face's Qwen2ForCausalLM): a Llama with biases on the q, k
-// and v projections (not on the output's). The head of its own of the 7B and larger models; the small ones tie it (model.tie_word_embeddings).
+// and v projections (not on the output's). The 7B and larger models have a head of their
+// own; the small ones tie it to the token table (model.tie_word_embeddings).
 #include "model/families/llama_style.h"
 
 namespace trident {
