@@ -25,6 +25,7 @@
 #include "kernels/kernels.h"
 #include "model/transformer_spec.h"
 #include "parallel/parallel_state.h"
+#include "runtime/byte_size.h"
 #include "kernels/base/error.h"
 #include "optim/optimizer.h"
 #include "runtime/timer.h"
@@ -276,7 +277,7 @@ Check data_check(const Config& config) {
     const ListedData listed = list_s3_data(config);
     std::string s3;
     if (listed.objects > 0)
-      s3 = "; s3:// " + std::to_string(listed.objects) + " objects, " + format("%.3f GB", listed.bytes / 1e9) + " listed";
+      s3 = "; s3:// " + std::to_string(listed.objects) + " objects, " + byte_size(listed.bytes) + " listed";
     if (!listed.listed_only.empty()) {
       std::string names;
       for (const std::string& e : listed.listed_only) names += (names.empty() ? "" : ", ") + e;

@@ -244,13 +244,7 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
       m = parse_manifest(point.manifest_text, point.dir, point.dir + "/manifest.json");
       for (const ManifestFile& f : m.files) bytes += static_cast<double>(f.bytes);
       r.config_ini = m.config_ini;
-      std::optional<ModelConfig> saved;
-      try {
-        if (!m.config_ini.empty()) saved = parse_command_line("train", {}, m.config_ini).config.model;
-      } catch (const UsageError&) {
-        // a stored config this build cannot read: nothing to compare
-      }
-      if (saved) routing_changed = check_resumed_experts(*saved, config.model, point.dir);
+      routing_changed = check_resumed_experts(m.model, config.model, point.dir);  // the manifest's model record
       r.step = checkpointer.load(m);
     });
     parallel.world().barrier();
