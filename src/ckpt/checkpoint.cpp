@@ -79,13 +79,13 @@ struct KindSource {
 
 // The pieces of this rank's state that go into its node's file: its stage's tensors,
 // its tp shard, of every kind in `sources`' order. One replica writes for all
-// (CheckpointWrites), and of the tp ranks holding the same piece, the one whose copy counts.
-std::vector<Piece> rank_pieces(const ParameterLayout& layout, CheckpointWrites writes,
+// (CheckpointWriter), and of the tp ranks holding the same piece, the one whose copy counts.
+std::vector<Piece> rank_pieces(const ParameterLayout& layout, const CheckpointWriter& writer,
                                const std::vector<KindSource>& sources) {
   std::vector<Piece> pieces;
   for (const ParameterTensor& t : layout.tensors()) {
     const Placement& p = t.placement;
-    if (!(p.expert && layout.ep_size() > 1 ? writes.experts : writes.shared) || !p.counted) continue;
+    if (!writer.writes(p)) continue;
     for (const KindSource& source : sources)
       pieces.push_back({source.kind, t.name, sharding_name(p.sharding), t.shape, t.padded_shape[0], p.piece, p.pieces,
                         source.flat == nullptr ? nullptr : source.flat + t.offset, t.stored});
@@ -253,7 +253,7 @@ Manifest parse_manifest(const std::string& text, const std::string& step_dir, co
     const auto& layout = j.at("layout");
     const int dp = layout.at("dp"), pp = layout.at("pp"), tp = layout.at("tp"), cp = layout.value("cp", 1);
     m.dims = ParallelDims::resolve(dp * pp * tp * cp, {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::cp, cp}, {Axis::tp, tp}});
-    m.dims.set_expert_parallel(layout.value("ep", 1));
+    m.dims.set_ep(layout.value("ep", 1));
     m.zero = layout.at("zero");
     m.nodes = layout.at("nodes");
     m.config_ini = j.value("config", "");
@@ -453,7 +453,7 @@ size_t Checkpointer::staging_bytes(const ParameterLayout& layout, const std::vec
   return (1 + optimizer_state.size()) * layout.total_floats() * sizeof(float);
 }
 
-size_t Checkpointer::piece_bytes(const ParameterLayout& layout, CheckpointWrites writer,
+size_t Checkpointer::piece_bytes(const ParameterLayout& layout, const CheckpointWriter& writer,
                                  const std::vector<std::string>& optimizer_state) {
   std::vector<KindSource> sizes_only;
   for (const std::string& kind : kinds_with(optimizer_state)) sizes_only.push_back({kind});
@@ -484,7 +484,7 @@ void Checkpointer::collect_at_node_leader(int step) {
   for (size_t i = 0; i < kinds.size(); i++) sources.push_back({kinds[i], host_state_[i].data()});
   // One replica of each tensor writes it.
   const std::vector<Piece> pieces =
-      rank_pieces(layout, CheckpointWrites::of(parallel_.dims(), parallel_.coords()), sources);
+      rank_pieces(layout, CheckpointWriter{parallel_.dims(), parallel_.coords()}, sources);
   // 2. Hand them to the node leader, in messages below 1 GiB. The buffers keep their
   //    memory between saves.
   Communicator& node = parallel_.node();
@@ -618,7 +618,7 @@ void Checkpointer::complete(Pending& p) {
             {"step", p.step},
             {"model", model_json(config_.model)},
             {"layout", {{"dp", parallel_.size(Axis::dp)}, {"tp", parallel_.size(Axis::tp)}, {"pp", parallel_.size(Axis::pp)},
-                        {"cp", parallel_.size(Axis::cp)}, {"ep", parallel_.dims().expert_parallel_size()},
+                        {"cp", parallel_.size(Axis::cp)}, {"ep", parallel_.dims().size(MeshAxis::ep)},
                         {"zero", par.zero}, {"nodes", parallel_.nodes()}}},
             {"state", {{"optimizer", state_.optimizer}, {"optimizer_state", state_names(state_)},
                        {"optimizer_steps", p.step}, {"data_position", p.step}, {"lr_schedule_step", p.step},

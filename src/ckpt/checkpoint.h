@@ -86,15 +86,13 @@ std::vector<std::string> complete_checkpoints(const std::string& dir);
 // The full canonical tensors of `kind` (params, or one of m.optimizer_state) of a checkpoint.
 std::vector<std::pair<std::string, std::vector<float>>> read_canonical(const Manifest& m, const std::string& kind);
 
-// Which of its tensors a rank writes: one copy of each. The shared tensors from data-
-// parallel rank 0 (dp x cp hold the same ones); under expert parallelism each expert from
-// the first rank of its expert-data-parallel group (ep ranks 0 .. ep-1 hold them all).
-struct CheckpointWrites {
-  bool shared = false, experts = false;
-  static CheckpointWrites of(const ParallelDims& d, const RankCoords& c) {
-    return {d.data_parallel_rank(c) == 0, d.expert_data_parallel_rank(c) == 0};
-  }
-  bool any() const { return shared || experts; }
+// Which of its tensors a rank writes: one copy of each, from the first rank of the set
+// holding it replicated (model/placement.h): of its data axes' group, and of the tp ranks
+// holding its piece, the one whose copy counts.
+struct CheckpointWriter {
+  ParallelDims dims;
+  RankCoords coords;
+  bool writes(const Placement& p) const { return p.counted && dims.group_rank(coords, p.data_axes()) == 0; }
 };
 
 class Checkpointer {
@@ -127,7 +125,7 @@ class Checkpointer {
   // buffers, by name): this rank's copy of its state, and the blob of pieces it hands its
   // node leader (dp rank 0 only writes: `writer`).
   static size_t staging_bytes(const ParameterLayout& layout, const std::vector<std::string>& optimizer_state);
-  static size_t piece_bytes(const ParameterLayout& layout, CheckpointWrites writes,
+  static size_t piece_bytes(const ParameterLayout& layout, const CheckpointWriter& writer,
                             const std::vector<std::string>& optimizer_state);
   // The node leader's buffers while writing: one piece's aligned copy, the CRC's reads.
   static size_t leader_buffer_bytes(const ParameterLayout& layout);

@@ -440,7 +440,7 @@ std::pair<int, int> LogConfig::trace_range() const {
 
 void Config::resolve_layout(int world_size) {
   ParallelDims d = ParallelDims::resolve(world_size, parallel.axis_sizes());
-  d.set_expert_parallel(parallel.ep);
+  d.set_ep(parallel.ep);
   parallel.dp = d.size(Axis::dp);
   if (train.global_batch % parallel.dp != 0) {
     // What would do: the dp sizes that divide the batch, as rank counts of this tp x pp
@@ -482,7 +482,9 @@ ParallelDims Config::dims() const {
   int world = 1;
   for (const AxisSize& a : parallel.axis_sizes()) world *= a.size;
   ParallelDims d = ParallelDims::resolve(world, parallel.axis_sizes());
-  d.set_expert_parallel(parallel.ep);
+  d.set_ep(parallel.ep);
+  d.set_sequence_parallel(parallel.sequence_parallel && parallel.tp > 1);
+  d.set_shard_size(parallel.shard_size);
   return d;
 }
 

@@ -269,11 +269,11 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
     if (!aux_losses.empty())
       report.max_aux_loss_error =
           nan_max(std::max(report.max_aux_loss_error, 0.0),
-                  std::abs(runner.aux_loss() - aux_losses[step]) / std::max(std::abs(aux_losses[step]), 1e-30));
+                  std::abs(runner.routing().aux_loss() - aux_losses[step]) / std::max(std::abs(aux_losses[step]), 1e-30));
     if (!dropped.empty()) {
-      report.tokens_dropped += runner.tokens_dropped();
+      report.tokens_dropped += runner.routing().tokens_dropped();
       report.tokens_dropped_differing =
-          std::max(report.tokens_dropped_differing, 0.0) + std::abs(runner.tokens_dropped() - dropped[step]);
+          std::max(report.tokens_dropped_differing, 0.0) + std::abs(runner.routing().tokens_dropped() - dropped[step]);
     }
     report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
                                          std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);

@@ -2,7 +2,7 @@
 // before the rotary embedding): one gain [head_dim] for all heads of q (or of k). It runs
 // on the q (or k) columns of attention's qkv rows, through a copy into rows of head_dim
 // (the norm kernels' layout). Each tp rank holds the whole gain but sees only its heads:
-// its gradient is summed over tp (GradientSum::tp_ranks).
+// its gradient is summed over tp (its placement says so).
 #pragma once
 
 #include <string>
