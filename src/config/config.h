@@ -134,7 +134,7 @@ struct TrainConfig {
   double lr = 1e-3;         // peak learning rate
   double min_lr = 1e-4;     // end of the decay
   int warmup_steps = 50;    // linear warmup from 0
-  std::string lr_schedule = "cosine";  // cosine | linear | constant | wsd (optim/lr_schedule.h)
+  LrShape lr_schedule = LrShape::cosine;  // cosine | linear | constant | wsd (optim/lr_schedule.h)
   int lr_decay_steps = 0;   // the step at which the decay reaches min_lr; 0: steps
   double wsd_decay = 0.2;   // wsd: its final decay, in steps (>= 1) or a fraction of the steps after warmup (< 1)
   std::string optimizer = "adamw";  // a registered optimizer (optim/: adamw, lion)

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/registry.h"
+#include "config/registry.h"
 
 namespace trident {
 
@@ -19,8 +19,6 @@ bool register_optimizer(OptimizerKind kind) {
   const std::string name = kind.name;
   return registry().add(name, std::move(kind));
 }
-
-std::string optimizer_choices() { return registry().choices(); }
 
 const OptimizerKind& optimizer_kind(const std::string& name) { return registry().at(name); }
 

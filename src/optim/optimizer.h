@@ -49,8 +49,6 @@ struct OptimizerKind {
 bool register_optimizer(OptimizerKind kind);
 // The registered optimizer `name`; UsageError naming train.optimizer and the choices.
 const OptimizerKind& optimizer_kind(const std::string& name);
-// "adamw or lion".
-std::string optimizer_choices();
 // An optimizer of the registered kind `name` for the owned ranges (empty: all of them).
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterLayout& layout,
                                           const OptimizerSettings& settings, kernels::Kernels& k,

@@ -298,7 +298,7 @@ LearningRateSchedule schedule_of(const TrainConfig& t) {
   s.min_lr = t.min_lr;
   s.warmup_steps = t.warmup_steps;
   s.decay_steps = t.decay_end();
-  s.shape = parse_lr_shape(t.lr_schedule);
+  s.shape = t.lr_schedule;
   const int after_warmup = std::max(0, s.decay_steps - s.warmup_steps);
   s.wsd_decay = std::max(1, static_cast<int>(std::lround(t.wsd_decay >= 1 ? t.wsd_decay : t.wsd_decay * after_warmup)));
   return s;

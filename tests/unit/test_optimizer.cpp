@@ -166,8 +166,8 @@ TEST(LearningRateSchedule, LinearConstantAndWarmupStableDecay) {
   const LearningRateSchedule one{1e-3, 1e-4, 10, 110, LrShape::wsd, 1};
   EXPECT_DOUBLE_EQ(one.at(108), 1e-3);
   EXPECT_DOUBLE_EQ(one.at(109), 1e-4);
-  EXPECT_EQ(parse_lr_shape("wsd"), LrShape::wsd);
-  EXPECT_THROW(parse_lr_shape("step"), UsageError);
+  EXPECT_EQ(parse_choice<LrShape>("wsd"), LrShape::wsd);
+  EXPECT_THROW(parse_choice<LrShape>("step"), UsageError);
 }
 
 }  // namespace
