@@ -43,6 +43,21 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
                       std::move(experts));
 }
 
+// Where the optimizer's tensors have their other pieces (Muon gathers each matrix whole):
+// ZeRO's shard group and each of its ranks' owned ranges, and the tp group.
+OptimizerMesh optimizer_mesh(const DataParallel& data_parallel, Transformer& model) {
+  OptimizerMesh mesh;
+  if (data_parallel.shards_optimizer_state()) {
+    Communicator& shards = data_parallel.shard_group();
+    mesh.shards = &shards;
+    for (int q = 0; q < shards.size(); q++)
+      mesh.owned_by.push_back(DataParallel::sharded_ranges(data_parallel.buckets(), shards.size(), q));
+  }
+  Communicator* tp = model.tensor_parallel().communicator();
+  if (tp != nullptr && tp->size() > 1) mesh.tp = tp;
+  return mesh;
+}
+
 }  // namespace
 
 int32_t document_end(const DataConfig& data) {
@@ -77,7 +92,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(make_optimizer(config.train.optimizer, model.layout(),
                                {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay},
-                               k, data_parallel.owned())),
+                               k, data_parallel.owned(), optimizer_mesh(data_parallel, model))),
       runner(model, *optimizer, data_parallel, parallel.data_parallel(), k, plan.links) {
   if (k.host_memory()) {
     data_parallel.set_max_in_flight(kMpiReductionsInFlight);

@@ -178,7 +178,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   require(local_batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
                                               ") must divide the per-rank batch " + std::to_string(local_batch));
   Hdf5Reader file(ref.path);
-  // The reference's model, batch and AdamW settings under the given layout.
+  // The reference's model, batch and optimizer settings under the given layout.
   Config config;
   config.model = ref.model;
   config.parallel = settings;
@@ -191,6 +191,8 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   config.train.beta2 = ref.beta2;
   config.train.adam_eps = ref.adam_eps;
   config.train.weight_decay = ref.weight_decay;
+  // The root attribute optimizer (Muon's references); absent: AdamW.
+  if (file.has_attr("optimizer")) config.train.optimizer = file.attr_string("optimizer");
   config.data.document_mask = ref.eod_token >= 0;
   config.data.eod_token = ref.eod_token;
   TrainingSetup setup(config, parallel, k);
