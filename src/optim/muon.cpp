@@ -2,7 +2,7 @@
 // MoonshotAI/Moonlight's examples/toy_train.py does it) for the hidden matrices, AdamW
 // (adamw.cpp's kernel, with train.beta1/beta2/adam_eps) for every other tensor:
 //   buf = mu buf + g;  u = g + mu buf  (Nesterov momentum, mu = 0.95);
-//   O = NewtonSchulz5(u) over the whole matrix (optim/newton_schulz.h);
+//   O = NewtonSchulz5(u) over the whole matrix (newton_schulz below);
 //   p = p (1 - lr wd) - lr 0.2 sqrt(max(rows, columns)) O.
 // O's entries have an RMS of about 1/sqrt(max(rows, columns)); the factor 0.2 sqrt(...)
 // gives the update AdamW's typical RMS (about 0.2), so AdamW's lr and weight decay carry over.
@@ -27,10 +27,11 @@
 //
 // State: momentum_buffer (the hidden matrices' only) and AdamW's exp_avg and exp_avg_sq
 // (the other tensors' only); one float per parameter of a matrix, two for the rest.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/base/error.h"
-#include "optim/newton_schulz.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 
@@ -41,6 +42,71 @@ namespace {
 constexpr float kMomentum = 0.95f;       // Moonlight's and Keller Jordan's
 constexpr double kAdamWRmsMatch = 0.2;   // the update's RMS scale, times sqrt(max(rows, columns))
 constexpr size_t kMomentumBuffer = 0, kExpAvg = 1, kExpAvgSq = 2;  // the state buffers
+
+// x . y over n floats, summed in a fixed order (the same result for any thread count).
+float dot(const float* x, const float* y, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+
+// The quintic Newton-Schulz iteration of Keller Jordan's Muon, as Moonlight's
+// zeropower_via_newtonschulz5 runs it: it takes a matrix G to about U V^T of its SVD
+// G = U S V^T (every singular value near 1, between about 0.7 and 1.2: the coefficients
+// trade exactness for speed), in matrix products only:
+//   X = G / (||G||_F + 1e-7), transposed when it has more rows than columns;
+//   5 times: A = X X^T;  B = b A + c A A;  X = a X + B X;  then transposed back.
+// fp32 on the host (Moonlight runs it in bf16 on a GPU; a GPU path would be a kernel op,
+// kernels/ops.def). g: rows x columns, row-major; the result has its shape.
+constexpr int kNewtonSchulzSteps = 5;
+constexpr float kNewtonSchulzA = 3.4445f, kNewtonSchulzB = -4.7750f, kNewtonSchulzC = 2.0315f;
+
+std::vector<float> newton_schulz(const float* g, int64_t rows, int64_t columns) {
+  // X is r x c with r <= c, so that X X^T is the smaller Gram matrix.
+  const bool tall = rows > columns;
+  const int64_t r = tall ? columns : rows, c = tall ? rows : columns;
+  std::vector<float> x(static_cast<size_t>(r * c));
+  double squares = 0.0;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < columns; j++) {
+      const float v = g[i * columns + j];
+      squares += static_cast<double>(v) * v;
+      x[tall ? j * c + i : i * c + j] = v;
+    }
+  const float norm = static_cast<float>(std::sqrt(squares) + 1e-7);
+  for (float& v : x) v /= norm;
+  std::vector<float> a(static_cast<size_t>(r * r)), b(a.size()), next(x.size());
+  for (int step = 0; step < kNewtonSchulzSteps; step++) {
+    // A = X X^T: rows of X against rows of X (A is symmetric).
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < r; j++) a[i * r + j] = dot(&x[i * c], &x[j * c], c);
+    // B = b A + c A A, where (A A)[i][j] = A_i . A_j since A is symmetric.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < r; j++)
+        b[i * r + j] = kNewtonSchulzB * a[i * r + j] + kNewtonSchulzC * dot(&a[i * r], &a[j * r], r);
+    // X = a X + B X, row by row.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < r; i++) {
+      float* out = &next[i * c];
+      for (int64_t j = 0; j < c; j++) out[j] = kNewtonSchulzA * x[i * c + j];
+      for (int64_t k = 0; k < r; k++) {
+        const float w = b[i * r + k];
+        const float* row = &x[k * c];
+#pragma omp simd
+        for (int64_t j = 0; j < c; j++) out[j] += w * row[j];
+      }
+    }
+    x.swap(next);
+  }
+  if (!tall) return x;
+  std::vector<float> back(x.size());
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < columns; j++) back[i * columns + j] = x[j * c + i];
+  return back;
+}
 
 bool hidden_matrix(const ParameterLayout& layout, const ParameterTensor& t) {
   return t.shape.size() == 2 && t.placement.sharding != Sharding::replicated &&

@@ -104,6 +104,7 @@ Reference load_reference(const std::string& path) {
   ref.adam_eps = file.attr_double("adam_eps");
   ref.weight_decay = file.attr_double("weight_decay");
   ref.grad_clip = file.attr_double("grad_clip");
+  if (file.has_attr("optimizer")) ref.optimizer = file.attr_string("optimizer");  // Muon's references
   const auto shape = file.shape("batches/tokens");
   const std::vector<int64_t> expected = {ref.steps, ref.batch, ref.model.seq_len + 1};
   require(shape == expected, path + ": batches/tokens has the wrong shape");
@@ -191,8 +192,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   config.train.beta2 = ref.beta2;
   config.train.adam_eps = ref.adam_eps;
   config.train.weight_decay = ref.weight_decay;
-  // The root attribute optimizer (Muon's references); absent: AdamW.
-  if (file.has_attr("optimizer")) config.train.optimizer = file.attr_string("optimizer");
+  config.train.optimizer = ref.optimizer;
   config.data.document_mask = ref.eod_token >= 0;
   config.data.eod_token = ref.eod_token;
   TrainingSetup setup(config, parallel, k);
