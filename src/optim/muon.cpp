@@ -17,13 +17,13 @@
 //
 // Distribution (as DistMuon and Dion do it): u is elementwise, so each rank computes it on
 // the ranges it owns; the orthogonalization needs the matrix whole. Each matrix has an
-// owner, round robin over the shard group (ZeRO) and then over tp: the shard owner gathers
-// this tp rank's piece from the owned ranges (all_to_all over the shard group), the tp
-// owner gathers the pieces (over tp), assembles the matrix, orthogonalizes it and sends
-// each piece back, and the shard owner each rank's ranges. Without ZeRO every dp rank
-// holds all of u and the dp replicas each orthogonalize over their own tp group. The same
-// whole matrix goes into the same iteration on every layout: the update does not depend
-// on the layout.
+// owner, round robin over the shard group and then over tp: the shard owner gathers this
+// tp rank's piece from the owned ranges (all_to_all over the shard group), the tp owner
+// gathers the pieces (over tp), assembles the matrix, orthogonalizes it and sends each
+// piece back, and the shard owner each rank's ranges. The shard group is ZeRO's; without
+// ZeRO it is the data-parallel ranks, which all own everything (the mesh's owned ranges
+// alike): the owner takes u from itself and sends O to all of them. The same whole matrix
+// goes into the same iteration on every layout: the update does not depend on the layout.
 //
 // State: momentum_buffer (the hidden matrices' only) and AdamW's exp_avg and exp_avg_sq
 // (the other tensors' only); one float per parameter of a matrix, two for the rest.
@@ -172,6 +172,7 @@ class Muon final : public Optimizer {
   std::vector<int> matrix_of_;   // per tensor of the layout: its index in matrices_, or -1
   std::vector<float> updates_;   // u, then O, where the momentum buffer holds the matrices
   int shard_rank_ = 0, shard_size_ = 1, tp_rank_ = 0, tp_size_ = 1;
+  bool replicated_ = false;  // every shard rank owns all of this rank's ranges (no ZeRO)
 };
 
 Muon::Muon(const OptimizerKind& kind, const ParameterLayout& layout, const OptimizerSettings& settings,
@@ -193,6 +194,10 @@ Muon::Muon(const OptimizerKind& kind, const ParameterLayout& layout, const Optim
   const std::vector<FlatRange> mine = owned.empty() ? std::vector<FlatRange>{{0, layout.total_floats()}} : owned;
   const std::vector<std::vector<FlatRange>> owned_by = mesh.shards != nullptr ? mesh.owned_by
                                                                               : std::vector<std::vector<FlatRange>>{mine};
+  replicated_ = std::all_of(owned_by.begin(), owned_by.end(), [&](const std::vector<FlatRange>& ranges) {
+    return std::equal(ranges.begin(), ranges.end(), mine.begin(), mine.end(),
+                      [](const FlatRange& a, const FlatRange& b) { return a.begin == b.begin && a.end == b.end; });
+  });
   check(owned_by.size() == static_cast<size_t>(shard_size_) && owned_by[shard_rank_].size() == mine.size(),
         "muon: the mesh's owned ranges are not the optimizer's");
   for (size_t i = 0; i < mine.size(); i++)
@@ -272,6 +277,15 @@ void Muon::step(const ParameterAt& parameter_at, const GradientAt& gradient_at, 
 }
 
 void Muon::gather_pieces() {
+  if (replicated_) {  // the owner has it all
+    for (Matrix& m : matrices_) {
+      if (m.shard_owner != shard_rank_) continue;
+      m.piece.assign(layout_[m.tensor].stored, 0.0f);
+      for (const Segment* s : m.mine)
+        std::copy_n(u_of(*s), s->size, m.piece.begin() + (s->offset - layout_[m.tensor].offset));
+    }
+    return;
+  }
   std::vector<std::vector<float>> send(shard_size_);
   std::vector<size_t> counts(shard_size_, 0);
   for (Matrix& m : matrices_) {

@@ -44,14 +44,20 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
 }
 
 // Where the optimizer's tensors have their other pieces (Muon gathers each matrix whole):
-// ZeRO's shard group and each of its ranks' owned ranges, and the tp group.
+// ZeRO's shard group and each of its ranks' owned ranges, and the tp group. Without ZeRO
+// the data-parallel ranks all own everything (alike owned ranges: each orthogonalizes its
+// share of the matrices for all of them), but under expert parallelism, where they hold
+// different experts.
 OptimizerMesh optimizer_mesh(const DataParallel& data_parallel, Transformer& model) {
   OptimizerMesh mesh;
+  Communicator& shards = data_parallel.shard_group();
   if (data_parallel.shards_optimizer_state()) {
-    Communicator& shards = data_parallel.shard_group();
     mesh.shards = &shards;
     for (int q = 0; q < shards.size(); q++)
       mesh.owned_by.push_back(DataParallel::sharded_ranges(data_parallel.buckets(), shards.size(), q));
+  } else if (shards.size() > 1 && model.expert_parallel() == nullptr) {
+    mesh.shards = &shards;
+    mesh.owned_by.assign(shards.size(), data_parallel.owned());
   }
   Communicator* tp = model.tensor_parallel().communicator();
   if (tp != nullptr && tp->size() > 1) mesh.tp = tp;

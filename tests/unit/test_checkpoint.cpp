@@ -448,9 +448,9 @@ const std::string kLlama = "train --config configs/tiny-llama.ini --train.global
                            "--log.val_batches=0 --log.peak_gflops=100 --train.micro_batch=2 ";
 
 // Muon's state (momentum_buffer for the blocks' matrices, AdamW's moments for the rest)
-// saved at tp 2 continues at tp 1 and at dp 2 with ZeRO-1: the same losses, and at step 4
-// the same momentum as the uninterrupted tp-2 run (a momentum lost on the way would be
-// off by mu^2 of what steps 1 and 2 left).
+// saved at tp 2 continues at tp 1 and at dp 2 with and without ZeRO-1: the same losses,
+// and at step 4 the same momentum as the uninterrupted tp-2 run (a momentum lost on the
+// way would be off by mu^2 of what steps 1 and 2 left).
 TEST(Checkpoint, MuonStateSavedAtTpTwoContinuesUnderOtherLayouts) {
   const std::string muon = kLlama + "--model.n_layer=2 --train.optimizer=muon --train.warmup_steps=0 ";
   const std::string whole = fresh_dir("muon_whole");
@@ -462,7 +462,7 @@ TEST(Checkpoint, MuonStateSavedAtTpTwoContinuesUnderOtherLayouts) {
   EXPECT_EQ(saved.optimizer_state, (std::vector<std::string>{"momentum_buffer", "exp_avg", "exp_avg_sq"}));
   const auto momentum = read_canonical(saved, "momentum_buffer");
   const auto reference = step_losses(a.out);
-  for (const std::string layout : {"1 --parallel.dp=1", "2 --parallel.dp=2 --parallel.zero=1"}) {
+  for (const std::string layout : {"1 --parallel.dp=1", "2 --parallel.dp=2 --parallel.zero=1", "2 --parallel.dp=2"}) {
     const std::string copy = copy_of_step_2(whole, "muon_reshard");
     const CliRun r = run(muon + layout.substr(2) + " --train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" +
                              copy + run_dir_flag(copy),

@@ -275,7 +275,7 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {2, lmuon, "--parallel.zero=1", "dp groups: {0,1}"},
       {2, lmuon, "--parallel.tp=2", "tp groups: {0,1}"},
       {4, lmuon, "--parallel.tp=2 --parallel.zero=1", "dp groups: {0,2} {1,3}"},
-      {1, mmuon, "", "dp groups: {0}"},
+      {2, mmuon, "", "dp groups: {0,1}"},  // without ZeRO: each dp rank orthogonalizes its share for both
       {1, a, "", "dp groups: {0}"},
       {2, a, "", "dp groups: {0,1}"},
       {2, a, "--parallel.zero=1", "dp groups: {0,1}"},
