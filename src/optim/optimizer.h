@@ -35,8 +35,9 @@ struct OptimizerSettings {
 
 // The ranks that hold the pieces of this rank's tensors, for an optimizer that updates a
 // tensor whole (Muon): ZeRO's shard group, which cuts the flat buffer into each rank's
-// owned ranges, and the tp group, which cuts a tensor into pieces (its placement). Null
-// where this rank holds all of it (no ZeRO; tp 1).
+// owned ranges, and the tp group, which cuts a tensor into pieces (its placement). Without
+// ZeRO, `shards` may be the data-parallel ranks, all owning alike ranges (they share the
+// work); null where no other rank takes part (one dp rank; tp 1).
 struct OptimizerMesh {
   Communicator* shards = nullptr;
   std::vector<std::vector<FlatRange>> owned_by;  // per rank of `shards`: its owned ranges
