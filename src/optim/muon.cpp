@@ -13,7 +13,8 @@
 // the head (the model's ends, outside the blocks), norms and biases (1-D), nor a mixture's
 // router, which every tp rank holds whole: its [experts x d] rows are the logits of a
 // choice among a few experts, a classifier like the head, and equalizing its singular
-// values would push every expert's logit as hard as the most used one's.
+// values would push every expert's logit as hard as the most used one's. (Moonlight's own
+// rule, every 2-D tensor but the embedding and the head, would take a router too.)
 //
 // Distribution (as DistMuon and Dion do it): u is elementwise, so each rank computes it on
 // the ranges it owns; the orthogonalization needs the matrix whole. Each matrix has an
