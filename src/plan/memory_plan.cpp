@@ -148,6 +148,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   for (const std::string& name : optimizer.state_names) state += (state.empty() ? " " : ", ") + name;
   add("optimizer state", optimizer.name + state + (zero > 0 ? "; 1/" + std::to_string(shards) + region_shares : std::string()),
       optimizer.state_floats_for(layout, owned) * f32);
+  if (optimizer.work_floats_for)
+    add("optimizer work", optimizer.name + "'s buffers of a step", optimizer.work_floats_for(layout, owned) * f32);
   if (zero > 0) {
     size_t shard = 0, window_shard = 0;
     for (const FlatRange& r : owned) shard += r.size();

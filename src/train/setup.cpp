@@ -49,6 +49,27 @@ DataParallel make_data_parallel(const Config& config, ParallelState& parallel, k
   return DataParallel(shards, k, layout.total_floats(), std::move(units), hybrid.replica, zero, std::move(regions));
 }
 
+// Where the optimizer's tensors have their other pieces (Muon gathers each matrix whole):
+// ZeRO's shard group and each of its ranks' owned ranges, and the tp group. Without ZeRO
+// the data-parallel ranks all own everything (alike owned ranges: each orthogonalizes its
+// share of the matrices for all of them), but under expert parallelism, where they hold
+// different experts.
+OptimizerMesh optimizer_mesh(const DataParallel& data_parallel, Transformer& model) {
+  OptimizerMesh mesh;
+  Communicator& shards = data_parallel.shard_group();
+  if (data_parallel.shards_optimizer_state()) {
+    mesh.shards = &shards;
+    for (int q = 0; q < shards.size(); q++)
+      mesh.owned_by.push_back(DataParallel::sharded_ranges(data_parallel.buckets(), shards.size(), q));
+  } else if (shards.size() > 1 && model.expert_parallel() == nullptr) {
+    mesh.shards = &shards;
+    mesh.owned_by.assign(shards.size(), data_parallel.owned());
+  }
+  Communicator* tp = model.tensor_parallel().communicator();
+  if (tp != nullptr && tp->size() > 1) mesh.tp = tp;
+  return mesh;
+}
+
 }  // namespace
 
 int32_t document_end(const DataConfig& data) {
@@ -83,7 +104,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
       data_parallel(make_data_parallel(config, parallel, k, model, hybrid)),
       optimizer(make_optimizer(config.train.optimizer, model.layout(),
                                {config.train.beta1, config.train.beta2, config.train.adam_eps, config.train.weight_decay},
-                               k, data_parallel.owned())),
+                               k, data_parallel.owned(), optimizer_mesh(data_parallel, model))),
       runner(model, *optimizer, data_parallel, parallel.groups(), k, plan.links, zero_axes(hybrid)) {
   if (k.host_memory()) {
     data_parallel.set_max_in_flight(kMpiReductionsInFlight);

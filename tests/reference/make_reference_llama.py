@@ -48,6 +48,9 @@ p.add_argument("--z-coef", type=float, default=0.001)
 p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
 p.add_argument("--head-dim", type=int, default=0, help="each head's width (0: dim / heads; Qwen3's head_dim)")
 p.add_argument("--tie", action="store_true", help="tie_word_embeddings: the head reads model.embed_tokens.weight")
+p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+               help="muon: Moonlight's Muon (momentum 0.95, Nesterov) for the blocks' 2-D matrices but the "
+                    "routers, AdamW for the rest (tests/reference/README.md)")
 a = p.parse_args()
 if a.window > 0 and a.family not in ("mistral", "mixtral"): raise SystemExit("--window goes with mistral or mixtral")
 MOE = a.family in ("mixtral", "qwen3_moe")
@@ -220,6 +223,20 @@ def objective(batch):
     aux = sum(AUX) if AUX else torch.zeros((), dtype=torch.float64)
     return loss, loss + aux, float(aux)
 
+# Muon (Moonlight's examples/toy_train.py): the blocks' 2-D matrices but the routers
+# (`.gate.weight`, a classifier over the experts, like the head) take Nesterov momentum and
+# 5 Newton-Schulz steps over the whole matrix; every other tensor AdamW as below.
+MUON_MOMENTUM = 0.95
+def hidden_matrix(k, v): return v.dim() == 2 and k.startswith("model.layers.") and not k.endswith(".gate.weight")
+def newton_schulz(G):
+    X = G / (G.norm() + 1e-7)
+    tall = X.size(0) > X.size(1)
+    if tall: X = X.T
+    for _ in range(5):
+        A = X @ X.T
+        X = 3.4445 * X + (-4.7750 * A + 2.0315 * A @ A) @ X
+    return X.T if tall else X
+buf = {k: torch.zeros_like(v) for k, v in P.items()}
 m = {k: torch.zeros_like(v) for k, v in P.items()}
 s = {k: torch.zeros_like(v) for k, v in P.items()}
 losses, norms, aux_losses, dropped, chosen_steps, gap_steps = [], [], [], [], [], []
@@ -232,6 +249,7 @@ with h5py.File(a.out, "w") as f:
     if a.window > 0: f.attrs["sliding_window"] = np.int64(a.window)
     if a.head_dim > 0: f.attrs["head_dim"] = np.int64(hd)
     if a.tie: f.attrs["tie_word_embeddings"] = np.int64(1)
+    if a.optimizer != "adamw": f.attrs.update(dict(optimizer=a.optimizer, muon_momentum=MUON_MOMENTUM))
     if MOE:
         f.attrs.update(dict(n_experts=np.int64(E), n_experts_per_token=np.int64(K), moe_ffn_dim=np.int64(FE),
                             moe_norm_topk=np.int64(0 if a.no_renormalize else 1),
@@ -255,6 +273,11 @@ with h5py.File(a.out, "w") as f:
         with torch.no_grad():
             for k, v in P.items():
                 g = v.grad * coef
+                if a.optimizer == "muon" and hidden_matrix(k, v):
+                    buf[k].mul_(MUON_MOMENTUM).add_(g)
+                    v.mul_(1 - a.lr * a.wd)
+                    v.sub_(a.lr * 0.2 * math.sqrt(max(v.shape)) * newton_schulz(g + MUON_MOMENTUM * buf[k]))
+                    continue
                 if v.dim() >= 2: v.mul_(1 - a.lr * a.wd)
                 m[k].mul_(B1).add_(g, alpha=1 - B1); s[k].mul_(B2).addcmul_(g, g, value=1 - B2)
                 mh = m[k] / (1 - B1 ** (t + 1)); vh = s[k] / (1 - B2 ** (t + 1))

@@ -231,6 +231,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // block's size (MemoryPlan.ZeroThreeWindowsTheEndsThatFitABlocksWindow checks the padding):
   // make_reference.py --layers 2 --heads 4 --dim 32 --seq 16 --vocab 317 --batch 4 --steps 3.
   const std::string v317 = "tests/data/gpt2_ref_v317.h5";
+  // Muon (the root attribute optimizer): Llama's and Mixtral's shapes, make_reference_llama.py
+  // --optimizer muon (tests/reference/README.md).
+  const std::string lmuon = "tests/data/llama_ref_muon.h5", mmuon = "tests/data/mixtral_ref_muon.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -266,6 +269,13 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, position, "--parallel.tp=2 --parallel.cp=2 --parallel.ep=2 --parallel.zero=3", "ep groups: {0,2} {1,3}"},
       {4, capacity, "--parallel.ep=2 --parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1",
        "ep groups: {0,1} {2,3}"},
+      // Muon: each matrix whole on one owner, gathered over ZeRO's shard group and over tp;
+      // a mixture's experts (each its own matrix) and its router (AdamW's).
+      {1, lmuon, "", "dp groups: {0}"},
+      {2, lmuon, "--parallel.zero=1", "dp groups: {0,1}"},
+      {2, lmuon, "--parallel.tp=2", "tp groups: {0,1}"},
+      {4, lmuon, "--parallel.tp=2 --parallel.zero=1", "dp groups: {0,2} {1,3}"},
+      {2, mmuon, "", "dp groups: {0,1}"},  // without ZeRO: each dp rank orthogonalizes its share for both
       {1, a, "", "dp groups: {0}"},
       {2, a, "", "dp groups: {0,1}"},
       {2, a, "--parallel.zero=1", "dp groups: {0,1}"},
@@ -487,6 +497,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     }
     if (l.reference == mistral || l.reference == mdocs) {
       EXPECT_NE(r.out.find("sliding window of 7 tokens"), std::string::npos) << what << "\n" << r.out;
+    }
+    if (l.reference == lmuon || l.reference == mmuon) {  // the reference's optimizer, not the default
+      EXPECT_NE(r.out.find(", 3 muon steps,"), std::string::npos) << what << "\n" << r.out;
     }
     if (l.reference == mixtral || l.reference == qwen3_moe) {
       EXPECT_NE(r.out.find("auxiliary loss, every step (max)"), std::string::npos) << what << "\n" << r.out;
