@@ -29,7 +29,7 @@ struct RopeScaling {
 // The model's shape; what its family makes of it (norm, positions, MLP, names):
 // model/families/.
 struct ModelConfig {
-  std::string family = "gpt2";   // a registered family (model/families/): gpt2, llama, qwen2, qwen3, mistral, mixtral, qwen3_moe
+  std::string family = "gpt2";   // a registered family (model/families/): gpt2, llama, qwen2, qwen3, mistral, mixtral, qwen3_moe, olmo2
   int n_layer = 4;               // transformer blocks
   int n_head = 4;                // attention (query) heads
   int n_kv_head = 0;             // key/value heads (grouped-query attention); 0: n_head

@@ -398,7 +398,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     for (int l = end - 1; l >= first; l--) {
       if (unit_begins) unit_begins(block_unit(l));
       const trace::Span span("layer", [&] { return trace_name(layout_.global_layer(l), "weight gradients"); });
-      layers_.blocks[l]->weight_gradients(r, p);
+      layers_.blocks[l]->weight_gradients(r, p, block_input(chunk, slot, l));
       report(block_unit(l));
     }
     if (chunk == 0) report(0);

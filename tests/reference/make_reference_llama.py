@@ -32,7 +32,7 @@ p.add_argument("--clip", type=float, default=1.0)
 p.add_argument("--theta", type=float, default=10000.0)
 p.add_argument("--seed", type=int, default=4321)
 p.add_argument("--eod", type=int, default=None, help="end-of-document token: packed documents, document mask")
-p.add_argument("--family", choices=["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe"], default="llama")
+p.add_argument("--family", choices=["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "olmo2"], default="llama")
 p.add_argument("--experts", type=int, default=4)
 p.add_argument("--top-k", type=int, default=2)
 p.add_argument("--moe-ffn", type=int, default=0, help="qwen3_moe: each expert's width (0: --ffn)")
@@ -85,6 +85,10 @@ for i in range(L):  # drawn after Llama's parameters: a llama reference is what 
         params.update({q + "q_proj.bias": w(H * hd), q + "k_proj.bias": w(KV * hd), q + "v_proj.bias": w(KV * hd)})
     if a.family in ("qwen3", "qwen3_moe"):
         params.update({q + "q_norm.weight": norm_w(hd), q + "k_norm.weight": norm_w(hd)})
+    if a.family == "olmo2":  # post-norm branches; q and k RMS-normalized over their whole width
+        del params[f"model.layers.{i}.input_layernorm.weight"]
+        params.update({f"model.layers.{i}.post_feedforward_layernorm.weight": norm_w(d),
+                       q + "q_norm.weight": norm_w(H * hd), q + "k_norm.weight": norm_w(KV * hd)})
 # A mixture of experts replaces the MLP: its tensors drawn last, the MLP's dropped.
 MOE_BLOCK = "block_sparse_moe" if a.family == "mixtral" else "mlp"
 MOE_NAMES = ("w1", "w3", "w2") if a.family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
@@ -191,12 +195,15 @@ def loss_fn(batch):
         mask = (mask & (doc[:, :, None] == doc[:, None, :]))[:, None]  # [B, 1, T, T]
     for i in range(L):
         q = f"model.layers.{i}."
-        h = rms(x, P[q + "input_layernorm.weight"])
+        OLMO2 = a.family == "olmo2"  # h = x + post_norm(sublayer(x)) (Olmo2DecoderLayer)
+        h = x if OLMO2 else rms(x, P[q + "input_layernorm.weight"])
         def proj(name):
             y = h @ P[q + f"self_attn.{name}.weight"].T
             return y + P[q + f"self_attn.{name}.bias"] if q + f"self_attn.{name}.bias" in P else y
-        qq = proj("q_proj").view(B, T, H, hd)
-        kk = proj("k_proj").view(B, T, KV, hd)
+        qq, kk = proj("q_proj"), proj("k_proj")
+        if OLMO2:  # over the whole projection, before the split into heads (Olmo2Attention)
+            qq, kk = rms(qq, P[q + "self_attn.q_norm.weight"]), rms(kk, P[q + "self_attn.k_norm.weight"])
+        qq, kk = qq.view(B, T, H, hd), kk.view(B, T, KV, hd)
         vv = proj("v_proj").view(B, T, KV, hd).transpose(1, 2)
         if a.family in ("qwen3", "qwen3_moe"):  # each head's RMSNorm, before the rotary embedding (Qwen3Attention)
             qq, kk = rms(qq, P[q + "self_attn.q_norm.weight"]), rms(kk, P[q + "self_attn.k_norm.weight"])
@@ -205,7 +212,14 @@ def loss_fn(batch):
         att = (qq @ kk.transpose(-2, -1)) / math.sqrt(hd)
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ vv).transpose(1, 2).reshape(B, T, H * hd)
-        x = x + y @ P[q + "self_attn.o_proj.weight"].T
+        y = y @ P[q + "self_attn.o_proj.weight"].T
+        if OLMO2:
+            x = x + rms(y, P[q + "post_attention_layernorm.weight"])
+            g = x @ P[q + "mlp.gate_proj.weight"].T
+            y = (torch.nn.functional.silu(g) * (x @ P[q + "mlp.up_proj.weight"].T)) @ P[q + "mlp.down_proj.weight"].T
+            x = x + rms(y, P[q + "post_feedforward_layernorm.weight"])
+            continue
+        x = x + y
         h = rms(x, P[q + "post_attention_layernorm.weight"])
         if MOE:
             x = x + moe(q, h)

@@ -78,6 +78,7 @@ TEST(TransformerSpec, ShippedConfigsAreThePublishedModels) {
       {"mixtral-8x22b", "Mixtral-8x22B-v0.1", "141", "39", ""},
       {"llama3.1-70b", "Llama-3.1-70B", "70.6", "", ""},
       {"llama3.1-405b", "Llama-3.1-405B", "406", "", ""},
+      // OLMo 2 7B: Hugging Face's count of the weights (7.30B).
   };
   for (const Published& m : models) {
     SCOPED_TRACE(m.config);
@@ -281,7 +282,7 @@ TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   m.head_dim = 64;  // gpt2, 4 heads of 128 / 4
   EXPECT_NE(error_of(m).find("model.head_dim (64) applies to the llama-style families"), std::string::npos);
   m.family = "mamba";
-  EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'");
+  EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, mixtral, olmo2, qwen2, qwen3 or qwen3_moe, got 'mamba'");
 }
 
 // A mixture of experts' keys on a dense family are refused, named, like n_experts; at their
