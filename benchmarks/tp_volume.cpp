@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   DataParallel dp(parallel.dp(), *k, model.layout().total_floats(), 25, false);
   const auto adamw = make_optimizer("adamw", model.layout(), {}, *k, dp.owned());
   Optimizer& optimizer = *adamw;
-  StepRunner runner(model, optimizer, dp, parallel.dp(), *k);
+  StepRunner runner(model, optimizer, dp, parallel.groups(), *k);
   std::vector<int32_t> tokens(static_cast<size_t>(G) * T), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); i++) {
     tokens[i] = static_cast<int32_t>(hash_key(1, 1, i) % mc.vocab_size);

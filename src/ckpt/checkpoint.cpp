@@ -56,7 +56,7 @@ size_t Checkpointer::staging_bytes(const ParameterLayout& layout, const std::vec
   return (1 + optimizer_state.size()) * layout.total_floats() * sizeof(float);
 }
 
-size_t Checkpointer::piece_bytes(const ParameterLayout& layout, CheckpointWrites writer,
+size_t Checkpointer::piece_bytes(const ParameterLayout& layout, const CheckpointWriter& writer,
                                  const std::vector<std::string>& optimizer_state) {
   std::vector<KindSource> sizes_only;
   for (const std::string& kind : checkpoint_kinds(optimizer_state)) sizes_only.push_back({kind});
@@ -83,7 +83,7 @@ void Checkpointer::collect_at_node_leader(int step) {
   for (size_t i = 0; i < kinds.size(); i++) sources.push_back({kinds[i], host_state_[i].data()});
   // One replica of each tensor writes it.
   const std::vector<Piece> pieces =
-      rank_pieces(layout, CheckpointWrites::of(parallel_.dims(), parallel_.coords()), sources);
+      rank_pieces(layout, CheckpointWriter{parallel_.dims(), parallel_.coords()}, sources);
   // 2. Hand them to the node leader (ckpt/checkpoint_transport.h).
   node_leaders_->hand_over(step, pieces);
 }

@@ -54,7 +54,7 @@ class Checkpointer {
   // buffers, by name): this rank's copy of its state, and the blob of pieces it hands its
   // node leader (dp rank 0 only writes: `writer`).
   static size_t staging_bytes(const ParameterLayout& layout, const std::vector<std::string>& optimizer_state);
-  static size_t piece_bytes(const ParameterLayout& layout, CheckpointWrites writes,
+  static size_t piece_bytes(const ParameterLayout& layout, const CheckpointWriter& writer,
                             const std::vector<std::string>& optimizer_state);
   // The node leader's buffers while writing: one piece's aligned copy, the CRC's reads.
   static size_t leader_buffer_bytes(const ParameterLayout& layout);

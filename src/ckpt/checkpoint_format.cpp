@@ -145,7 +145,7 @@ Manifest parse_manifest(const std::string& text, const std::string& step_dir, co
     const auto& layout = j.at("layout");
     const int dp = layout.at("dp"), pp = layout.at("pp"), tp = layout.at("tp"), cp = layout.value("cp", 1);
     m.dims = ParallelDims::resolve(dp * pp * tp * cp, {{Axis::dp, dp}, {Axis::pp, pp}, {Axis::cp, cp}, {Axis::tp, tp}});
-    m.dims.set_expert_parallel(layout.value("ep", 1));
+    m.dims.set_ep(layout.value("ep", 1));
     m.zero = layout.at("zero");
     m.nodes = layout.at("nodes");
     m.config_ini = j.value("config", "");
@@ -320,7 +320,7 @@ std::string manifest_text(const Config& config, const ParallelState& parallel, i
       {"step", step},
       {"model", model_json(config.model)},
       {"layout", {{"dp", parallel.size(Axis::dp)}, {"tp", parallel.size(Axis::tp)}, {"pp", parallel.size(Axis::pp)},
-                  {"cp", parallel.size(Axis::cp)}, {"ep", parallel.dims().expert_parallel_size()},
+                  {"cp", parallel.size(Axis::cp)}, {"ep", parallel.dims().size(MeshAxis::ep)},
                   {"zero", par.zero}, {"nodes", parallel.nodes()}}},
       {"state", {{"optimizer", optimizer}, {"optimizer_state", optimizer_state},
                  {"optimizer_steps", step}, {"data_position", step}, {"lr_schedule_step", step},

@@ -26,12 +26,12 @@ std::vector<std::string> checkpoint_kinds(const std::vector<std::string>& optimi
   return kinds;
 }
 
-std::vector<Piece> rank_pieces(const ParameterLayout& layout, CheckpointWrites writes,
+std::vector<Piece> rank_pieces(const ParameterLayout& layout, const CheckpointWriter& writer,
                                const std::vector<KindSource>& sources) {
   std::vector<Piece> pieces;
   for (const ParameterTensor& t : layout.tensors()) {
     const Placement& p = t.placement;
-    if (!(p.expert && layout.ep_size() > 1 ? writes.experts : writes.shared) || !p.counted) continue;
+    if (!writer.writes(p)) continue;
     for (const KindSource& source : sources)
       pieces.push_back({source.kind, t.name, sharding_name(p.sharding), t.shape, t.padded_shape[0], p.piece, p.pieces,
                         source.flat == nullptr ? nullptr : source.flat + t.offset, t.stored});

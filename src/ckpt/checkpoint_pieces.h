@@ -1,7 +1,7 @@
 // Which pieces of its state a rank writes into a checkpoint, and which it reads back.
 // A piece is a canonical tensor's tp shard of one kind (params, or a state buffer of the
 // optimizer): one dataset of a node file (ckpt/checkpoint_format.h). Of the ranks holding
-// the same piece, one writes it (CheckpointWrites); a rank reads its own piece where the
+// the same piece, one writes it (CheckpointWriter); a rank reads its own piece where the
 // checkpoint has it, else reshards the tensor from every saved shard.
 #pragma once
 
@@ -14,15 +14,13 @@
 
 namespace trident {
 
-// Which of its tensors a rank writes: one copy of each. The shared tensors from data-
-// parallel rank 0 (dp x cp hold the same ones); under expert parallelism each expert from
-// the first rank of its expert-data-parallel group (ep ranks 0 .. ep-1 hold them all).
-struct CheckpointWrites {
-  bool shared = false, experts = false;
-  static CheckpointWrites of(const ParallelDims& d, const RankCoords& c) {
-    return {d.data_parallel_rank(c) == 0, d.expert_data_parallel_rank(c) == 0};
-  }
-  bool any() const { return shared || experts; }
+// Which of its tensors a rank writes: one copy of each, from the first rank of the set
+// holding it replicated (model/placement.h): of its data axes' group, and of the tp ranks
+// holding its piece, the one whose copy counts.
+struct CheckpointWriter {
+  ParallelDims dims;
+  RankCoords coords;
+  bool writes(const Placement& p) const { return p.counted && dims.group_rank(coords, p.data_axes()) == 0; }
 };
 
 // One kind of this rank's state as a full flat buffer in host memory.
@@ -37,8 +35,8 @@ std::vector<std::string> checkpoint_kinds(const std::vector<std::string>& optimi
 
 // The pieces of this rank's state that go into its node's file: its stage's tensors,
 // its tp shard, of every kind in `sources`' order. One replica writes for all
-// (CheckpointWrites), and of the tp ranks holding the same piece, the one whose copy counts.
-std::vector<Piece> rank_pieces(const ParameterLayout& layout, CheckpointWrites writes,
+// (CheckpointWriter), and of the tp ranks holding the same piece, the one whose copy counts.
+std::vector<Piece> rank_pieces(const ParameterLayout& layout, const CheckpointWriter& writer,
                                const std::vector<KindSource>& sources);
 
 // Which of a checkpoint's node files a rank of `layout` reads to load it: the ones

@@ -19,12 +19,6 @@
 
 namespace trident {
 
-// checkpoint.s3_* as the client's settings; the region resolved as AWS's tools would
-// (else us-east-1) and checked; the endpoint `endpoint` (default: checkpoint.s3_endpoint,
-// else the environment's: storage/s3_endpoint.h).
-S3Settings s3_settings(const CheckpointConfig& c);
-S3Settings s3_settings(const CheckpointConfig& c, const S3Endpoint& endpoint);
-
 class RemoteCheckpoints {
  public:
   // The store at `uri` with checkpoint.s3_*'s settings. UsageError without credentials.

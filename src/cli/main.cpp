@@ -82,10 +82,10 @@ int run_verify(const Args& args, const MpiWorld& world) {
   if (ref.eod_token >= 0) masks += ", documents masked (end token " + std::to_string(ref.eod_token) + ")";
   if (ref.model.sliding_window > 0)
     masks += ", sliding window of " + std::to_string(ref.model.sliding_window) + " tokens";
-  std::printf("verify %s: %s, batch %d (micro-batch %d per rank), %d AdamW steps, "
+  std::printf("verify %s: %s, batch %d (micro-batch %d per rank), %d %s steps, "
               "%d rank(s), ZeRO-%d, recompute %s, %s on %s%s\n",
               ref.path.c_str(), transformer_spec(ref.model).describe().c_str(), ref.batch, config.train.micro_batch,
-              ref.steps, world.size(),
+              ref.steps, ref.optimizer.c_str(), world.size(),
               config.parallel.zero, config.train.recompute_description().c_str(), kernels::precision_name(k->precision()),
               k->name().c_str(), masks.c_str());
   std::printf("%-44s %14s %14s\n", "tensor", "grad rel err", "final rel err");

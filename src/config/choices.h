@@ -19,6 +19,7 @@ namespace trident {
 enum class Schedule { one_f_one_b, gpipe, interleaved, zb1 };  // parallel.schedule (pipeline/schedule.h)
 enum class Recompute { none, selective, full };      // train.recompute
 enum class RecomputeMethod { uniform, block };       // train.recompute_method (model/activations.h)
+enum class LrShape { cosine, linear, constant, wsd };  // train.lr_schedule (optim/lr_schedule.h)
 enum class PrecisionSetting { fp32, bf16, automatic };  // train.precision (auto: bf16 on cuda, fp32 on cpu)
 enum class TokenizerKind { byte, gpt2, llama3, sentencepiece };  // data.tokenizer
 using kernels::Device;                               // train.device
@@ -41,6 +42,11 @@ struct Choices<RecomputeMethod> {
   static constexpr std::array<const char*, 2> names = {"uniform", "block"};
 };
 template <>
+struct Choices<LrShape> {
+  static constexpr const char* key = "train.lr_schedule";
+  static constexpr std::array<const char*, 4> names = {"cosine", "linear", "constant", "wsd"};
+};
+template <>
 struct Choices<PrecisionSetting> {
   static constexpr const char* key = "train.precision";
   static constexpr std::array<const char*, 3> names = {"fp32", "bf16", "auto"};
@@ -60,6 +66,7 @@ struct Choices<Device> {
 static_assert(static_cast<size_t>(Schedule::zb1) + 1 == Choices<Schedule>::names.size());
 static_assert(static_cast<size_t>(Recompute::full) + 1 == Choices<Recompute>::names.size());
 static_assert(static_cast<size_t>(RecomputeMethod::block) + 1 == Choices<RecomputeMethod>::names.size());
+static_assert(static_cast<size_t>(LrShape::wsd) + 1 == Choices<LrShape>::names.size());
 static_assert(static_cast<size_t>(PrecisionSetting::automatic) + 1 == Choices<PrecisionSetting>::names.size());
 static_assert(static_cast<size_t>(TokenizerKind::sentencepiece) + 1 == Choices<TokenizerKind>::names.size());
 static_assert(static_cast<size_t>(Device::cuda) + 1 == Choices<Device>::names.size());

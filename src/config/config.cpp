@@ -8,9 +8,7 @@
 #include <sstream>
 
 #include "config/did_you_mean.h"
-#include "optim/lr_schedule.h"
-#include "model/families/family.h"
-#include "optim/optimizer.h"
+#include "config/registry.h"
 #include "kernels/base/error.h"
 #include "storage/s3_endpoint.h"
 #include "storage/s3_uri.h"
@@ -54,12 +52,12 @@ po::options_description config_options(Config& c) {
   auto& l = c.log;
   auto& ck = c.checkpoint;
   // The registered families and optimizers, as they are in this build.
-  const std::string families = "model family: " + model_family_choices();
+  const std::string families = "model family: " + registered_choices("model.family");
   visit_model_fields(m, [&](const char* key, auto& field, const char* help) {
     o.add_options()(("model." + std::string(key)).c_str(), with_default(&field),
                     std::string(key) == "family" ? families.c_str() : help);
   });
-  const std::string optimizers = "the optimizer: " + optimizer_choices() + " (docs/models.md#optimizers)";
+  const std::string optimizers = "the optimizer: " + registered_choices("train.optimizer") + " (docs/models.md#optimizers)";
   o.add_options()
       ("parallel.dp", with_default(&p.dp), "data-parallel size (0: world / (tp*cp*pp))")
       ("parallel.tp", with_default(&p.tp), "tensor-parallel size")
@@ -291,6 +289,7 @@ std::string format_value(const boost::any& v) {
   else if (auto* e = boost::any_cast<Recompute>(&v)) s << *e;
   else if (auto* e = boost::any_cast<RecomputeMethod>(&v)) s << *e;
   else if (auto* e = boost::any_cast<PrecisionSetting>(&v)) s << *e;
+  else if (auto* e = boost::any_cast<LrShape>(&v)) s << *e;
   else if (auto* e = boost::any_cast<TokenizerKind>(&v)) s << *e;
   else if (auto* e = boost::any_cast<Device>(&v)) s << *e;
   else s << "?";
@@ -303,7 +302,7 @@ void Config::validate() const {
   const auto positive = [](auto value, const char* key) {
     require(value > 0, std::string(key) + " must be positive, got " + std::to_string(value));
   };
-  model_family(model.family);  // a registered one
+  check_registered_choice("model.family", model.family);
   positive(model.n_layer, "model.n_layer");
   positive(model.n_head, "model.n_head");
   positive(model.d_model, "model.d_model");
@@ -360,7 +359,6 @@ void Config::validate() const {
   require(train.min_lr >= 0 && train.min_lr <= train.lr,
           "train.min_lr must lie in [0, train.lr], got " + std::to_string(train.min_lr));
   require(train.warmup_steps >= 0, "train.warmup_steps must be >= 0");
-  parse_lr_shape(train.lr_schedule);
   require(train.lr_decay_steps >= 0, "train.lr_decay_steps must be >= 0 (0: train.steps)");
   require(train.lr_decay_steps == 0 || train.lr_decay_steps > train.warmup_steps,
           "train.lr_decay_steps (" + std::to_string(train.lr_decay_steps) + ") must be past train.warmup_steps (" +
@@ -368,7 +366,7 @@ void Config::validate() const {
   require(train.wsd_decay > 0, "train.wsd_decay must be positive: steps (>= 1) or a fraction (< 1)");
   require(train.weight_decay >= 0, "train.weight_decay must be >= 0");
   require(train.grad_clip >= 0, "train.grad_clip must be >= 0 (0: no clipping)");
-  optimizer_kind(train.optimizer);  // a registered one
+  check_registered_choice("train.optimizer", train.optimizer);
   require(train.beta1 >= 0 && train.beta1 < 1, "train.beta1 must lie in [0, 1)");
   require(train.beta2 >= 0 && train.beta2 < 1, "train.beta2 must lie in [0, 1)");
   positive(train.adam_eps, "train.adam_eps");
@@ -440,7 +438,7 @@ std::pair<int, int> LogConfig::trace_range() const {
 
 void Config::resolve_layout(int world_size) {
   ParallelDims d = ParallelDims::resolve(world_size, parallel.axis_sizes());
-  d.set_expert_parallel(parallel.ep);
+  d.set_ep(parallel.ep);
   parallel.dp = d.size(Axis::dp);
   if (train.global_batch % parallel.dp != 0) {
     // What would do: the dp sizes that divide the batch, as rank counts of this tp x pp
@@ -482,7 +480,9 @@ ParallelDims Config::dims() const {
   int world = 1;
   for (const AxisSize& a : parallel.axis_sizes()) world *= a.size;
   ParallelDims d = ParallelDims::resolve(world, parallel.axis_sizes());
-  d.set_expert_parallel(parallel.ep);
+  d.set_ep(parallel.ep);
+  d.set_sequence_parallel(parallel.sequence_parallel && parallel.tp > 1);
+  d.set_shard_size(parallel.shard_size);
   return d;
 }
 

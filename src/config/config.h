@@ -29,7 +29,7 @@ struct RopeScaling {
 // The model's shape; what its family makes of it (norm, positions, MLP, names):
 // model/families/.
 struct ModelConfig {
-  std::string family = "gpt2";   // a registered family (model/families/): gpt2, llama, qwen2, qwen3, mistral, mixtral, qwen3_moe
+  std::string family = "gpt2";   // a registered family (model/families/): gpt2, llama, qwen2, qwen3, mistral, mixtral, qwen3_moe, olmo2
   int n_layer = 4;               // transformer blocks
   int n_head = 4;                // attention (query) heads
   int n_kv_head = 0;             // key/value heads (grouped-query attention); 0: n_head
@@ -134,7 +134,7 @@ struct TrainConfig {
   double lr = 1e-3;         // peak learning rate
   double min_lr = 1e-4;     // end of the decay
   int warmup_steps = 50;    // linear warmup from 0
-  std::string lr_schedule = "cosine";  // cosine | linear | constant | wsd (optim/lr_schedule.h)
+  LrShape lr_schedule = LrShape::cosine;  // cosine | linear | constant | wsd (optim/lr_schedule.h)
   int lr_decay_steps = 0;   // the step at which the decay reaches min_lr; 0: steps
   double wsd_decay = 0.2;   // wsd: its final decay, in steps (>= 1) or a fraction of the steps after warmup (< 1)
   std::string optimizer = "adamw";  // a registered optimizer (optim/: adamw, lion)

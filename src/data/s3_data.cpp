@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/remote_checkpoints.h"
+#include "config/s3_settings.h"
 #include "parallel/agreement.h"
 #include "parallel/node_leaders.h"
 #include "runtime/byte_size.h"

@@ -22,7 +22,8 @@ ParameterLayout::ParameterLayout(const TransformerSpec& spec, int tp_rank, int t
 
 ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spec, int tp_rank, int tp_size,
                                  size_t pad_to, const StageSpec& stage)
-    : spec_(spec), tp_rank_(tp_rank), tp_size_(tp_size), ep_rank_(stage.ep_rank), ep_(stage.ep) {
+    : spec_(spec), tp_rank_(tp_rank), tp_size_(tp_size), ep_rank_(stage.ep_rank), ep_(stage.ep),
+      has_embedding_(stage.has_embedding) {
   check_tensor_parallel(spec, tp_size);
   check(ep_ >= 1 && ep_rank_ >= 0 && ep_rank_ < ep_, "expert-parallel rank out of range");
   check(!stage.chunks.empty(), "a stage without a model chunk");
@@ -70,15 +71,37 @@ ParameterLayout::ParameterLayout(StageLayers& layers, const TransformerSpec& spe
   if (stage.windowed_ends)
     for (int u : ends_for_windows())
       if (4 * units_[u].size() >= 3 * largest_block()) pad_unit(static_cast<size_t>(u), largest_block());
-  if (ep_ == 1) return;
-  // add() started every run of experts' tensors at a multiple of unit_align, and what
-  // follows one (another tensor, a unit's end) too.
+  // add() started every run of tensors reduced apart at a multiple of unit_align, and what
+  // follows one (another tensor, a unit's end) too: each run is its group's region.
   for (const ParameterTensor& t : tensors_) {
-    if (!t.placement.expert) continue;
+    const AxisSet axes = t.placement.data_axes();
+    if (!reduced_apart(axes, kDataParallel)) continue;
+    auto region = std::find_if(data_regions_.begin(), data_regions_.end(), [&](const DataRegion& r) { return r.axes == axes; });
+    if (region == data_regions_.end()) region = data_regions_.insert(data_regions_.end(), DataRegion{axes, {}});
+    std::vector<FlatRange>& ranges = region->ranges;
     const size_t end = (t.offset + t.stored + unit_align - 1) / unit_align * unit_align;
-    if (!expert_ranges_.empty() && expert_ranges_.back().end >= t.offset) expert_ranges_.back().end = end;
-    else expert_ranges_.push_back({t.offset, end});
+    if (!ranges.empty() && ranges.back().end >= t.offset) ranges.back().end = end;
+    else ranges.push_back({t.offset, end});
   }
+}
+
+std::vector<FlatRange> ParameterLayout::region_ranges() const {
+  std::vector<FlatRange> all;
+  for (const DataRegion& r : data_regions_) all.insert(all.end(), r.ranges.begin(), r.ranges.end());
+  std::sort(all.begin(), all.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  return all;
+}
+
+AxisSet ParameterLayout::data_axes_of(const FlatRange& piece) const {
+  for (const DataRegion& r : data_regions_)
+    if (within(piece, r.ranges)) return r.axes;
+  return kDataParallel;
+}
+
+bool ParameterLayout::reduced_apart(AxisSet a, AxisSet b) const {
+  // The only cut of dp x cp a layout sees is expert parallelism's: with one ep rank the
+  // ranks holding an expert (edp) are all of dp x cp.
+  return a != b && ep_ > 1;
 }
 
 int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) {
@@ -94,20 +117,22 @@ int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) 
   p.pieces = declared.pieces;
   const int holders = tp_size_ / p.pieces;  // ranks holding each piece
   p.piece = tp_rank_ / holders;
-  p.counted = declared.counted && tp_rank_ % holders == 0;
+  p.sharded_over = declared.sharded_over;
+  p.summed_over = declared.summed_over;
   // The ranks holding one piece each compute part of its gradient (a shared key/value
   // head sees only this rank's query heads).
-  p.gradient_sum = p.sharding != Sharding::replicated && holders > 1 ? GradientSum::piece_holders
-                                                                     : declared.gradient_sum;
+  if (p.sharding != Sharding::replicated && holders > 1) p.summed_over = p.summed_over | AxisSet{MeshAxis::tp_piece};
+  // The first rank of its replicated set over tp (its piece's first holder) and pp (a
+  // tied table's first stage, the one that embeds).
+  p.counted = tp_rank_ % holders == 0 && !(p.summed_over.has(MeshAxis::pp_ends) && !has_embedding_);
   p.zero = zero;
   p.weight_decay = t.shape.size() >= 2;  // matrices and embeddings (FORMAT.md)
   p.multiplied = declared.multiplied;
   p.active = declared.active;
-  p.expert = declared.expert;
-  // Under expert parallelism the experts' tensors and the others never share a stretch
-  // of pad_to floats: data parallelism reduces the two over different groups.
-  if (ep_ > 1 && !tensors_.empty() && tensors_.back().placement.expert != p.expert) {
-    check(!declared.adjacent, "an expert's tensor adjacent to a shared one");
+  // Tensors that data parallelism reduces over different groups never share a stretch of
+  // pad_to floats.
+  if (!tensors_.empty() && reduced_apart(tensors_.back().placement.data_axes(), p.data_axes())) {
+    check(!declared.adjacent, "a tensor adjacent to one reduced over other ranks");
     total_ = (total_ + unit_align_ - 1) / unit_align_ * unit_align_;
   }
   if (declared.adjacent) {

@@ -35,12 +35,13 @@ struct TensorDeclaration {
   int pieces = 1;              // distinct pieces over tp (the tp size, or fewer shared ones)
   Init init = Init::normal;
   int64_t padded_rows = 0;     // rows with padding (a vocabulary table's), 0: none
-  GradientSum gradient_sum = GradientSum::none;  // piece_holders is set by the layout
   bool adjacent = false;       // right after the previous tensor, no padding: one GEMM reads both
-  bool counted = true;         // false: a copy another stage's counts (the last stage's tied table)
   bool multiplied = true;      // false: only looked up (Placement::multiplied)
   double active = 1.0;         // the share of tokens it multiplies (Placement::active)
-  bool expert = false;         // one of the experts split over ep ranks (Placement::expert)
+  // Over the mesh (Placement): beyond tp's cut, the axes it is sharded over (an expert: ep),
+  // and those its gradient is summed over (tp_piece is added by the layout).
+  AxisSet sharded_over = {};
+  AxisSet summed_over = kDataParallel;
 };
 
 struct ParameterTensor {
@@ -146,12 +147,21 @@ class ParameterLayout {
   size_t largest_block() const;  // floats
   // The unit holding flat offset `offset` (an index into units()); check-fails outside.
   size_t unit_of(size_t offset) const;
-  // Expert parallelism: this rank's share of the experts, and where their tensors lie (runs
-  // of experts' tensors, each starting and ending at a multiple of pad_to so that data
-  // parallelism reduces them over their own group; empty when ep is 1).
+  // Expert parallelism: this rank's share of the experts (the MoE layer's declarations).
   int ep_rank() const { return ep_rank_; }
   int ep_size() const { return ep_; }
-  const std::vector<FlatRange>& expert_ranges() const { return expert_ranges_; }
+  // Where the tensors lie that data parallelism reduces over other ranks than dp x cp (an
+  // expert's: edp), one region per set of data axes: runs each starting and ending at a
+  // multiple of pad_to (empty where every tensor is summed over dp x cp).
+  struct DataRegion {
+    AxisSet axes;
+    std::vector<FlatRange> ranges;
+  };
+  const std::vector<DataRegion>& data_regions() const { return data_regions_; }
+  // Every region's ranges, in order: where a reduction's pieces are cut (split_at).
+  std::vector<FlatRange> region_ranges() const;
+  // The data axes of a piece that lies within one region or outside them all (split_at's).
+  AxisSet data_axes_of(const FlatRange& piece) const;
 
  private:
   friend class ParameterDeclarations;
@@ -170,8 +180,11 @@ class ParameterLayout {
   std::vector<int> block_units_;
   std::vector<bool> unit_is_block_;
   int embedding_unit_ = -1, head_unit_ = -1;
-  std::vector<FlatRange> expert_ranges_;
+  // Whether data parallelism sums tensors of these data axes over different ranks.
+  bool reduced_apart(AxisSet a, AxisSet b) const;
+  std::vector<DataRegion> data_regions_;
   int tp_rank_ = 0, tp_size_ = 1, ep_rank_ = 0, ep_ = 1;
+  bool has_embedding_ = true;
   size_t total_ = 0, unit_align_ = 16;
 };
 

@@ -3,9 +3,9 @@
 // a replicated input and produce a shard; row-parallel layers (attention's and the
 // MLP's output) take a shard and produce partial sums. Per transformer block: one
 // all-reduce in the forward of each of attention and MLP (the row-parallel outputs) and
-// one in the backward of each (the gradient of the column-parallel inputs). When tp
-// exceeds the key/value heads, consecutive ranks share a head; their parts of its
-// projections' gradients are summed once per step (sum_shared_head_gradients).
+// one in the backward of each (the gradient of the column-parallel inputs). The sums of
+// weight gradients over tp's ranks (a shared key/value head's, a norm's under sequence
+// parallelism) follow each tensor's placement (model/placement.h), once per step.
 #pragma once
 
 #include <cstddef>
@@ -18,12 +18,9 @@ namespace trident {
 class TensorParallel {
  public:
   TensorParallel() = default;  // one rank: every function is the identity
-  // shared_heads: the ranks of this rank's tp group that hold the same key/value head
-  // (null: none share one).
   // sequence_parallel: Megatron's sequence parallelism (below).
-  explicit TensorParallel(Communicator& tp, Communicator* shared_heads = nullptr, bool sequence_parallel = false)
+  explicit TensorParallel(Communicator& tp, bool sequence_parallel = false)
       : tp_(tp.size() > 1 ? &tp : nullptr),
-        shared_heads_(shared_heads != nullptr && shared_heads->size() > 1 ? shared_heads : nullptr),
         rank_(tp.rank()),
         size_(tp.size()),
         sequence_parallel_(sequence_parallel && tp.size() > 1) {}
@@ -37,15 +34,13 @@ class TensorParallel {
   // row-parallel one the partial sums are reduce-scattered to their rows' owners
   // (instead of all-reduced). In backward each becomes the other. The same bytes as the
   // all-reduces, and the norm regions' activations shrink by tp. The norms' gains and
-  // biases then see only this rank's rows: their gradients are summed over tp.
+  // biases then see only this rank's rows: their gradients are summed over tp (their
+  // placement's sp axis).
   bool sequence_parallel() const { return sequence_parallel_; }
   // `rows` holds size() blocks of rows, this rank's block filled: fill the others.
   void gather_sequence(ActivationSpan rows) { tp_->all_gather(rows); }
   // this rank's block of the sum over ranks of `partial` (all rows) into `mine`.
   void scatter_sequence(ActivationSpan partial, ActivationSpan mine) { tp_->reduce_scatter(partial, mine); }
-  RequestPtr sum_sequence_partial_gradients(std::span<float> grads) {
-    return sequence_parallel_ ? tp_->all_reduce_async(grads, ReduceOp::sum) : nullptr;
-  }
 
   // Forward of a row-parallel layer: sum the partial outputs of all ranks.
   void reduce_from_region(ActivationSpan x) { all_reduce(x); }
@@ -57,17 +52,6 @@ class TensorParallel {
   void sum_over_vocab_shards(float* x, size_t n) { all_reduce(x, n, ReduceOp::sum); }
   // Vocabulary-parallel embedding: each row comes from the one shard that owns its token.
   void sum_embedding_shards(ActivationSpan x) { all_reduce(x); }
-
-  // Starts summing the parts of a per-head weight's gradient over tp (each rank's heads').
-  RequestPtr sum_head_partial_gradients(std::span<float> grads) {
-    return tp_ != nullptr ? tp_->all_reduce_async(grads, ReduceOp::sum) : nullptr;
-  }
-
-  // Starts summing a shared key/value head's gradient part over the ranks that hold it
-  // (null when no rank shares one).
-  RequestPtr sum_shared_head_gradients(std::span<float> grads) {
-    return shared_heads_ != nullptr ? shared_heads_->all_reduce_async(grads, ReduceOp::sum) : nullptr;
-  }
 
   // Sums the parts of the experts' routing-weight gradients over tp (each rank's share of
   // the experts' hidden columns gave part of each dot product).
@@ -84,7 +68,6 @@ class TensorParallel {
   }
 
   Communicator* tp_ = nullptr;
-  Communicator* shared_heads_ = nullptr;
   int rank_ = 0, size_ = 1;
   bool sequence_parallel_ = false;
 };

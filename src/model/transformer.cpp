@@ -92,7 +92,7 @@ StageActivations measure_activations(const TransformerSpec& spec, const StageSpe
 Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const TransformerOptions& options)
     : stage_(options.stage), tp_(options.tp), layers_(make_stage_layers(transformer_spec(config), options.stage)),
       layout_(layers_, transformer_spec(config), tp_.rank(), tp_.size(), options.buffer_multiple, options.stage),
-      B_(options.micro_batch), k_(k), store_(layout_, k, options.zero, options.shard_group, options.expert_shard_group,
+      B_(options.micro_batch), k_(k), store_(layout_, k, options.zero, options.shard_group, options.region_groups,
              /*defers_weight_gradients=*/options.split_backward && options.recompute == Recompute::none) {
   const TransformerSpec& s = spec();
   // This rank's tokens of each sequence, and (the ring's key blocks) every cp rank's.
@@ -398,7 +398,7 @@ void Transformer::chunk_backward(int chunk, int slot, float loss_scale, Backward
     for (int l = end - 1; l >= first; l--) {
       if (unit_begins) unit_begins(block_unit(l));
       const trace::Span span("layer", [&] { return trace_name(layout_.global_layer(l), "weight gradients"); });
-      layers_.blocks[l]->weight_gradients(r, p);
+      layers_.blocks[l]->weight_gradients(r, p, block_input(chunk, slot, l));
       report(block_unit(l));
     }
     if (chunk == 0) report(0);

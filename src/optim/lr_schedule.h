@@ -15,13 +15,9 @@
 #include <cmath>
 #include <string>
 
+#include "config/choices.h"  // LrShape: train.lr_schedule, read by name
+
 namespace trident {
-
-enum class LrShape { cosine, linear, constant, wsd };
-
-// "cosine", "linear", "constant" or "wsd"; UsageError otherwise.
-LrShape parse_lr_shape(const std::string& name);
-const char* lr_shape_name(LrShape shape);
 
 struct LearningRateSchedule {
   double lr = 1e-3, min_lr = 0.0;

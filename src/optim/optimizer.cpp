@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/registry.h"
+#include "config/registry.h"
 
 namespace trident {
 
@@ -20,28 +20,33 @@ bool register_optimizer(OptimizerKind kind) {
   return registry().add(name, std::move(kind));
 }
 
-std::string optimizer_choices() { return registry().choices(); }
-
 const OptimizerKind& optimizer_kind(const std::string& name) { return registry().at(name); }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const ParameterLayout& layout,
                                           const OptimizerSettings& settings, kernels::Kernels& k,
-                                          const std::vector<FlatRange>& owned) {
+                                          const std::vector<FlatRange>& owned, const OptimizerMesh& mesh) {
   const OptimizerKind& kind = optimizer_kind(name);
-  return kind.make(kind, layout, settings, k, owned);
+  return kind.make(kind, layout, settings, k, owned, mesh);
 }
 
-std::vector<Optimizer::Segment> Optimizer::segments_of(const ParameterLayout& layout,
+std::vector<Optimizer::Segment> Optimizer::segments_of(const OptimizerKind& kind, const ParameterLayout& layout,
                                                        const std::vector<FlatRange>& owned) {
   const std::vector<FlatRange> ranges = owned.empty() ? std::vector<FlatRange>{{0, layout.total_floats()}} : owned;
   std::vector<Segment> segments;
-  size_t state = 0;
+  std::vector<size_t> state(kind.state_names.size(), 0);  // each buffer's floats so far
   for (const FlatRange& r : ranges) {
-    for (const ParameterTensor& t : layout.tensors()) {
+    for (size_t index = 0; index < layout.tensors().size(); index++) {
+      const ParameterTensor& t = layout.tensors()[index];
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
       if (begin >= end) continue;
-      segments.push_back({begin, state, end - begin, t.placement.weight_decay});
-      state += end - begin;
+      Segment s{begin, end - begin, std::vector<size_t>(state.size(), kNoState), t.placement.weight_decay,
+                static_cast<int>(index)};
+      for (size_t i = 0; i < state.size(); i++) {
+        if (!kind.holds_tensor(i, layout, t)) continue;
+        s.state_offset[i] = state[i];
+        state[i] += s.size;
+      }
+      segments.push_back(std::move(s));
     }
   }
   return segments;
@@ -49,15 +54,26 @@ std::vector<Optimizer::Segment> Optimizer::segments_of(const ParameterLayout& la
 
 size_t OptimizerKind::state_floats_for(const ParameterLayout& layout, const std::vector<FlatRange>& owned) const {
   size_t floats = 0;
-  for (const Optimizer::Segment& s : Optimizer::segments_of(layout, owned)) floats += s.size;
-  return floats * state_names.size();
+  for (const Optimizer::Segment& s : Optimizer::segments_of(*this, layout, owned))
+    for (size_t offset : s.state_offset)
+      if (offset != Optimizer::kNoState) floats += s.size;
+  return floats;
 }
 
 Optimizer::Optimizer(const OptimizerKind& kind, const ParameterLayout& layout, const OptimizerSettings& settings,
-                     kernels::Kernels& k, const std::vector<FlatRange>& owned)
-    : settings_(settings), k_(k), kind_(kind), segments_(segments_of(layout, owned)) {
-  const size_t floats = kind.state_floats_for(layout, owned) / std::max<size_t>(1, kind.state_names.size());
-  for (size_t i = 0; i < kind.state_names.size(); i++) state_.emplace_back(k, floats);
+                     kernels::Kernels& k, const std::vector<FlatRange>& owned, const OptimizerMesh& mesh)
+    : settings_(settings), k_(k), layout_(layout), mesh_(mesh), kind_(kind),
+      segments_(segments_of(kind, layout, owned)) {
+  for (size_t i = 0; i < kind.state_names.size(); i++) {
+    size_t floats = 0;
+    for (const Segment& s : segments_)
+      if (s.state_offset[i] != kNoState) floats += s.size;
+    state_.emplace_back(k, floats);
+  }
+}
+
+float* Optimizer::state_of(size_t i, const Segment& s) {
+  return s.state_offset[i] == kNoState ? nullptr : state_[i].data() + s.state_offset[i];
 }
 
 void Optimizer::step(float* params, const float* grads, double lr, double grad_scale) {
@@ -66,24 +82,26 @@ void Optimizer::step(float* params, const float* grads, double lr, double grad_s
 }
 
 void Optimizer::step(const ParameterAt& parameter_at, const GradientAt& gradient_at, double lr, double grad_scale) {
-  t_++;
+  const int t = advance_step();
   std::vector<float*> state(state_.size());
   for (const Segment& s : segments_) {
-    for (size_t i = 0; i < state_.size(); i++) state[i] = state_[i].data() + s.state_offset;
+    for (size_t i = 0; i < state_.size(); i++) state[i] = state_of(i, s);
     update(parameter_at(s.offset), gradient_at(s.offset), state.data(), s.size, lr,
-           s.decay ? settings_.weight_decay : 0.0, t_, grad_scale);
+           s.decay ? settings_.weight_decay : 0.0, t, grad_scale);
   }
 }
 
 void Optimizer::state_to_host(size_t i, float* full, size_t n) const {
   std::fill(full, full + n, 0.0f);
   for (const Segment& s : segments_)
-    k_.copy_to_host(full + s.offset, state_.at(i).data() + s.state_offset, s.size * sizeof(float));
+    if (s.state_offset[i] != kNoState)
+      k_.copy_to_host(full + s.offset, state_.at(i).data() + s.state_offset[i], s.size * sizeof(float));
 }
 
 void Optimizer::state_from_host(size_t i, const float* full) {
   for (const Segment& s : segments_)
-    k_.copy_to_device(state_.at(i).data() + s.state_offset, full + s.offset, s.size * sizeof(float));
+    if (s.state_offset[i] != kNoState)
+      k_.copy_to_device(state_.at(i).data() + s.state_offset[i], full + s.offset, s.size * sizeof(float));
 }
 
 size_t Optimizer::state_floats() const {

@@ -32,15 +32,15 @@ std::vector<FlatRange> DataParallel::sharded_ranges(const std::vector<FlatRange>
 }
 
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero,
-                           bool overlap, Communicator* replica, ExpertGradients experts)
+                           bool overlap, Communicator* replica, std::vector<GradientRegion> regions)
     : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr),
       stage_(zero && dp.size() > 1 ? 1 : 0), overlap_(overlap), n_(n), memory_(memory) {
   check(replica_ == nullptr || stage_ == 1, "hybrid sharding needs ZeRO over a shard group of 2 or more ranks");
-  check(replica_ == nullptr || experts.group == nullptr, "hybrid sharding with expert parallelism");
+  check(replica_ == nullptr || regions.empty(), "hybrid sharding with regions reduced over other ranks");
   const size_t ranks = dp.size();
   check(n % ranks == 0, "DataParallel: buffer size must be a multiple of dp");
   buckets_ = bucket_ranges(n, bucket_mb, ranks);
-  assign_groups(experts);
+  assign_groups(regions);
   next_bucket_ = buckets_.size();
   if (stage_ == 0) {
     owned_ = {{0, n}};
@@ -50,17 +50,17 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
 }
 
 DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
-                           Communicator* replica, int stage, ExpertGradients experts)
+                           Communicator* replica, int stage, std::vector<GradientRegion> regions)
     : dp_(dp), replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr), stage_(stage), n_(n),
       buckets_(units.units), memory_(memory), units_(std::move(units)) {
   const size_t ranks = dp.size();
   check(stage == 2 || stage == 3, "DataParallel: gradient units are for ZeRO-2 and -3");
   check(ranks > 1, "ZeRO-2 and -3 need dp > 1");
-  check(replica_ == nullptr || experts.group == nullptr, "hybrid sharding with expert parallelism");
+  check(replica_ == nullptr || regions.empty(), "hybrid sharding with regions reduced over other ranks");
   for (const FlatRange& u : buckets_) check(u.size() % ranks == 0, "ZeRO-2/3: a unit must be a multiple of dp");
-  // The buckets are the units' pieces (a unit of its own without expert parallelism).
+  // The buckets are the units' pieces (a unit of its own without regions).
   const std::vector<FlatRange>& all = units_.units;
-  assign_groups(experts);
+  assign_groups(regions);
   unit_pieces_ = first_pieces(all, buckets_);
   shard_buckets();
   reductions_.assign(all.size(), 0);
@@ -81,11 +81,15 @@ DataParallel::DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n,
   }
 }
 
-void DataParallel::assign_groups(const ExpertGradients& experts) {
-  if (experts.group == nullptr) return;
-  buckets_ = split_at(buckets_, experts.ranges);
+void DataParallel::assign_groups(const std::vector<GradientRegion>& regions) {
+  if (regions.empty()) return;
+  std::vector<FlatRange> edges;
+  for (const GradientRegion& r : regions) edges.insert(edges.end(), r.ranges.begin(), r.ranges.end());
+  std::sort(edges.begin(), edges.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  buckets_ = split_at(buckets_, edges);
   for (const FlatRange& b : buckets_) {
-    bucket_group_.push_back(within(b, experts.ranges) ? experts.group : &dp_);
+    const auto region = std::find_if(regions.begin(), regions.end(), [&](const GradientRegion& r) { return within(b, r.ranges); });
+    bucket_group_.push_back(region != regions.end() ? region->group : &dp_);
     check(b.size() % bucket_group_.back()->size() == 0, "DataParallel: a bucket not a multiple of its group");
   }
 }
@@ -256,7 +260,7 @@ void DataParallel::start_bucket(size_t b) {
   const FlatRange& r = buckets_[b];
   std::span<float> data(grads_ + r.begin, r.size());
   Communicator& group = group_of(b);
-  if (group.size() == 1) {  // the experts' when ep covers dp x cp: no one else holds them
+  if (group.size() == 1) {  // a region no other rank holds (its axes' group is this rank)
     if (stage_ == 1) memory_.copy_on_device(shard_ + shard_offset_[b], data.data(), data.size_bytes());
     return;
   }

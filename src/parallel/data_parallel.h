@@ -42,11 +42,10 @@ namespace trident {
 // ranks holding the same block in the other groups); parameters are gathered within the
 // group only.
 
-// Expert parallelism: the layout's runs of experts' tensors (model/parameters.h
-// expert_ranges) and the ranks holding the same experts (ParallelState::expert_data_parallel),
-// over which their gradients are summed and ZeRO-1 shards them; buckets never straddle a
-// run's edge.
-struct ExpertGradients {
+// A region of the buffer whose gradients are summed over other ranks than dp's (the
+// layout's data regions, model/parameters.h: tensors sharded over ep, over the ranks
+// holding each), and ZeRO shards them over those; buckets never straddle a region's edge.
+struct GradientRegion {
   std::vector<FlatRange> ranges;
   Communicator* group = nullptr;
 };
@@ -86,11 +85,11 @@ class DataParallel {
   // false starts every bucket only when backward is complete (for measuring what
   // overlap buys).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, double bucket_mb, bool zero, bool overlap = true,
-               Communicator* replica = nullptr, ExpertGradients experts = {});
+               Communicator* replica = nullptr, std::vector<GradientRegion> regions = {});
   // ZeRO-2 over the units of a layout of n floats (each unit a multiple of dp); stage 3
   // reduces the gradients the same way (the model shards and gathers its parameters).
   DataParallel(Communicator& dp, kernels::Kernels& memory, size_t n, GradientUnits units,
-               Communicator* replica = nullptr, int stage = 2, ExpertGradients experts = {});
+               Communicator* replica = nullptr, int stage = 2, std::vector<GradientRegion> regions = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -156,7 +155,7 @@ class DataParallel {
   class ReplicaChain;
   // ZeRO: owned_ = this rank's block of every bucket, and the shard that holds them.
   void shard_buckets();
-  // The ranks that sum bucket b's gradients: dp, or the expert-data-parallel group.
+  // The ranks that sum bucket b's gradients: dp, or its region's group.
   Communicator& group_of(size_t b) const { return bucket_group_.empty() ? dp_ : *bucket_group_[b]; }
   void start_bucket(size_t b);
   // A sum of `in` over dp into this rank's block `out`: reduce-scatter over the shard
@@ -164,9 +163,9 @@ class DataParallel {
   RequestPtr reduce_to_shard(Communicator& group, std::span<const float> in, std::span<float> out);
   void admit(RequestPtr request);  // into pending_, within max_in_flight_
   size_t unit_at(size_t offset) const;  // ZeRO-2/3: the index of the unit holding `offset`
-  // Expert parallelism: the buckets cut where the experts' tensors begin and end, and each
-  // bucket's group (bucket_group_), the experts' or dp's.
-  void assign_groups(const ExpertGradients& experts);
+  // The buckets cut where the regions begin and end, and each bucket's group
+  // (bucket_group_), its region's or dp's.
+  void assign_groups(const std::vector<GradientRegion>& regions);
   // ZeRO-2/3: unit u's floats in the shard (its pieces' blocks), and its reduction from
   // `from` (the unit's gradients) into `to` (where its shard begins, or a temporary).
   size_t unit_shard_floats(size_t u) const;
@@ -180,7 +179,7 @@ class DataParallel {
   bool overlap_ = true;
   size_t n_ = 0;
   std::vector<FlatRange> buckets_, owned_;
-  std::vector<Communicator*> bucket_group_;  // expert parallelism: per bucket (empty: dp for all)
+  std::vector<Communicator*> bucket_group_;  // with regions: per bucket (empty: dp for all)
   kernels::Kernels& memory_;
   float* shard_ = nullptr;  // ZeRO: the block of each bucket, in order
   std::vector<size_t> shard_offset_;
@@ -189,8 +188,8 @@ class DataParallel {
   std::vector<RequestPtr> pending_;
   size_t max_in_flight_ = 0;
   double admission_wait_s_ = 0;  // waited in admit() this step
-  // ZeRO-2: the buckets are the units' pieces (split where the experts' tensors begin and
-  // end); unit u's are buckets_[unit_pieces_[u] .. unit_pieces_[u + 1]).
+  // ZeRO-2: the buckets are the units' pieces (split where the regions begin and end);
+  // unit u's are buckets_[unit_pieces_[u] .. unit_pieces_[u + 1]).
   GradientUnits units_;
   std::vector<size_t> unit_pieces_;
   std::vector<int> reductions_;              // per unit, this step

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/mesh_axes.h"
+
 namespace trident {
 
 enum class Axis { tp, cp, dp, pp };
@@ -25,6 +27,11 @@ enum class Axis { tp, cp, dp, pp };
 inline constexpr std::array<Axis, 4> kAxes = {Axis::tp, Axis::cp, Axis::dp, Axis::pp};
 inline constexpr int kAxisCount = static_cast<int>(kAxes.size());
 const char* axis_name(Axis axis);
+// A grid axis as a named axis of the mesh (parallel/mesh_axes.h).
+constexpr MeshAxis mesh_axis(Axis a) {
+  constexpr MeshAxis named[] = {MeshAxis::tp, MeshAxis::cp, MeshAxis::dp, MeshAxis::pp};
+  return named[static_cast<int>(a)];
+}
 
 // One rank's place on every axis.
 class RankCoords {
@@ -77,11 +84,35 @@ class ParallelDims {
   // order tp-cp-ep-dp-pp with cp folded in: an ep group is as close as dp x cp allows.
   // Not an axis of the rank order: ep folds into dp x cp. Throws UsageError unless ep
   // divides dp x cp.
-  void set_expert_parallel(int ep);
+  void set_ep(int ep);
   int expert_parallel_size() const { return ep_; }
   int expert_parallel_rank(const RankCoords& c) const { return data_parallel_rank(c) % ep_; }
   int expert_data_parallel_size() const { return data_parallel_size() / ep_; }
   int expert_data_parallel_rank(const RankCoords& c) const { return data_parallel_rank(c) / ep_; }
+  // The cuts of the grid's axes that parallel/mesh_axes.h names: sequence parallelism
+  // (sp), hybrid sharding's block of dp (parallel.shard_size; 0: all of dp), and the tp
+  // ranks holding each piece of a tensor cut into fewer pieces than tp (tp_piece; the
+  // model's key/value heads decide: set by the training setup).
+  void set_sequence_parallel(bool on) { sequence_parallel_ = on; }
+  void set_shard_size(int shard_size);
+  void set_tp_piece_holders(int holders);
+  // The ranks a group along named axis `a` spans (1: the axis is not cut here), and along
+  // all of `axes`.
+  int size(MeshAxis a) const;
+  int size(AxisSet axes) const;
+  // The same ranks under one name: axes of size 1 dropped, a cut that is whole replaced by
+  // its grid axis (ep when ep covers dp x cp, sp under sequence parallelism: tp), ep with
+  // edp (and dp_shard with dp_replica) by the axes they cut. Two sets span the same ranks
+  // exactly when their normalized sets are equal; from the sizes alone, so every rank
+  // names a group alike.
+  AxisSet normalized(AxisSet axes) const;
+  // Whether the rank at `c` is in the group over `axes` of the rank at `me`; and that
+  // group's ranks, in rank order (empty: `me` is in none, a pp_ends group off the ends).
+  bool same_group(const RankCoords& c, const RankCoords& me, AxisSet axes) const;
+  std::vector<int> group_ranks(const RankCoords& me, AxisSet axes) const;
+  // `me`'s place in its group over `axes` (0: the first, the one that writes a piece
+  // replicated over them).
+  int group_rank(const RankCoords& me, AxisSet axes) const;
   // The global ranks of every group along `axis`, each group in rank order of that axis.
   std::vector<std::vector<int>> groups(Axis axis) const;
   // "grid: dp=2 pp=2 tp=2 (8 ranks; ...)" and the groups of every axis, one line each.
@@ -90,7 +121,8 @@ class ParallelDims {
 
  private:
   std::array<int, kAxisCount> sizes_;
-  int ep_ = 1;
+  int ep_ = 1, shard_size_ = 0, tp_piece_holders_ = 1;
+  bool sequence_parallel_ = false;
 };
 
 }  // namespace trident

@@ -46,48 +46,31 @@ ParallelState::ParallelState(const ParallelDims& dims, int ranks_per_node, doubl
             "device cuda on " + std::to_string(dims.world()) +
                 " ranks needs NCCL, which this build lacks (rebuild with NCCL_HOME=/path/to/nccl)");
   }
-  const auto make = [this](MPI_Comm comm, const std::string& name) { return make_group(comm, name); };
-  // Ranks of one group share every other coordinate: the group's first rank is its color.
-  for (Axis axis : kAxes)
-    groups_[static_cast<int>(axis)] =
-        make(split(dims.rank_of(coords_.with(axis, 0)), coords_[axis]), axis_name(axis));
-  if (dims.size(Axis::cp) > 1)
-    data_parallel_ = make(split(dims.rank_of(coords_.with(Axis::cp, 0).with(Axis::dp, 0)),
-                                dims.data_parallel_rank(coords_)),
-                          "dp x cp");
-  if (const int ep = dims.expert_parallel_size(); ep > 1) {
-    // The coordinates of data-parallel rank i (cp fastest) in this rank's (tp, pp) column.
-    const auto at = [&](int i) {
-      return coords_.with(Axis::cp, i % dims.size(Axis::cp)).with(Axis::dp, i / dims.size(Axis::cp));
-    };
-    const int i = dims.data_parallel_rank(coords_);
-    expert_parallel_ = make(split(dims.rank_of(at(i / ep * ep)), i % ep), "ep");
-    expert_data_parallel_ = make(split(dims.rank_of(at(i % ep)), i / ep), "expert dp");
-  }
-  // Every rank takes part in the split; those of neither end stage get no communicator.
-  const int stages = dims.size(Axis::pp), stage = coords_[Axis::pp];
-  const bool end_stage = stages > 1 && (stage == 0 || stage == stages - 1);
-  MPI_Comm embedding = split(end_stage ? dims.rank_of(coords_.with(Axis::pp, 0)) : MPI_UNDEFINED, stage);
-  if (end_stage) embedding_ = make(embedding, "embedding");
+  // The groups every run uses, in one order on every rank (a first use is collective).
+  for (Axis axis : kAxes) group(axis);
+  group({MeshAxis::dp, MeshAxis::cp});
+  group({MeshAxis::ep});
+  group({MeshAxis::edp});
+  group({MeshAxis::pp_ends});
+}
+
+Communicator& ParallelState::group(AxisSet axes) {
+  const AxisSet set = dims_.normalized(axes);
+  auto& made = groups_[set];
+  if (made) return *made;
+  const std::vector<int> ranks = dims_.group_ranks(coords_, set);
+  // Ranks of one group name it by its first rank; off the end stages a pp ends group is
+  // no group (MPI_UNDEFINED, collective still) and this rank stands alone.
+  MPI_Comm comm = split(ranks.empty() ? MPI_UNDEFINED : ranks.front(), rank());
+  if (comm == MPI_COMM_NULL) check(MPI_Comm_dup(MPI_COMM_SELF, &comm) == MPI_SUCCESS, "MPI_Comm_dup");
+  made = make_group(comm, set.name());
+  return *made;
 }
 
 std::unique_ptr<Communicator> ParallelState::make_group(MPI_Comm comm, const std::string& name) {
   auto mpi = std::make_unique<MpiCommunicator>(comm, name, watchdog_);
   if (!cuda_ || mpi->size() == 1) return mpi;  // one rank: every collective is the identity, no NCCL needed
   return make_nccl_communicator(std::move(mpi), watchdog_, /*point_to_point=*/name == "pp" || name == "cp");
-}
-
-std::unique_ptr<Communicator> ParallelState::split_tp(int size, const std::string& name) {
-  check(size > 0 && dims_.size(Axis::tp) % size == 0, "split_tp: the block size must divide tp");
-  const int tp_rank = coords_[Axis::tp];
-  return make_group(split(dims_.rank_of(coords_.with(Axis::tp, tp_rank / size * size)), tp_rank), name);
-}
-
-std::unique_ptr<Communicator> ParallelState::split_dp(int size, bool consecutive, const std::string& name) {
-  check(size > 0 && dims_.size(Axis::dp) % size == 0, "split_dp: the block size must divide dp");
-  const int dp_rank = coords_[Axis::dp];
-  const int first = consecutive ? dp_rank / size * size : dp_rank % size;
-  return make_group(split(dims_.rank_of(coords_.with(Axis::dp, first)), dp_rank), name);
 }
 
 std::string ParallelState::describe() const {

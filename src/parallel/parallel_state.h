@@ -8,6 +8,8 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -17,6 +19,14 @@
 #include "parallel/parallel_dims.h"
 
 namespace trident {
+
+// What a user of placements needs of the mesh: which axis sets span the same ranks (the
+// sizes), and each set's communicator (ParallelState::group, or one rank's own in a test
+// of a whole model beside a sharded one).
+struct MeshGroups {
+  ParallelDims dims;
+  std::function<Communicator&(AxisSet)> group;
+};
 
 class ParallelState {
  public:
@@ -32,39 +42,36 @@ class ParallelState {
   int coord(Axis a) const { return coords_[a]; }
 
   Communicator& world() { return *world_; }
-  // The ranks that differ from this one only along `axis`.
-  Communicator& group(Axis axis) { return *groups_[static_cast<int>(axis)]; }
+  // The ranks that differ from this one only along `axes` (parallel/mesh_axes.h): one
+  // communicator per set of ranks (sets that span the same ranks share it), made at its
+  // first use and kept. A first use is collective over the world: every rank asks for the
+  // set, in the same order (the grid's axes, dp x cp, ep, expert dp and pp ends are made at
+  // construction). Off the end stages a pp ends group is this rank alone.
+  Communicator& group(AxisSet axes);
+  Communicator& group(Axis axis) { return group(AxisSet{mesh_axis(axis)}); }
+  MeshGroups groups() {
+    return {dims_, [this](AxisSet axes) -> Communicator& { return group(axes); }};
+  }
   Communicator& tp() { return group(Axis::tp); }
   Communicator& dp() { return group(Axis::dp); }
   Communicator& pp() { return group(Axis::pp); }
   Communicator& cp() { return group(Axis::cp); }
-  // The ranks that hold the same parameters (ParallelDims::data_parallel_size: dp x cp);
-  // the dp group itself when cp == 1.
-  Communicator& data_parallel() { return data_parallel_ ? *data_parallel_ : dp(); }
+  // The ranks that hold the same parameters (ParallelDims::data_parallel_size: dp x cp).
+  Communicator& data_parallel() { return group({MeshAxis::dp, MeshAxis::cp}); }
   int data_parallel_size() const { return dims_.data_parallel_size(); }
   int data_parallel_rank() const { return dims_.data_parallel_rank(coords_); }
   // Expert parallelism (ParallelDims::set_expert_parallel): the ep ranks that exchange
-  // tokens and hold the other experts (null when ep is 1), and the ranks holding the same
-  // experts, over which their gradients are summed (the data-parallel group when ep is 1).
-  Communicator* expert_parallel() { return expert_parallel_.get(); }
-  Communicator& expert_data_parallel() { return expert_data_parallel_ ? *expert_data_parallel_ : data_parallel(); }
+  // tokens and hold the other experts (null when ep is 1).
+  Communicator* expert_parallel() { return dims_.size(MeshAxis::ep) > 1 ? &group({MeshAxis::ep}) : nullptr; }
+  // The tp ranks holding each piece of a tensor cut into fewer pieces than tp (the model's
+  // key/value heads): before group({tp_piece}) is first asked for.
+  void set_tp_piece_holders(int holders) { dims_.set_tp_piece_holders(holders); }
   Communicator& node() { return *node_; }
-  // The first and last pipeline stage of this rank's (dp, tp) column, which both hold
-  // the tied embedding; null on other stages and when pp == 1.
-  Communicator* embedding() { return embedding_.get(); }
   int nodes() const { return nodes_; }
   // The ranks on this rank's machine (the real one, whatever ranks_per_node says).
   int ranks_on_machine() const { return ranks_on_machine_; }
   // The first rank of its machine (what a machine reports about itself comes from it).
   bool machine_leader() const { return machine_rank_ == 0; }
-
-  // Consecutive blocks of `size` ranks of this rank's tp group, as a group of their own
-  // (e.g. the ranks that hold the same key/value head). Collective over the world.
-  std::unique_ptr<Communicator> split_tp(int size, const std::string& name);
-  // Hybrid sharding over dp (parallel.shard_size): the block of `size` consecutive dp
-  // ranks holding this rank (consecutive: true), or the dp ranks at this rank's place in
-  // every block (false). Collective over the world.
-  std::unique_ptr<Communicator> split_dp(int size, bool consecutive, const std::string& name);
 
   // The step that a timeout message names.
   void set_step(int step) { watchdog_->step = step; }
@@ -82,8 +89,7 @@ class ParallelState {
   std::unique_ptr<MpiCommunicator> world_, node_;
   std::unique_ptr<Communicator> make_group(MPI_Comm comm, const std::string& name);
 
-  std::array<std::unique_ptr<Communicator>, kAxisCount> groups_;
-  std::unique_ptr<Communicator> embedding_, data_parallel_, expert_parallel_, expert_data_parallel_;
+  std::map<AxisSet, std::unique_ptr<Communicator>> groups_;  // by normalized set
   int nodes_ = 1, ranks_on_machine_ = 1, machine_rank_ = 0;
   bool cuda_ = false;
 };

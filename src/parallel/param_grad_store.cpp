@@ -78,15 +78,15 @@ size_t ParamGradStore::compute_weight_floats_for(const ParameterLayout& layout, 
 }
 
 ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero,
-                               Communicator* shard_group, Communicator* expert_shard_group,
-                               bool defers_weight_gradients)
+                               Communicator* shard_group, RegionGroups region_groups, bool defers_weight_gradients)
     : layout_(layout), k_(k),
       shards_(zero == ZeroStage::parameters && shard_group != nullptr && shard_group->size() > 1 ? shard_group
                                                                                                  : nullptr),
       zero_(zero == ZeroStage::parameters && shards_ == nullptr ? ZeroStage::gradients : zero),
       windowed_(windowed_units(layout, zero_, defers_weight_gradients)),
       params_(k, parameter_floats_for(layout, zero_, k.precision(), defers_weight_gradients)),
-      grads_(k, gradient_floats_for(layout, zero_, defers_weight_gradients)), act_type_(k.activation_type()) {
+      grads_(k, gradient_floats_for(layout, zero_, defers_weight_gradients)), act_type_(k.activation_type()),
+      region_groups_(std::move(region_groups)) {
   const UnitStorage storage = unit_storage(layout_, windowed_);
   unit_storage_ = storage.unit_start;
   std::copy(std::begin(storage.window_start), std::end(storage.window_start), window_start_);
@@ -97,13 +97,12 @@ ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& 
   }
   if (shards_ != nullptr) {
     const std::vector<FlatRange>& units = layout_.units();
-    expert_shards_ = layout_.ep_size() > 1 ? expert_shard_group : nullptr;
-    check(layout_.ep_size() == 1 || expert_shards_ != nullptr, "ZeRO-3 under expert parallelism without its group");
-    pieces_ = expert_shards_ != nullptr ? split_at(units, layout_.expert_ranges()) : units;
+    check(layout_.data_regions().empty() || region_groups_ != nullptr, "ZeRO-3 over regions without their groups");
+    pieces_ = split_at(units, layout_.region_ranges());
     unit_pieces_ = first_pieces(units, pieces_);
     size_t floats = 0;
     for (const FlatRange& p : pieces_) {
-      Communicator* group = expert_shards_ != nullptr && within(p, layout_.expert_ranges()) ? expert_shards_ : shards_;
+      Communicator* group = holders_of(p);
       piece_group_.push_back(group);
       const size_t ranks = group->size(), rank = group->rank();
       check(p.size() % ranks == 0, "ZeRO-3: a unit must be a multiple of the shard group");
@@ -121,6 +120,11 @@ ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& 
         k, (k.activation_bytes(compute_weight_floats_for(layout_, zero_, defers_weight_gradients)) + 3) / 4);
     weights_act_ = reinterpret_cast<Act*>(weights_.data());
   }
+}
+
+Communicator* ParamGradStore::holders_of(const FlatRange& piece) const {
+  const AxisSet axes = layout_.data_axes_of(piece);
+  return axes == kDataParallel ? shards_ : region_groups_(axes);
 }
 
 float* ParamGradStore::gradient_location(size_t offset) const {
@@ -159,7 +163,7 @@ std::vector<float> ParamGradStore::parameter_to_host(int index) {
   parameters().shard_to_host(t, mine.data());
   // ZeRO-3: this rank's part of it, the others' parts from them (zeros here): the ranks
   // holding the same tensor.
-  Communicator* holders = t.placement.expert && expert_shards_ != nullptr ? expert_shards_ : shards_;
+  Communicator* holders = shards_ != nullptr ? holders_of({t.offset, t.offset + t.stored}) : nullptr;
   if (holders != nullptr && holders->size() > 1) holders->all_reduce(std::span<float>(mine));
   return mine;
 }

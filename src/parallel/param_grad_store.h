@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "kernels/device_buffer.h"
@@ -38,6 +39,9 @@
 
 namespace trident {
 
+// The communicator of a set of data axes (ParallelState::group).
+using RegionGroups = std::function<Communicator*(AxisSet)>;
+
 class ParamGradStore {
  public:
   using Act = kernels::Act;
@@ -45,12 +49,13 @@ class ParamGradStore {
   // The storage of `layout` (kept by reference: it must outlive the store) in k's memory.
   // shard_group: the ranks ZeRO-3 shards the parameters over; with none, or one rank,
   // they are whole here (the gradients are still windowed from ZeroStage::gradients).
-  // expert_shard_group: under expert parallelism the ranks holding the same experts, which
-  // shard the experts' tensors (the layout's expert_ranges) instead.
+  // region_groups: the group of a region of the layout that data parallelism reduces over
+  // other ranks than dp x cp (ParameterLayout::data_regions: an ep shard's, the ranks holding
+  // it), which shards that region's tensors instead.
   // defers_weight_gradients: the model computes weight gradients apart from the backward
   // pass (zb1): the ends stay kept gathered.
   ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero, Communicator* shard_group,
-                 Communicator* expert_shard_group = nullptr, bool defers_weight_gradients = false);
+                 RegionGroups region_groups = {}, bool defers_weight_gradients = false);
   ParamGradStore(const ParamGradStore&) = delete;
   ParamGradStore& operator=(const ParamGradStore&) = delete;
 
@@ -115,7 +120,7 @@ class ParamGradStore {
   // params(), or under ZeRO-3 in this rank's shard (offset must be in held()).
   float* parameter_at(size_t offset) const;
   // ZeRO-3: the ranges of the flat layout this rank's shard holds (its block of each unit,
-  // under expert parallelism of each piece of a unit: its experts' tensors and the rest).
+  // with data regions of each piece of a unit: a region's tensors and the rest).
   const std::vector<FlatRange>& held() const { return held_; }
   // Call after writing the parameters directly (the optimizer does): the compute copy
   // is refreshed before the next forward pass.
@@ -160,7 +165,7 @@ class ParamGradStore {
   size_t window_start_[2] = {0, 0};
   std::vector<int> tensor_unit_;      // per tensor: its unit
   std::vector<size_t> within_unit_;   // per tensor: where it starts in its unit
-  // ZeRO-3: the units cut into pieces (where the experts' tensors begin and end; unit u's
+  // ZeRO-3: the units cut into pieces (where the data regions begin and end; unit u's
   // are pieces_[unit_pieces_[u] .. unit_pieces_[u + 1])), each sharded over its group;
   // this rank's block of every piece (held_), one after the other, the fp32 master values
   // the optimizer updates; per window the unit whose parameters are in it (-1: none) and
@@ -168,7 +173,10 @@ class ParamGradStore {
   std::vector<FlatRange> pieces_;
   std::vector<Communicator*> piece_group_;
   std::vector<size_t> unit_pieces_;
-  Communicator* expert_shards_ = nullptr;
+  // ZeRO-3: the group holding (and sharding) the tensors of `piece` (one of pieces_, or
+  // within one).
+  Communicator* holders_of(const FlatRange& piece) const;
+  RegionGroups region_groups_;
   kernels::DeviceBuffer master_;
   std::vector<FlatRange> held_;
   std::vector<size_t> master_offset_;  // per piece: where its block starts in master_

@@ -8,7 +8,6 @@ namespace trident {
 
 struct PipelineLinks {
   Communicator* pp = nullptr;         // the pipeline group, stage = pp->rank(); null: one stage
-  Communicator* embedding = nullptr;  // first and last stage, to sum the tied wte's gradients
   Schedule schedule = Schedule::one_f_one_b;
 };
 

@@ -22,7 +22,7 @@ inline PipelinePlan plan_pipeline(const Config& config, ParallelState& parallel,
   plan.chunks = config.parallel.vpp;
   plan.schedule = config.parallel.schedule;
   plan.micro_batches = local_batch / micro_batch;
-  plan.links = {&parallel.pp(), parallel.embedding(), plan.schedule};
+  plan.links = {&parallel.pp(), plan.schedule};
   return plan;
 }
 

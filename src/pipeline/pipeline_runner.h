@@ -39,7 +39,6 @@ class PipelineRunner {
   int stage() const { return links_.pp != nullptr ? links_.pp->rank() : 0; }
   int stages() const { return links_.pp != nullptr ? links_.pp->size() : 1; }
   Communicator* pp() const { return links_.pp; }  // null with one stage
-  Communicator* embedding() const { return links_.embedding; }
   // Of the last run_schedule(): seconds spent in forward and backward passes (the rest
   // is this stage's share of the pipeline bubble).
   double compute_s() const { return compute_s_; }

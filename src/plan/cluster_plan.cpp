@@ -203,7 +203,7 @@ StepPrediction predict_step(const Config& config, const Cluster& cluster, const 
     if (static_cast<double>(layout.total_floats()) <= stage_floats) continue;
     stage_floats = static_cast<double>(layout.total_floats());
     expert_floats = 0;
-    for (const FlatRange& r : layout.expert_ranges()) expert_floats += static_cast<double>(r.size());
+    for (const FlatRange& r : layout.region_ranges()) expert_floats += static_cast<double>(r.size());  // the experts
     kept_floats = 0;
     const bool defers = p.schedule == Schedule::zb1 && recompute == Recompute::none;
     const std::vector<bool> windowed =

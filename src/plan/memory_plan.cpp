@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "ckpt/checkpoint.h"
 #include "storage/s3_client.h"
 #include "model/activations.h"
+#include "model/layers/moe.h"
 #include "model/transformer.h"
 #include "model/transformer_spec.h"
 #include "optim/optimizer.h"
@@ -62,16 +65,17 @@ size_t buffer_bytes(size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(
 
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
   if (config.checkpoint.dir.empty()) return 0;
-  return Checkpointer::piece_bytes(rank_layout(config, coords), CheckpointWrites::of(config.dims(), coords),
+  return Checkpointer::piece_bytes(rank_layout(config, coords), CheckpointWriter{config.dims(), coords},
                                    optimizer_kind(config.train.optimizer).state_names);
 }
 
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
                                 bool node_leader, size_t node_leader_receives, bool device_only) {
-  const ParallelDims d = config.dims();
+  ParallelDims d = config.dims();
   const RankStage stage = rank_stage(config, d, coords);  // what TrainingSetup builds there
   const ParameterLayout layout = stage.layout(transformer_spec(config.model));
   const TransformerSpec& spec = layout.spec();
+  d.set_tp_piece_holders(d.size(Axis::tp) / spec.kv_shards(d.size(Axis::tp)));  // as setup does
   const size_t n = layout.total_floats(), f32 = sizeof(float);
   RankMemoryPlan plan;
   plan.coords = coords;
@@ -81,7 +85,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   char detail[256];
 
   const int zero = stage.zero;
-  const CheckpointWrites writer = CheckpointWrites::of(d, coords);  // of the checkpoint's pieces
+  const CheckpointWriter writer{d, coords};  // of the checkpoint's pieces
   // ZeRO-3 gathers the blocks into two windows (as ZeRO-2's gradients), and the embeddings
   // and head too where they fit one; what does not is kept gathered
   // (parallel/param_grad_store.h). In bf16 it gathers the compute copy only (the fp32
@@ -118,24 +122,34 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   // bucket; ZeRO-2's buckets are the layout's units).
   // Hybrid sharding: over groups of shard_size dp ranks.
   const int shards = config.parallel.shard_size > 0 ? config.parallel.shard_size : d.data_parallel_size();
-  // Expert parallelism: the experts' pieces over the ranks holding the same experts.
+  // Each bucket's block over the group ZeRO shards it over: dp x cp's (hybrid: the shard
+  // group's), or its region's (model/parameters.h data_regions).
+  const AxisSet zero_axes = shards < d.data_parallel_size() ? AxisSet{MeshAxis::dp_shard} : kDataParallel;
+  std::map<AxisSet, std::pair<int, int>> shard_place;  // by axes: the group's size, this rank's place
+  const auto sharded_over = [&](const FlatRange& b) {
+    const AxisSet axes = layout.data_axes_of(b) == kDataParallel ? zero_axes : layout.data_axes_of(b);
+    auto [at, fresh] = shard_place.try_emplace(axes);
+    if (fresh) at->second = {d.size(axes), d.group_rank(coords, axes)};
+    return at->second;
+  };
   std::vector<FlatRange> owned;
   if (zero > 0)
     for (const FlatRange& b : split_at(zero >= 2 ? layout.units()
                                                  : DataParallel::bucket_ranges(n, config.parallel.bucket_mb, shards),
-                                       layout.expert_ranges())) {
-      const bool experts = within(b, layout.expert_ranges());
-      owned.push_back(DataParallel::sharded_ranges(
-          {b}, experts ? d.expert_data_parallel_size() : shards,
-          experts ? d.expert_data_parallel_rank(coords) : d.data_parallel_rank(coords) % shards)[0]);
+                                       layout.region_ranges())) {
+      const auto [ranks, rank] = sharded_over(b);
+      owned.push_back(DataParallel::sharded_ranges({b}, ranks, rank)[0]);
     }
-  const std::string expert_share =
-      d.expert_parallel_size() > 1 ? ", experts' 1/" + std::to_string(d.expert_data_parallel_size()) : "";
+  std::string region_shares;
+  for (const ParameterLayout::DataRegion& r : layout.data_regions())
+    region_shares += ", over " + r.axes.name() + " 1/" + std::to_string(d.size(r.axes));
   const OptimizerKind& optimizer = optimizer_kind(config.train.optimizer);
   std::string state;
   for (const std::string& name : optimizer.state_names) state += (state.empty() ? " " : ", ") + name;
-  add("optimizer state", optimizer.name + state + (zero > 0 ? "; 1/" + std::to_string(shards) + expert_share : std::string()),
+  add("optimizer state", optimizer.name + state + (zero > 0 ? "; 1/" + std::to_string(shards) + region_shares : std::string()),
       optimizer.state_floats_for(layout, owned) * f32);
+  if (optimizer.work_floats_for)
+    add("optimizer work", optimizer.name + "'s buffers of a step", optimizer.work_floats_for(layout, owned) * f32);
   if (zero > 0) {
     size_t shard = 0, window_shard = 0;
     for (const FlatRange& r : owned) shard += r.size();
@@ -171,17 +185,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
                   "recompute %s",
                   stage.slots, static_cast<double>(a.bytes.per_slot) / MiB,
                   static_cast<double>(a.bytes.chunk_own) / MiB, micro_batch, config.train.recompute_description().c_str());
-  // Dropless under expert parallelism a rank's experts receive as many rows as the routing
-  // sends them: the activations hold model.moe_dropless_headroom times the balanced share
-  // (as many as the rank sends), rows beyond it are held as routed (a warning at the end).
-  if (d.expert_parallel_size() > 1 && config.model.moe_capacity_factor <= 0 && spec.n_experts > 0) {
-    const size_t used = std::strlen(detail);
-    // (At most every rank's tokens to each local expert: ep min(K, local) / K shares.)
-    const int ep = d.expert_parallel_size(), K = spec.experts_per_token, local = spec.n_experts / ep;
-    std::snprintf(detail + used, sizeof detail - used, ", experts' rows received at %.2fx the balanced share",
-                  std::min(config.model.moe_dropless_headroom, static_cast<double>(ep * std::min(K, local)) / K));
-  }
-  add("activations", detail, a.bytes.slots);
+  add("activations", detail + dropless_rows_held(spec, d.size(MeshAxis::ep), config.model), a.bytes.slots);
   add("recompute set", "one block's, shared", a.bytes.recompute);
   add("backward scratch", "shared by the layers", a.bytes.backward);
   if (spec.positions == PositionKind::rotary) add("rope table", "cos, sin", rope_table_floats(spec) * f32);
@@ -204,14 +208,11 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       for (size_t i = 0; i < std::min(count, sizes.size()); i++) sum += sizes[i];
       return sum;
     };
-    // A bucket's reduction is over its group: under expert parallelism the experts' pieces
-    // are buckets of their own, reduced over the ranks that hold the same experts (not at
-    // all where one rank does).
+    // A bucket's reduction is over its group: a region's pieces are buckets of their own,
+    // reduced over the region's ranks (not at all where one rank holds it).
     const auto reduced_bytes = [&](const FlatRange& range, std::vector<size_t>& sizes) {
-      const std::vector<FlatRange> pieces =
-          d.expert_parallel_size() > 1 ? split_at({range}, layout.expert_ranges()) : std::vector<FlatRange>{range};
-      for (const FlatRange& b : pieces)
-        if (d.expert_data_parallel_size() > 1 || !within(b, layout.expert_ranges())) sizes.push_back(b.size() * f32);
+      for (const FlatRange& b : split_at({range}, layout.region_ranges()))
+        if (d.size(layout.data_axes_of(b)) > 1) sizes.push_back(b.size() * f32);
     };
     size_t in_flight = 0;
     if (d.data_parallel_size() > 1) {
@@ -230,7 +231,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     if (d.size(Axis::pp) > 1) {
       size_t piece = 0;
       for (const ParameterTensor& t : layout.tensors())
-        if (t.placement.gradient_sum == GradientSum::pipeline_ends) piece = std::max(piece, std::min(t.stored, kReductionPieceFloats));
+        if (t.placement.summed_over.has(MeshAxis::pp_ends)) piece = std::max(piece, std::min(t.stored, kReductionPieceFloats));
       in_flight += piece * f32;
     }
     const size_t activations_all_rows = k.activation_bytes(static_cast<size_t>(micro_batch) * shape.seq_len * spec.d_model);
@@ -238,15 +239,23 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     if (d.size(Axis::tp) > 1) in_flight = std::max(in_flight, activations_all_rows * (scatters ? 2 : 1));
     add("communication", "estimate: MPI's temporaries for the reductions in flight", in_flight);
   } else {
-    // The NCCL communicators setup makes: tp (and tp-kv when ranks share a key/value head),
-    // dp (hybrid: its shard and replica groups), pp (three: collectives and one per
-    // direction), the tied embedding's.
-    const TransformerSpec& ts = spec;
-    const bool shared_kv = d.size(Axis::tp) > ts.n_kv_head;
-    const bool hybrid = zero > 0 && shards < d.data_parallel_size();
-    const int communicators = (d.size(Axis::tp) > 1) * (1 + shared_kv) + (d.data_parallel_size() > 1) * (1 + 2 * hybrid) + (d.size(Axis::cp) > 1) + (d.size(Axis::pp) > 1) * 3 +
-                              (d.size(Axis::pp) > 1 && ts.tied_head) +
-                              (d.expert_parallel_size() > 1) * (1 + (d.expert_data_parallel_size() > 1));
+    // The NCCL communicators setup makes, one per distinct set of ranks of more than one
+    // (parallel/parallel_state.h): the grid's axes (pp three: collectives and one per
+    // direction), dp x cp, and those the placements and sharding name.
+    std::set<AxisSet> groups;
+    for (Axis a : kAxes) groups.insert(d.normalized(AxisSet{mesh_axis(a)}));
+    groups.insert(d.normalized(kDataParallel));
+    for (const ParameterTensor& t : layout.tensors()) {
+      groups.insert(d.normalized(t.placement.model_sums()));
+      groups.insert(d.normalized(t.placement.data_axes()));
+      groups.insert(d.normalized(t.placement.sharded_over));
+    }
+    if (zero > 0 && shards < d.data_parallel_size()) {
+      groups.insert(d.normalized({MeshAxis::dp_shard}));
+      groups.insert(d.normalized({MeshAxis::dp_replica}));
+    }
+    groups.erase(AxisSet{});
+    const int communicators = static_cast<int>(groups.size()) + 2 * (d.size(Axis::pp) > 1);
     add("communication", "estimate: NCCL's buffers, 64 MiB per communicator",
         static_cast<size_t>(communicators) * (64u << 20));
     // A NCCL communicator stages host buffers (the checkpoint's optimizer state) in device memory.
@@ -267,7 +276,9 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   if (!config.checkpoint.dir.empty()) {
     add("checkpoint staging", "host copy of parameters and optimizer state",
         Checkpointer::staging_bytes(layout, optimizer.state_names), true);
-    add("checkpoint pieces", writer.any() ? "handed to the node leader" : "none: dp rank 0 writes",
+    const bool writes = std::any_of(layout.tensors().begin(), layout.tensors().end(),
+                                    [&](const ParameterTensor& t) { return writer.writes(t.placement); });
+    add("checkpoint pieces", writes ? "handed to the node leader" : "none: another replica writes",
         Checkpointer::piece_bytes(layout, writer, optimizer.state_names), true);
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
     if (node_leader)

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,20 +44,25 @@ std::string join(const std::vector<int>& ranks) {
 
 }  // namespace
 
-ReplicaCheck::ReplicaCheck(ParallelState& parallel, Communicator* replicas, bool compare_tp, int every_steps)
+ReplicaCheck::ReplicaCheck(ParallelState& parallel, const ParameterLayout& layout, Communicator* replicas,
+                           bool compare_tp, int every_steps)
     : parallel_(parallel),
       replicas_(replicas != nullptr && replicas->size() > 1 ? replicas : nullptr),
       compare_tp_(compare_tp && parallel.tp().size() > 1),
-      compare_experts_(parallel.expert_parallel() != nullptr && parallel.expert_data_parallel().size() > 1),
-      comparable_(replicas_ != nullptr || compare_tp_ || compare_experts_),
-      every_(every_steps) {}
+      has_regions_(!layout.data_regions().empty()),
+      every_(every_steps) {
+  for (const ParameterLayout::DataRegion& r : layout.data_regions())
+    if (Communicator& holders = parallel.group(r.axes); holders.size() > 1) regions_.emplace_back(r.axes, &holders);
+  comparable_ = replicas_ != nullptr || compare_tp_ || !regions_.empty();
+}
 
 std::string ReplicaCheck::describe() const {
   if (every_ <= 0 || !comparable_) return "";
   std::string what;
   if (replicas_ != nullptr) what = "the parameters across each " + replicas_->name() + " group";
   if (compare_tp_) what += std::string(what.empty() ? "" : ", ") + "the tensors tp keeps whole across each tp group";
-  if (compare_experts_) what += std::string(what.empty() ? "" : ", ") + "each expert across the ranks holding it";
+  for (const auto& [axes, group] : regions_)
+    what += std::string(what.empty() ? "" : ", ") + "the tensors held across each " + group->name() + " group";
   return "replica check: every " + std::to_string(every_) + " steps, " + what + " (train.replica_check_steps)";
 }
 
@@ -66,20 +72,25 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
   const float* values = host_values(params, copy);
   std::ostringstream lines;
   const ParameterLayout& layout = *params.layout;
-  if (replicas_ != nullptr && layout.ep_size() == 1)
-    lines << replicas_->name() << " " << replicas_->world_ranks().front() << " "
+  // A group's name as one word of these lines.
+  const auto label = [](std::string name) {
+    std::replace(name.begin(), name.end(), ' ', '_');
+    return name;
+  };
+  if (replicas_ != nullptr && !has_regions_)
+    lines << label(replicas_->name()) << " " << replicas_->world_ranks().front() << " "
           << crc_of(0, values, layout.total_floats()) << "\n";
-  if (layout.ep_size() > 1) {
-    // Expert parallelism: the shared tensors across the replicas, each expert across the
-    // ranks holding it (the expert-data-parallel group).
-    uint32_t shared = 0, experts = 0;
+  if (has_regions_) {
+    // The tensors of each region across its group, the others across the replicas.
+    std::map<AxisSet, uint32_t> crcs;
     for (const ParameterTensor& t : layout.tensors()) {
-      uint32_t& crc = t.placement.expert ? experts : shared;
+      uint32_t& crc = crcs[t.placement.data_axes()];
       crc = crc_of(crc, values + t.offset, t.stored);
     }
-    if (replicas_ != nullptr) lines << replicas_->name() << " " << replicas_->world_ranks().front() << " " << shared << "\n";
-    Communicator& holders = parallel_.expert_data_parallel();
-    if (compare_experts_) lines << "expert-dp " << holders.world_ranks().front() << " " << experts << "\n";
+    if (replicas_ != nullptr)
+      lines << label(replicas_->name()) << " " << replicas_->world_ranks().front() << " " << crcs[kDataParallel] << "\n";
+    for (const auto& [axes, group] : regions_)
+      lines << label(group->name()) << " " << group->world_ranks().front() << " " << crcs[axes] << "\n";
   }
   if (compare_tp_) {
     uint32_t crc = 0;
@@ -98,7 +109,10 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
       std::string group;
       int first = 0;
       uint32_t crc = 0;
-      while (in >> group >> first >> crc) groups[{group, first}][crc].push_back(rank);
+      while (in >> group >> first >> crc) {
+        std::replace(group.begin(), group.end(), '_', ' ');
+        groups[{group, first}][crc].push_back(rank);
+      }
     }
     std::set<int> odd;
     bool tie = false;

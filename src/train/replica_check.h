@@ -3,7 +3,9 @@
 // replicas hold too: all of its parameters across the dp group under ZeRO 0-2 (the
 // forward's copy is whole on every dp rank), its pieces across the replicas under hybrid
 // sharding with ZeRO-3, and the tensors tensor parallelism keeps whole (norms, biases,
-// position embeddings) across the tp group. Rank 0 compares the hashes of each group; a
+// position embeddings) across the tp group; the tensors of the layout's regions (those
+// held by other ranks than dp's: model/parameters.h data_regions, an ep shard's) across the
+// ranks holding them, as their placements say. Rank 0 compares the hashes of each group; a
 // rank that differs from its group's majority is named (Megatron-LM's weight-hash check
 // across replicas).
 #pragma once
@@ -27,8 +29,10 @@ class ReplicaCheck {
  public:
   // `replicas`: the group whose members hold the same parameters (dp, or hybrid
   // sharding's replica group under ZeRO-3), null when none does (ZeRO-3 without hybrid
-  // sharding); the tp group is compared on the tensors it keeps whole.
-  ReplicaCheck(ParallelState& parallel, Communicator* replicas, bool compare_tp, int every_steps);
+  // sharding); the tp group is compared on the tensors it keeps whole; the layout's regions
+  // across their groups.
+  ReplicaCheck(ParallelState& parallel, const ParameterLayout& layout, Communicator* replicas, bool compare_tp,
+               int every_steps);
   bool enabled() const { return every_ > 0 && comparable_; }
   bool due(int step) const { return enabled() && (step + 1) % every_ == 0; }
   // What is compared, for the startup lines ("" when nothing is).
@@ -40,7 +44,9 @@ class ReplicaCheck {
   ParallelState& parallel_;
   Communicator* replicas_;
   bool compare_tp_;
-  bool compare_experts_;  // expert parallelism: each expert across the ranks holding it
+  // The regions' groups of more than one rank, by the regions' data axes.
+  std::vector<std::pair<AxisSet, Communicator*>> regions_;
+  bool has_regions_;
   bool comparable_;
   int every_;
 };

@@ -19,13 +19,16 @@
 namespace trident {
 
 // The group of tp ranks that hold the same key/value head (when tp exceeds the model's
-// key/value heads), for TensorParallel; null when no rank shares one. Collective.
-std::unique_ptr<Communicator> shared_head_group(const ModelConfig& model, ParallelState& parallel);
+// key/value heads: the mesh's tp_piece axis, which this sets); null when no rank shares
+// one. Collective.
+Communicator* shared_head_group(const ModelConfig& model, ParallelState& parallel);
 
 // Hybrid sharding's groups (parallel.shard_size below dp): the shard group of
-// consecutive dp ranks and the replicas across them; both null otherwise. Collective.
+// consecutive dp ranks and the replicas across them (dp_shard, dp_replica); both null
+// otherwise. Collective.
 struct HybridGroups {
-  std::unique_ptr<Communicator> shard, replica;
+  Communicator* shard = nullptr;
+  Communicator* replica = nullptr;
 };
 HybridGroups hybrid_groups(const Config& config, ParallelState& parallel);
 
@@ -50,7 +53,7 @@ class TrainingSetup {
   const int local_batch;  // sequences of each global batch on this dp rank
   const RankStage stage;  // what this rank's model stage holds (plan/run_layout.h)
   const PipelinePlan plan;
-  const std::unique_ptr<Communicator> shared_heads;  // ranks sharing a key/value head (tp > n_kv_head)
+  Communicator* const shared_heads;  // ranks sharing a key/value head (tp > n_kv_head), or null
   const HybridGroups hybrid;  // shard and replica groups of hybrid sharding, if any
   Transformer model;
   DataParallel data_parallel;

@@ -10,21 +10,35 @@
 
 namespace trident {
 
-StepRunner::StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& data_parallel, Communicator& dp,
-                       kernels::Kernels& k, PipelineLinks pipeline)
-    : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), dp_(dp), k_(k),
-      pipeline_(model, pipeline) {
-  norm_total_ = kernels::DeviceBuffer(k, 4);  // two doubles: the shared tensors', the experts'
+StepRunner::StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& data_parallel, MeshGroups mesh,
+                       kernels::Kernels& k, PipelineLinks pipeline, AxisSet zero_axes)
+    : model_(model), optimizer_(optimizer), data_parallel_(data_parallel), mesh_(std::move(mesh)),
+      dp_(mesh_.group(kDataParallel)), zero_axes_(zero_axes), k_(k), pipeline_(model, pipeline) {
+  for (const ParameterTensor& t : model.layout().tensors()) {
+    const AxisSet axes = norm_axes(t.placement);
+    auto at = std::lower_bound(norm_sets_.begin(), norm_sets_.end(), axes);
+    if (at == norm_sets_.end() || *at != axes) norm_sets_.insert(at, axes);
+  }
+  for (const ParameterTensor& t : model.layout().tensors())
+    norm_set_of_.push_back(static_cast<int>(std::lower_bound(norm_sets_.begin(), norm_sets_.end(), norm_axes(t.placement)) -
+                                            norm_sets_.begin()));
+  norm_total_ = kernels::DeviceBuffer(k, std::max<size_t>(1, norm_sets_.size()) * 2);  // a double per set
 }
 
-uint64_t StepRunner::exchanged_bytes() const {
-  const Communicator* ep = model_.expert_parallel();
-  return ep == nullptr ? 0 : ep->stats().bytes[static_cast<int>(CommOp::all_to_all)];
+Communicator* StepRunner::group_of(AxisSet axes) {
+  const AxisSet ranks = mesh_.dims.normalized(axes);
+  return ranks.empty() ? nullptr : &mesh_.group(ranks);
+}
+
+AxisSet StepRunner::norm_axes(const Placement& p) const {
+  AxisSet axes = kModelAxes | p.sharded_over;
+  if (data_parallel_.shards_optimizer_state()) axes = axes | (p.data_axes() == kDataParallel ? zero_axes_ : p.data_axes());
+  return axes;
 }
 
 double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targets, int local_batch,
                                      int global_batch) {
-  const uint64_t exchanged_before = exchanged_bytes();
+  routers_.start(model_);
   const int B = model_.micro_batch(), T = model_.spec().seq_len;
   check(local_batch % B == 0, "local batch must be a multiple of the micro-batch");
   const int micro_batches = local_batch / B;
@@ -53,39 +67,18 @@ double StepRunner::compute_gradients(const int32_t* inputs, const int32_t* targe
     }
   });
   compute_s_ = pipeline_.compute_s();
-  sync_tied_embedding();
+  sum_over_stages();
   data_parallel_.gradients_final_from(0);
   comm_wait_s_ = data_parallel_.finish_gradients();
-  sum_shared_head_gradients();
-  // The step's one read of the losses (the last stage has them; a host synchronization).
-  // With the routers' auxiliary losses and tokens per expert (every stage's blocks'): one
-  // reduction for all.
-  const RouterStats router = model_.take_router_stats();
-  const uint64_t exchanged = exchanged_bytes() - exchanged_before;
-  struct At {  // `sums`' order: the tokens per layer and expert last
-    enum { loss, aux_loss, routed, not_computed, exchanged, tokens };
-  };
-  std::vector<double> sums = {model_.take_loss_sum(), router.aux_loss_sum, router.rows_routed,
-                              router.rows_routed - router.rows_computed, static_cast<double>(exchanged)};
-  sums.insert(sums.end(), router.tokens.begin(), router.tokens.end());
+  sum_over_tensor_parallel();
+  // The step's one read of the losses (the last stage has them; a host synchronization),
+  // with the routers' figures (every stage's blocks'): one reduction for all.
+  std::vector<double> sums = {model_.take_loss_sum()};
+  routers_.append_to(model_, sums);
   if (pipeline_.pp() != nullptr) pipeline_.pp()->all_reduce(std::span<double>(sums));
   dp_.all_reduce(std::span<double>(sums));
-  aux_loss_ = sums[At::aux_loss] / global_batch;
-  tokens_routed_ = sums[At::routed];
-  tokens_dropped_ = sums[At::not_computed];
-  // Summed over pp and dp x cp; every tp rank exchanges as many.
-  const Communicator* tp = model_.tensor_parallel().communicator();
-  all_to_all_bytes_ = sums[At::exchanged] * (tp != nullptr ? tp->size() : 1);
-  const int E = model_.spec().n_experts;
-  expert_load_.clear();
-  expert_tokens_.clear();
-  for (size_t first = At::tokens; E > 0 && first < sums.size(); first += E) {
-    const auto begin = sums.begin() + static_cast<std::ptrdiff_t>(first), end = begin + E;
-    const double total = std::accumulate(begin, end, 0.0);
-    expert_load_.push_back(total > 0 ? *std::max_element(begin, end) * E / total : 1.0);
-    expert_tokens_.emplace_back(begin, end);
-  }
-  return sums[At::loss] / (static_cast<double>(global_batch) * T);
+  routers_.read(model_, sums, 1, global_batch);
+  return sums[0] / (static_cast<double>(global_batch) * T);
 }
 
 double StepRunner::forward_loss(const int32_t* inputs, const int32_t* targets, int B) {
@@ -121,61 +114,59 @@ std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int posi
 // A tied embedding lives on the first stage (embedding) and the last (head); each holds
 // part of its gradient. Summed between the two, as Megatron's embedding group does,
 // both copies take the same update and stay identical.
-void StepRunner::sync_tied_embedding() {
-  if (pipeline_.embedding() == nullptr) return;
+void StepRunner::sum_over_stages() {
   const std::vector<ParameterTensor>& tensors = model_.layout().tensors();
   for (size_t i = 0; i < tensors.size(); i++) {
-    if (tensors[i].placement.gradient_sum != GradientSum::pipeline_ends) continue;
+    Communicator* ends = group_of(tensors[i].placement.model_sums() & AxisSet{MeshAxis::pp_ends});
+    if (ends == nullptr) continue;
     float* grad = model_.store().grad(static_cast<int>(i));
     for (size_t at = 0; at < tensors[i].stored; at += kReductionPieceFloats)
-      pipeline_.embedding()->all_reduce(std::span<float>(grad + at, std::min(kReductionPieceFloats, tensors[i].stored - at)));
+      ends->all_reduce(std::span<float>(grad + at, std::min(kReductionPieceFloats, tensors[i].stored - at)));
   }
 }
 
 // After the data-parallel reduction (sums commute), on the ranges whose reduced
 // gradients this rank holds (the same ranges on every rank of a tp group): the shared
-// key/value heads' parts, and under sequence parallelism the norms' (each rank saw its rows).
-void StepRunner::sum_shared_head_gradients() {
+// key/value heads' parts, per-head weights, and under sequence parallelism the norms'.
+void StepRunner::sum_over_tensor_parallel() {
   std::vector<RequestPtr> sums;
   for (const FlatRange& r : data_parallel_.owned())
     for (const ParameterTensor& t : model_.layout().tensors()) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      if (begin >= end) continue;
-      TensorParallel& tp = model_.tensor_parallel();
-      const std::span<float> reduced(data_parallel_.gradient_at(begin), end - begin);
-      if (t.placement.gradient_sum == GradientSum::piece_holders) sums.push_back(tp.sum_shared_head_gradients(reduced));
-      if (t.placement.gradient_sum == GradientSum::sequence_shards)
-        sums.push_back(tp.sum_sequence_partial_gradients(reduced));
-      if (t.placement.gradient_sum == GradientSum::tp_ranks) sums.push_back(tp.sum_head_partial_gradients(reduced));
+      Communicator* group = group_of(t.placement.model_sums() - AxisSet{MeshAxis::pp_ends});
+      if (begin < end && group != nullptr)
+        sums.push_back(group->all_reduce_async(std::span<float>(data_parallel_.gradient_at(begin), end - begin), ReduceOp::sum));
     }
   for (RequestPtr& s : sums) finish(s);
 }
 
 double StepRunner::gradient_norm_squared() {
-  // Every parameter once: each tensor from the rank whose copy counts (the first holder
-  // of its tp piece; not the last stage's copy of a tied embedding); with ZeRO each dp
-  // rank holds the reduced gradients of its own ranges.
-  // Summed on the device, in order, and read once (one host synchronization).
-  TensorParallel& tp = model_.tensor_parallel();
+  // Every parameter once: each piece from the first rank of its replicated set over tp and
+  // pp (Placement::counted); with ZeRO each rank holds the reduced gradients of its own
+  // ranges. One sum per set of axes (norm_axes), on the device, in order, read once (one
+  // host synchronization); each set's sum reduced over its axes beyond the ones every set
+  // shares, then the total over those: dp x cp's (ZeRO), tp, pp, one after the other.
   const ParameterLayout& layout = model_.layout();
-  // Without ZeRO under expert parallelism each rank holds only its experts: theirs are
-  // summed over the ep group (with ZeRO the sum over dp x cp covers them once, as the rest).
   double* total = reinterpret_cast<double*>(norm_total_.data());
-  k_.fill_zero(total, 2 * sizeof(double));
+  k_.fill_zero(total, norm_sets_.size() * sizeof(double));
   for (const FlatRange& r : data_parallel_.owned())
-    for (const ParameterTensor& t : layout.tensors()) {
+    for (size_t i = 0; i < layout.tensors().size(); i++) {
+      const ParameterTensor& t = layout.tensors()[i];
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
       if (begin < end && t.placement.counted)
-        k_.accumulate_sum_squares(total + (t.placement.expert ? 1 : 0), data_parallel_.gradient_at(begin), end - begin);
+        k_.accumulate_sum_squares(total + norm_set_of_[i], data_parallel_.gradient_at(begin), end - begin);
     }
-  double sums[2] = {0.0, 0.0};
-  k_.copy_to_host(sums, total, sizeof sums);
-  Communicator* experts = model_.expert_parallel();
-  if (experts != nullptr && !data_parallel_.shards_optimizer_state()) sums[1] = experts->all_reduce(sums[1]);
-  double sum = sums[0] + sums[1];
-  if (data_parallel_.shards_optimizer_state()) sum = data_parallel_.shard_group().all_reduce(sum);
-  if (tp.communicator() != nullptr) sum = tp.communicator()->all_reduce(sum);
-  if (pipeline_.pp() != nullptr) sum = pipeline_.pp()->all_reduce(sum);
+  std::vector<double> sums(norm_sets_.size());
+  k_.copy_to_host(sums.data(), total, sums.size() * sizeof(double));
+  const ParallelDims& mesh = mesh_.dims;
+  const AxisSet shared = mesh.normalized(kModelAxes | (data_parallel_.shards_optimizer_state() ? zero_axes_ : AxisSet{}));
+  double sum = 0;
+  for (size_t s = 0; s < sums.size(); s++) {
+    const AxisSet beyond = mesh.normalized(norm_sets_[s]) - shared;
+    sum += beyond.empty() ? sums[s] : group_of(beyond)->all_reduce(sums[s]);
+  }
+  for (AxisSet axes : {shared & kDataAxes, shared & AxisSet{MeshAxis::tp}, shared & AxisSet{MeshAxis::pp}})
+    if (!axes.empty()) sum = group_of(axes)->all_reduce(sum);
   return sum;
 }
 

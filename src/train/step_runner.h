@@ -10,6 +10,7 @@
 
 #include "parallel/communicator.h"
 #include "parallel/data_parallel.h"
+#include "parallel/parallel_state.h"
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/transformer.h"
@@ -17,13 +18,18 @@
 #include "optim/optimizer.h"
 #include "pipeline/pipeline_links.h"
 #include "pipeline/pipeline_runner.h"
+#include "train/router_totals.h"
 
 namespace trident {
 
 class StepRunner {
  public:
-  StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& data_parallel, Communicator& dp, kernels::Kernels& k,
-             PipelineLinks pipeline = {});
+  // mesh: the groups over which each tensor's gradient is completed as its placement says
+  // (model/placement.h), asked for by normalized, non-empty axis sets, and dp x cp's (the
+  // losses' sums, maybe one rank); zero_axes: those ZeRO shards dp x cp's tensors over (dp x cp, or
+  // hybrid sharding's dp_shard).
+  StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& data_parallel, MeshGroups mesh,
+             kernels::Kernels& k, PipelineLinks pipeline = {}, AxisSet zero_axes = kDataParallel);
 
   // inputs/targets: this rank's local_batch sequences [local_batch, T] of a global
   // batch of global_batch sequences. Returns the mean loss over the global batch.
@@ -45,43 +51,41 @@ class StepRunner {
   // reduction after backward, and computing (the forward and backward passes; the
   // rest of the step is this stage's share of the pipeline bubble).
   double comm_wait_s() const { return comm_wait_s_; }
-  // The last compute_gradients()'s auxiliary losses (a mixture of experts' load balance and
-  // z-loss), their mean over the global batch; beside the loss it returns, in the
-  // objective the gradients are of. 0 for a dense model.
-  double aux_loss() const { return aux_loss_; }
-  // Its expert load per MoE layer over the global batch: the most loaded expert's tokens over
-  // the mean expert's (1: balanced; E/K: every token to the same K). Empty for a dense model.
-  const std::vector<double>& expert_load() const { return expert_load_; }
-  // Its token-expert pairs per MoE layer and expert over the global batch (the routers'
-  // choices, dropped ones too). Empty for a dense model.
-  const std::vector<std::vector<double>>& expert_tokens() const { return expert_tokens_; }
-  // Its expert-parallel exchanges' bytes, sent by all ranks (0 without expert parallelism),
-  // the token-expert pairs routed, and those of them not computed (0: dropless).
-  double all_to_all_bytes() const { return all_to_all_bytes_; }
-  double tokens_routed() const { return tokens_routed_; }
-  double tokens_dropped() const { return tokens_dropped_; }
+  // The last compute_gradients()'s routing figures (a mixture's routers'; the auxiliary
+  // losses beside the loss it returns, in the objective the gradients are of).
+  const RouterTotals& routing() const { return routers_; }
   double compute_s() const { return compute_s_; }
   const PassTimes& pass_s() const { return pipeline_.pass_s(); }  // the same by kind of pass
 
  private:
-  void sync_tied_embedding();
-  uint64_t exchanged_bytes() const;  // all-to-all bytes this rank has sent over ep so far
-  // The parts of shared key/value heads' gradients, summed over the ranks sharing them.
-  void sum_shared_head_gradients();
+  // The sums a placement asks for besides data parallelism's: over the pipeline's ends
+  // before it (a tied table, this rank's whole gradient), over tp's cuts after it (on the
+  // reduced ranges this rank owns).
+  void sum_over_stages();
+  void sum_over_tensor_parallel();
   // Squared global L2 norm of the step's gradients over the whole model.
   double gradient_norm_squared();
+  // The axes a tensor's squared norm is summed over: the model's (tp, pp), those it is
+  // sharded over, and with ZeRO those its reduced gradient is sharded over.
+  AxisSet norm_axes(const Placement& p) const;
+  // The communicator of the ranks `axes` span; null when that is this rank alone.
+  Communicator* group_of(AxisSet axes);
 
   Transformer& model_;
   Optimizer& optimizer_;
   DataParallel& data_parallel_;
-  Communicator& dp_;
+  MeshGroups mesh_;
+  Communicator& dp_;  // dp x cp: the losses' sums
+  AxisSet zero_axes_;
+  // The distinct norm_axes() of the layout's tensors (in order of their bits), and each
+  // tensor's index among them: one sum each.
+  std::vector<AxisSet> norm_sets_;
+  std::vector<int> norm_set_of_;
   kernels::Kernels& k_;
   PipelineRunner pipeline_;  // this rank's stage of the model, `model_`, and its chunks
-  double comm_wait_s_ = 0, compute_s_ = 0, aux_loss_ = 0, all_to_all_bytes_ = 0, tokens_routed_ = 0,
-         tokens_dropped_ = 0;
-  std::vector<double> expert_load_;
-  std::vector<std::vector<double>> expert_tokens_;
-  kernels::DeviceBuffer norm_total_;          // a double: the squared gradient norm, summed on the device
+  double comm_wait_s_ = 0, compute_s_ = 0;
+  RouterTotals routers_;
+  kernels::DeviceBuffer norm_total_;  // per norm set, a double: its squared norm, summed on the device
 };
 
 }  // namespace trident

@@ -298,7 +298,7 @@ LearningRateSchedule schedule_of(const TrainConfig& t) {
   s.min_lr = t.min_lr;
   s.warmup_steps = t.warmup_steps;
   s.decay_steps = t.decay_end();
-  s.shape = parse_lr_shape(t.lr_schedule);
+  s.shape = t.lr_schedule;
   const int after_warmup = std::max(0, s.decay_steps - s.warmup_steps);
   s.wsd_decay = std::max(1, static_cast<int>(std::lround(t.wsd_decay >= 1 ? t.wsd_decay : t.wsd_decay * after_warmup)));
   return s;
@@ -442,13 +442,13 @@ StepOutcome run_step(int step, const Config& config, ParallelState& parallel, Tr
   const double slowed = injected_faults::slow_down(parallel.rank());
   const uint64_t syncs_before = k.host_syncs();
   o.loss = s.runner.compute_gradients(inputs.data(), targets.data(), s.local_batch, config.train.global_batch);
-  if (!s.runner.expert_load().empty()) {  // a mixture of experts (its count may be the family's default)
-    o.aux_loss = s.runner.aux_loss();
-    o.expert_load = s.runner.expert_load();
-    o.all_to_all_bytes = s.runner.all_to_all_bytes();
-    o.tokens_routed = s.runner.tokens_routed();
-    o.tokens_dropped = s.runner.tokens_dropped();
-    o.expert_tokens = s.runner.expert_tokens();
+  if (const RouterTotals& routing = s.runner.routing(); !routing.expert_load().empty()) {  // a mixture of experts (its count may be the family's default)
+    o.aux_loss = routing.aux_loss();
+    o.expert_load = routing.expert_load();
+    o.all_to_all_bytes = routing.all_to_all_bytes();
+    o.tokens_routed = routing.tokens_routed();
+    o.tokens_dropped = routing.tokens_dropped();
+    o.expert_tokens = routing.expert_tokens();
   }
   o.compute_seconds = s.runner.compute_s() + slowed;
   o.host_syncs = k.host_syncs() - syncs_before;
@@ -861,7 +861,8 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   // The replicas: every dp rank holds all parameters under ZeRO 0-2; under ZeRO-3 only
   // hybrid sharding's replicas hold the same pieces.
   const bool whole = s.data_parallel.zero_stage() < 3;
-  ReplicaCheck replicas(parallel, whole ? &parallel.dp() : s.hybrid.replica.get(), whole, tc.replica_check_steps);
+  ReplicaCheck replicas(parallel, s.model.layout(), whole ? &parallel.dp() : s.hybrid.replica, whole,
+                        tc.replica_check_steps);
   if (parallel.is_root() && !replicas.describe().empty()) std::printf("%s\n", replicas.describe().c_str());
   std::unique_ptr<StepEnd> end_of_step;  // its log files, opened on rank 0: an error there is every rank's
   run_collectively([&] {

@@ -104,6 +104,7 @@ Reference load_reference(const std::string& path) {
   ref.adam_eps = file.attr_double("adam_eps");
   ref.weight_decay = file.attr_double("weight_decay");
   ref.grad_clip = file.attr_double("grad_clip");
+  if (file.has_attr("optimizer")) ref.optimizer = file.attr_string("optimizer");  // Muon's references
   const auto shape = file.shape("batches/tokens");
   const std::vector<int64_t> expected = {ref.steps, ref.batch, ref.model.seq_len + 1};
   require(shape == expected, path + ": batches/tokens has the wrong shape");
@@ -178,7 +179,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   require(local_batch % micro_batch == 0, "train.micro_batch (" + std::to_string(micro_batch) +
                                               ") must divide the per-rank batch " + std::to_string(local_batch));
   Hdf5Reader file(ref.path);
-  // The reference's model, batch and AdamW settings under the given layout.
+  // The reference's model, batch and optimizer settings under the given layout.
   Config config;
   config.model = ref.model;
   config.parallel = settings;
@@ -191,6 +192,7 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   config.train.beta2 = ref.beta2;
   config.train.adam_eps = ref.adam_eps;
   config.train.weight_decay = ref.weight_decay;
+  config.train.optimizer = ref.optimizer;
   config.data.document_mask = ref.eod_token >= 0;
   config.data.eod_token = ref.eod_token;
   TrainingSetup setup(config, parallel, k);
@@ -269,11 +271,11 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
     if (!aux_losses.empty())
       report.max_aux_loss_error =
           nan_max(std::max(report.max_aux_loss_error, 0.0),
-                  std::abs(runner.aux_loss() - aux_losses[step]) / std::max(std::abs(aux_losses[step]), 1e-30));
+                  std::abs(runner.routing().aux_loss() - aux_losses[step]) / std::max(std::abs(aux_losses[step]), 1e-30));
     if (!dropped.empty()) {
-      report.tokens_dropped += runner.tokens_dropped();
+      report.tokens_dropped += runner.routing().tokens_dropped();
       report.tokens_dropped_differing =
-          std::max(report.tokens_dropped_differing, 0.0) + std::abs(runner.tokens_dropped() - dropped[step]);
+          std::max(report.tokens_dropped_differing, 0.0) + std::abs(runner.routing().tokens_dropped() - dropped[step]);
     }
     report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
                                          std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);

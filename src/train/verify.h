@@ -20,6 +20,7 @@ struct Reference {
   double lr = 0, beta1 = 0, beta2 = 0, adam_eps = 0, weight_decay = 0, grad_clip = 0;
   std::vector<int32_t> tokens;  // [steps, batch, seq_len + 1]
   int32_t eod_token = -1;       // the root attribute eod_token: attention masked by document; -1: none
+  std::string optimizer = "adamw";  // the root attribute optimizer (train.optimizer); absent: AdamW
 };
 
 Reference load_reference(const std::string& path);

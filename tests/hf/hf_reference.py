@@ -2,14 +2,15 @@
 """Hugging Face's side of trident's safetensors export and import, written from HF's
 conventions (DATA_FORMATS.md section 4; transformers' modeling_gpt2.py, modeling_llama.py
 and the Llama-style modeling_qwen2.py, modeling_qwen3.py, modeling_mistral.py,
-modeling_mixtral.py, modeling_qwen3_moe.py), in numpy float64, with its own safetensors
+modeling_mixtral.py, modeling_qwen3_moe.py, modeling_olmo2.py), in numpy float64, with its own safetensors
 reader and writer:
 
   logits HF_DIR DUMP.json     the forward pass of the exported model (GPT-2: Conv1D
                               weights [in, out], tied head; Llama: rotate-half RoPE, GQA,
                               SwiGLU; Qwen2's q, k, v biases, Qwen3's q and k norms,
                               Mistral's sliding window; Mixtral's and Qwen3-MoE's
-                              experts, softmax top-k routing) on the tokens of
+                              experts, softmax top-k routing; OLMo-2's post-norms and
+                              whole-width q and k norms) on the tokens of
                               `trident generate --dump_logits`;
                               exit 0 when every position's logits agree to 1e-5 relative
   write HF_DIR OUT_DIR SEED   new random weights in HF's own layout and names, as
@@ -170,18 +171,28 @@ def llama_logits(c, w, tokens):
                 out[rows] += weights[rows, slot][:, None] * swiglu(h[rows], *(x + n for n in names))
         return out
 
+    # OLMo-2 (Olmo2DecoderLayer): x + norm(sublayer(x)), no norm before; q and k normalized
+    # over the whole projection, before the split into heads.
+    olmo2 = c["model_type"] == "olmo2"
     x = g("model.embed_tokens.weight")[tokens]
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        h = rms_norm(x, g(p + "input_layernorm.weight"), eps)
-        q = linear(h, p + "self_attn.q_proj").reshape(T, H, hd)
-        k = linear(h, p + "self_attn.k_proj").reshape(T, KV, hd)
+        h = x if olmo2 else rms_norm(x, g(p + "input_layernorm.weight"), eps)
+        q, k = linear(h, p + "self_attn.q_proj"), linear(h, p + "self_attn.k_proj")
+        if olmo2:
+            q, k = rms_norm(q, g(p + "self_attn.q_norm.weight"), eps), rms_norm(k, g(p + "self_attn.k_norm.weight"), eps)
+        q, k = q.reshape(T, H, hd), k.reshape(T, KV, hd)
         v = linear(h, p + "self_attn.v_proj").reshape(T, KV, hd).transpose(1, 0, 2)
-        if p + "self_attn.q_norm.weight" in w:  # Qwen3: each head's q and k, before RoPE
+        if p + "self_attn.q_norm.weight" in w and not olmo2:  # Qwen3: each head's q and k, before RoPE
             q, k = rms_norm(q, g(p + "self_attn.q_norm.weight"), eps), rms_norm(k, g(p + "self_attn.k_norm.weight"), eps)
         q, k = rope(q.transpose(1, 0, 2)), rope(k.transpose(1, 0, 2))
         k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)  # repeat_kv
         a = causal_attention(q, k, v, window).transpose(1, 0, 2).reshape(T, H * hd)
+        if olmo2:
+            x = x + rms_norm(a @ g(p + "self_attn.o_proj.weight").T, g(p + "post_attention_layernorm.weight"), eps)
+            y = swiglu(x, p + "mlp.gate_proj", p + "mlp.up_proj", p + "mlp.down_proj")
+            x = x + rms_norm(y, g(p + "post_feedforward_layernorm.weight"), eps)
+            continue
         x = x + a @ g(p + "self_attn.o_proj.weight").T
         h = rms_norm(x, g(p + "post_attention_layernorm.weight"), eps)
         if c["model_type"] in ("mixtral", "qwen3_moe"):

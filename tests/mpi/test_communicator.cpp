@@ -132,16 +132,19 @@ TEST(Communicator, ExpertParallelGroups) {
   const int n = world_size();
   if (n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   ParallelDims dims = ParallelDims::resolve(n, {{Axis::dp, 0}});
-  dims.set_expert_parallel(2);
+  dims.set_ep(2);
   ParallelState ps(dims, 0, 60);
   ASSERT_NE(ps.expert_parallel(), nullptr);
   EXPECT_EQ(ps.expert_parallel()->size(), 2);
   EXPECT_EQ(ps.expert_parallel()->rank(), ps.rank() % 2);
   EXPECT_EQ(ps.expert_parallel()->all_reduce(static_cast<double>(ps.rank())), 2.0 * (ps.rank() / 2 * 2) + 1);
-  EXPECT_EQ(ps.expert_data_parallel().size(), n / 2);
+  Communicator& holding = ps.group({MeshAxis::edp});
+  EXPECT_EQ(holding.size(), n / 2);
   double holders = 0;
   for (int q = ps.rank() % 2; q < n; q += 2) holders += q;
-  EXPECT_EQ(ps.expert_data_parallel().all_reduce(static_cast<double>(ps.rank())), holders);
+  EXPECT_EQ(holding.all_reduce(static_cast<double>(ps.rank())), holders);
+  // One communicator per set of ranks: ep with edp spans dp x cp, and is its group.
+  EXPECT_EQ(&ps.group({MeshAxis::ep, MeshAxis::edp}), &ps.data_parallel());
   EXPECT_EQ(data_parallel_state().expert_parallel(), nullptr);  // ep 1: none
 }
 

@@ -84,7 +84,9 @@ TEST(DataParallelTraining, SameParametersAsOneRank) {
     DataParallel data_parallel(dp, *k, model.layout().total_floats(), 0.001, zero);
     const auto adamw = make_optimizer("adamw", model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, data_parallel.owned());
     Optimizer& optimizer = *adamw;
-    StepRunner runner(model, optimizer, data_parallel, dp, *k);
+    const MeshGroups mesh{ParallelDims::resolve(dp.size(), {{Axis::dp, dp.size()}}),
+                          [&dp](AxisSet) -> Communicator& { return dp; }};
+    StepRunner runner(model, optimizer, data_parallel, mesh, *k);
     std::vector<double> losses;
     for (int step = 0; step < 3; step++) {
       random_tokens(step, mc.vocab_size, tokens, targets);

@@ -47,7 +47,7 @@ TEST_P(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
     return r;
   }();
   ParallelDims dims = ParallelDims::resolve(ep, {{Axis::dp, 0}});
-  dims.set_expert_parallel(ep);
+  dims.set_ep(ep);
   ParallelState parallel(dims, 0, 60);
   ASSERT_NE(parallel.expert_parallel(), nullptr);
   ModelConfig mc = twelve_experts();
@@ -59,7 +59,7 @@ TEST_P(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
   StageSpec stage;
   stage.ep = ep;
   stage.ep_rank = parallel.expert_parallel()->rank();
-  Transformer sharded(mc, *k, {.micro_batch = B, .stage = stage, .expert_shard_group = &parallel.expert_data_parallel(),
+  Transformer sharded(mc, *k, {.micro_batch = B, .stage = stage, .region_groups = [&parallel](AxisSet axes) { return &parallel.group(axes); },
                                .expert_parallel = parallel.expert_parallel()});
   int routers = 0;
   for (Transformer* model : {&whole, &sharded}) {

@@ -61,7 +61,13 @@ Trained train(const ModelConfig& mc, Communicator* pp, Communicator* embedding, 
   DataParallel dp(self, *k, model.layout().total_floats(), 0.001, false);
   const auto adamw = make_optimizer("adamw", model.layout(), {0.9, 0.95, 1e-8, 0.1}, *k, dp.owned());
   Optimizer& opt = *adamw;
-  StepRunner runner(model, opt, dp, self, *k, {pp, embedding, schedule});
+  // The mesh of this test's communicators: the pipeline, its ends, and this rank alone.
+  const MeshGroups mesh{ParallelDims::resolve(stages, {{Axis::pp, stages}}), [&](AxisSet axes) -> Communicator& {
+                          if (axes == AxisSet{MeshAxis::pp}) return *pp;
+                          if (axes == AxisSet{MeshAxis::pp_ends}) return *embedding;
+                          return self;
+                        }};
+  StepRunner runner(model, opt, dp, mesh, *k, {pp, schedule});
   Trained out;
   std::vector<int32_t> tokens(static_cast<size_t>(B) * m * T), targets(tokens.size());
   for (int step = 0; step < 3; step++) {
@@ -86,8 +92,8 @@ class PipelineTest : public testing::TestWithParam<bool> {
 TEST_P(PipelineTest, SchedulesMatchOneRankAndEachOther) {
   const ModelConfig mc = four_layers(GetParam());
   const Trained alone = train(mc, nullptr, nullptr, Schedule::one_f_one_b);
-  const Trained f1b = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::one_f_one_b);
-  const Trained gpipe = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::gpipe);
+  const Trained f1b = train(mc, &parallel_->pp(), &parallel_->group({MeshAxis::pp_ends}), Schedule::one_f_one_b);
+  const Trained gpipe = train(mc, &parallel_->pp(), &parallel_->group({MeshAxis::pp_ends}), Schedule::gpipe);
   for (int s = 0; s < 3; s++) {
     EXPECT_NEAR(f1b.losses[s], alone.losses[s], 1e-5) << "step " << s;
     EXPECT_NEAR(f1b.losses[s], gpipe.losses[s], 1e-5) << "step " << s;
@@ -102,12 +108,12 @@ TEST_P(PipelineTest, SchedulesMatchOneRankAndEachOther) {
   // The tied wte: the first stage's copy and the last stage's stay identical.
   if (!GetParam() && world_size() > 1 && (parallel_->coord(Axis::pp) == 0 || parallel_->coord(Axis::pp) == world_size() - 1)) {
     std::vector<float> wte = f1b.params.at("wte.weight"), first = wte;
-    parallel_->embedding()->broadcast(first, 0);
+    parallel_->group({MeshAxis::pp_ends}).broadcast(first, 0);
     EXPECT_EQ(wte, first);
   }
   // ZB-H1: the same steps with the weight gradients deferred, bit for bit the same sums
   // per tensor in the same order (the norms' through a stash: within float rounding).
-  const Trained zb1 = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::zb1);
+  const Trained zb1 = train(mc, &parallel_->pp(), &parallel_->group({MeshAxis::pp_ends}), Schedule::zb1);
   for (int s = 0; s < 3; s++) EXPECT_NEAR(zb1.losses[s], f1b.losses[s], 1e-6) << "step " << s;
   for (const auto& [name, values] : f1b.params) EXPECT_LT(relative_error(values, zb1.params.at(name)), 1e-5) << name;
   // 1F1B keeps at most p - s micro-batches alive, GPipe all 4.
@@ -124,7 +130,7 @@ TEST_P(PipelineTest, InterleavedMatchesOneRank) {
   ModelConfig mc = four_layers(GetParam());
   mc.n_layer = 2 * p;
   const Trained alone = train(mc, nullptr, nullptr, Schedule::one_f_one_b, 2 * p);
-  const Trained interleaved = train(mc, &parallel_->pp(), parallel_->embedding(), Schedule::interleaved, 2 * p, 2);
+  const Trained interleaved = train(mc, &parallel_->pp(), &parallel_->group({MeshAxis::pp_ends}), Schedule::interleaved, 2 * p, 2);
   for (int s = 0; s < 3; s++) EXPECT_NEAR(interleaved.losses[s], alone.losses[s], 1e-5) << "step " << s;
   for (const auto& [name, values] : interleaved.params)
     EXPECT_LT(relative_error(values, alone.params.at(name)), 1e-4) << name;

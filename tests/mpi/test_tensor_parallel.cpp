@@ -58,14 +58,14 @@ class TensorParallelTest : public testing::TestWithParam<Family> {
     parallel_ = std::make_unique<ParallelState>(ParallelDims::resolve(world_size(), {{Axis::tp, world_size()}}), 0, 60);
     shared_heads_ = shared_head_group(small_model(GetParam()), *parallel_);
   }
-  TensorParallel tp() { return TensorParallel(parallel_->tp(), shared_heads_.get()); }
+  TensorParallel tp() { return TensorParallel(parallel_->tp()); }
   // What the tp group moved in one optimizer step of `micro_steps` micro-batches of B.
   CommStats one_step(Transformer& model, int B, int micro_steps) {
     model.init_parameters(1);
     DataParallel dp(parallel_->dp(), *k_, model.layout().total_floats(), 1, false);
     const auto adamw = make_optimizer("adamw", model.layout(), {}, *k_, dp.owned());
     Optimizer& opt = *adamw;
-    StepRunner runner(model, opt, dp, parallel_->dp(), *k_);
+    StepRunner runner(model, opt, dp, parallel_->groups(), *k_);
     const Batch batch = random_batch(B * micro_steps, model.spec().seq_len, model.spec().vocab_size, 2);
     parallel_->tp().reset_stats();
     runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B * micro_steps, B * micro_steps);
@@ -73,7 +73,7 @@ class TensorParallelTest : public testing::TestWithParam<Family> {
     return parallel_->tp().stats();
   }
   std::unique_ptr<ParallelState> parallel_;
-  std::unique_ptr<Communicator> shared_heads_;
+  Communicator* shared_heads_ = nullptr;
   std::unique_ptr<kernels::Kernels> k_ = kernels::make_cpu_kernels();
 };
 
@@ -101,7 +101,7 @@ TEST_P(TensorParallelTest, EveryLayerMatchesItsUnshardedSelf) {
     EXPECT_EQ(sharded.full_parameter(t.name), whole.full_parameter(t.name)) << t.name;  // same initialization
     std::vector<float> grad(sharded.store().grad(&t - sharded.layout().tensors().data()),
                             sharded.store().grad(&t - sharded.layout().tensors().data()) + t.stored);
-    if (t.placement.gradient_sum == GradientSum::piece_holders) shared_heads_->all_reduce(std::span<float>(grad));
+    if (t.placement.summed_over.has(MeshAxis::tp_piece)) shared_heads_->all_reduce(std::span<float>(grad));
     const int shards = t.placement.pieces, holders = world_size() / shards;
     std::vector<float> all(t.stored * world_size()), pieces(t.stored * shards);
     std::copy(grad.begin(), grad.end(), all.begin() + parallel_->tp().rank() * t.stored);
@@ -126,7 +126,10 @@ TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
     DataParallel dp(self, *k_, model->layout().total_floats(), 1, false);
     const auto adamw = make_optimizer("adamw", model->layout(), {}, *k_, dp.owned());
     Optimizer& opt = *adamw;
-    StepRunner runner(*model, opt, dp, self, *k_);
+    // The whole model's mesh is this rank alone; the sharded one's, the tp grid.
+    MeshGroups mesh = model == &whole ? MeshGroups{ParallelDims{}, [&self](AxisSet) -> Communicator& { return self; }}
+                                      : parallel_->groups();
+    StepRunner runner(*model, opt, dp, std::move(mesh), *k_);
     runner.compute_gradients(batch.tokens.data(), batch.targets.data(), B, B);
     norms.push_back(runner.update(0.0, 0.0).norm);
   }
@@ -138,7 +141,7 @@ TEST_P(TensorParallelTest, ReplicatedGradientsAgreeAndTheNormCountsEachParameter
                             sharded.store().grad(&t - sharded.layout().tensors().data()) + t.stored);
     std::vector<float> first = mine;
     if (!t.sharded()) parallel_->tp().broadcast(first, 0);
-    else if (t.placement.gradient_sum == GradientSum::piece_holders) shared_heads_->broadcast(first, 0);
+    else if (t.placement.summed_over.has(MeshAxis::tp_piece)) shared_heads_->broadcast(first, 0);
     EXPECT_EQ(mine, first) << t.name;
   }
 }
@@ -196,7 +199,12 @@ TEST_P(TensorParallelTest, SequenceParallelBytesMatchTheFormulaAndActivationsShr
   ModelConfig mc = small_model(GetParam());
   mc.seq_len = 12;  // a multiple of 2, 3 and 4 ranks
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
-  Transformer model(mc, *k_, {.micro_batch = B, .tp = TensorParallel(parallel_->tp(), shared_heads_.get(), /*sequence_parallel=*/true)});
+  // Sequence parallelism is the mesh's (the norms' gradients are summed over its sp axis).
+  ParallelDims dims = parallel_->dims();
+  dims.set_sequence_parallel(true);
+  parallel_ = std::make_unique<ParallelState>(dims, 0, 60);
+  shared_heads_ = shared_head_group(small_model(GetParam()), *parallel_);
+  Transformer model(mc, *k_, {.micro_batch = B, .tp = TensorParallel(parallel_->tp(), /*sequence_parallel=*/true)});
   const CommStats s = one_step(model, B, micro_steps);
   if (world_size() == 1) {
     EXPECT_EQ(s.total_bytes(), 0u);

@@ -32,7 +32,7 @@ p.add_argument("--clip", type=float, default=1.0)
 p.add_argument("--theta", type=float, default=10000.0)
 p.add_argument("--seed", type=int, default=4321)
 p.add_argument("--eod", type=int, default=None, help="end-of-document token: packed documents, document mask")
-p.add_argument("--family", choices=["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe"], default="llama")
+p.add_argument("--family", choices=["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "olmo2"], default="llama")
 p.add_argument("--experts", type=int, default=4)
 p.add_argument("--top-k", type=int, default=2)
 p.add_argument("--moe-ffn", type=int, default=0, help="qwen3_moe: each expert's width (0: --ffn)")
@@ -48,6 +48,9 @@ p.add_argument("--z-coef", type=float, default=0.001)
 p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
 p.add_argument("--head-dim", type=int, default=0, help="each head's width (0: dim / heads; Qwen3's head_dim)")
 p.add_argument("--tie", action="store_true", help="tie_word_embeddings: the head reads model.embed_tokens.weight")
+p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+               help="muon: Moonlight's Muon (momentum 0.95, Nesterov) for the blocks' 2-D matrices but the "
+                    "routers, AdamW for the rest (tests/reference/README.md)")
 a = p.parse_args()
 if a.window > 0 and a.family not in ("mistral", "mixtral"): raise SystemExit("--window goes with mistral or mixtral")
 MOE = a.family in ("mixtral", "qwen3_moe")
@@ -82,6 +85,10 @@ for i in range(L):  # drawn after Llama's parameters: a llama reference is what 
         params.update({q + "q_proj.bias": w(H * hd), q + "k_proj.bias": w(KV * hd), q + "v_proj.bias": w(KV * hd)})
     if a.family in ("qwen3", "qwen3_moe"):
         params.update({q + "q_norm.weight": norm_w(hd), q + "k_norm.weight": norm_w(hd)})
+    if a.family == "olmo2":  # post-norm branches; q and k RMS-normalized over their whole width
+        del params[f"model.layers.{i}.input_layernorm.weight"]
+        params.update({f"model.layers.{i}.post_feedforward_layernorm.weight": norm_w(d),
+                       q + "q_norm.weight": norm_w(H * hd), q + "k_norm.weight": norm_w(KV * hd)})
 # A mixture of experts replaces the MLP: its tensors drawn last, the MLP's dropped.
 MOE_BLOCK = "block_sparse_moe" if a.family == "mixtral" else "mlp"
 MOE_NAMES = ("w1", "w3", "w2") if a.family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
@@ -188,12 +195,15 @@ def loss_fn(batch):
         mask = (mask & (doc[:, :, None] == doc[:, None, :]))[:, None]  # [B, 1, T, T]
     for i in range(L):
         q = f"model.layers.{i}."
-        h = rms(x, P[q + "input_layernorm.weight"])
+        OLMO2 = a.family == "olmo2"  # h = x + post_norm(sublayer(x)) (Olmo2DecoderLayer)
+        h = x if OLMO2 else rms(x, P[q + "input_layernorm.weight"])
         def proj(name):
             y = h @ P[q + f"self_attn.{name}.weight"].T
             return y + P[q + f"self_attn.{name}.bias"] if q + f"self_attn.{name}.bias" in P else y
-        qq = proj("q_proj").view(B, T, H, hd)
-        kk = proj("k_proj").view(B, T, KV, hd)
+        qq, kk = proj("q_proj"), proj("k_proj")
+        if OLMO2:  # over the whole projection, before the split into heads (Olmo2Attention)
+            qq, kk = rms(qq, P[q + "self_attn.q_norm.weight"]), rms(kk, P[q + "self_attn.k_norm.weight"])
+        qq, kk = qq.view(B, T, H, hd), kk.view(B, T, KV, hd)
         vv = proj("v_proj").view(B, T, KV, hd).transpose(1, 2)
         if a.family in ("qwen3", "qwen3_moe"):  # each head's RMSNorm, before the rotary embedding (Qwen3Attention)
             qq, kk = rms(qq, P[q + "self_attn.q_norm.weight"]), rms(kk, P[q + "self_attn.k_norm.weight"])
@@ -202,7 +212,14 @@ def loss_fn(batch):
         att = (qq @ kk.transpose(-2, -1)) / math.sqrt(hd)
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ vv).transpose(1, 2).reshape(B, T, H * hd)
-        x = x + y @ P[q + "self_attn.o_proj.weight"].T
+        y = y @ P[q + "self_attn.o_proj.weight"].T
+        if OLMO2:
+            x = x + rms(y, P[q + "post_attention_layernorm.weight"])
+            g = x @ P[q + "mlp.gate_proj.weight"].T
+            y = (torch.nn.functional.silu(g) * (x @ P[q + "mlp.up_proj.weight"].T)) @ P[q + "mlp.down_proj.weight"].T
+            x = x + rms(y, P[q + "post_feedforward_layernorm.weight"])
+            continue
+        x = x + y
         h = rms(x, P[q + "post_attention_layernorm.weight"])
         if MOE:
             x = x + moe(q, h)
@@ -220,6 +237,20 @@ def objective(batch):
     aux = sum(AUX) if AUX else torch.zeros((), dtype=torch.float64)
     return loss, loss + aux, float(aux)
 
+# Muon (Moonlight's examples/toy_train.py): the blocks' 2-D matrices but the routers
+# (`.gate.weight`, a classifier over the experts, like the head) take Nesterov momentum and
+# 5 Newton-Schulz steps over the whole matrix; every other tensor AdamW as below.
+MUON_MOMENTUM = 0.95
+def hidden_matrix(k, v): return v.dim() == 2 and k.startswith("model.layers.") and not k.endswith(".gate.weight")
+def newton_schulz(G):
+    X = G / (G.norm() + 1e-7)
+    tall = X.size(0) > X.size(1)
+    if tall: X = X.T
+    for _ in range(5):
+        A = X @ X.T
+        X = 3.4445 * X + (-4.7750 * A + 2.0315 * A @ A) @ X
+    return X.T if tall else X
+buf = {k: torch.zeros_like(v) for k, v in P.items()}
 m = {k: torch.zeros_like(v) for k, v in P.items()}
 s = {k: torch.zeros_like(v) for k, v in P.items()}
 losses, norms, aux_losses, dropped, chosen_steps, gap_steps = [], [], [], [], [], []
@@ -232,6 +263,7 @@ with h5py.File(a.out, "w") as f:
     if a.window > 0: f.attrs["sliding_window"] = np.int64(a.window)
     if a.head_dim > 0: f.attrs["head_dim"] = np.int64(hd)
     if a.tie: f.attrs["tie_word_embeddings"] = np.int64(1)
+    if a.optimizer != "adamw": f.attrs.update(dict(optimizer=a.optimizer, muon_momentum=MUON_MOMENTUM))
     if MOE:
         f.attrs.update(dict(n_experts=np.int64(E), n_experts_per_token=np.int64(K), moe_ffn_dim=np.int64(FE),
                             moe_norm_topk=np.int64(0 if a.no_renormalize else 1),
@@ -255,6 +287,11 @@ with h5py.File(a.out, "w") as f:
         with torch.no_grad():
             for k, v in P.items():
                 g = v.grad * coef
+                if a.optimizer == "muon" and hidden_matrix(k, v):
+                    buf[k].mul_(MUON_MOMENTUM).add_(g)
+                    v.mul_(1 - a.lr * a.wd)
+                    v.sub_(a.lr * 0.2 * math.sqrt(max(v.shape)) * newton_schulz(g + MUON_MOMENTUM * buf[k]))
+                    continue
                 if v.dim() >= 2: v.mul_(1 - a.lr * a.wd)
                 m[k].mul_(B1).add_(g, alpha=1 - B1); s[k].mul_(B2).addcmul_(g, g, value=1 - B2)
                 mh = m[k] / (1 - B1 ** (t + 1)); vh = s[k] / (1 - B2 ** (t + 1))

@@ -142,7 +142,7 @@ TEST(Cli, LayoutErrorsUnderMpirun) {
        "must be even"},  // head dimension 15
       {"train --config configs/tiny-llama.ini --train.global_batch=15 --parallel.tp=3 --model.n_head=6 "
        "--model.n_kv_head=2 --model.d_model=96 --model.ffn_dim=96", "do not fit"},  // 2 kv heads over 3 ranks
-      {"train --model.family=mamba", "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe"},
+      {"train --model.family=mamba", "model.family must be gpt2, llama, mistral, mixtral, olmo2, qwen2, qwen3 or qwen3_moe"},
       {"verify --reference tests/data/llama_ref_a.h5 --parallel.tp=3", "parallel.tp (3) must divide model.n_head (4)"},
       // Issue 16's settings that cannot work.
       {"train --parallel.sequence_parallel=true", "parallel.sequence_parallel needs parallel.tp > 1"},
@@ -216,6 +216,8 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
                     mistral = "tests/data/mistral_ref_w7.h5", mdocs = "tests/data/mistral_ref_w7_docs.h5";
   // Qwen3 with heads 16 wide (model.head_dim; d_model / n_head = 8) and a tied head.
   const std::string qwen3_tied = "tests/data/qwen3_ref_hd16_tied.h5";
+  // OLMo-2: post-norm branches, q and k normalized over their whole projection.
+  const std::string olmo2 = "tests/data/olmo2_ref_t24.h5";
   // Mixtures of experts (tests/reference/README.md): Mixtral, 4 experts of 48, top-2,
   // renormalized; Qwen3-MoE, 8 experts of 16, top-2, not renormalized; both with the
   // load-balancing and z-losses (verify checks their value every step).
@@ -231,6 +233,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   // block's size (MemoryPlan.ZeroThreeWindowsTheEndsThatFitABlocksWindow checks the padding):
   // make_reference.py --layers 2 --heads 4 --dim 32 --seq 16 --vocab 317 --batch 4 --steps 3.
   const std::string v317 = "tests/data/gpt2_ref_v317.h5";
+  // Muon (the root attribute optimizer): Llama's and Mixtral's shapes, make_reference_llama.py
+  // --optimizer muon (tests/reference/README.md).
+  const std::string lmuon = "tests/data/llama_ref_muon.h5", mmuon = "tests/data/mixtral_ref_muon.h5";
   struct Layout {
     int np;
     std::string reference, flags, grid;  // grid: a group that rank 0 must print
@@ -266,6 +271,13 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, position, "--parallel.tp=2 --parallel.cp=2 --parallel.ep=2 --parallel.zero=3", "ep groups: {0,2} {1,3}"},
       {4, capacity, "--parallel.ep=2 --parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1",
        "ep groups: {0,1} {2,3}"},
+      // Muon: each matrix whole on one owner, gathered over ZeRO's shard group and over tp;
+      // a mixture's experts (each its own matrix) and its router (AdamW's).
+      {1, lmuon, "", "dp groups: {0}"},
+      {2, lmuon, "--parallel.zero=1", "dp groups: {0,1}"},
+      {2, lmuon, "--parallel.tp=2", "tp groups: {0,1}"},
+      {4, lmuon, "--parallel.tp=2 --parallel.zero=1", "dp groups: {0,2} {1,3}"},
+      {2, mmuon, "", "dp groups: {0,1}"},  // without ZeRO: each dp rank orthogonalizes its share for both
       {1, a, "", "dp groups: {0}"},
       {2, a, "", "dp groups: {0,1}"},
       {2, a, "--parallel.zero=1", "dp groups: {0,1}"},
@@ -455,6 +467,11 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, qwen3_moe, "--parallel.tp=2 --parallel.zero=3 --train.micro_batch=1 --train.recompute=full",
        "dp groups: {0,2} {1,3}"},
       {4, qwen3_moe, "--parallel.dp=2 --parallel.cp=2 --parallel.zero=2 --train.micro_batch=1", "cp groups: {0,1} {2,3}"},
+      // OLMo-2: the whole-width q/k norms' rows gathered over tp (at tp 4 two ranks share
+      // each key/value head), post-norms deferred under zb1 and rerun under full recompute.
+      {2, olmo2, "--parallel.tp=2", "tp groups: {0,1}"},
+      {2, olmo2, "--parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1", "pp groups: {0,1}"},
+      {4, olmo2, "--parallel.tp=4 --train.recompute=full", "tp groups: {0,1,2,3}"},
   };
   // Two launches side by side (a launch leaves the cores idle much of its time: start-up,
   // waits); each checked in order. On 2 cores: 177 s one by one, 107 s two, 113 s three.
@@ -487,6 +504,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
     }
     if (l.reference == mistral || l.reference == mdocs) {
       EXPECT_NE(r.out.find("sliding window of 7 tokens"), std::string::npos) << what << "\n" << r.out;
+    }
+    if (l.reference == lmuon || l.reference == mmuon) {  // the reference's optimizer, not the default
+      EXPECT_NE(r.out.find(", 3 muon steps,"), std::string::npos) << what << "\n" << r.out;
     }
     if (l.reference == mixtral || l.reference == qwen3_moe) {
       EXPECT_NE(r.out.find("auxiliary loss, every step (max)"), std::string::npos) << what << "\n" << r.out;

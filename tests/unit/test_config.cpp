@@ -92,7 +92,7 @@ TEST(Config, BadInputIsOneClearError) {
       {{"--train.beta2=1.5"}, "train.beta2"},
       {{"--train.min_lr=1", "--train.lr=0.1"}, "train.min_lr"},
       {{"--train.device=tpu"}, "train.device must be cpu or cuda, got 'tpu'"},
-      {{"--model.family=mamba"}, "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'"},
+      {{"--model.family=mamba"}, "model.family must be gpt2, llama, mistral, mixtral, olmo2, qwen2, qwen3 or qwen3_moe, got 'mamba'"},
       {{"--parallel.schedule=zigzag"}, "parallel.schedule must be 1f1b, gpipe, interleaved or zb1, got 'zigzag'"},
       {{"--parallel.vpp=0"}, "parallel.vpp must be positive"},
       {{"--train.precision=fp16"}, "train.precision must be fp32, bf16 or auto, got 'fp16'"},

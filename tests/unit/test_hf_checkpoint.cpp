@@ -269,7 +269,7 @@ TEST_P(HfFlow, ExportIsWhatHuggingFaceComputesAndImportIsBitExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfFlow, testing::Values("tiny", "tiny-llama", "qwen2", "qwen3", "mistral", "mixtral",
-                                                                   "qwen3_moe"),
+                                                                   "qwen3_moe", "olmo2"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -4,6 +4,7 @@
 // training setup then allocates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -277,6 +278,41 @@ TEST(MemoryPlan, PartsAreTheBuffersTheSetupAllocates) {
 // micro-batches in flight on stage 0): each N saves the same, a block's inner buffers per
 // slot, so the plan's activations fall in equal steps from none's (less the recompute set
 // that N = 1 brings) to full's; both methods alike.
+// Muon's state: one float per parameter of the blocks' matrices (momentum_buffer), two for
+// the other tensors (AdamW's moments), over ZeRO-1's four shards once; its work buffers
+// beside it (the matrices' updates and the pieces it gathers: 6 per owned matrix float, and
+// 5 of the largest matrix for the iteration).
+TEST(MemoryPlan, MuonCountsAMomentumForTheMatricesAndTwoMomentsForTheRest) {
+  auto k = kernels::make_cpu_kernels();
+  Config c;
+  c.model = gpt2_shape(2, 4, 64, 16, 97);
+  c.train.global_batch = 8;
+  c.train.micro_batch = 2;
+  c.train.optimizer = "muon";
+  c.parallel.dp = 4;
+  c.parallel.zero = 1;
+  const ParameterLayout layout(transformer_spec(c.model), 0, 1, 4);
+  size_t matrices = 0, others = 0, largest = 0;
+  for (const ParameterTensor& t : layout.tensors()) {
+    const bool matrix = t.name.ends_with("c_attn.weight") || t.name.ends_with("c_proj.weight") ||
+                        t.name.ends_with("c_fc.weight");
+    (matrix ? matrices : others) += t.stored;
+    if (matrix) largest = std::max(largest, t.numel());
+  }
+  EXPECT_EQ(largest, 4u * 64 * 64);  // c_fc, c_proj of the MLP
+  size_t state = 0, work = 0;
+  for (int r = 0; r < 4; r++) {
+    const RankMemoryPlan p = plan_rank_memory(c, RankCoords().with(Axis::dp, r), *k);
+    state += p.of("optimizer state");
+    work += p.of("optimizer work");
+    EXPECT_GT(p.of("optimizer work"), 5 * largest * 4);
+  }
+  EXPECT_EQ(state, (matrices + 2 * others) * 4);
+  EXPECT_EQ(work, (6 * matrices + 4 * 5 * largest) * 4);
+  c.train.optimizer = "adamw";
+  EXPECT_EQ(plan_rank_memory(c, RankCoords(), *k).of("optimizer work"), 0u);
+}
+
 TEST(MemoryPlan, PartialRecomputeKeepsTheOtherLayers) {
   auto k = kernels::make_cpu_kernels();
   Config c;

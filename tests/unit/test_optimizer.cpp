@@ -1,7 +1,9 @@
-// The optimizers (AdamW, Lion), clipping and the learning-rate schedule against their
-// formulas (FORMAT.md's for AdamW), computed here independently in double precision.
+// The optimizers (AdamW, Lion, Muon), clipping and the learning-rate schedule against their
+// formulas (FORMAT.md's for AdamW, Moonlight's for Muon), computed here independently in
+// double precision.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -114,6 +116,108 @@ TEST(Lion, OneStepFollowsItsFormulaInFloat64OnAShard) {
   EXPECT_THROW(make_optimizer("sgd", layout, s, *k), UsageError);
 }
 
+// Muon's orthogonalization in float64, as Moonlight's zeropower_via_newtonschulz5 (the
+// reference generator's newton_schulz): X = G / (|G| + 1e-7), transposed when tall, 5 steps.
+std::vector<double> newton_schulz_in_double(const std::vector<double>& g, int64_t rows, int64_t columns) {
+  const bool tall = rows > columns;
+  const int64_t r = tall ? columns : rows, c = tall ? rows : columns;
+  std::vector<double> x(r * c);
+  double squares = 0;
+  for (double v : g) squares += v * v;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < columns; j++) x[tall ? j * c + i : i * c + j] = g[i * columns + j] / (std::sqrt(squares) + 1e-7);
+  for (int step = 0; step < 5; step++) {
+    std::vector<double> a(r * r, 0.0), b(r * r, 0.0), next(r * c, 0.0);
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < r; j++)
+        for (int64_t k = 0; k < c; k++) a[i * r + j] += x[i * c + k] * x[j * c + k];
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < r; j++) {
+        double aa = 0;
+        for (int64_t k = 0; k < r; k++) aa += a[i * r + k] * a[k * r + j];
+        b[i * r + j] = -4.7750 * a[i * r + j] + 2.0315 * aa;
+      }
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < c; j++) {
+        double bx = 0;
+        for (int64_t k = 0; k < r; k++) bx += b[i * r + k] * x[k * c + j];
+        next[i * c + j] = 3.4445 * x[i * c + j] + bx;
+      }
+    x = next;
+  }
+  std::vector<double> out(rows * columns);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < columns; j++) out[i * columns + j] = x[tall ? j * c + i : i * c + j];
+  return out;
+}
+
+// Muon on one rank: the hidden matrices (2-D, in a block) with Nesterov momentum and the
+// whole matrix orthogonalized, scaled by 0.2 sqrt(max(rows, columns)); the rest AdamW.
+// One step from a momentum left by an earlier one, against float64: the iteration on wide
+// (c_proj of the MLP), tall (c_attn, c_fc) and square (the attention's c_proj) matrices.
+TEST(Muon, OneStepFollowsMoonlightInFloat64) {
+  auto k = kernels::make_cpu_kernels();
+  Transformer model(tiny_model(), *k);
+  model.init_parameters(7);
+  const ParameterLayout& layout = model.layout();
+  const size_t n = layout.total_floats();
+  const OptimizerSettings s{0.9, 0.95, 1e-8, 0.1};
+  const std::unique_ptr<Optimizer> muon = make_optimizer("muon", layout, s, *k);
+  ASSERT_EQ(muon->kind().state_names, (std::vector<std::string>{"momentum_buffer", "exp_avg", "exp_avg_sq"}));
+  const std::vector<std::string> matrices = {"h.0.attn.c_attn.weight", "h.0.attn.c_proj.weight",
+                                             "h.0.mlp.c_fc.weight", "h.0.mlp.c_proj.weight"};
+  size_t matrix_floats = 0, other_floats = 0;
+  for (const ParameterTensor& t : layout.tensors()) {
+    const bool matrix = std::find(matrices.begin(), matrices.end(), t.name) != matrices.end();
+    (matrix ? matrix_floats : other_floats) += t.stored;
+  }
+  // One float per matrix parameter, two for the rest (wte, wpe, norms, biases).
+  EXPECT_EQ(muon->state_floats(), matrix_floats + 2 * other_floats);
+  EXPECT_EQ(muon->kind().state_floats_for(layout, {}), muon->state_floats());
+
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> momentum(n, 0.0f), before(model.store().params(), model.store().params() + n);
+  for (const std::string& name : matrices) {
+    const ParameterTensor& t = layout.tensor(name);
+    for (size_t i = t.offset; i < t.offset + t.stored; i++) momentum[i] = 0.1f * normal(rng);
+  }
+  muon->state_from_host(0, momentum.data());
+  for (size_t i = 0; i < n; i++) model.store().grads()[i] = normal(rng);
+  const double lr = 3e-3, scale = 0.8, mu = 0.95;
+  muon->step(model.store().params(), model.store().grads(), lr, scale);
+  std::vector<float> after_momentum(n), exp_avg(n);
+  muon->state_to_host(0, after_momentum.data(), n);
+  muon->state_to_host(1, exp_avg.data(), n);
+  for (const ParameterTensor& t : layout.tensors()) {
+    const bool matrix = std::find(matrices.begin(), matrices.end(), t.name) != matrices.end();
+    std::vector<double> u(t.stored), want(t.stored);
+    for (size_t i = 0; i < t.stored; i++) {
+      const size_t at = t.offset + i;
+      const double g = static_cast<double>(model.store().grads()[at]) * scale;
+      if (matrix) {
+        const double buf = mu * momentum[at] + g;
+        ASSERT_NEAR(after_momentum[at], buf, 1e-6) << t.name;
+        ASSERT_EQ(exp_avg[at], 0.0f) << t.name << ": AdamW's state has no place for a matrix";
+        u[i] = g + mu * buf;
+      } else {  // AdamW's first step: m = (1 - b1) g, v = (1 - b2) g^2, bias-corrected
+        ASSERT_EQ(after_momentum[at], 0.0f) << t.name;
+        ASSERT_NEAR(exp_avg[at], (1 - s.beta1) * g, 1e-6) << t.name;
+        const double wd = t.shape.size() >= 2 ? s.weight_decay : 0.0;
+        want[i] = before[at] * (1 - lr * wd) - lr * g / (std::abs(g) + s.eps);
+      }
+    }
+    if (matrix) {
+      const std::vector<double> o = newton_schulz_in_double(u, t.shape[0], t.shape[1]);
+      const double step = lr * 0.2 * std::sqrt(static_cast<double>(std::max(t.shape[0], t.shape[1])));
+      for (size_t i = 0; i < t.stored; i++) want[i] = before[t.offset + i] * (1 - lr * s.weight_decay) - step * o[i];
+    }
+    for (size_t i = 0; i < t.stored; i++)
+      ASSERT_NEAR(model.store().params()[t.offset + i], want[i], 1e-6 * (1 + std::abs(want[i]))) << t.name << " " << i;
+  }
+  EXPECT_EQ(muon->steps_taken(), 1);
+}
+
 TEST(ClipGradients, NormAndCoefficient) {
   auto k = kernels::make_cpu_kernels();
   std::vector<float> g(100000, 0.0f);
@@ -166,8 +270,8 @@ TEST(LearningRateSchedule, LinearConstantAndWarmupStableDecay) {
   const LearningRateSchedule one{1e-3, 1e-4, 10, 110, LrShape::wsd, 1};
   EXPECT_DOUBLE_EQ(one.at(108), 1e-3);
   EXPECT_DOUBLE_EQ(one.at(109), 1e-4);
-  EXPECT_EQ(parse_lr_shape("wsd"), LrShape::wsd);
-  EXPECT_THROW(parse_lr_shape("step"), UsageError);
+  EXPECT_EQ(parse_choice<LrShape>("wsd"), LrShape::wsd);
+  EXPECT_THROW(parse_choice<LrShape>("step"), UsageError);
 }
 
 }  // namespace

@@ -74,15 +74,15 @@ TEST(ParallelDims, ExpertParallelFoldsIntoDpTimesCp) {
   // 8 ranks as tp 2, cp 2, dp 2 with ep 4: the data-parallel ranks of a tp column (cp
   // fastest) are all in one ep group, ranks tp apart; with ep 2, pairs of cp neighbours.
   ParallelDims d = ParallelDims::resolve(8, {{Axis::dp, 0}, {Axis::cp, 2}, {Axis::tp, 2}});
-  d.set_expert_parallel(4);
+  d.set_ep(4);
   EXPECT_EQ(d.expert_data_parallel_size(), 1);
   EXPECT_EQ(d.expert_parallel_rank(d.coords(6)), 3);  // cp 1, dp 1: data-parallel rank 3
   EXPECT_NE(d.describe().find("ep groups: {0,2,4,6} {1,3,5,7}"), std::string::npos) << d.describe();
-  d.set_expert_parallel(2);
+  d.set_ep(2);
   EXPECT_EQ(d.expert_parallel_rank(d.coords(6)), 1);
   EXPECT_EQ(d.expert_data_parallel_rank(d.coords(6)), 1);
   EXPECT_NE(d.describe().find("ep groups: {0,2} {4,6} {1,3} {5,7}"), std::string::npos) << d.describe();
-  EXPECT_THROW(d.set_expert_parallel(3), UsageError);
+  EXPECT_THROW(d.set_ep(3), UsageError);
   // The buckets of a flat buffer cut at the experts' runs.
   const std::vector<FlatRange> pieces = split_at({{0, 64}, {64, 128}}, {{16, 48}, {96, 128}});
   const std::vector<std::pair<size_t, size_t>> expected = {{0, 16}, {16, 48}, {48, 64}, {64, 96}, {96, 128}};
@@ -91,6 +91,43 @@ TEST(ParallelDims, ExpertParallelFoldsIntoDpTimesCp) {
     EXPECT_EQ(std::make_pair(pieces[i].begin, pieces[i].end), expected[i]);
     EXPECT_EQ(within(pieces[i], {{16, 48}, {96, 128}}), i == 1 || i == 4);
   }
+}
+
+// The mesh's named axes: which ranks each set spans, which sets span the same ranks (one
+// communicator for both), and each rank's place in its group (0 writes a replicated piece).
+TEST(ParallelDims, NamedAxesSpanTheirRanks) {
+  using M = MeshAxis;
+  // 16 ranks as tp 4, cp 2, dp 2 (pp 1), ep 2, kv pieces held by 2 tp ranks each.
+  ParallelDims d = ParallelDims::resolve(16, {{Axis::dp, 0}, {Axis::cp, 2}, {Axis::tp, 4}});
+  d.set_ep(2);
+  d.set_tp_piece_holders(2);
+  const RankCoords r5 = d.coords(5);  // tp 1, cp 1, dp 0: data-parallel rank 1
+  EXPECT_EQ(d.group_ranks(r5, {M::tp}), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(d.group_ranks(r5, {M::tp_piece}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(d.group_ranks(r5, {M::dp, M::cp}), (std::vector<int>{1, 5, 9, 13}));
+  EXPECT_EQ(d.group_ranks(r5, {M::ep}), (std::vector<int>{1, 5}));    // data-parallel ranks 0, 1
+  EXPECT_EQ(d.group_ranks(r5, {M::edp}), (std::vector<int>{5, 13}));  // 1 and 3: the same experts
+  EXPECT_EQ(d.group_rank(r5, {M::edp}), 0);
+  EXPECT_EQ(d.group_rank(d.coords(13), {M::edp}), 1);
+  EXPECT_EQ(d.size(AxisSet{M::edp}), 2);
+  // Sets spanning the same ranks normalize alike: ep with edp is dp x cp; sp without
+  // sequence parallelism is nothing, with it tp; pp_ends of one stage is nothing.
+  EXPECT_EQ(d.normalized({M::ep, M::edp}), d.normalized({M::dp, M::cp}));
+  EXPECT_EQ(d.normalized({M::sp, M::pp_ends}), AxisSet{});
+  d.set_sequence_parallel(true);
+  EXPECT_EQ(d.normalized({M::sp}), AxisSet{M::tp});
+  EXPECT_EQ(AxisSet({M::cp, M::dp}).name(), "dp x cp");
+  // ep 1: an expert's holders are all of dp x cp.
+  d.set_ep(1);
+  EXPECT_EQ(d.normalized({M::edp}), d.normalized({M::dp, M::cp}));
+  // 8 stages' ends, and hybrid sharding's blocks of dp.
+  ParallelDims p = ParallelDims::resolve(32, {{Axis::dp, 4}, {Axis::pp, 8}});
+  p.set_shard_size(2);
+  EXPECT_EQ(p.group_ranks(p.coords(1), {M::pp_ends}), (std::vector<int>{1, 29}));
+  EXPECT_TRUE(p.group_ranks(p.coords(5), {M::pp_ends}).empty());  // stage 1: in none
+  EXPECT_EQ(p.group_ranks(p.coords(1), {M::dp_shard}), (std::vector<int>{0, 1}));
+  EXPECT_EQ(p.group_ranks(p.coords(1), {M::dp_replica}), (std::vector<int>{1, 3}));
+  EXPECT_EQ(p.normalized({M::dp_shard, M::dp_replica}), AxisSet{M::dp});
 }
 
 TEST(ContextParallel, ChunksBalanceTheCausalWork) {

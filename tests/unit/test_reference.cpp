@@ -94,7 +94,7 @@ TEST(ReferenceTest, AReferenceOfAnUnknownFamilyIsNamed) {
     FAIL() << "loaded a reference of an unknown family";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.family must be gpt2, llama, mistral, mixtral, olmo2, qwen2, qwen3 or qwen3_moe, got 'mamba'"), std::string::npos) << e.what();
   }
 }
 
@@ -127,6 +127,22 @@ TEST(ReferenceTest, EachFamilysOwnPartIsChecked) {
     }
     EXPECT_FALSE(verify_against_reference(ref, 0, *k, parallel, ParallelConfig{}).passed()) << family;
   }
+}
+
+// OLMo-2 (tests/data/olmo2_ref_t24.h5): post-norm branches (no norm before attention or
+// the MLP, post_attention_layernorm and post_feedforward_layernorm after them) and q and k
+// RMS-normalized over their whole projection. Verify passes it on one rank; its q/k norms
+// are the whole width's, so the same tensors read as Qwen3's per-head norms do not fit.
+TEST(ReferenceTest, Olmo2PostNormBranchesAndWholeWidthQkNorms) {
+  auto k = kernels::make_cpu_kernels();
+  ParallelState parallel(ParallelDims{}, 0, 60);
+  Reference ref = load_reference("tests/data/olmo2_ref_t24.h5");
+  EXPECT_EQ(ref.model.family, "olmo2");
+  const VerifyReport report = verify_against_reference(ref, 0, *k, parallel, ParallelConfig{});
+  EXPECT_TRUE(report.passed());
+  EXPECT_LT(report.max_gradient_error(), VerifyReport::kGradientTolerance);
+  ref.model.family = "qwen3";
+  EXPECT_THROW(verify_against_reference(ref, 0, *k, parallel, ParallelConfig{}), UsageError);
 }
 
 // A Llama-style model whose heads have their own width (model.head_dim 16, not d_model 32 /

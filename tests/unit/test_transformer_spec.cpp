@@ -78,6 +78,7 @@ TEST(TransformerSpec, ShippedConfigsAreThePublishedModels) {
       {"mixtral-8x22b", "Mixtral-8x22B-v0.1", "141", "39", ""},
       {"llama3.1-70b", "Llama-3.1-70B", "70.6", "", ""},
       {"llama3.1-405b", "Llama-3.1-405B", "406", "", ""},
+      // OLMo 2 7B: Hugging Face's count of the weights (7.30B).
   };
   for (const Published& m : models) {
     SCOPED_TRACE(m.config);
@@ -158,7 +159,7 @@ TEST(TransformerSpec, FamiliesDifferOnlyWhereTheyDiffer) {
   EXPECT_EQ(layout.tensor("model.layers.0.mlp.up_proj.weight").offset, gate.offset + gate.stored);
   EXPECT_EQ(layout.tensors().back().name, "lm_head.weight");
   for (const ParameterTensor& t : layout.tensors()) {
-    EXPECT_NE(t.placement.gradient_sum, GradientSum::pipeline_ends) << t.name;  // nothing tied
+    EXPECT_FALSE(t.placement.summed_over.has(MeshAxis::pp_ends)) << t.name;  // nothing tied
     // Decay on matrices and embeddings; every tensor but the untied embedding multiplied.
     EXPECT_EQ(t.placement.weight_decay, t.shape.size() == 2) << t.name;
     EXPECT_EQ(t.placement.multiplied, t.name != "model.embed_tokens.weight") << t.name;
@@ -167,7 +168,7 @@ TEST(TransformerSpec, FamiliesDifferOnlyWhereTheyDiffer) {
   m.family = "gpt2";
   m.n_kv_head = 0;
   const ParameterLayout gpt2_layout(m);
-  EXPECT_EQ(gpt2_layout.tensor("wte.weight").placement.gradient_sum, GradientSum::pipeline_ends);
+  EXPECT_TRUE(gpt2_layout.tensor("wte.weight").placement.summed_over.has(MeshAxis::pp_ends));
   EXPECT_TRUE(gpt2_layout.tensor("wte.weight").placement.multiplied);
   EXPECT_FALSE(gpt2_layout.tensor("wpe.weight").placement.multiplied);
   EXPECT_FALSE(gpt2_layout.has("lm_head.weight"));
@@ -204,13 +205,13 @@ TEST(TransformerSpec, KeyValueHeadsSplitOrAreSharedOverTp) {
       const int shards = tp <= 2 ? tp : 2;
       EXPECT_EQ(k.placement.pieces, shards) << "tp " << tp;
       EXPECT_EQ(k.placement.piece, r / (tp / shards)) << "tp " << tp << " rank " << r;
-      EXPECT_EQ(k.placement.gradient_sum == GradientSum::piece_holders, tp > 2);
+      EXPECT_EQ(k.placement.summed_over.has(MeshAxis::tp_piece), tp > 2);
       EXPECT_EQ(k.placement.counted, r % (tp / shards) == 0);
       EXPECT_EQ(k.stored, static_cast<size_t>(2 / shards * 8 * 64));
       const ParameterTensor& norm = layout.tensor("model.layers.0.input_layernorm.weight");
       EXPECT_EQ(norm.placement.counted, r == 0);  // replicated: rank 0's copy counts
       // Every rank computes all of it (summed over tp only under sequence parallelism).
-      EXPECT_EQ(norm.placement.gradient_sum, GradientSum::sequence_shards);
+      EXPECT_EQ(norm.placement.model_sums(), AxisSet{MeshAxis::sp});
     }
   }
   EXPECT_EQ(error_of(m, 8), "");
@@ -281,7 +282,7 @@ TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {
   m.head_dim = 64;  // gpt2, 4 heads of 128 / 4
   EXPECT_NE(error_of(m).find("model.head_dim (64) applies to the llama-style families"), std::string::npos);
   m.family = "mamba";
-  EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, mixtral, qwen2, qwen3 or qwen3_moe, got 'mamba'");
+  EXPECT_EQ(error_of(m), "model.family must be gpt2, llama, mistral, mixtral, olmo2, qwen2, qwen3 or qwen3_moe, got 'mamba'");
 }
 
 // A mixture of experts' keys on a dense family are refused, named, like n_experts; at their

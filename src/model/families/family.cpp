@@ -1,6 +1,6 @@
 #include "model/families/family.h"
 
-#include "runtime/registry.h"
+#include "config/registry.h"
 
 namespace trident {
 
@@ -19,8 +19,6 @@ bool register_family(ModelFamily family) {
 }
 
 const ModelFamily& model_family(const std::string& name) { return registry().at(name); }
-
-std::string model_family_choices() { return registry().choices(); }
 
 StageLayers make_stage_layers(const TransformerSpec& spec, const StageSpec& stage) {
   const ModelFamily& family = model_family(spec.family);

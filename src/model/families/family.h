@@ -65,7 +65,6 @@ struct ModelFamily {
 bool register_family(ModelFamily family);
 // The registered family `name`; UsageError "model.family must be a or b, got 'x'".
 const ModelFamily& model_family(const std::string& name);
-std::string model_family_choices();  // "gpt2, llama, ... or qwen3"
 
 // The layers of one pipeline stage: the embedding (the first stage's; the last stage's
 // copy of a tied head's table), its blocks in the order of its chunks, the final norm

@@ -73,8 +73,13 @@ std::unique_ptr<Norm> rmsnorm(const TransformerSpec& s, const std::string& name)
 
 std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, int layer) {
   const std::string l = "model.layers." + std::to_string(layer) + ".";
+  // Each branch's norms: pre-norm (input_layernorm, post_attention_layernorm), or post-norm
+  // (post_attention_layernorm, post_feedforward_layernorm: OLMo-2).
+  const auto pre_norm = [&](const char* name) { return style.post_norm ? nullptr : rmsnorm(s, l + name); };
+  const auto post_norm = [&](const char* name) { return style.post_norm ? rmsnorm(s, l + name) : nullptr; };
+  const bool qk_norm = style.qk_norm != QkNormKind::none;
   auto b = std::make_unique<Block>(s.d_model);
-  b->add_branch(rmsnorm(s, l + "input_layernorm"),
+  b->add_branch(pre_norm("input_layernorm"),
                 std::make_unique<Attention>(AttentionOptions{
                     .qkv = {l + "self_attn.q_proj", l + "self_attn.k_proj", l + "self_attn.v_proj"},
                     .out = l + "self_attn.o_proj",
@@ -84,13 +89,15 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                     .head_dim = s.head_dim,
                     .qkv_bias = style.qkv_bias,
                     .rotary = true,
-                    .q_norm = style.qk_norm ? l + "self_attn.q_norm" : "",
-                    .k_norm = style.qk_norm ? l + "self_attn.k_norm" : "",
-                    .norm_eps = s.norm_eps}));
+                    .qk_norm = style.qk_norm,
+                    .q_norm = qk_norm ? l + "self_attn.q_norm" : "",
+                    .k_norm = qk_norm ? l + "self_attn.k_norm" : "",
+                    .norm_eps = s.norm_eps}),
+                post_norm("post_attention_layernorm"));
   if (style.experts) {
     const LlamaStyleExperts& x = *style.experts;
     const ModelConfig& c = s.config;
-    b->add_branch(rmsnorm(s, l + "post_attention_layernorm"),
+    b->add_branch(pre_norm("post_attention_layernorm"),
                   std::make_unique<MixtureOfExperts>(MoeOptions{.router = l + x.block + ".gate",
                                                                 .experts = l + x.block + ".experts",
                                                                 .gate = x.gate,
@@ -109,16 +116,18 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                                                                 .aux_loss_coef = c.router_aux_loss_coef,
                                                                 .z_loss_coef = c.router_z_loss_coef,
                                                                 .seq_len = s.seq_len,
-                                                                .layer = layer}));
+                                                                .layer = layer}),
+                  post_norm("post_feedforward_layernorm"));
     return b;
   }
-  b->add_branch(rmsnorm(s, l + "post_attention_layernorm"),
+  b->add_branch(pre_norm("post_attention_layernorm"),
                 std::make_unique<Mlp>(MlpOptions{.activation = MlpKind::swiglu,
                                                  .in = {l + "mlp.gate_proj", l + "mlp.up_proj"},
                                                  .out = l + "mlp.down_proj",
                                                  .d_model = s.d_model,
                                                  .ffn = s.ffn_dim,
-                                                 .bias = false}));
+                                                 .bias = false}),
+                post_norm("post_feedforward_layernorm"));
   return b;
 }
 

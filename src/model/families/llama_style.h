@@ -1,14 +1,15 @@
 // The Llama-style families: rotary positions, RMSNorm, SwiGLU, grouped-query attention, no
 // biases but where a family adds them, a head of its own or tied to the token table
 // (model.tie_word_embeddings), heads model.head_dim wide, Hugging Face's Llama names
-// (model.layers.{i}.self_attn.q_proj, ...). Llama, Qwen2, Qwen3, Mistral, Mixtral and
-// Qwen3-MoE are each one of these (its file: llama.cpp, qwen2.cpp, ...) with its options
+// (model.layers.{i}.self_attn.q_proj, ...). Llama, Qwen2, Qwen3, Mistral, Mixtral,
+// Qwen3-MoE and OLMo-2 are each one of these (its file: llama.cpp, qwen2.cpp, ...) with its options
 // and its config.json.
 #pragma once
 
 #include <optional>
 
 #include "model/families/family.h"
+#include "model/layers/qk_norm.h"
 
 namespace trident {
 
@@ -26,7 +27,12 @@ struct LlamaStyleExperts {
 struct LlamaStyle {
   std::string name;             // model.family
   bool qkv_bias = false;        // biases on q, k and v (Qwen2)
-  bool qk_norm = false;         // each head's q and k RMS-normalized before the rotary embedding (Qwen3)
+  // q and k RMS-normalized before the rotary embedding: each head's (Qwen3), or over the
+  // whole projection (OLMo-2).
+  QkNormKind qk_norm = QkNormKind::none;
+  // Post-norm branches, x + norm(sublayer(x)) with no norm before (OLMo-2): the attention's
+  // post_attention_layernorm, the MLP's post_feedforward_layernorm.
+  bool post_norm = false;
   bool sliding_window = false;  // model.sliding_window applies (Mistral)
   std::optional<LlamaStyleExperts> experts = std::nullopt;  // experts in place of the MLP (Mixtral, Qwen3-MoE)
   HfConventions hf;             // its config.json: fixed fields, its fields and HF's defaults for them

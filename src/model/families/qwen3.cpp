@@ -9,7 +9,7 @@ namespace {
 
 const bool registered = register_family(llama_style({
     .name = "qwen3",
-    .qk_norm = true,
+    .qk_norm = QkNormKind::per_head,
     .hf = llama_style_hf({{"architectures", {"Qwen3ForCausalLM"}},
                          {"model_type", "qwen3"},
                          {"hidden_act", "silu"},

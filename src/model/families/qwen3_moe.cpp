@@ -38,7 +38,7 @@ HfConventions conventions() {
 
 const bool registered = register_family(llama_style({
     .name = "qwen3_moe",
-    .qk_norm = true,
+    .qk_norm = QkNormKind::per_head,
     .experts = LlamaStyleExperts{.block = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj",
                                   .default_experts = 128, .default_top_k = 8},
     .hf = conventions(),

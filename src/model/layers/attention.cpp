@@ -1,6 +1,8 @@
 #include "model/layers/attention.h"
 
 #include "kernels/base/error.h"
+#include "model/layers/head_norm.h"
+#include "model/layers/width_norm.h"
 
 namespace trident {
 
@@ -20,13 +22,23 @@ std::vector<ColumnParallelLinear::Part> qkv_parts(const AttentionOptions& o, int
   return {{o.qkv[0], q_rows, tp}, {o.qkv[1], kv_rows, kv_pieces}, {o.qkv[2], kv_rows, kv_pieces}};
 }
 
+// The q/k norm slot's norm of `heads` heads (none: null).
+std::unique_ptr<QkNorm> qk_norm(const AttentionOptions& o, const std::string& name, int heads) {
+  switch (o.qk_norm) {
+    case QkNormKind::none: return nullptr;
+    case QkNormKind::per_head: return std::make_unique<HeadNorm>(name, o.head_dim, o.norm_eps);
+    case QkNormKind::full_width: return std::make_unique<WidthNorm>(name, heads, o.head_dim, o.norm_eps);
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Attention::Attention(AttentionOptions o)
     : o_(std::move(o)), qkv_({}, o_.d_model, o_.qkv_bias),
       out_(o_.out, o_.d_model, o_.n_head * o_.head_dim, o_.out_bias) {
-  if (!o_.q_norm.empty()) q_norm_.emplace(o_.q_norm, o_.head_dim, o_.norm_eps);
-  if (!o_.k_norm.empty()) k_norm_.emplace(o_.k_norm, o_.head_dim, o_.norm_eps);
+  q_norm_ = qk_norm(o_, o_.q_norm, o_.n_head);
+  k_norm_ = qk_norm(o_, o_.k_norm, o_.n_kv_head);
 }
 
 void Attention::declare_parameters(ParameterDeclarations& d) {

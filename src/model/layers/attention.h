@@ -1,5 +1,6 @@
 // Self-attention, Megatron-style over tp (heads split): a column-parallel projection to
-// q | k | v, each head's q and k normalized (if the family does: Qwen3), rotary positions
+// q | k | v, q and k normalized (if the family does: each head's, Qwen3; the whole
+// width's, OLMo-2: the q/k norm slot, qk_norm.h), rotary positions
 // (if the family has them), the attention core (flash-style
 // kernels, or context parallelism's ring: model/context_parallel.h) under the pass's mask,
 // and a row-parallel output projection. Grouped-query attention: n_kv_head key/value
@@ -7,13 +8,12 @@
 // heads, consecutive ranks share one (their parts of its gradient summed after backward).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <optional>
-
 #include "model/context_parallel.h"
-#include "model/layers/head_norm.h"
+#include "model/layers/qk_norm.h"
 #include "model/layers/parallel_linear.h"
 
 namespace trident {
@@ -27,8 +27,9 @@ struct AttentionOptions {
   bool qkv_bias = false;  // biases on the q, k, v projection (GPT-2, Qwen2)
   bool out_bias = false;  // a bias on the output projection (GPT-2)
   bool rotary = false;    // rotary positions on q and k
-  // Each head's q and k RMS-normalized before the rotary embedding, by the gains "<q_norm>"
-  // and "<k_norm>" (+ ".weight") with norm_eps (Qwen3); "": none.
+  // q and k RMS-normalized before the rotary embedding, by the gains "<q_norm>" and
+  // "<k_norm>" (+ ".weight") with norm_eps: each head's (Qwen3) or the whole width's (OLMo-2).
+  QkNormKind qk_norm = QkNormKind::none;
   std::string q_norm = {}, k_norm = {};
   double norm_eps = 1e-6;
 };
@@ -50,7 +51,7 @@ class Attention : public Sublayer {
   AttentionOptions o_;
   ColumnParallelLinear qkv_;
   RowParallelLinear out_;
-  std::optional<HeadNorm> q_norm_, k_norm_;
+  std::unique_ptr<QkNorm> q_norm_, k_norm_;  // the q/k norm slot (null: none)
   int heads_local_ = 0, kv_heads_local_ = 0;  // this rank's query and key/value heads
   int qkv_buffer_ = -1, atty_buffer_ = -1, stats_buffer_ = -1;  // kept: q | k | v, the core's output and statistics
   Act *datty_ = nullptr, *dqkv_ = nullptr, *dinput_ = nullptr;  // backward's scratch

@@ -11,9 +11,9 @@ void Embedding::declare_parameters(ParameterDeclarations& d) {
                    .pieces = tp,
                    .init = Init::normal,
                    .padded_rows = padded,
-                   .gradient_sum = o_.tied ? GradientSum::pipeline_ends : GradientSum::none,
-                   .counted = !o_.table_only,
-                   .multiplied = o_.tied});
+                   .multiplied = o_.tied,
+                   // A tied table: its gradient's parts from the embedding and the head.
+                   .summed_over = o_.tied ? kDataParallel | AxisSet{MeshAxis::pp_ends} : kDataParallel});
   vocab_shard_ = static_cast<int>(padded / tp);
   vocab_start_ = d.tp_rank() * vocab_shard_;
   if (!o_.positions.empty() && !o_.table_only)

@@ -3,7 +3,7 @@
 namespace trident {
 
 void HeadNorm::declare_parameters(ParameterDeclarations& d) {
-  weight_ = d.add({.name = name_ + ".weight", .shape = {hd_}, .init = Init::ones, .gradient_sum = GradientSum::tp_ranks});
+  weight_ = d.add({.name = name_ + ".weight", .shape = {hd_}, .init = Init::ones, .summed_over = kDataParallel | AxisSet{MeshAxis::tp}});
 }
 
 void HeadNorm::declare_activations(ActivationDeclarations& a, int heads, int column, int row_width) {

@@ -2,31 +2,26 @@
 // before the rotary embedding): one gain [head_dim] for all heads of q (or of k). It runs
 // on the q (or k) columns of attention's qkv rows, through a copy into rows of head_dim
 // (the norm kernels' layout). Each tp rank holds the whole gain but sees only its heads:
-// its gradient is summed over tp (GradientSum::tp_ranks).
+// its gradient is summed over tp (its placement says so). Attention's per-head q/k norm
+// slot (qk_norm.h).
 #pragma once
 
 #include <string>
 
-#include "model/layers/layer.h"
+#include "model/layers/qk_norm.h"
 
 namespace trident {
 
-class HeadNorm {
+class HeadNorm : public QkNorm {
  public:
-  using Act = kernels::Act;
   // name: of its gain, "<name>.weight".
   HeadNorm(std::string name, int head_dim, double eps) : name_(std::move(name)), hd_(head_dim), eps_(static_cast<float>(eps)) {}
 
-  void declare_parameters(ParameterDeclarations& d);
-  // heads: this rank's; their columns start at `column` of qkv rows `row_width` wide.
-  void declare_activations(ActivationDeclarations& a, int heads, int column, int row_width);
-
-  // The heads' columns of qkv normalized in place (their input kept for backward).
-  void forward(LayerRuntime& r, const Pass& p, Act* qkv) const;
-  // The same columns of dqkv: d loss / d output in, d loss / d input out; the gain's
-  // gradient, or under p.defer its stash.
-  void backward(LayerRuntime& r, const Pass& p, Act* dqkv) const;
-  void weight_gradients(LayerRuntime& r, const Pass& p) const;
+  void declare_parameters(ParameterDeclarations& d) override;
+  void declare_activations(ActivationDeclarations& a, int heads, int column, int row_width) override;
+  void forward(LayerRuntime& r, const Pass& p, Act* qkv) const override;
+  void backward(LayerRuntime& r, const Pass& p, Act* dqkv) const override;
+  void weight_gradients(LayerRuntime& r, const Pass& p) const override;
 
  private:
   std::string name_;

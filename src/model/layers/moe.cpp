@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <span>
 
 #include "kernels/base/error.h"
@@ -10,6 +11,23 @@
 #include "parallel/communicator.h"
 
 namespace trident {
+
+std::string dropless_rows_held(const TransformerSpec& spec, int ep, const ModelConfig& model) {
+  if (ep <= 1 || model.moe_capacity_factor > 0 || spec.n_experts == 0) return "";
+  // (At most every rank's tokens to each local expert: ep min(K, local) / K shares.)
+  const int K = spec.experts_per_token, local = spec.n_experts / ep;
+  char words[96];
+  std::snprintf(words, sizeof words, ", experts' rows received at %.2fx the balanced share",
+                std::min(model.moe_dropless_headroom, static_cast<double>(ep * std::min(K, local)) / K));
+  return words;
+}
+
+namespace {
+// An expert lives on one rank of each ep group; the ranks at its place in every group
+// hold it and sum its gradient (model/placement.h).
+constexpr AxisSet kExpert = {MeshAxis::ep};
+constexpr AxisSet kExpertHolders = {MeshAxis::edp};
+}  // namespace
 
 MixtureOfExperts::MixtureOfExperts(MoeOptions o) : o_(std::move(o)) {
   // The CPU router kernels keep a token's scores in arrays of kMaxRouterExperts (the CUDA
@@ -34,12 +52,13 @@ void MixtureOfExperts::declare_parameters(ParameterDeclarations& d) {
     const std::string name = o_.experts + "." + std::to_string(first_expert_ + i) + ".";
     experts_[i].gate_up = d.add({.name = name + o_.gate + ".weight", .shape = {o_.ffn, o_.d_model},
                                  .sharding = Sharding::rows, .pieces = tp, .init = Init::normal, .active = active,
-                                 .expert = true});
+                                 .sharded_over = kExpert, .summed_over = kExpertHolders});
     d.add({.name = name + o_.up + ".weight", .shape = {o_.ffn, o_.d_model}, .sharding = Sharding::rows, .pieces = tp,
-           .init = Init::normal, .adjacent = true, .active = active, .expert = true});
+           .init = Init::normal, .adjacent = true, .active = active, .sharded_over = kExpert,
+           .summed_over = kExpertHolders});
     experts_[i].down = d.add({.name = name + o_.down + ".weight", .shape = {o_.d_model, o_.ffn},
                               .sharding = Sharding::columns, .pieces = tp, .init = Init::normal_residual,
-                              .active = active, .expert = true});
+                              .active = active, .sharded_over = kExpert, .summed_over = kExpertHolders});
   }
 }
 

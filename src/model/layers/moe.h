@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "kernels/device_buffer.h"
 #include "model/layers/layer.h"
 
@@ -66,6 +67,13 @@ struct MoeOptions {
 // each: the rows permutation (N K ints) or, under expert parallelism over ep ranks, the
 // order of the rows received, up to N K from each rank (dropless, all to this rank's
 // experts). Kernels::reserve_uploads() sizes the staging for it up front.
+// Dropless under expert parallelism a rank's experts receive as many rows as the routing
+// sends them: the activations hold model.moe_dropless_headroom times the balanced share
+// (as many as the rank sends), rows beyond it are held as routed (a warning at the end).
+// The memory plan's words for it: ", experts' rows received at 2.00x the balanced share",
+// or "" where it does not apply.
+std::string dropless_rows_held(const TransformerSpec& spec, int ep, const ModelConfig& model);
+
 inline size_t moe_largest_upload_bytes(size_t N, int K, int ep) {
   return N * static_cast<size_t>(K) * static_cast<size_t>(ep < 1 ? 1 : ep) * sizeof(int32_t);
 }

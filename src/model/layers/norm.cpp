@@ -4,10 +4,10 @@ namespace trident {
 
 void Norm::declare_parameters(ParameterDeclarations& d) {
   weight_ = d.add({.name = name_ + ".weight", .shape = {C_}, .init = Init::ones,
-                   .gradient_sum = GradientSum::sequence_shards});
+                   .summed_over = kDataParallel | AxisSet{MeshAxis::sp}});
   if (layernorm())
     bias_ = d.add({.name = name_ + ".bias", .shape = {C_}, .init = Init::zeros,
-                   .gradient_sum = GradientSum::sequence_shards});
+                   .summed_over = kDataParallel | AxisSet{MeshAxis::sp}});
 }
 
 void Norm::declare_activations(ActivationDeclarations& a) {

@@ -1,8 +1,9 @@
 // A norm over the residual stream's width: LayerNorm (a gain and a bias, the biased
 // variance) or RMSNorm (a gain). Its gain's and bias's gradients sum over the rows; under
 // sequence parallelism each tp rank sees only its rows, so they are summed over tp
-// (GradientSum::sequence_shards). In a block it runs on the residual stream before each
-// branch (pre-norm); the final norm before the head.
+// (their placement's sp axis: model/placement.h). In a block it runs on the residual
+// stream before a branch's sublayer (pre-norm), or on the sublayer's output (post-norm:
+// OLMo-2); the final norm before the head.
 #pragma once
 
 #include <string>
