@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint_pieces.h"
 #include "parallel/agreement.h"
 #include "parallel/node_leaders.h"
 #include "runtime/durable_file.h"

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_format.h"
 #include "ckpt/remote_checkpoints.h"
 #include "parallel/parallel_state.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_format.h"
 #include "ckpt/remote_checkpoints.h"
 #include "config/config.h"
 #include "parallel/parallel_state.h"

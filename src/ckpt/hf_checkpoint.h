@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_format.h"
 #include "model/parameters.h"
 
 namespace trident {

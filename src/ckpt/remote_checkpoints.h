@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_format.h"
 #include "config/config.h"
 #include "storage/s3_client.h"
 #include "storage/s3_endpoint.h"

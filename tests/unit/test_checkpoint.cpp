@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "checkpoint_helpers.h"
 #include "child_process.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_transport.h"
 #include "config/config.h"
 #include "model/parameters.h"
 #include "model/transformer_spec.h"
@@ -557,6 +559,31 @@ TEST(Checkpoint, LlamaExportInitFromAndTheOtherFamilyRefused) {
     EXPECT_EQ(w.exit_code, 2) << wrong << "\n" << w.err;
     EXPECT_EQ(count(w.err, "trident: error:"), 1) << wrong << "\n" << w.err;
     EXPECT_NE(w.err.find("model.family"), std::string::npos) << wrong << "\n" << w.err;
+  }
+}
+
+// What every way of the pieces carries (ckpt/checkpoint_transport.h): a rank's pieces,
+// packed as one message of packed_size's length, unpack with every attribute and float.
+TEST(Checkpoint, PackedPiecesUnpackAsTheyWere) {
+  const std::vector<float> a = {1.5f, -2.0f, 3.25f}, b = {7.0f};
+  const std::vector<Piece> pieces = {{"params", "h.0.attn.qkv.w", "qkv_rows", {6, 4}, 8, 1, 2, a.data(), a.size()},
+                                     {"exp_avg", "ln_f.g", "replicated", {4}, 4, 0, 1, b.data(), b.size()}};
+  std::vector<char> blob;
+  pack(pieces, blob);
+  EXPECT_EQ(blob.size(), packed_size(pieces));
+  const std::vector<Piece> back = unpack(blob);
+  ASSERT_EQ(back.size(), pieces.size());
+  for (size_t i = 0; i < pieces.size(); i++) {
+    const Piece &p = pieces[i], &q = back[i];
+    EXPECT_EQ(q.kind, p.kind);
+    EXPECT_EQ(q.name, p.name);
+    EXPECT_EQ(q.sharding, p.sharding);
+    EXPECT_EQ(q.shape, p.shape);
+    EXPECT_EQ(q.padded_rows, p.padded_rows);
+    EXPECT_EQ(q.tp_rank, p.tp_rank);
+    EXPECT_EQ(q.tp_size, p.tp_size);
+    ASSERT_EQ(q.count, p.count);
+    EXPECT_EQ(std::memcmp(q.data, p.data, p.count * sizeof(float)), 0) << p.name;
   }
 }
 
