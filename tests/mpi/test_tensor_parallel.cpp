@@ -173,6 +173,16 @@ TEST_P(TensorParallelTest, PaddedVocabularyStaysOutOfTheLoss) {
   }
 }
 
+// A key/value head every tp rank shares (MQA): its gradient's sum runs over tp itself,
+// one all-reduce per tensor (its bytes, its count).
+std::pair<uint64_t, uint64_t> shared_head_sums(const ParameterLayout& layout, ParallelState& parallel) {
+  uint64_t bytes = 0, calls = 0;
+  if (parallel.dims().normalized({MeshAxis::tp_piece}) == AxisSet{MeshAxis::tp})
+    for (const ParameterTensor& t : layout.tensors())
+      if (t.placement.summed_over.has(MeshAxis::tp_piece)) bytes += t.stored * sizeof(float), calls++;
+  return {bytes, calls};
+}
+
 TEST_P(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
   const ModelConfig mc = small_model(GetParam());
   const int B = 2, T = mc.seq_len, L = mc.n_layer, d = mc.d_model, micro_steps = 2;
@@ -183,13 +193,14 @@ TEST_P(TensorParallelTest, BytesPerStepMatchTheFormulaExactly) {
   // the row max (B*T) and the sum of exponentials with the target logit (2*B*T).
   // Per step: the squared gradient norm (one double).
   const uint64_t BT = static_cast<uint64_t>(B) * T;
-  const uint64_t expected = micro_steps * 4 * ((4 * L + 2) * BT * d + 3 * BT) + sizeof(double);
+  const auto [shared_bytes, shared_calls] = shared_head_sums(model.layout(), *parallel_);
+  const uint64_t expected = micro_steps * 4 * ((4 * L + 2) * BT * d + 3 * BT) + sizeof(double) + shared_bytes;
   if (world_size() == 1) {
     EXPECT_EQ(s.total_bytes(), 0u);  // one rank: no communication at all
   } else {
     EXPECT_EQ(s.bytes[static_cast<int>(CommOp::all_reduce)], expected);
     EXPECT_EQ(s.total_bytes(), expected);
-    EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], static_cast<uint64_t>(micro_steps * (4 * L + 4) + 1));
+    EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], static_cast<uint64_t>(micro_steps * (4 * L + 4) + 1) + shared_calls);
   }
 }
 
@@ -224,8 +235,9 @@ TEST_P(TensorParallelTest, SequenceParallelBytesMatchTheFormulaAndActivationsShr
   const uint64_t norm_tensors = GetParam() == Family::gpt2 ? 4 * L + 2 : 2 * L + 1;
   const uint64_t norm_bytes = norm_tensors * d * sizeof(float);
   const uint64_t loss_bytes = 3 * static_cast<uint64_t>(B) * T * sizeof(float);
-  EXPECT_EQ(s.bytes[static_cast<int>(CommOp::all_reduce)], micro_steps * loss_bytes + norm_bytes + sizeof(double));
-  EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], micro_steps * 2 + norm_tensors + 1);
+  const auto [shared_bytes, shared_calls] = shared_head_sums(model.layout(), *parallel_);
+  EXPECT_EQ(s.bytes[static_cast<int>(CommOp::all_reduce)], micro_steps * loss_bytes + norm_bytes + sizeof(double) + shared_bytes);
+  EXPECT_EQ(s.calls[static_cast<int>(CommOp::all_reduce)], micro_steps * 2 + norm_tensors + 1 + shared_calls);
   // The residual stream's rows are split: fewer activation bytes than without.
   Transformer whole_rows(mc, *k_, {.micro_batch = B, .tp = tp()});
   EXPECT_LT(model.activation_bytes().per_slot, whole_rows.activation_bytes().per_slot);
