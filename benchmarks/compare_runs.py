@@ -34,12 +34,20 @@ def datasets(path):
         return {n: f[n][()].tobytes() for n in names}
 
 
-verify = sorted(glob.glob(os.path.join(base, 'verify_*.txt')))
-for a in verify:
-    b = os.path.join(new, os.path.basename(a))
-    if not os.path.exists(b) or figures(a) != figures(b):
+def verify_runs(folder):
+    """Each verify run's output file by its layout line (layouts.txt, in run order): a
+    layout added or removed between the two folders shifts no other's pairing."""
+    layouts = open(os.path.join(folder, 'layouts.txt')).read().splitlines()
+    return {layout: os.path.join(folder, f'verify_{i}.txt') for i, layout in enumerate(layouts)}
+
+
+base_runs, new_runs = verify_runs(base), verify_runs(new)
+verify = list(base_runs)
+for layout, a in base_runs.items():
+    b = new_runs.get(layout)
+    if b is None or figures(a) != figures(b):
         differences += 1
-        print('verify differs:', os.path.basename(a))
+        print('verify differs:', layout)
 trains = sorted(d for d in glob.glob(os.path.join(base, 'train_*')) if os.path.isdir(d))
 for a in trains:
     b = os.path.join(new, os.path.basename(a))
