@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kernels/base/error.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "optim/optimizer.h"
 #include "parallel/communicator.h"
 
@@ -44,22 +45,14 @@ constexpr float kMomentum = 0.95f;       // Moonlight's and Keller Jordan's
 constexpr double kAdamWRmsMatch = 0.2;   // the update's RMS scale, times sqrt(max(rows, columns))
 constexpr size_t kMomentumBuffer = 0, kExpAvg = 1, kExpAvgSq = 2;  // the state buffers
 
-// x . y over n floats, summed in a fixed order (the same result for any thread count).
-float dot(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
-  return s;
-}
-
 // The quintic Newton-Schulz iteration of Keller Jordan's Muon, as Moonlight's
 // zeropower_via_newtonschulz5 runs it: it takes a matrix G to about U V^T of its SVD
 // G = U S V^T (every singular value near 1, between about 0.7 and 1.2: the coefficients
 // trade exactness for speed), in matrix products only:
 //   X = G / (||G||_F + 1e-7), transposed when it has more rows than columns;
 //   5 times: A = X X^T;  B = b A + c A A;  X = a X + B X;  then transposed back.
-// fp32 on the host (Moonlight runs it in bf16 on a GPU; a GPU path would be a kernel op,
-// kernels/ops.def). g: rows x columns, row-major; the result has its shape.
+// fp32 on the host, in the CPU backend's sgemm (Moonlight runs it in bf16 on a GPU; a GPU
+// path would be a kernel op, kernels/ops.def). g: rows x columns, row-major; the result has its shape.
 constexpr int kNewtonSchulzSteps = 5;
 constexpr float kNewtonSchulzA = 3.4445f, kNewtonSchulzB = -4.7750f, kNewtonSchulzC = 2.0315f;
 
@@ -78,28 +71,14 @@ std::vector<float> newton_schulz(const float* g, int64_t rows, int64_t columns) 
   const float norm = static_cast<float>(std::sqrt(squares) + 1e-7);
   for (float& v : x) v /= norm;
   std::vector<float> a(static_cast<size_t>(r * r)), b(a.size()), next(x.size());
+  const int R = static_cast<int>(r), C = static_cast<int>(c);
   for (int step = 0; step < kNewtonSchulzSteps; step++) {
-    // A = X X^T: rows of X against rows of X (A is symmetric).
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < r; i++)
-      for (int64_t j = 0; j < r; j++) a[i * r + j] = dot(&x[i * c], &x[j * c], c);
-    // B = b A + c A A, where (A A)[i][j] = A_i . A_j since A is symmetric.
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < r; i++)
-      for (int64_t j = 0; j < r; j++)
-        b[i * r + j] = kNewtonSchulzB * a[i * r + j] + kNewtonSchulzC * dot(&a[i * r], &a[j * r], r);
-    // X = a X + B X, row by row.
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < r; i++) {
-      float* out = &next[i * c];
-      for (int64_t j = 0; j < c; j++) out[j] = kNewtonSchulzA * x[i * c + j];
-      for (int64_t k = 0; k < r; k++) {
-        const float w = b[i * r + k];
-        const float* row = &x[k * c];
-#pragma omp simd
-        for (int64_t j = 0; j < c; j++) out[j] += w * row[j];
-      }
-    }
+    // A = X X^T; B = b A + c A A; X = a X + B X: the CPU backend's sgemm (the linear layers').
+    kernels::cpu::gemm<float>(false, true, R, R, C, 1.0f, x.data(), C, x.data(), C, 0.0f, a.data(), R);
+    for (size_t i = 0; i < a.size(); i++) b[i] = kNewtonSchulzB * a[i];
+    kernels::cpu::gemm<float>(false, false, R, R, R, kNewtonSchulzC, a.data(), R, a.data(), R, 1.0f, b.data(), R);
+    for (size_t i = 0; i < x.size(); i++) next[i] = kNewtonSchulzA * x[i];
+    kernels::cpu::gemm<float>(false, false, R, C, R, 1.0f, b.data(), R, x.data(), C, 1.0f, next.data(), C);
     x.swap(next);
   }
   if (!tall) return x;
