@@ -26,6 +26,13 @@ std::vector<std::string> checkpoint_kinds(const std::vector<std::string>& optimi
   return kinds;
 }
 
+bool CheckpointWriter::writes(const Placement& p) const {
+  if (!p.counted) return false;
+  const auto [at, fresh] = first_of_.try_emplace(p.data_axes());
+  if (fresh) at->second = dims_.group_rank(coords_, p.data_axes()) == 0;
+  return at->second;
+}
+
 std::vector<Piece> rank_pieces(const ParameterLayout& layout, const CheckpointWriter& writer,
                                const std::vector<KindSource>& sources) {
   std::vector<Piece> pieces;

@@ -5,6 +5,7 @@
 // checkpoint has it, else reshards the tensor from every saved shard.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,10 +18,15 @@ namespace trident {
 // Which of its tensors a rank writes: one copy of each, from the first rank of the set
 // holding it replicated (model/placement.h): of its data axes' group, and of the tp ranks
 // holding its piece, the one whose copy counts.
-struct CheckpointWriter {
-  ParallelDims dims;
-  RankCoords coords;
-  bool writes(const Placement& p) const { return p.counted && dims.group_rank(coords, p.data_axes()) == 0; }
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const ParallelDims& dims, const RankCoords& coords) : dims_(dims), coords_(coords) {}
+  bool writes(const Placement& p) const;
+
+ private:
+  ParallelDims dims_;
+  RankCoords coords_;
+  mutable std::map<AxisSet, bool> first_of_;  // by data axes: whether this rank is its group's first
 };
 
 // One kind of this rank's state as a full flat buffer in host memory.

@@ -72,7 +72,7 @@ struct TransformerOptions {
   // over which ranks (ZeRO-3's; the stages below shard in DataParallel).
   ZeroStage zero = ZeroStage::none;
   Communicator* shard_group = nullptr;
-  RegionGroups region_groups = {};  // the groups of the layout's data regions (ParamGradStore)
+  GroupOf region_groups = {};  // the groups of the layout's data regions (ParamGradStore)
   // Document masking (model/document_mask.h): the end-of-document token id; -1: attention
   // over the whole sequence.
   int32_t document_end = -1;

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "kernels/dtype.h"
 #include "monitor/step_trace.h"
+#include "parallel/mesh_axes.h"
 #include "parallel/progress_board.h"
 
 namespace trident {
@@ -206,5 +208,8 @@ class Communicator {
  private:
   uint64_t collectives_started_ = 0;
 };
+
+// The communicator of the ranks an axis set spans (ParallelState::group, or a test's own).
+using GroupOf = std::function<Communicator&(AxisSet)>;
 
 }  // namespace trident

@@ -179,8 +179,11 @@ AxisSet ParallelDims::normalized(AxisSet axes) const {
 }
 
 bool ParallelDims::same_group(const RankCoords& c, const RankCoords& me, AxisSet axes) const {
+  return same_normalized_group(c, me, normalized(axes));
+}
+
+bool ParallelDims::same_normalized_group(const RankCoords& c, const RankCoords& me, AxisSet s) const {
   using M = MeshAxis;
-  const AxisSet s = normalized(axes);
   // Along one grid axis: anywhere, in my block of `block`, or at my place in every block.
   const auto along = [](int a, int b, bool whole, bool within, bool across, int block) {
     if (whole || (within && across)) return true;
@@ -203,10 +206,10 @@ bool ParallelDims::same_group(const RankCoords& c, const RankCoords& me, AxisSet
 }
 
 std::vector<int> ParallelDims::group_ranks(const RankCoords& me, AxisSet axes) const {
+  const AxisSet s = normalized(axes);
   std::vector<int> ranks;
-  if (normalized(axes).has(MeshAxis::pp_ends) && me[Axis::pp] != 0 && me[Axis::pp] != size(Axis::pp) - 1) return ranks;
   for (int r = 0; r < world(); r++)
-    if (same_group(coords(r), me, axes)) ranks.push_back(r);
+    if (same_normalized_group(coords(r), me, s)) ranks.push_back(r);
   return ranks;
 }
 

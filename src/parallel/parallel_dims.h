@@ -85,10 +85,8 @@ class ParallelDims {
   // Not an axis of the rank order: ep folds into dp x cp. Throws UsageError unless ep
   // divides dp x cp.
   void set_ep(int ep);
-  int expert_parallel_size() const { return ep_; }
-  int expert_parallel_rank(const RankCoords& c) const { return data_parallel_rank(c) % ep_; }
-  int expert_data_parallel_size() const { return data_parallel_size() / ep_; }
-  int expert_data_parallel_rank(const RankCoords& c) const { return data_parallel_rank(c) / ep_; }
+  // (Its groups: size(MeshAxis::ep) and group_rank(c, {MeshAxis::ep}); the ranks holding
+  // the same experts, MeshAxis::edp.)
   // The cuts of the grid's axes that parallel/mesh_axes.h names: sequence parallelism
   // (sp), hybrid sharding's block of dp (parallel.shard_size; 0: all of dp), and the tp
   // ranks holding each piece of a tensor cut into fewer pieces than tp (tp_piece; the
@@ -120,6 +118,7 @@ class ParallelDims {
   bool operator==(const ParallelDims&) const = default;
 
  private:
+  bool same_normalized_group(const RankCoords& c, const RankCoords& me, AxisSet normalized) const;
   std::array<int, kAxisCount> sizes_;
   int ep_ = 1, shard_size_ = 0, tp_piece_holders_ = 1;
   bool sequence_parallel_ = false;

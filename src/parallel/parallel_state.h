@@ -25,7 +25,7 @@ namespace trident {
 // of a whole model beside a sharded one).
 struct MeshGroups {
   ParallelDims dims;
-  std::function<Communicator&(AxisSet)> group;
+  GroupOf group;
 };
 
 class ParallelState {

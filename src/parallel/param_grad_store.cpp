@@ -78,7 +78,7 @@ size_t ParamGradStore::compute_weight_floats_for(const ParameterLayout& layout, 
 }
 
 ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero,
-                               Communicator* shard_group, RegionGroups region_groups, bool defers_weight_gradients)
+                               Communicator* shard_group, GroupOf region_groups, bool defers_weight_gradients)
     : layout_(layout), k_(k),
       shards_(zero == ZeroStage::parameters && shard_group != nullptr && shard_group->size() > 1 ? shard_group
                                                                                                  : nullptr),
@@ -124,7 +124,7 @@ ParamGradStore::ParamGradStore(const ParameterLayout& layout, kernels::Kernels& 
 
 Communicator* ParamGradStore::holders_of(const FlatRange& piece) const {
   const AxisSet axes = layout_.data_axes_of(piece);
-  return axes == kDataParallel ? shards_ : region_groups_(axes);
+  return axes == kDataParallel ? shards_ : &region_groups_(axes);
 }
 
 float* ParamGradStore::gradient_location(size_t offset) const {

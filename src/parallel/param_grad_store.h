@@ -39,9 +39,6 @@
 
 namespace trident {
 
-// The communicator of a set of data axes (ParallelState::group).
-using RegionGroups = std::function<Communicator*(AxisSet)>;
-
 class ParamGradStore {
  public:
   using Act = kernels::Act;
@@ -55,7 +52,7 @@ class ParamGradStore {
   // defers_weight_gradients: the model computes weight gradients apart from the backward
   // pass (zb1): the ends stay kept gathered.
   ParamGradStore(const ParameterLayout& layout, kernels::Kernels& k, ZeroStage zero, Communicator* shard_group,
-                 RegionGroups region_groups = {}, bool defers_weight_gradients = false);
+                 GroupOf region_groups = {}, bool defers_weight_gradients = false);
   ParamGradStore(const ParamGradStore&) = delete;
   ParamGradStore& operator=(const ParamGradStore&) = delete;
 
@@ -176,7 +173,7 @@ class ParamGradStore {
   // ZeRO-3: the group holding (and sharding) the tensors of `piece` (one of pieces_, or
   // within one).
   Communicator* holders_of(const FlatRange& piece) const;
-  RegionGroups region_groups_;
+  GroupOf region_groups_;
   kernels::DeviceBuffer master_;
   std::vector<FlatRange> held_;
   std::vector<size_t> master_offset_;  // per piece: where its block starts in master_

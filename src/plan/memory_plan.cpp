@@ -127,7 +127,8 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   const AxisSet zero_axes = shards < d.data_parallel_size() ? AxisSet{MeshAxis::dp_shard} : kDataParallel;
   std::map<AxisSet, std::pair<int, int>> shard_place;  // by axes: the group's size, this rank's place
   const auto sharded_over = [&](const FlatRange& b) {
-    const AxisSet axes = layout.data_axes_of(b) == kDataParallel ? zero_axes : layout.data_axes_of(b);
+    const AxisSet region = layout.data_axes_of(b);
+    const AxisSet axes = region == kDataParallel ? zero_axes : region;
     auto [at, fresh] = shard_place.try_emplace(axes);
     if (fresh) at->second = {d.size(axes), d.group_rank(coords, axes)};
     return at->second;

@@ -54,8 +54,8 @@ RankStage rank_stage(const Config& config, const ParallelDims& d, const RankCoor
   RankStage s;
   const int pp = coords[Axis::pp], stages = d.size(Axis::pp);
   s.stage = stage_spec(config.model.n_layer, pp, stages, p.pp_layers, p.vpp);
-  s.stage.ep = d.expert_parallel_size();
-  s.stage.ep_rank = d.expert_parallel_rank(coords);
+  s.stage.ep = d.size(MeshAxis::ep);
+  s.stage.ep_rank = d.group_rank(coords, {MeshAxis::ep});
   s.tp_rank = coords[Axis::tp];
   s.tp = d.size(Axis::tp);
   s.cp = d.size(Axis::cp);

@@ -97,7 +97,7 @@ TrainingSetup::TrainingSetup(const Config& config, ParallelState& parallel, kern
              .split_backward = stage.split_backward,
              .zero = static_cast<ZeroStage>(stage.zero),
              .shard_group = hybrid.shard ? hybrid.shard : &parallel.data_parallel(),
-             .region_groups = [&parallel](AxisSet axes) { return &parallel.group(axes); },
+             .region_groups = parallel.groups().group,
              .document_end = document_end(config.data),
              .context_parallel = parallel.size(Axis::cp) > 1 ? &parallel.cp() : nullptr,
              .expert_parallel = parallel.expert_parallel()}),

@@ -19,9 +19,12 @@ StepRunner::StepRunner(Transformer& model, Optimizer& optimizer, DataParallel& d
     auto at = std::lower_bound(norm_sets_.begin(), norm_sets_.end(), axes);
     if (at == norm_sets_.end() || *at != axes) norm_sets_.insert(at, axes);
   }
-  for (const ParameterTensor& t : model.layout().tensors())
+  for (const ParameterTensor& t : model.layout().tensors()) {
     norm_set_of_.push_back(static_cast<int>(std::lower_bound(norm_sets_.begin(), norm_sets_.end(), norm_axes(t.placement)) -
                                             norm_sets_.begin()));
+    ends_sum_.push_back(group_of(t.placement.model_sums() & kBeforeDataParallel));
+    tp_sum_.push_back(group_of(t.placement.model_sums() - kBeforeDataParallel));
+  }
   norm_total_ = kernels::DeviceBuffer(k, std::max<size_t>(1, norm_sets_.size()) * 2);  // a double per set
 }
 
@@ -117,7 +120,7 @@ std::vector<float> StepRunner::next_token_logits(const int32_t* tokens, int posi
 void StepRunner::sum_over_stages() {
   const std::vector<ParameterTensor>& tensors = model_.layout().tensors();
   for (size_t i = 0; i < tensors.size(); i++) {
-    Communicator* ends = group_of(tensors[i].placement.model_sums() & AxisSet{MeshAxis::pp_ends});
+    Communicator* ends = ends_sum_[i];
     if (ends == nullptr) continue;
     float* grad = model_.store().grad(static_cast<int>(i));
     for (size_t at = 0; at < tensors[i].stored; at += kReductionPieceFloats)
@@ -130,10 +133,12 @@ void StepRunner::sum_over_stages() {
 // key/value heads' parts, per-head weights, and under sequence parallelism the norms'.
 void StepRunner::sum_over_tensor_parallel() {
   std::vector<RequestPtr> sums;
+  const std::vector<ParameterTensor>& tensors = model_.layout().tensors();
   for (const FlatRange& r : data_parallel_.owned())
-    for (const ParameterTensor& t : model_.layout().tensors()) {
+    for (size_t i = 0; i < tensors.size(); i++) {
+      const ParameterTensor& t = tensors[i];
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
-      Communicator* group = group_of(t.placement.model_sums() - AxisSet{MeshAxis::pp_ends});
+      Communicator* group = tp_sum_[i];
       if (begin < end && group != nullptr)
         sums.push_back(group->all_reduce_async(std::span<float>(data_parallel_.gradient_at(begin), end - begin), ReduceOp::sum));
     }

@@ -81,6 +81,10 @@ class StepRunner {
   // tensor's index among them: one sum each.
   std::vector<AxisSet> norm_sets_;
   std::vector<int> norm_set_of_;
+  // Per tensor, the group its gradient is summed over before the data-parallel reduction
+  // (a tied table's pipeline ends) and after it (tp's cuts); null: none.
+  static constexpr AxisSet kBeforeDataParallel = {MeshAxis::pp_ends};
+  std::vector<Communicator*> ends_sum_, tp_sum_;
   kernels::Kernels& k_;
   PipelineRunner pipeline_;  // this rank's stage of the model, `model_`, and its chunks
   double comm_wait_s_ = 0, compute_s_ = 0;

@@ -59,7 +59,7 @@ TEST_P(ExpertParallel, RowsBeyondTheBalancedShareMatchTheWholeModel) {
   StageSpec stage;
   stage.ep = ep;
   stage.ep_rank = parallel.expert_parallel()->rank();
-  Transformer sharded(mc, *k, {.micro_batch = B, .stage = stage, .region_groups = [&parallel](AxisSet axes) { return &parallel.group(axes); },
+  Transformer sharded(mc, *k, {.micro_batch = B, .stage = stage, .region_groups = parallel.groups().group,
                                .expert_parallel = parallel.expert_parallel()});
   int routers = 0;
   for (Transformer* model : {&whole, &sharded}) {

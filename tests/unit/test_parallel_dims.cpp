@@ -75,12 +75,12 @@ TEST(ParallelDims, ExpertParallelFoldsIntoDpTimesCp) {
   // fastest) are all in one ep group, ranks tp apart; with ep 2, pairs of cp neighbours.
   ParallelDims d = ParallelDims::resolve(8, {{Axis::dp, 0}, {Axis::cp, 2}, {Axis::tp, 2}});
   d.set_ep(4);
-  EXPECT_EQ(d.expert_data_parallel_size(), 1);
-  EXPECT_EQ(d.expert_parallel_rank(d.coords(6)), 3);  // cp 1, dp 1: data-parallel rank 3
+  EXPECT_EQ(d.size(MeshAxis::edp), 1);
+  EXPECT_EQ(d.group_rank(d.coords(6), {MeshAxis::ep}), 3);  // cp 1, dp 1: data-parallel rank 3
   EXPECT_NE(d.describe().find("ep groups: {0,2,4,6} {1,3,5,7}"), std::string::npos) << d.describe();
   d.set_ep(2);
-  EXPECT_EQ(d.expert_parallel_rank(d.coords(6)), 1);
-  EXPECT_EQ(d.expert_data_parallel_rank(d.coords(6)), 1);
+  EXPECT_EQ(d.group_rank(d.coords(6), {MeshAxis::ep}), 1);
+  EXPECT_EQ(d.group_rank(d.coords(6), {MeshAxis::edp}), 1);
   EXPECT_NE(d.describe().find("ep groups: {0,2} {4,6} {1,3} {5,7}"), std::string::npos) << d.describe();
   EXPECT_THROW(d.set_ep(3), UsageError);
   // The buckets of a flat buffer cut at the experts' runs.
