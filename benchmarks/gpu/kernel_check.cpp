@@ -244,22 +244,25 @@ class Comparison {
 };
 
 // Mixture of experts, E experts, top K, over B sequences of T tokens of width C; `mode` 0:
-// renormalized softmax, 1: softmax, 2: renormalized sigmoid. The router's scores, top-k
+// renormalized softmax, 1: softmax, 2: renormalized sigmoid, 3: renormalized sigmoid with an
+// expert bias (loss-free balancing) in the choice. The router's scores, top-k
 // and logit gradient; the dispatch to rows grouped by expert and the weighted combine.
 void check_moe(Kernels& cpu, Kernels& gpu, Comparison& c, int B, int T, int E, int K, int C, int mode) {
   const int N = B * T;
-  const bool renormalize = mode != 1, sigmoid = mode == 2;
+  const bool renormalize = mode != 1, sigmoid = mode >= 2, biased = mode == 3;
   const std::string at = " E=" + std::to_string(E) + " K=" + std::to_string(K) +
-                         (renormalize ? " renormalized" : "") + (sigmoid ? " sigmoid" : "");
+                         (renormalize ? " renormalized" : "") + (sigmoid ? " sigmoid" : "") + (biased ? " biased" : "");
   const auto logits = c.input(static_cast<size_t>(N) * E);
+  const auto bias = c.input(static_cast<size_t>(E));
   std::vector<float> probs(static_cast<size_t>(N) * E), lse(N), weights(static_cast<size_t>(N) * K);
   std::vector<int32_t> experts(static_cast<size_t>(N) * K);
   float *g_probs = c.f32(probs.size()), *g_lse = c.f32(N), *g_weights = c.f32(weights.size());
   int32_t* g_experts = c.i32(experts);
   // The logits in fp32, as the router's matmul_forward_f32 leaves them.
-  gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.f32(logits), N, E, K, renormalize, sigmoid);
-  cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), logits.data(), N, E, K,
-                         renormalize, sigmoid);
+  gpu.moe_router_forward(g_probs, g_lse, g_experts, g_weights, c.f32(logits), biased ? c.f32(bias) : nullptr, N, E,
+                         K, renormalize, sigmoid);
+  cpu.moe_router_forward(probs.data(), lse.data(), experts.data(), weights.data(), logits.data(),
+                         biased ? bias.data() : nullptr, N, E, K, renormalize, sigmoid);
   c.compare("moe_router_forward probs" + at, c.host(g_probs, probs.size()), probs, 1e-5);
   c.compare("moe_router_forward lse" + at, c.host(g_lse, N), lse, 1e-5);
   c.compare("moe_router_forward weights" + at, c.host(g_weights, weights.size()), weights, 1e-5);
@@ -449,7 +452,7 @@ void check_all(Kernels& cpu, Kernels& gpu, Comparison& c) {
     c.compare("swiglu_backward dgate_up F=300", c.host(g_dgate_up, 2 * n), dgate_up);
   });
   // Mixture of experts (8 experts, top-2, renormalized and not, softmax and sigmoid scores).
-  for (int mode = 0; mode < 3; mode++) c.run("moe", [&] { check_moe(cpu, gpu, c, B, T, 8, 2, C, mode); });
+  for (int mode = 0; mode < 4; mode++) c.run("moe", [&] { check_moe(cpu, gpu, c, B, T, 8, 2, C, mode); });
   // Matmuls: an aligned shape and an odd one (cuBLASLt picks other algorithms).
   for (const auto& [rows, in, outc] : std::vector<std::tuple<int, int, int>>{{N, C, 3 * C}, {301, 203, 333}}) c.run("matmul", [&] {
     const size_t n_in = static_cast<size_t>(rows) * in, n_out = static_cast<size_t>(rows) * outc;
@@ -1065,7 +1068,7 @@ int moe_router_memory(Kernels& cpu, Kernels& gpu, uint64_t seed, const MoeShape&
   int failures = 0;
   {
     Comparison c(gpu, seed);
-    for (int mode = 0; mode < 3; mode++)
+    for (int mode = 0; mode < 4; mode++)
       c.run("moe router", [&] { check_moe(cpu, gpu, c, 2, 128, m.E, m.K, 256, mode); });
     failures += c.failures();
     if (c.broken()) return failures;
@@ -1120,7 +1123,7 @@ int moe_router_memory(Kernels& cpu, Kernels& gpu, uint64_t seed, const MoeShape&
                 ok ? "ok" : ("FAIL: over " + std::to_string(limit >> 20) + " MiB").c_str());
   };
   kernel("moe_router_forward", [&] {
-    gpu.moe_router_forward(probs, lse, experts, weights, logits, m.N, m.E, m.K, true, false);
+    gpu.moe_router_forward(probs, lse, experts, weights, logits, nullptr, m.N, m.E, m.K, true, false);
   });
   kernel("moe_dispatch", [&] { gpu.moe_dispatch(expert_rows, x, order, m.N, m.K, m.C); });
   kernel("moe_combine", [&] { gpu.moe_combine(out, expert_rows, weights, order, m.N, m.K, m.C); });

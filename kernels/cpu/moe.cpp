@@ -10,8 +10,8 @@
 namespace trident::kernels::cpu {
 
 template <typename T>
-void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
-                        int K, bool renormalize, bool sigmoid) {
+void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
+                        const float* bias, int N, int E, int K, bool renormalize, bool sigmoid) {
 #pragma omp parallel for
   for (int t = 0; t < N; t++) {
     const T* l = logits + static_cast<size_t>(t) * E;
@@ -30,8 +30,13 @@ void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weigh
         p[e] = scores[e] = static_cast<float>(std::exp(static_cast<double>(l[e]) - max) / sum);
       }
     }
+    // The choice's order: the scores (the sigmoid's by logit: see choose_top_k), or with an
+    // expert bias the scores plus it.
+    float biased[kMaxRouterExperts];
+    if (bias != nullptr)
+      for (int e = 0; e < E; e++) biased[e] = scores[e] + bias[e];
     choose_top_k(scores, E, K, renormalize, experts + static_cast<size_t>(t) * K, weights + static_cast<size_t>(t) * K,
-                 sigmoid ? p : nullptr);
+                 bias != nullptr ? biased : sigmoid ? p : nullptr);
   }
 }
 
@@ -149,7 +154,8 @@ void moe_balance_loss(float* coefficients, double* loss_sum, const float* stats,
   *loss_sum += (with_aux ? aux : 0.0) + z_coef * z / T;
 }
 
-template void moe_router_forward<float>(float*, float*, int32_t*, float*, const float*, int, int, int, bool, bool);
+template void moe_router_forward<float>(float*, float*, int32_t*, float*, const float*, const float*, int, int, int, bool,
+                                         bool);
 template void moe_router_backward<float>(float*, const float*, const float*, const int32_t*, const float*,
                                          const float*, const float*, int, float, float, int, int, int, bool, bool);
 template void moe_dispatch<float>(float*, const float*, const int32_t*, int, int, int);

@@ -122,8 +122,8 @@ void gelu_forward(T* out, const T* inp, size_t n);
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n);
 template <typename T>
-void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
-                        int K, bool renormalize, bool sigmoid);
+void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
+                        const float* bias, int N, int E, int K, bool renormalize, bool sigmoid);
 template <typename T>
 void moe_router_backward(T* dlogits, const float* probs, const float* lse, const int32_t* experts,
                          const float* weights, const float* dweights, const float* balance, int tokens_per_sequence,

@@ -64,11 +64,11 @@ __global__ void combine_backward_kernel(T* dexpert_out, float* dweights, const T
 }  // namespace
 
 template <typename T>
-void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits, int N, int E,
-                        int K, bool renormalize, bool sigmoid) {
+void moe_router_forward(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
+                        const float* bias, int N, int E, int K, bool renormalize, bool sigmoid) {
   if (N <= 0) return;
   router_forward_kernel<T><<<blocks_for(static_cast<size_t>(N) * 32, kThreads), kThreads, 0, compute_stream()>>>(
-      probs, lse, experts, weights, logits, N, E, K, renormalize, sigmoid);
+      probs, lse, experts, weights, logits, bias, N, E, K, renormalize, sigmoid);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -118,7 +118,8 @@ void moe_combine_backward(T* dexpert_out, float* dweights, const T* dout, const 
 }
 
 #define TRIDENT_INSTANTIATE(T)                                                                                      \
-  template void moe_router_forward<T>(float*, float*, int32_t*, float*, const T*, int, int, int, bool, bool);      \
+  template void moe_router_forward<T>(float*, float*, int32_t*, float*, const T*, const float*, int, int, int, bool, \
+                                       bool);                                                                      \
   template void moe_router_backward<T>(T*, const float*, const float*, const int32_t*, const float*, const float*, \
                                        const float*, int, float, float, int, int, int, bool, bool);                \
   template void moe_dispatch<T>(T*, const T*, const int32_t*, int, int, int);                                      \

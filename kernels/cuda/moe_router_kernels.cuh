@@ -24,7 +24,7 @@ __device__ inline int router_token() { return static_cast<int>((blockIdx.x * sta
 
 template <typename T>
 __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts, float* weights, const T* logits,
-                                      int N, int E, int K, bool renormalize, bool sigmoid) {
+                                      const float* bias, int N, int E, int K, bool renormalize, bool sigmoid) {
   const int t = router_token(), lane = threadIdx.x % 32;
   if (t >= N) return;  // the whole warp: t is the same in every lane
   const T* l = logits + static_cast<size_t>(t) * E;
@@ -38,10 +38,14 @@ __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts
   if (lane == 0) lse[t] = max + logf(sum);
   // The probabilities, or under sigmoid the logits (the backward computes the scores again).
   for (int e = lane; e < E; e += 32) p[e] = sigmoid ? to_float(l[e]) : __expf(to_float(l[e]) - max) / sum;
+  __syncwarp();  // lane 0 reads the chosen experts' p below, which other lanes wrote
+  // An expert's score from p[e]: its probability, or the sigmoid of its logit.
+  const auto score = [&](float v) { return sigmoid ? sigmoid_score(v) : v; };
 
   // choose_top_k's order, one choice per round: each lane's best of its experts ranked
-  // below the last choice (those above are taken), then the warp's best of those. p[e] is
-  // the rank (the lane wrote it above); the weight is p, or the sigmoid's score.
+  // below the last choice (those above are taken), then the warp's best of those. The rank
+  // is p[e] (the lane wrote it above), or with an expert bias the score plus its bias; the
+  // weight is the score.
   int32_t* chosen = experts + static_cast<size_t>(t) * K;
   float* w = weights + static_cast<size_t>(t) * K;
   float last_rank = 0, total = 0;
@@ -50,7 +54,7 @@ __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts
     float best_rank = 0;
     int best = -1;
     for (int e = lane; e < E; e += 32) {
-      const float r = p[e];
+      const float r = bias != nullptr ? score(p[e]) + bias[e] : p[e];
       if ((last < 0 || outranks(last_rank, last, r, e)) && outranks(r, e, best_rank, best)) {
         best_rank = r;
         best = e;
@@ -68,7 +72,7 @@ __global__ void router_forward_kernel(float* probs, float* lse, int32_t* experts
     last = best;
     if (lane == 0) {  // the weights summed in choose_top_k's order
       chosen[j] = best;
-      w[j] = sigmoid ? sigmoid_score(best_rank) : best_rank;
+      w[j] = score(bias != nullptr ? p[best] : best_rank);
       total += w[j];
     }
   }

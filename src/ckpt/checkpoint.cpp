@@ -53,14 +53,16 @@ Checkpointer::Checkpointer(const Config& config, ParallelState& parallel, Sharde
 }
 
 size_t Checkpointer::staging_bytes(const ParameterLayout& layout, const std::vector<std::string>& optimizer_state) {
-  return (1 + optimizer_state.size()) * layout.total_floats() * sizeof(float);
+  return ((1 + optimizer_state.size()) * layout.total_floats() + layout.buffer_floats()) * sizeof(float);
 }
 
 size_t Checkpointer::piece_bytes(const ParameterLayout& layout, const CheckpointWriter& writer,
                                  const std::vector<std::string>& optimizer_state) {
   std::vector<KindSource> sizes_only;
   for (const std::string& kind : checkpoint_kinds(optimizer_state)) sizes_only.push_back({kind});
-  return packed_size(rank_pieces(layout, writer, sizes_only));
+  std::vector<Piece> pieces = rank_pieces(layout, writer, sizes_only);
+  for (Piece& p : rank_pieces(layout.buffers(), writer, {{kBuffers}})) pieces.push_back(std::move(p));
+  return packed_size(pieces);
 }
 
 size_t Checkpointer::leader_buffer_bytes(const ParameterLayout& layout) { return node_file_writer_bytes(layout); }
@@ -81,9 +83,14 @@ void Checkpointer::collect_at_node_leader(int step) {
   const std::vector<std::string> kinds = kinds_of(state_);
   std::vector<KindSource> sources;
   for (size_t i = 0; i < kinds.size(); i++) sources.push_back({kinds[i], host_state_[i].data()});
-  // One replica of each tensor writes it.
-  const std::vector<Piece> pieces =
-      rank_pieces(layout, CheckpointWriter{parallel_.dims(), parallel_.coords()}, sources);
+  // One replica of each tensor writes it; the declared buffers' too.
+  const CheckpointWriter writer{parallel_.dims(), parallel_.coords()};
+  std::vector<Piece> pieces = rank_pieces(layout, writer, sources);
+  if (!layout.buffers().empty()) {
+    host_buffers_.resize(layout.buffer_floats());
+    state_.buffers.to_host(host_buffers_.data());
+    for (Piece& p : rank_pieces(layout.buffers(), writer, {{kBuffers, host_buffers_.data()}})) pieces.push_back(std::move(p));
+  }
   // 2. Hand them to the node leader (ckpt/checkpoint_transport.h).
   node_leaders_->hand_over(step, pieces);
 }
@@ -224,6 +231,16 @@ int Checkpointer::load(const Manifest& m) {
   state_.parameters.changed();
   for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].from_host(full[1 + i].data());
   state_.set_optimizer_steps(m.step);
+  if (!layout.buffers().empty()) {  // the declared buffers; those saved before they were declared keep their init
+    std::vector<float> buffers(layout.buffer_floats());
+    state_.buffers.to_host(buffers.data());
+    const std::vector<std::string> missing = read_rank_buffers(m, layout, buffers.data());
+    state_.buffers.from_host(buffers.data());
+    if (!missing.empty() && parallel_.is_root())
+      std::printf("checkpoint: %s holds no %s (saved before it was declared): %zu buffer%s start%s from %s init\n",
+                  m.dir.c_str(), missing.front().c_str(), missing.size(), missing.size() == 1 ? "" : "s",
+                  missing.size() == 1 ? "s" : "", missing.size() == 1 ? "its" : "their");
+  }
   return m.step;
 }
 

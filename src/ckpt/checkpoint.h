@@ -76,6 +76,7 @@ class Checkpointer {
   // Reused by every save: this rank's state in host memory (the parameters, then each
   // buffer of the optimizer's state).
   std::vector<std::vector<float>> host_state_;
+  std::vector<float> host_buffers_;  // the declared buffers' (ShardedState::buffers)
   std::string data_fingerprint_;
   double last_stall_s_ = 0;
 };

@@ -257,7 +257,8 @@ std::vector<float> ShardIndex::canonical(const Manifest& m, const ParameterLayou
                                          const std::string& name) const {
   const auto it = shards.find({kind, name});
   require(it != shards.end(), m.dir + ": the checkpoint holds no " + kind + " of " + name);
-  const ParameterTensor& t = saved.tensor(name);
+  const ParameterTensor* buffer = saved.find_buffer(name);
+  const ParameterTensor& t = buffer != nullptr ? *buffer : saved.tensor(name);
   const int pieces = t.placement.pieces;
   std::vector<float> all(t.stored * pieces);
   std::vector<bool> seen(pieces, false);

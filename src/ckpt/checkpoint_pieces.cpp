@@ -35,8 +35,13 @@ bool CheckpointWriter::writes(const Placement& p) const {
 
 std::vector<Piece> rank_pieces(const ParameterLayout& layout, const CheckpointWriter& writer,
                                const std::vector<KindSource>& sources) {
+  return rank_pieces(layout.tensors(), writer, sources);
+}
+
+std::vector<Piece> rank_pieces(const std::vector<ParameterTensor>& tensors, const CheckpointWriter& writer,
+                               const std::vector<KindSource>& sources) {
   std::vector<Piece> pieces;
-  for (const ParameterTensor& t : layout.tensors()) {
+  for (const ParameterTensor& t : tensors) {
     const Placement& p = t.placement;
     if (!writer.writes(p)) continue;
     for (const KindSource& source : sources)
@@ -50,7 +55,11 @@ std::vector<bool> files_needed(const Manifest& m, const ParameterLayout& layout)
   std::vector<bool> needed(m.files.size(), false);
   for (const ManifestFile& f : m.files)
     if (f.shards.empty()) return std::vector<bool>(m.files.size(), true);  // an older manifest: all
-  for (const ParameterTensor& t : layout.tensors()) {
+  std::vector<const ParameterTensor*> all;
+  for (const ParameterTensor& t : layout.tensors()) all.push_back(&t);
+  for (const ParameterTensor& b : layout.buffers()) all.push_back(&b);
+  for (const ParameterTensor* declared : all) {
+    const ParameterTensor& t = *declared;
     // Its own shard, saved under the same tp: that file alone. Else every shard of it.
     const ShardName own{t.name, t.placement.piece, t.placement.pieces};
     bool found = false;
@@ -85,6 +94,27 @@ std::vector<std::vector<float>> read_rank_state(const Manifest& m, const Paramet
       std::copy(shard.begin(), shard.end(), full[k].begin() + t.offset);
     }
   return full;
+}
+
+std::vector<std::string> read_rank_buffers(const Manifest& m, const ParameterLayout& layout, float* flat) {
+  std::vector<std::string> missing;
+  if (layout.buffers().empty()) return missing;
+  const ShardIndex index(m, files_needed(m, layout));
+  const ParameterLayout saved(m.model, 0, m.dims.size(Axis::tp));
+  for (const ParameterTensor& b : layout.buffers()) {
+    if (const auto* own = index.find(kBuffers, b.name, b.placement.piece, b.placement.pieces)) {
+      const std::vector<float> shard = own->file->read_float(own->dataset);
+      require(shard.size() == b.stored, own->file->path() + ": " + own->dataset + " has the wrong size");
+      std::copy(shard.begin(), shard.end(), flat + b.offset);
+    } else if (index.shards.count({kBuffers, b.name}) > 0 && saved.find_buffer(b.name) != nullptr) {
+      const std::vector<float> canonical = index.canonical(m, saved, kBuffers, b.name);
+      const std::vector<float> shard = layout.shard_of(b, canonical.data());
+      std::copy(shard.begin(), shard.end(), flat + b.offset);
+    } else {
+      missing.push_back(b.name);
+    }
+  }
+  return missing;
 }
 
 }  // namespace trident

@@ -36,13 +36,18 @@ struct KindSource {
 };
 
 // What a checkpoint holds of each tensor, in this order in the node files: the
-// parameters, then the optimizer's state buffers (optim/optimizer.h).
+// parameters, then the optimizer's state buffers (optim/optimizer.h). The model's declared
+// buffers (StateKind::buffer) follow as the kind kBuffers, of their own tensors.
 std::vector<std::string> checkpoint_kinds(const std::vector<std::string>& optimizer_state);
+inline constexpr const char* kBuffers = "buffers";
 
 // The pieces of this rank's state that go into its node's file: its stage's tensors,
 // its tp shard, of every kind in `sources`' order. One replica writes for all
 // (CheckpointWriter), and of the tp ranks holding the same piece, the one whose copy counts.
 std::vector<Piece> rank_pieces(const ParameterLayout& layout, const CheckpointWriter& writer,
+                               const std::vector<KindSource>& sources);
+// The same of these tensors (layout.buffers(), over their own flat buffer).
+std::vector<Piece> rank_pieces(const std::vector<ParameterTensor>& tensors, const CheckpointWriter& writer,
                                const std::vector<KindSource>& sources);
 
 // Which of a checkpoint's node files a rank of `layout` reads to load it: the ones
@@ -53,5 +58,9 @@ std::vector<bool> files_needed(const Manifest& m, const ParameterLayout& layout)
 // checkpoint saved under any layout: full flat buffers of `layout` holding its tensors.
 std::vector<std::vector<float>> read_rank_state(const Manifest& m, const ParameterLayout& layout,
                                                 const std::vector<std::string>& kinds);
+// This rank's buffers (layout.buffers()) read from a checkpoint saved under any layout,
+// into `flat` (buffer_floats(), their init on entry): those the checkpoint lacks (saved
+// before they were declared) keep their init, and are named in the answer.
+std::vector<std::string> read_rank_buffers(const Manifest& m, const ParameterLayout& layout, float* flat);
 
 }  // namespace trident

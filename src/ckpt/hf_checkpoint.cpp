@@ -117,6 +117,9 @@ HfTransfer export_hf(const Manifest& m, const std::string& out_dir, const HfExpo
   require(spec.n_experts == 0 || m.model.moe_router_score == "softmax",
           "this checkpoint's router scores with sigmoid (model.moe_router_score): Hugging Face's " + spec.family +
               " routes with softmax, so it has no Hugging Face form");
+  require(m.model.moe_router_bias_update_rate == 0,
+          "this checkpoint's routers choose with an expert bias (model.moe_router_bias_update_rate): Hugging Face's " +
+              spec.family + " has none, so it has no Hugging Face form");
   const ParameterLayout layout(m.model);
   std::vector<std::pair<std::string, std::vector<float>>> tensors = read_canonical(m, "params");
   const double source_seconds = timer.seconds();

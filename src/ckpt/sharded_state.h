@@ -35,6 +35,9 @@ struct ShardedState {
   std::function<void(float* flat)> gather_shards;
   // The optimizer's step count (its bias correction), set when loading.
   std::function<void(int steps)> set_optimizer_steps;
+  // The model's declared buffers (the layout's buffers(), StateKind::buffer): a flat host
+  // buffer of buffer_floats(), whole on every rank (kind kBuffers in the node files).
+  ShardedBuffer buffers;
 };
 
 }  // namespace trident

@@ -100,6 +100,12 @@ int run_verify(const Args& args, const MpiWorld& world) {
   line("loss, step 0", r.loss_error, r.tolerance.loss);
   line("loss, every step (max)", r.max_step_loss_error, r.tolerance.loss);
   if (r.max_aux_loss_error >= 0) line("auxiliary loss, every step (max)", r.max_aux_loss_error, r.tolerance.loss);
+  if (r.max_buffer_error >= 0)
+    std::printf("%-34s %10.3e  (tolerance %.2g) %s\n", "expert bias, every step (max abs)", r.max_buffer_error,
+                VerifyReport::kBufferTolerance,
+                r.max_buffer_error <= VerifyReport::kBufferTolerance ? "ok"
+                : r.gradients_unheld()                               ? "not held: the routing differs"
+                                                                     : "FAIL");
   if (r.tokens_dropped_differing >= 0)
     std::printf("%-34s %10.0f  (%.0f differ from the reference's) %s\n", "tokens dropped, all steps", r.tokens_dropped,
                 r.tokens_dropped_differing,

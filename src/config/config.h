@@ -49,6 +49,9 @@ struct ModelConfig {
   int moe_ffn_dim = 0;             // each expert's hidden width (0: ffn_dim)
   bool moe_norm_topk = true;       // the top-k weights divided by their sum (Mixtral; Qwen3-MoE's norm_topk_prob)
   std::string moe_router_score = "softmax";  // softmax or sigmoid (DeepSeek-V3's, Megatron's moe_router_score_function)
+  // Loss-free balancing (DeepSeek-V3's bias_update_speed, Megatron's moe_router_bias_update_rate):
+  // each expert's bias moves by this much a step towards the mean load (0: off).
+  double moe_router_bias_update_rate = 0;
   static constexpr double kMoeDroplessHeadroom = 2.0;  // a random router sends a rank up to 1.7x (docs/memory.md)
   double moe_capacity_factor = 0;  // each expert takes at most ceil(factor T K / E) of a sequence's tokens (0: dropless)
   std::string moe_token_drop_policy = "probs";  // over capacity, drop the lowest weights (probs) or the latest (position)
@@ -94,6 +97,9 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("moe_router_score", m.moe_router_score,
         "mixture of experts: the router's scores, softmax or sigmoid (each expert's own; the balance loss on their "
         "normalized values)");
+  visit("moe_router_bias_update_rate", m.moe_router_bias_update_rate,
+        "mixture of experts: loss-free balancing (DeepSeek-V3's): each expert's bias, added to its score for the "
+        "choice only, moves by this much after each step, up if its load was below the mean, down if above (0: off)");
   visit("moe_capacity_factor", m.moe_capacity_factor,
         "mixture of experts: each expert takes at most ceil(factor x seq_len x top-k / experts) of a sequence's tokens, "
         "the rest dropped (0: dropless)");

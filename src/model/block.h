@@ -37,6 +37,10 @@ class Block {
   void weight_gradients(LayerRuntime& r, const Pass& p, const Act* input);
   // Selective recomputation: what the branches dropped, rebuilt before backward.
   void recompute_selective(LayerRuntime& r, const Pass& p);
+  // Its sublayers' buffers after a step (Layer::update_buffers).
+  void update_buffers(LayerRuntime& r, const StepFigures& figures) {
+    for (Branch& b : branches_) b.sublayer->update_buffers(r, figures);
+  }
 
  private:
   struct Branch {

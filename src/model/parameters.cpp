@@ -127,8 +127,22 @@ int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) 
   p.counted = tp_rank_ % holders == 0 && !(p.summed_over.has(MeshAxis::pp_ends) && !has_embedding_);
   p.zero = zero;
   p.weight_decay = t.shape.size() >= 2;  // matrices and embeddings (FORMAT.md)
+  p.hidden_matrix = declared.hidden_matrix;
   p.multiplied = declared.multiplied;
   p.active = declared.active;
+  if (declared.kind == StateKind::buffer) {  // its own flat buffer: not optimized, no gradient, no ZeRO
+    check(!declared.adjacent && declared.padded_rows == 0, "a buffer is laid out on its own");
+    check(declared.init == Init::zeros || declared.init == Init::ones, "a buffer starts at zeros or ones");
+    p.weight_decay = p.hidden_matrix = false;
+    p.multiplied = false;
+    t.offset = buffer_total_;
+    size_t floats = 1;
+    for (int64_t s : t.shape) floats *= static_cast<size_t>(s);
+    t.stored = floats / p.pieces;
+    buffer_total_ = (t.offset + t.stored + 15) / 16 * 16;
+    buffers_.push_back(std::move(t));
+    return static_cast<int>(buffers_.size()) - 1;
+  }
   // Tensors that data parallelism reduces over different groups never share a stretch of
   // pad_to floats.
   if (!tensors_.empty() && reduced_apart(tensors_.back().placement.data_axes(), p.data_axes())) {
@@ -292,6 +306,12 @@ size_t ParameterLayout::unit_of(size_t offset) const {
 }
 
 bool ParameterLayout::has(const std::string& name) const { return index_of(name) >= 0; }
+
+const ParameterTensor* ParameterLayout::find_buffer(const std::string& name) const {
+  for (const ParameterTensor& b : buffers_)
+    if (b.name == name) return &b;
+  return nullptr;
+}
 
 int ParameterLayout::index_of(const std::string& name) const {
   for (size_t i = 0; i < tensors_.size(); i++)

@@ -5,7 +5,8 @@
 // says how it is cut over tp, how its gradient is completed and what the optimizer and
 // ZeRO do with it. Tensors are laid out layer by layer, so a layer's parameters (and
 // gradients) are contiguous; the tensors that one GEMM reads side by side (q | k | v,
-// gate | up) are adjacent, without padding.
+// gate | up) are adjacent, without padding. A layer's buffers (StateKind::buffer: state it
+// keeps but no optimizer trains) are declared the same way and laid out apart.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,16 @@ namespace trident {
 // How a parameter starts (its layer decides; values depend on (seed, name, index) only).
 enum class Init { zeros, ones, normal, normal_residual };
 
+// The kinds of declared state. A parameter is trained: it has a gradient, a compute copy
+// and optimizer state, in the flat parameter buffer. A buffer is state a layer keeps and
+// updates itself between steps, never optimized (loss-free balancing's expert bias; an
+// FP8 amax history, a running count next): fp32, in a flat buffer of its own, held whole
+// by every rank its placement replicates it over, and updated alike on each of them from
+// figures summed over its summed_over axes. The third kind, the optimizer's state, is
+// the optimizer's to declare (optim/optimizer.h). Each is checkpointed, resharded on load,
+// counted by the memory plan and compared by the replica check from its declaration.
+enum class StateKind { parameter, buffer };
+
 // A tensor as a layer declares it (model/layers/layer.h): its name and canonical shape,
 // how it is cut over tp and completed after backward, how it starts. The layout adds
 // where it lies and which piece this rank holds.
@@ -42,6 +53,11 @@ struct TensorDeclaration {
   // and those its gradient is summed over (tp_piece is added by the layout).
   AxisSet sharded_over = {};
   AxisSet summed_over = kDataParallel;
+  StateKind kind = StateKind::parameter;
+  // A block's weight matrix applied to the hidden states (attention's and the MLP's
+  // projections, each expert's): what Muon orthogonalizes whole. Not the embeddings, the
+  // head or a router (classifiers over the vocabulary, the experts), norms or biases.
+  bool hidden_matrix = false;
 };
 
 struct ParameterTensor {
@@ -100,6 +116,10 @@ class ParameterLayout {
   const ParameterTensor& tensor(const std::string& name) const;
   const ParameterTensor& operator[](int index) const { return tensors_[index]; }
   size_t total_floats() const { return total_; }
+  // The buffers its layers declared (StateKind::buffer), each at its offset in a flat
+  // buffer of buffer_floats() floats of its own; the placement as a parameter's.
+  const std::vector<ParameterTensor>& buffers() const { return buffers_; }
+  size_t buffer_floats() const { return buffer_total_; }
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
 
@@ -114,6 +134,8 @@ class ParameterLayout {
   std::vector<float> assemble(const ParameterTensor& t, const std::vector<float>& pieces) const;
 
   bool has(const std::string& name) const;
+  // The buffer `name`; null where this stage holds none of that name.
+  const ParameterTensor* find_buffer(const std::string& name) const;
   // The index of tensor `name` in tensors(); -1 where this stage does not hold it.
   int index_of(const std::string& name) const;
   // The model's layer that local block `local` is; local blocks count up through the
@@ -174,7 +196,8 @@ class ParameterLayout {
   void for_each_shard_row(const ParameterTensor& t, int p, F copy) const;
 
   TransformerSpec spec_;
-  std::vector<ParameterTensor> tensors_;
+  std::vector<ParameterTensor> tensors_, buffers_;
+  size_t buffer_total_ = 0;
   std::vector<int> global_layers_, chunk_begin_;
   std::vector<FlatRange> units_;
   std::vector<int> block_units_;
@@ -193,10 +216,13 @@ class ParameterLayout {
 class ParameterDeclarations {
  public:
   ParameterDeclarations(ParameterLayout& layout, ZeroResidence zero) : layout_(layout), zero_(zero) {}
-  // The tensor's index in the layout; the layout sets its placement for this rank.
+  // The tensor's index in the layout (in buffers() for a buffer); the layout sets its
+  // placement for this rank.
   int add(const TensorDeclaration& tensor) { return layout_.add(tensor, zero_); }
   // A tensor declared before (a head tied to the token embedding); -1 if none.
   int find(const std::string& name) const { return layout_.index_of(name); }
+  // Where buffer `index` (add's answer for a StateKind::buffer) lies in the stage's buffers.
+  size_t buffer_offset(int index) const { return layout_.buffers()[index].offset; }
   int tp_rank() const { return layout_.tp_rank(); }
   int tp_size() const { return layout_.tp_size(); }
   int ep_rank() const { return layout_.ep_rank(); }

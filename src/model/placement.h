@@ -53,6 +53,9 @@ struct Placement {
   // first stage).
   bool counted = true;
   bool weight_decay = false;  // decoupled weight decay (matrices and embeddings)
+  // A block's matrix over the hidden states (TensorDeclaration::hidden_matrix): an
+  // optimizer that updates whole matrices (Muon) takes these, owned round robin.
+  bool hidden_matrix = false;
   // It takes part in matrix multiplies (6 N of the model's FLOPs): not a table only
   // looked up (GPT-2's wpe, an untied token embedding).
   bool multiplied = true;

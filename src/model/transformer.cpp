@@ -151,6 +151,13 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_, rope_table_.data(),
                                                          ring_.get(), loss_sum(), cp, router_stats_.get(),
                                                          options.expert_parallel, growing_.get(), nullptr});
+  // The buffers at their init.
+  buffer_values_ = kernels::DeviceBuffer(k, std::max<size_t>(1, layout_.buffer_floats()));
+  std::vector<float> initial(layout_.buffer_floats(), 0.0f);
+  for (const ParameterTensor& b : layout_.buffers())
+    std::fill_n(initial.begin() + static_cast<std::ptrdiff_t>(b.offset), b.stored, b.init == Init::ones ? 1.0f : 0.0f);
+  buffers_from_host(initial.data());
+  runtime_->buffers = buffer_values_.data();
   // The kernels' workspace for these shapes now, as the memory plan counts it.
   k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
   // And the staging of the layers' uploads: tokens, targets, document starts (B T ints
@@ -158,6 +165,19 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   const size_t N = static_cast<size_t>(B_) * T_;
   k.reserve_uploads(std::max(N * sizeof(int32_t),
                              s.n_experts > 0 ? moe_largest_upload_bytes(N, s.experts_per_token, options.stage.ep) : 0));
+}
+
+void Transformer::buffers_to_host(float* flat) const {
+  k_.copy_to_host(flat, buffer_values_.data(), layout_.buffer_floats() * sizeof(float));
+}
+
+void Transformer::buffers_from_host(const float* flat) {
+  k_.copy_to_device(buffer_values_.data(), flat, layout_.buffer_floats() * sizeof(float));
+}
+
+void Transformer::update_buffers(const StepFigures& figures) {
+  if (layout_.buffers().empty()) return;
+  for (const std::unique_ptr<Block>& block : layers_.blocks) block->update_buffers(*runtime_, figures);
 }
 
 void Transformer::init_parameters(uint64_t seed) {

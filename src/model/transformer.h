@@ -110,6 +110,14 @@ class Transformer {
   // gains. Each value depends only on (seed, tensor name, index), never on the layout.
   void init_parameters(uint64_t seed);
 
+  // The declared buffers (layout().buffers(): StateKind::buffer), all of this stage's, as
+  // one flat host buffer of layout().buffer_floats() floats, and back; each starts at its
+  // init (zeros, ones) when the model is built.
+  void buffers_to_host(float* flat) const;
+  void buffers_from_host(const float* flat);
+  // After a step's update: each layer moves its buffers by the step's figures.
+  void update_buffers(const StepFigures& figures);
+
   // Copies a named parameter in its full canonical shape from the host into this
   // rank's shard.
   void set_parameter(const std::string& name, const float* host, size_t count);
@@ -233,6 +241,7 @@ class Transformer {
   kernels::Kernels& k_;
   ParamGradStore store_;
   kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
+  kernels::DeviceBuffer buffer_values_;  // the declared buffers, fp32 (layout_.buffers())
   int32_t document_end_ = -1;
   int window_ = 0;  // sliding-window attention's (0: none); with documents, what the starts hold
   bool masks_starts() const { return document_end_ >= 0 || window_ > 0; }

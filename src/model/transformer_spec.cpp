@@ -26,6 +26,7 @@ std::string moe_keys_set(const ModelConfig& c) {
       {"moe_ffn_dim", c.moe_ffn_dim != d.moe_ffn_dim},
       {"moe_norm_topk", c.moe_norm_topk != d.moe_norm_topk},
       {"moe_router_score", c.moe_router_score != d.moe_router_score},
+      {"moe_router_bias_update_rate", c.moe_router_bias_update_rate != d.moe_router_bias_update_rate},
       {"moe_capacity_factor", c.moe_capacity_factor != d.moe_capacity_factor},
       {"moe_dropless_headroom", c.moe_dropless_headroom != d.moe_dropless_headroom},
       {"moe_token_drop_policy", c.moe_token_drop_policy != d.moe_token_drop_policy},

@@ -7,8 +7,9 @@
 // O's entries have an RMS of about 1/sqrt(max(rows, columns)); the factor 0.2 sqrt(...)
 // gives the update AdamW's typical RMS (about 0.2), so AdamW's lr and weight decay carry over.
 //
-// The hidden matrices: the 2-D weights of a block that tp cuts, i.e. the attention and MLP
-// projections and each expert's matrices (every tensor its own matrix: GPT-2's fused
+// The hidden matrices: the tensors whose placement says so (Placement::hidden_matrix, as
+// their layers declare them: model/layers/parallel_linear.cpp, moe.cpp), i.e. the attention
+// and MLP projections and each expert's matrices (every tensor its own matrix: GPT-2's fused
 // c_attn is one, as in Hugging Face's model). Not the token and position embeddings or
 // the head (the model's ends, outside the blocks), norms and biases (1-D), nor a mixture's
 // router, which every tp rank holds whole: its [experts x d] rows are the logits of a
@@ -88,10 +89,9 @@ std::vector<float> newton_schulz(const float* g, int64_t rows, int64_t columns) 
   return back;
 }
 
-bool hidden_matrix(const ParameterLayout& layout, const ParameterTensor& t) {
-  return t.shape.size() == 2 && t.placement.sharding != Sharding::replicated &&
-         layout.unit_is_block()[layout.unit_of(t.offset)];
-}
+// The tensors it updates whole (OptimizerKind::whole_tensor): as their placement declares.
+bool whole(const Placement& p) { return p.hidden_matrix; }
+bool hidden_matrix(const ParameterTensor& t) { return whole(t.placement); }
 
 // send[p] to rank p of `group` and counts[p] floats from each rank p back, one block after
 // the other in rank order. Null group: this rank alone (its block to itself).
@@ -188,7 +188,7 @@ Muon::Muon(const OptimizerKind& kind, const ParameterLayout& layout, const Optim
   double fingerprint = 0;  // the matrices' places, which every tp rank must share
   for (size_t index = 0; index < layout.tensors().size(); index++) {
     const ParameterTensor& t = layout.tensors()[index];
-    if (!hidden_matrix(layout, t)) continue;
+    if (!hidden_matrix(t)) continue;
     const int j = static_cast<int>(matrices_.size());
     Matrix m;
     m.tensor = static_cast<int>(index);
@@ -370,7 +370,7 @@ size_t work_floats(const ParameterLayout& layout, const std::vector<FlatRange>& 
   const std::vector<FlatRange> ranges = owned.empty() ? std::vector<FlatRange>{{0, layout.total_floats()}} : owned;
   size_t floats = 0, largest = 0;
   for (const ParameterTensor& t : layout.tensors()) {
-    if (!hidden_matrix(layout, t)) continue;
+    if (!hidden_matrix(t)) continue;
     largest = std::max(largest, t.numel());
     for (const FlatRange& r : ranges) {
       const size_t begin = std::max(r.begin, t.offset), end = std::min(r.end, t.offset + t.stored);
@@ -384,10 +384,10 @@ size_t work_floats(const ParameterLayout& layout, const std::vector<FlatRange>& 
 // bf16 copy (2), and reads u's orthogonalized form back (4); AdamW's tensors (30) are few.
 const bool registered = register_optimizer(
     {"muon", {"momentum_buffer", "exp_avg", "exp_avg_sq"}, 30.0, make_as<Muon>,
-     [](size_t state, const ParameterLayout& layout, const ParameterTensor& t) {
-       return (state == kMomentumBuffer) == hidden_matrix(layout, t);
+     [](size_t state, const ParameterLayout& /*layout*/, const ParameterTensor& t) {
+       return (state == kMomentumBuffer) == hidden_matrix(t);
      },
-     work_floats});
+     work_floats, whole});
 
 }  // namespace
 

@@ -61,6 +61,11 @@ struct OptimizerKind {
   // The floats it keeps beside its state for these owned ranges, at the most (null: none):
   // Muon's updates of the matrices and, during a step, the pieces it gathers. The memory plan's.
   std::function<size_t(const ParameterLayout& layout, const std::vector<FlatRange>& owned)> work_floats_for;
+  // The tensors it updates whole, each gathered on one owner rank and its update scattered
+  // back (Muon's hidden matrices, as their placement declares them); null: it updates every
+  // parameter where it lies (elementwise: AdamW, Lion).
+  std::function<bool(const Placement& placement)> whole_tensor;
+  bool updates_whole(const Placement& p) const { return whole_tensor && whole_tensor(p); }
 
   // The floats of its state for these owned ranges of `layout` (empty: all of it).
   size_t state_floats_for(const ParameterLayout& layout, const std::vector<FlatRange>& owned) const;

@@ -116,6 +116,14 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
   if (k.precision() == kernels::Precision::bf16)
     add("compute copy", zero == 3 ? "bf16 weights gathered: " + residence : "bf16 weights",
         buffer_bytes(k.activation_bytes(compute_floats)));
+  if (!layout.buffers().empty()) {  // the declared buffers (StateKind::buffer), whole on every rank holding them
+    std::string names;
+    for (const ParameterTensor& b : layout.buffers())
+      if (names.find(b.name.substr(b.name.rfind('.') + 1)) == std::string::npos)
+        names += (names.empty() ? "" : ", ") + b.name.substr(b.name.rfind('.') + 1);
+    add("buffers", "fp32, not optimized: " + std::to_string(layout.buffers().size()) + " (" + names + ")",
+        layout.buffer_floats() * f32);
+  }
   const size_t windowed_floats = ParamGradStore::gradient_floats_for(layout, zero_stage, defers);
   add("gradients", zero >= 2 ? "fp32; " + residence : "fp32", windowed_floats * f32);
   // The optimizer's state over the ranges this rank updates (ZeRO: its block of each

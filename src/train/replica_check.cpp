@@ -53,7 +53,11 @@ ReplicaCheck::ReplicaCheck(ParallelState& parallel, const ParameterLayout& layou
       every_(every_steps) {
   for (const ParameterLayout::DataRegion& r : layout.data_regions())
     if (Communicator& holders = parallel.group(r.axes); holders.size() > 1) regions_.emplace_back(r.axes, &holders);
-  comparable_ = replicas_ != nullptr || compare_tp_ || !regions_.empty();
+  std::set<AxisSet> buffer_axes;
+  for (const ParameterTensor& b : layout.buffers()) buffer_axes.insert(b.placement.data_axes());
+  for (AxisSet axes : buffer_axes)
+    if (Communicator& holders = parallel.group(axes); holders.size() > 1) buffer_groups_.emplace_back(axes, &holders);
+  comparable_ = replicas_ != nullptr || compare_tp_ || !regions_.empty() || !buffer_groups_.empty();
 }
 
 std::string ReplicaCheck::describe() const {
@@ -63,10 +67,12 @@ std::string ReplicaCheck::describe() const {
   if (compare_tp_) what += std::string(what.empty() ? "" : ", ") + "the tensors tp keeps whole across each tp group";
   for (const auto& [axes, group] : regions_)
     what += std::string(what.empty() ? "" : ", ") + "the tensors held across each " + group->name() + " group";
+  for (const auto& [axes, group] : buffer_groups_)
+    what += std::string(what.empty() ? "" : ", ") + "the buffers across each " + group->name() + " group";
   return "replica check: every " + std::to_string(every_) + " steps, " + what + " (train.replica_check_steps)";
 }
 
-ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int step) {
+ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int step, const float* buffers) {
   // One line per comparison this rank takes part in: "<group> <its first world rank> <crc>".
   std::vector<float> copy;
   const float* values = host_values(params, copy);
@@ -92,10 +98,22 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
     for (const auto& [axes, group] : regions_)
       lines << label(group->name()) << " " << group->world_ranks().front() << " " << crcs[axes] << "\n";
   }
+  if (buffers != nullptr && !layout.buffers().empty()) {  // the declared buffers, per set of data axes
+    std::map<AxisSet, uint32_t> crcs;
+    for (const ParameterTensor& b : layout.buffers()) {
+      uint32_t& crc = crcs[b.placement.data_axes()];
+      crc = crc_of(crc, buffers + b.offset, b.stored);
+    }
+    for (const auto& [axes, group] : buffer_groups_)
+      lines << label(group->name() + " buffers") << " " << group->world_ranks().front() << " " << crcs[axes] << "\n";
+  }
   if (compare_tp_) {
     uint32_t crc = 0;
     for (const ParameterTensor& t : params.layout->tensors())
       if (t.placement.sharding == Sharding::replicated) crc = crc_of(crc, values + t.offset, t.stored);
+    if (buffers != nullptr)
+      for (const ParameterTensor& b : layout.buffers())
+        if (b.placement.sharding == Sharding::replicated) crc = crc_of(crc, buffers + b.offset, b.stored);
     lines << "tp " << parallel_.tp().world_ranks().front() << " " << crc << "\n";
   }
   const std::vector<std::string> all = parallel_.world().gather_strings(lines.str());

@@ -37,8 +37,10 @@ class ReplicaCheck {
   bool due(int step) const { return enabled() && (step + 1) % every_ == 0; }
   // What is compared, for the startup lines ("" when nothing is).
   std::string describe() const;
-  // Collective over the world; the verdict on every rank, the report on rank 0.
-  ReplicaComparison compare(const ShardedParameters& params, int step);
+  // Collective over the world; the verdict on every rank, the report on rank 0. `buffers`:
+  // the layout's declared buffers (buffer_floats(), host memory), each compared across the
+  // group of its data axes (and over tp where tp keeps it whole).
+  ReplicaComparison compare(const ShardedParameters& params, int step, const float* buffers = nullptr);
 
  private:
   ParallelState& parallel_;
@@ -46,6 +48,8 @@ class ReplicaCheck {
   bool compare_tp_;
   // The regions' groups of more than one rank, by the regions' data axes.
   std::vector<std::pair<AxisSet, Communicator*>> regions_;
+  // The buffers' groups of more than one rank, by their data axes.
+  std::vector<std::pair<AxisSet, Communicator*>> buffer_groups_;
   bool has_regions_;
   bool comparable_;
   int every_;

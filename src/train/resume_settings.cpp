@@ -39,6 +39,7 @@ std::string check_resumed_experts(const ModelConfig& checkpoint, const ModelConf
   compare("moe_capacity_factor", checkpoint.moe_capacity_factor, now.moe_capacity_factor);
   compare("moe_token_drop_policy", checkpoint.moe_token_drop_policy, now.moe_token_drop_policy);
   compare("moe_router_score", checkpoint.moe_router_score, now.moe_router_score);
+  compare("moe_router_bias_update_rate", checkpoint.moe_router_bias_update_rate, now.moe_router_bias_update_rate);
   compare("moe_norm_topk", checkpoint.moe_norm_topk, now.moe_norm_topk);
   return changed.empty() ? "" : "routing changed since the checkpoint: " + changed;
 }

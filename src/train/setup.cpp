@@ -120,7 +120,9 @@ ShardedState TrainingSetup::sharded_state() {
                      [this, i](const float* flat) { optimizer->state_from_host(i, flat); }});
   return {model.store().parameters(), optimizer->kind().name, std::move(state),
           [this](float* flat) { data_parallel.gather_host_buffer(flat); },
-          [this](int steps) { optimizer->set_steps_taken(steps); }};
+          [this](int steps) { optimizer->set_steps_taken(steps); },
+          {"buffers", [this](float* flat) { model.buffers_to_host(flat); },
+           [this](const float* flat) { model.buffers_from_host(flat); }}};
 }
 
 }  // namespace trident

@@ -194,6 +194,9 @@ GradientNorm StepRunner::update(double lr, double grad_clip, bool loss_finite) {
                   [this](size_t offset) { return data_parallel_.gradient_at(offset); }, lr, norm.clip_coefficient);
   if (!store.parameters_sharded()) data_parallel_.gather_parameters(store.params());  // ZeRO-3: the store gathers
   store.parameters_changed();
+  // The buffers after the parameters (a skipped step moves neither), from the step's
+  // figures, which every rank holds summed.
+  model_.update_buffers(StepFigures{.expert_tokens = &routers_.expert_tokens()});
   return norm;
 }
 

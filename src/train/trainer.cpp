@@ -929,7 +929,9 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     const bool saving = checkpoint_due(config, step);
     if (replicas.due(step) || (saving && replicas.enabled())) {
       const Timer checking;
-      const ReplicaComparison c = replicas.compare(s.model.store().parameters(), step + 1);
+      std::vector<float> buffers(s.model.layout().buffer_floats());
+      s.model.buffers_to_host(buffers.data());
+      const ReplicaComparison c = replicas.compare(s.model.store().parameters(), step + 1, buffers.data());
       result.replica_checks++;
       result.replica_check_s += checking.seconds();
       if (!c.agree) {

@@ -159,6 +159,7 @@ bool VerifyReport::passed() const {
        std::all_of(tensors.begin(), tensors.end(), [](const TensorError& t) { return t.final_param <= t.param_tolerance; }));
   return not_compared().empty() && loss_error <= tolerance.loss && max_step_loss_error <= tolerance.loss &&
          max_aux_loss_error <= tolerance.loss && (tokens_dropped_differing <= 0 || gradients_unheld()) &&
+         (max_buffer_error <= kBufferTolerance || gradients_unheld()) &&
          routing_held() && gradients_held && !tensors.empty();
 }
 
@@ -213,9 +214,13 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
   // A capacity factor's drops, every step: the same pairs, so the same count.
   const std::vector<double> dropped = file.has("steps/tokens_dropped") ? file.read_double("steps/tokens_dropped")
                                                                        : std::vector<double>{};
+  // The expert bias after each step, [steps, layers, E] (loss-free balancing).
+  const std::vector<double> expert_bias = file.has("steps/expert_bias") ? file.read_double("steps/expert_bias")
+                                                                        : std::vector<double>{};
 
   VerifyReport report;
   report.tolerance = VerifyReport::tolerances_for(k.precision());
+  if (!expert_bias.empty()) report.max_buffer_error = 0;
   const int T = ref.model.seq_len;
   // The routing: counted on the first rank of each tensor-parallel group (its peers route
   // the same rows), each rank's own sequences and positions.
@@ -279,7 +284,21 @@ VerifyReport verify_against_reference(const Reference& ref, int micro_batch, ker
     }
     report.max_grad_norm_error = nan_max(report.max_grad_norm_error,
                                          std::abs(norm.norm - grad_norms[step]) / grad_norms[step]);
+    if (!expert_bias.empty()) {  // this stage's layers' biases ("model.layers.<i>. ... .e_score_correction_bias")
+      const ParameterLayout& layout = model.layout();
+      std::vector<float> values(layout.buffer_floats());
+      model.buffers_to_host(values.data());
+      const size_t E = static_cast<size_t>(transformer_spec(ref.model).n_experts);
+      for (const ParameterTensor& b : layout.buffers()) {
+        const size_t layer = std::stoul(b.name.substr(std::string("model.layers.").size()));
+        const double* expected = expert_bias.data() + (static_cast<size_t>(step) * ref.model.n_layer + layer) * E;
+        for (size_t e = 0; e < E; e++)
+          report.max_buffer_error = nan_max(report.max_buffer_error, std::abs(values[b.offset + e] - expected[e]));
+      }
+    }
   }
+  if (!expert_bias.empty()) report.max_buffer_error = parallel.world().all_reduce(
+      std::isnan(report.max_buffer_error) ? INFINITY : report.max_buffer_error, ReduceOp::max);
   if (routing_here) {
     model.record_routing(nullptr);
     std::vector<double> counts = {routing.choices, routing.differing};

@@ -45,6 +45,11 @@ struct VerifyReport {
   // steps, and how many of those differ from the reference's steps/tokens_dropped (-1:
   // the reference has none).
   double tokens_dropped = 0, tokens_dropped_differing = -1;
+  // The declared buffers after every step against the reference's (steps/expert_bias: the
+  // expert bias of loss-free balancing, [steps, layers, E]): the largest absolute
+  // difference (-1: the reference has none). They move by +-rate a step: 1e-6 is far below.
+  double max_buffer_error = -1;
+  static constexpr double kBufferTolerance = 1e-6;
   // A mixture of experts' routing, every step, against the reference's steps/router_chosen:
   // the (token, expert) choices compared (-1: none, the reference has no routing) and
   // those that differ; the reference's smallest margin (a token's K-th score over its next)

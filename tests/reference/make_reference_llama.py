@@ -43,6 +43,9 @@ p.add_argument("--capacity-factor", type=float, default=0.0,
                help="each expert takes at most ceil(factor T K / E) of a sequence's tokens, the rest dropped (0: dropless)")
 p.add_argument("--drop-policy", choices=["probs", "position"], default="probs",
                help="which of an expert's tokens over its capacity are dropped: the lowest scores, or the latest")
+p.add_argument("--bias-update-rate", type=float, default=0.0,
+               help="loss-free balancing (DeepSeek-V3): an expert bias added to the scores for the choice only, "
+                    "moved after each step by this rate times sign(mean load - load)")
 p.add_argument("--aux-coef", type=float, default=0.01)
 p.add_argument("--z-coef", type=float, default=0.001)
 p.add_argument("--window", type=int, default=0, help="mistral: sliding-window attention over this many tokens")
@@ -134,6 +137,8 @@ def rms(x, g): return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + NORM_EPS)
 AUX = []  # this step's auxiliary losses, one per layer
 DROPPED = []  # this step's (token, expert) pairs dropped over the experts' capacity, per layer
 CHOSEN, GAP = [], []  # this step's routing per layer: the experts [B, T, K], each token's margin [B, T]
+LOAD = []  # this step's tokens per expert, per layer [E]
+BIAS = [torch.zeros(E, dtype=torch.float64) for _ in range(L)]  # --bias-update-rate: each layer's expert bias
 def over_capacity(wts, chosen):
     """--capacity-factor: per sequence and expert, the pairs routed to it beyond its capacity
     ceil(factor T K / E), by --drop-policy (probs: the lowest routing weights go, after the
@@ -160,12 +165,16 @@ def moe(q, h):
         p = scores / scores.sum(-1, keepdim=True)
     else:
         scores = p = logits.softmax(-1)
-    top, chosen = scores.topk(K, dim=-1)
+    # The choice by score (+ the expert bias, loss-free balancing), the weights the scores.
+    rank = scores + BIAS[int(q.split(".")[2])] if a.bias_update_rate > 0 else scores
+    chosen = rank.detach().topk(K, dim=-1).indices
+    top = scores.gather(-1, chosen)
     # The routing, for verify to count the choices a run makes otherwise: the experts, and
-    # each token's margin (its K-th score over the next one; rounding flips a small one).
+    # each token's margin (its K-th rank over the next one; rounding flips a small one).
     CHOSEN.append(chosen.detach().int())
-    GAP.append(top[..., K - 1].detach() - scores.detach().topk(K + 1, dim=-1).values[..., K]
-               if K < E else torch.full((B, T), math.inf, dtype=torch.float64))
+    LOAD.append(torch.bincount(chosen.flatten(), minlength=E).double())
+    ranked = rank.detach().topk(min(K + 1, E), dim=-1).values
+    GAP.append(ranked[..., K - 1] - ranked[..., K] if K < E else torch.full((B, T), math.inf, dtype=torch.float64))
     wts = top / top.sum(-1, keepdim=True) if not a.no_renormalize else top
     dropped = over_capacity(wts.detach(), chosen)  # their weights 0 after the renormalization (Megatron)
     wts = wts.masked_fill(dropped, 0.0)
@@ -232,7 +241,7 @@ def loss_fn(batch):
 
 def objective(batch):
     """The loss, and the objective its gradients are of (with the auxiliary losses)."""
-    AUX.clear(); DROPPED.clear(); CHOSEN.clear(); GAP.clear()
+    AUX.clear(); DROPPED.clear(); CHOSEN.clear(); GAP.clear(); LOAD.clear()
     loss = loss_fn(batch)
     aux = sum(AUX) if AUX else torch.zeros((), dtype=torch.float64)
     return loss, loss + aux, float(aux)
@@ -253,7 +262,7 @@ def newton_schulz(G):
 buf = {k: torch.zeros_like(v) for k, v in P.items()}
 m = {k: torch.zeros_like(v) for k, v in P.items()}
 s = {k: torch.zeros_like(v) for k, v in P.items()}
-losses, norms, aux_losses, dropped, chosen_steps, gap_steps = [], [], [], [], [], []
+losses, norms, aux_losses, dropped, chosen_steps, gap_steps, bias_steps = [], [], [], [], [], [], []
 with h5py.File(a.out, "w") as f:
     f.attrs.update(dict(format="trident-reference-v1", model=a.family, n_layer=L, n_head=H, n_kv_head=KV,
                         d_model=d, ffn_dim=F, seq_len=T, vocab_size=V, batch_size=B, steps=a.steps,
@@ -269,6 +278,7 @@ with h5py.File(a.out, "w") as f:
                             moe_norm_topk=np.int64(0 if a.no_renormalize else 1),
                             router_aux_loss_coef=a.aux_coef, router_z_loss_coef=a.z_coef))
         if a.score != "softmax": f.attrs["moe_router_score"] = a.score
+        if a.bias_update_rate > 0: f.attrs["moe_router_bias_update_rate"] = a.bias_update_rate
         if a.capacity_factor > 0:
             f.attrs.update(dict(moe_capacity_factor=a.capacity_factor, moe_token_drop_policy=a.drop_policy))
     for k, v in params.items(): f[f"params/{k}"] = v.numpy()
@@ -296,11 +306,15 @@ with h5py.File(a.out, "w") as f:
                 m[k].mul_(B1).add_(g, alpha=1 - B1); s[k].mul_(B2).addcmul_(g, g, value=1 - B2)
                 mh = m[k] / (1 - B1 ** (t + 1)); vh = s[k] / (1 - B2 ** (t + 1))
                 v.sub_(a.lr * mh / (vh.sqrt() + EPS))
+        if a.bias_update_rate > 0:  # after the update, from the step's load of each layer's experts
+            for i, load in enumerate(LOAD): BIAS[i] += a.bias_update_rate * torch.sign(load.mean() - load)
+            bias_steps.append(torch.stack(BIAS).numpy().copy())
     f["steps/loss"] = np.array(losses); f["steps/grad_norm"] = np.array(norms)
     if MOE:
         f["steps/aux_loss"] = np.array(aux_losses)
         f["steps/router_chosen"] = np.array(chosen_steps, dtype=np.int32)  # [steps, layers, B, T, K]
         f["steps/router_gap"] = np.array(gap_steps)  # [steps, layers, B, T]
+        if a.bias_update_rate > 0: f["steps/expert_bias"] = np.array(bias_steps)  # [steps, layers, E] after each step
     if a.capacity_factor > 0: f["steps/tokens_dropped"] = np.array(dropped, dtype=np.float64)
     for k, v in P.items(): f[f"final/params/{k}"] = v.detach().numpy()
 print("losses", losses, "grad norms", norms, *(["tokens dropped", dropped] if a.capacity_factor > 0 else []))

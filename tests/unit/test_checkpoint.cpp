@@ -14,6 +14,7 @@
 #include "checkpoint_helpers.h"
 #include "child_process.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_pieces.h"
 #include "ckpt/checkpoint_transport.h"
 #include "config/config.h"
 #include "model/parameters.h"
@@ -47,6 +48,16 @@ std::string copy_of_step_2(const std::string& from, const std::string& name) {
 
 // A run resumed at step 2 of 4 (`what` names its layout): steps 3 and 4 at the losses of
 // the uninterrupted run.
+// A checkpoint's declared buffers (StateKind::buffer: the expert biases), whole, by name.
+std::map<std::string, std::vector<float>> buffers_of(const std::string& step_dir) {
+  const Manifest m = read_manifest(step_dir);
+  const ShardIndex index(m);
+  const ParameterLayout saved(m.model, 0, m.dims.size(Axis::tp));
+  std::map<std::string, std::vector<float>> out;
+  for (const ParameterTensor& b : saved.buffers()) out[b.name] = index.canonical(m, saved, kBuffers, b.name);
+  return out;
+}
+
 void expect_continues_like(const CliRun& r, const std::map<int, double>& reference, const std::string& what) {
   ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.err;
   const auto l = step_losses(r.out);
@@ -215,11 +226,13 @@ TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
   // A mixture of 8 experts saved at ep 2 over dp 4 with ZeRO-1 (ranks 0 and 1 write their 4
   // experts each, their optimizer state sharded over the 2 ranks holding them), continued
   // with every expert on one rank, at ep 4 and at ep 2 over cp 4: each to the uninterrupted
-  // run's losses.
+  // run's losses, and to its expert biases (loss-free balancing's buffers: saved, loaded
+  // under every layout, moved alike on every rank).
   // (A learning rate that moves the experts enough for a wrong gradient to show.)
   const std::string base = "train --config configs/tiny-mixtral.ini --model.n_layer=2 --model.seq_len=32 "
                            "--train.global_batch=8 --log.every_steps=1 --log.val_batches=0 --log.peak_gflops=100 "
-                           "--train.warmup_steps=1 --train.lr=1e-2 ";
+                           "--train.warmup_steps=1 --train.lr=1e-2 --model.moe_router_score=sigmoid "
+                           "--model.moe_router_bias_update_rate=0.01 ";
   const std::string saved = fresh_dir("ep2_saved");
   const CliRun a = run(base + "--parallel.ep=2 --parallel.zero=1 --train.steps=4 --checkpoint.every_steps=2 "
                               "--checkpoint.dir=" + saved + run_dir_flag(saved),
@@ -228,6 +241,13 @@ TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
   EXPECT_NE(a.out.find("ep groups: {0,1} {2,3}"), std::string::npos) << a.out;
   EXPECT_NE(a.out.find("(1/1 of the split tensors, 4 of the 8 experts)"), std::string::npos) << a.out;
   const auto reference = step_losses(a.out);
+  const auto biases = buffers_of(saved + "/step_00000004");
+  ASSERT_EQ(biases.size(), 2u);
+  for (const auto& [name, bias] : biases) {  // 4 steps of +-0.01 each: a multiple of 0.01 within 0.04, not all 0
+    ASSERT_EQ(bias.size(), 8u) << name;
+    EXPECT_TRUE(std::any_of(bias.begin(), bias.end(), [](float b) { return b != 0; })) << name;
+    for (float b : bias) EXPECT_NEAR(b * 100, std::round(b * 100), 1e-4) << name;
+  }
   // The run itself: every step at one rank's losses (each expert's gradient summed over
   // the ranks holding it, not over all of dp).
   const std::string alone = fresh_dir("ep_alone");
@@ -242,12 +262,16 @@ TEST(Checkpoint, ExpertParallelCheckpointsContinueAtOtherEp) {
            // ep over the cp ranks alone (dp 1): the replica check compares each expert's two holders.
            {"--parallel.cp=4 --parallel.ep=2 --train.replica_check_steps=1", "4"}}) {
     const std::string copy = copy_of_step_2(saved, "ep_resumed");
-    const CliRun r = run(base + flags + " --train.steps=4 --checkpoint.dir=" + copy + run_dir_flag(copy),
+    const CliRun r = run(base + flags + " --train.steps=4 --checkpoint.every_steps=2 --checkpoint.dir=" + copy +
+                             run_dir_flag(copy),
                          kMpirun + ranks, 120);
     expect_continues_like(r, reference, flags);
     EXPECT_NE(r.out.find("resumed from " + copy + "/step_00000002"), std::string::npos) << r.out;
+    EXPECT_EQ(buffers_of(copy + "/step_00000004"), biases) << flags;
     if (flags.find("cp=4") != std::string::npos) {
-      EXPECT_NE(r.out.find("replica check: every 1 steps, the tensors held across each expert dp group"), std::string::npos)
+      EXPECT_NE(r.out.find("replica check: every 1 steps, the tensors held across each expert dp group, the buffers "
+                           "across each cp group"),
+                std::string::npos)
           << r.out;
     }
   }
@@ -296,6 +320,15 @@ TEST(Checkpoint, AResumeNamesTheExpertSettingsItCannotChangeAndNotesTheRouting) 
                              "model.moe_capacity_factor 0 -> 1.5 (from step 2)\n"),
             std::string::npos)
       << routing.out;
+  // Loss-free balancing switched on at a resume: the checkpoint has no expert bias, which
+  // starts from its init (zeros), said once.
+  fs::remove_all(dir + "/step_00000002");
+  const CliRun bias = run(base + "--train.steps=2 --model.moe_router_bias_update_rate=0.01");
+  EXPECT_EQ(bias.exit_code, 0) << bias.err;
+  EXPECT_NE(bias.out.find("holds no model.layers.0.block_sparse_moe.gate.e_score_correction_bias (saved before it "
+                          "was declared): 1 buffer starts from its init"),
+            std::string::npos)
+      << bias.out;
 }
 
 TEST(Checkpoint, AsyncWritesTheSameCheckpointsAndReportsTheStall) {

@@ -224,6 +224,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
   const std::string mixtral = "tests/data/mixtral_ref_e4.h5", qwen3_moe = "tests/data/qwen3_moe_ref_e8.h5";
   // The sigmoid router (model.moe_router_score = sigmoid, the reference's attribute): Mixtral's shapes.
   const std::string mixtral_sigmoid = "tests/data/mixtral_ref_sigmoid.h5";
+  // And loss-free balancing (model.moe_router_bias_update_rate 0.01): the expert bias, a
+  // declared buffer, compared after every step; 127 of its 1152 choices differ from the above.
+  const std::string mixtral_bias = "tests/data/mixtral_ref_bias.h5";
   // A capacity factor (model.moe_capacity_factor): Mixtral's shapes at 1.0, dropping the
   // lowest scores; Qwen3-MoE's at 1.25 with sigmoid scores, dropping the latest tokens;
   // about a tenth of the pairs dropped, per sequence, which verify counts every step.
@@ -265,8 +268,9 @@ TEST(Cli, VerifyEveryLayoutUnderMpirun) {
       {4, mixtral, "--parallel.ep=2", "ep groups: {0,1} {2,3}"},
       {4, mixtral, "--parallel.ep=2 --parallel.zero=1", "ep groups: {0,1} {2,3}"},
       {1, mixtral_sigmoid, "", "dp groups: {0}"},
-      {4, mixtral_sigmoid, "--parallel.tp=2 --parallel.ep=2 --parallel.zero=1 --parallel.sequence_parallel=true",
+      {4, mixtral_bias, "--parallel.tp=2 --parallel.ep=2 --parallel.zero=1 --parallel.sequence_parallel=true",
        "ep groups: {0,2} {1,3}"},
+      {2, mixtral_bias, "--parallel.pp=2", "pp groups: {0,1}"},
       {2, capacity, "--parallel.cp=2", "cp groups: {0,1}"},
       {4, position, "--parallel.tp=2 --parallel.cp=2 --parallel.ep=2 --parallel.zero=3", "ep groups: {0,2} {1,3}"},
       {4, capacity, "--parallel.ep=2 --parallel.pp=2 --parallel.schedule=zb1 --train.micro_batch=1",

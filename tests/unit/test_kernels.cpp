@@ -1121,7 +1121,7 @@ TEST(KernelConventions, SaturatedSigmoidRouterRanksByLogit) {
   const float logits[E] = {18.0f, 1.0f, 25.0f, 20.0f};  // scores 1.0f, 0.73, 1.0f, 1.0f
   float probs[E], lse[1], weights[K];
   int32_t experts[K];
-  moe_router_forward<float>(probs, lse, experts, weights, logits, 1, E, K, /*renormalize=*/true, /*sigmoid=*/true);
+  moe_router_forward<float>(probs, lse, experts, weights, logits, nullptr, 1, E, K, /*renormalize=*/true, /*sigmoid=*/true);
   EXPECT_EQ(experts[0], 2);
   EXPECT_EQ(experts[1], 3);
   EXPECT_FLOAT_EQ(weights[0], 0.5f);
@@ -1130,7 +1130,7 @@ TEST(KernelConventions, SaturatedSigmoidRouterRanksByLogit) {
   // = e^-25 / (1 + e^-25)^2 for expert 2, not 0.
   const float dweights[K] = {1.0f, 0.0f};
   float dlogits[E];
-  moe_router_forward<float>(probs, lse, experts, weights, logits, 1, E, K, /*renormalize=*/false, /*sigmoid=*/true);
+  moe_router_forward<float>(probs, lse, experts, weights, logits, nullptr, 1, E, K, /*renormalize=*/false, /*sigmoid=*/true);
   moe_router_backward<float>(dlogits, probs, lse, experts, weights, dweights, /*balance=*/nullptr, 1, 0.0f, 0.0f, 1,
                              E, K, /*renormalize=*/false, /*sigmoid=*/true);
   const double expected = std::exp(-25.0) / std::pow(1 + std::exp(-25.0), 2);

@@ -352,6 +352,38 @@ TEST(MemoryPlan, PartialRecomputeKeepsTheOtherLayers) {
   }
 }
 
+// Declared buffers (StateKind::buffer) are laid out apart from the parameters and counted
+// on their own line: loss-free balancing's expert bias, E floats per MoE layer (each
+// buffer 64-byte aligned), on every rank, whatever ZeRO does with the parameters; the
+// layout hands them to no optimizer and no gradient.
+TEST(MemoryPlan, DeclaredBuffersAreCountedApartFromTheParameters) {
+  auto k = kernels::make_cpu_kernels();
+  Config c;
+  c.model = gpt2_shape(3, 4, 64, 16, 128);
+  c.model.family = "mixtral";
+  c.model.n_kv_head = 2;
+  c.model.ffn_dim = 96;
+  c.model.n_experts = 20;
+  c.model.n_experts_per_token = 2;
+  c.train.global_batch = 4;
+  c.train.micro_batch = 2;
+  c.parallel.dp = 2;
+  c.parallel.zero = 3;
+  EXPECT_EQ(plan_rank_memory(c, RankCoords(), *k).of("buffers"), 0u);
+  const size_t without = ParameterLayout(transformer_spec(c.model)).total_floats();
+  c.model.moe_router_bias_update_rate = 1e-3;
+  const ParameterLayout layout(transformer_spec(c.model));
+  EXPECT_EQ(layout.total_floats(), without);  // the parameters as they were
+  ASSERT_EQ(layout.buffers().size(), 3u);
+  EXPECT_EQ(layout.buffers()[1].name, "model.layers.1.block_sparse_moe.gate.e_score_correction_bias");
+  EXPECT_EQ(layout.buffers()[1].offset, 32u);  // 20 floats, then aligned to 16
+  EXPECT_EQ(layout.buffer_floats(), 3u * 32);
+  EXPECT_FALSE(layout.buffers()[0].placement.hidden_matrix);
+  const RankMemoryPlan p = plan_rank_memory(c, RankCoords().with(Axis::dp, 1), *k);
+  EXPECT_EQ(p.of("buffers"), 3u * 32 * 4);
+  EXPECT_NE(p.describe().find("e_score_correction_bias"), std::string::npos) << p.describe();
+}
+
 // Dropless expert parallelism: the activations hold model.moe_dropless_headroom times the
 // balanced share of received rows (N K of them per MoE layer and micro-batch in flight),
 // each kept as the experts' gate|up (2F), activation (F), received and returned rows (2C)

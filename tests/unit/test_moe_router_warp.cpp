@@ -25,11 +25,12 @@ unsigned blocks(int N) { return static_cast<unsigned>((N * 32 + kThreads - 1) / 
 struct Case {
   int N, E, K;
   bool renormalize, sigmoid;
+  bool bias = false;  // an expert bias (loss-free balancing) ranks the choice
 };
 
 void check_case(const Case& c, std::mt19937& rng, bool non_finite = false) {
   SCOPED_TRACE(testing::Message() << "N " << c.N << " E " << c.E << " K " << c.K << " renormalize " << c.renormalize
-                                  << " sigmoid " << c.sigmoid);
+                                  << " sigmoid " << c.sigmoid << " bias " << c.bias);
   const size_t NE = static_cast<size_t>(c.N) * c.E, NK = static_cast<size_t>(c.N) * c.K;
   // Logits on a grid of 1/8 (exact ties, else apart by more than rounding), some rows
   // saturated (sigmoid scores of 1.0f: ranked by logit).
@@ -47,13 +48,17 @@ void check_case(const Case& c, std::mt19937& rng, bool non_finite = false) {
   for (float& x : dweights) x = uniform(rng);
   for (float& x : balance) x = uniform(rng);
 
+  // A bias on a grid of 1/16 that reorders the choice (biased ranks tie exactly in places).
+  std::vector<float> bias_values(c.E);
+  for (float& b : bias_values) b = grid(rng) / 16.0f;
+  const float* bias = c.bias ? bias_values.data() : nullptr;
   std::vector<float> probs(NE), lse(c.N), weights(NK), cpu_probs(NE), cpu_lse(c.N), cpu_weights(NK);
   std::vector<int32_t> experts(NK, -7), cpu_experts(NK);
   cpu::moe_router_forward<float>(cpu_probs.data(), cpu_lse.data(), cpu_experts.data(), cpu_weights.data(),
-                                 logits.data(), c.N, c.E, c.K, c.renormalize, c.sigmoid);
+                                 logits.data(), bias, c.N, c.E, c.K, c.renormalize, c.sigmoid);
   launch(blocks(c.N), 1, kThreads, 0, [&] {
-    router_forward_kernel<float>(probs.data(), lse.data(), experts.data(), weights.data(), logits.data(), c.N, c.E,
-                                 c.K, c.renormalize, c.sigmoid);
+    router_forward_kernel<float>(probs.data(), lse.data(), experts.data(), weights.data(), logits.data(), bias, c.N,
+                                 c.E, c.K, c.renormalize, c.sigmoid);
   });
   EXPECT_EQ(experts, cpu_experts);
   for (int t = 0; t < c.N; t++) {  // K distinct experts, whatever the logits
@@ -92,6 +97,10 @@ TEST(MoeRouterWarpOnCpu, MatchesTheCpuKernels) {
       for (const bool renormalize : {false, true})
         for (const bool sigmoid : {false, true}) check_case({13, E, K, renormalize, sigmoid}, rng);
   check_case({9, 256, 8, true, false}, rng);
+  for (const bool sigmoid : {false, true}) {
+    check_case({13, 70, 5, true, sigmoid, /*bias=*/true}, rng);
+    check_case({13, 5, 2, false, sigmoid, /*bias=*/true}, rng);
+  }
 }
 
 // A non-finite logit (a diverged step, which the trainer skips) still routes every token to

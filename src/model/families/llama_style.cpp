@@ -34,6 +34,9 @@ void configure_experts(const LlamaStyle& style, const ModelConfig& c, Transforme
           "model.moe_norm_topk = false: " + style.name + " always divides the top-k weights by their sum");
   require(c.moe_router_score == "softmax" || c.moe_router_score == "sigmoid",
           "model.moe_router_score must be softmax or sigmoid, got '" + c.moe_router_score + "'");
+  require(c.moe_router_bias_update_rate >= 0, "model.moe_router_bias_update_rate (" +
+                                                 std::to_string(c.moe_router_bias_update_rate) +
+                                                 ") must not be negative (0: off)");
   require(c.moe_capacity_factor >= 0, "model.moe_capacity_factor (" + std::to_string(c.moe_capacity_factor) +
                                          ") must not be negative (0: dropless)");
   require(c.moe_dropless_headroom >= 1, "model.moe_dropless_headroom (" + std::to_string(c.moe_dropless_headroom) +
@@ -115,6 +118,7 @@ std::unique_ptr<Block> block(const LlamaStyle& style, const TransformerSpec& s, 
                                                                     c.moe_token_drop_policy == "position",
                                                                 .aux_loss_coef = c.router_aux_loss_coef,
                                                                 .z_loss_coef = c.router_z_loss_coef,
+                                                                .bias_update_rate = c.moe_router_bias_update_rate,
                                                                 .seq_len = s.seq_len,
                                                                 .layer = layer}),
                   post_norm("post_feedforward_layernorm"));

@@ -110,6 +110,7 @@ struct LayerRuntime {
   Communicator* experts = nullptr;      // expert parallelism's group (null: every expert here)
   GrowingScratch* growing = nullptr;
   RoutingRecord* routing = nullptr;  // verify's record of the routers' choices (null: none)
+  float* buffers = nullptr;  // the stage's declared buffers (StateKind::buffer), fp32, at their offsets
 
   TensorParallel& tp() const { return regions.tp(); }
   const kernels::Act* weight(int index) const { return store.weight(index); }
@@ -132,14 +133,25 @@ struct Pass {
   float loss_scale = 0;
 };
 
+// What a step counted over the whole job, once its figures are summed over the data-parallel
+// ranks and the stages (the step runner's one reduction): what a layer updates its buffers
+// from (model/parameters.h's StateKind::buffer), after the optimizer's step.
+struct StepFigures {
+  // The tokens each expert was chosen for, [model layer][expert] (empty rows: dense layers).
+  const std::vector<std::vector<double>>* expert_tokens = nullptr;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
   // Adds its tensors to the stage's layout (in the order the flat buffer holds them) and
-  // keeps their indices.
+  // keeps their indices; its buffers too (StateKind::buffer).
   virtual void declare_parameters(ParameterDeclarations& parameters) = 0;
   // Declares its activations (after its parameters: the widths it holds are known then).
   virtual void declare_activations(ActivationDeclarations& activations) = 0;
+  // After each step's update: its buffers moved by the step's figures, alike on every
+  // rank holding them (none: nothing to do).
+  virtual void update_buffers(LayerRuntime& /*r*/, const StepFigures& /*figures*/) {}
 };
 
 // What a block's residual branch runs after its norm (attention, the MLP): it reads the

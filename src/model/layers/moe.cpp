@@ -52,14 +52,21 @@ void MixtureOfExperts::declare_parameters(ParameterDeclarations& d) {
     const std::string name = o_.experts + "." + std::to_string(first_expert_ + i) + ".";
     experts_[i].gate_up = d.add({.name = name + o_.gate + ".weight", .shape = {o_.ffn, o_.d_model},
                                  .sharding = Sharding::rows, .pieces = tp, .init = Init::normal, .active = active,
-                                 .sharded_over = kExpert, .summed_over = kExpertHolders});
+                                 .sharded_over = kExpert, .summed_over = kExpertHolders, .hidden_matrix = true});
     d.add({.name = name + o_.up + ".weight", .shape = {o_.ffn, o_.d_model}, .sharding = Sharding::rows, .pieces = tp,
            .init = Init::normal, .adjacent = true, .active = active, .sharded_over = kExpert,
-           .summed_over = kExpertHolders});
+           .summed_over = kExpertHolders, .hidden_matrix = true});
     experts_[i].down = d.add({.name = name + o_.down + ".weight", .shape = {o_.d_model, o_.ffn},
                               .sharding = Sharding::columns, .pieces = tp, .init = Init::normal_residual,
-                              .active = active, .sharded_over = kExpert, .summed_over = kExpertHolders});
+                              .active = active, .sharded_over = kExpert, .summed_over = kExpertHolders,
+                              .hidden_matrix = true});
   }
+  // Loss-free balancing's expert bias: a buffer every rank holds whole, moved after each
+  // step by the load summed over the data-parallel ranks (update_buffers).
+  if (o_.bias_update_rate > 0)
+    expert_bias_ = d.add({.name = o_.router + ".e_score_correction_bias", .shape = {E}, .init = Init::zeros,
+                          .multiplied = false, .kind = StateKind::buffer});
+  if (expert_bias_ >= 0) bias_offset_ = d.buffer_offset(expert_bias_);
 }
 
 void MixtureOfExperts::declare_activations(ActivationDeclarations& a) {
@@ -396,7 +403,8 @@ void MixtureOfExperts::forward(LayerRuntime& r, const Pass& p, const Act* in, Ac
   float* logits = r.kept<float>(p.slot, logits_);
   r.k.matmul_forward_f32(logits, x, r.weight(router_), N, C, E);
   r.k.moe_router_forward(r.kept<float>(p.slot, probs_), r.kept<float>(p.slot, lse_), r.kept<int32_t>(p.slot, chosen_),
-                         r.kept<float>(p.slot, weights_), logits, N, E, K, o_.renormalize, o_.sigmoid);
+                         r.kept<float>(p.slot, weights_), logits, expert_bias(r), N, E, K, o_.renormalize,
+                         o_.sigmoid);
   if (output_needed && r.routing != nullptr) {
     RoutingRecord::Forward& f = r.routing->forwards.emplace_back();
     f.layer = o_.layer;
@@ -489,6 +497,26 @@ void MixtureOfExperts::weight_gradients(LayerRuntime& r, const Pass& p, const Ac
                               e.counts->data(), local, F_, C);
   r.k.grouped_matmul_backward(nullptr, expert_gradients(r, &Expert::gate_up).data(), e.gate_up, e.x, nullptr,
                               e.counts->data(), local, C, 2 * F_);
+}
+
+void MixtureOfExperts::update_buffers(LayerRuntime& r, const StepFigures& figures) {
+  if (expert_bias_ < 0) return;
+  // The step's load of each expert over every rank that routes tokens (summed over the
+  // bias's summed_over axes, dp x cp, by the step's reduction): every replica moves alike.
+  check(figures.expert_tokens != nullptr && o_.layer < static_cast<int>(figures.expert_tokens->size()),
+        "loss-free balancing needs the step's tokens per expert");
+  const std::vector<double>& load = (*figures.expert_tokens)[o_.layer];
+  const int E = o_.n_experts;
+  double mean = 0;
+  for (double tokens : load) mean += tokens / E;
+  std::vector<float> bias(E);
+  float* values = r.buffers + bias_offset_;
+  r.k.copy_to_host(bias.data(), values, E * sizeof(float));
+  for (int e = 0; e < E; e++) {
+    const double error = mean - load[e];  // > 0: under-loaded, its bias rises
+    bias[e] += static_cast<float>(o_.bias_update_rate * ((error > 0) - (error < 0)));
+  }
+  r.k.copy_to_device(values, bias.data(), E * sizeof(float));
 }
 
 }  // namespace trident

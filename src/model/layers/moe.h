@@ -59,6 +59,10 @@ struct MoeOptions {
   double dropless_headroom = 1;   // dropless under ep: the received rows held, in balanced shares
   bool drop_by_position = false;  // over capacity: the latest tokens dropped, else the lowest weights
   double aux_loss_coef = 0, z_loss_coef = 0;
+  // Loss-free balancing (DeepSeek-V3's, Megatron's moe_router_bias_update_rate; 0: off): a
+  // per-expert bias added to the scores for the choice only, moved after each step by this
+  // rate times the sign of (the mean expert's load - the expert's).
+  double bias_update_rate = 0;
   int seq_len = 0;  // a whole sequence's tokens (the balance is per sequence)
   int layer = 0;    // the block's index in the model (RouterStats::tokens)
 };
@@ -89,6 +93,8 @@ class MixtureOfExperts : public Sublayer {
   void forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed = true) override;
   const Act* backward(LayerRuntime& r, const Pass& p, const Act* in, const Act* dout, Act* out) override;
   void weight_gradients(LayerRuntime& r, const Pass& p, const Act* in, Act* out) override;
+  // Loss-free balancing: the expert bias moved by the step's load of this layer's experts.
+  void update_buffers(LayerRuntime& r, const StepFigures& figures) override;
 
   // Tokens each expert received in the last forward of `slot` (load-balance statistics).
   const std::vector<int>& tokens_per_expert(int slot) const { return counts_.at(slot); }
@@ -146,6 +152,9 @@ class MixtureOfExperts : public Sublayer {
 
   MoeOptions o_;
   int router_ = -1, F_ = 0;  // F_: each expert's hidden columns on this rank
+  int expert_bias_ = -1;     // the buffer (loss-free balancing; -1: none), at bias_offset_
+  size_t bias_offset_ = 0;
+  const float* expert_bias(const LayerRuntime& r) const { return expert_bias_ >= 0 ? r.buffers + bias_offset_ : nullptr; }
   int ep_ = 1, first_expert_ = 0;  // expert parallelism: this rank's experts start at first_expert_
   std::vector<Expert> experts_;    // this rank's: E / ep of them
   std::vector<Exchange> exchanges_;  // per slot (ep > 1)

@@ -13,7 +13,8 @@ void ColumnParallelLinear::declare_parameters(ParameterDeclarations& d) {
                              .sharding = part.sharding,
                              .pieces = part.pieces,
                              .init = Init::normal,
-                             .adjacent = i > 0});
+                             .adjacent = i > 0,
+                             .hidden_matrix = true});
     if (i == 0) weight_ = index;
     out_local_ += static_cast<int>(part.rows / part.pieces);
   }
@@ -54,7 +55,8 @@ void RowParallelLinear::declare_parameters(ParameterDeclarations& d) {
                    .shape = {out_, in_},
                    .sharding = Sharding::columns,
                    .pieces = d.tp_size(),
-                   .init = Init::normal_residual});
+                   .init = Init::normal_residual,
+                   .hidden_matrix = true});
   if (bias_) bias_index_ = d.add({.name = name_ + ".bias", .shape = {out_}, .init = Init::zeros});
   in_local_ = in_ / d.tp_size();
 }
