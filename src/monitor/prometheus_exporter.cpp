@@ -175,6 +175,7 @@ std::vector<std::string> exported_metric_names() {
   for (const RunMetric& m : kValidationMetrics) names.push_back(m.prometheus);
   for (const RunMetric& m : kMixtureOfExpertsMetrics) names.push_back(m.prometheus);
   for (const RunMetric& m : kS3Metrics) names.push_back(m.prometheus);
+  for (const RunMetric& m : kGoodputMetrics) names.push_back(m.prometheus);
   for (const char* n : {kRestarts, kSinceStep, kLastStep, kCheckpointAge, kCheckpointTime, kCheckpointDuration})
     names.push_back(n);
   for (const MachineFigure& f : kHostFigures) names.push_back(f.name);

@@ -65,6 +65,28 @@ inline const RunMetric kS3Metrics[] = {
     {"s3_upload_retries", "s3/upload-retries", "trident_s3_upload_retries", "requests the last completed upload retried"},
 };
 
+// Goodput so far in the run (train/goodput.h): the ratio, then where the wall time went.
+inline const RunMetric kGoodputMetrics[] = {
+    {"goodput_ratio", "goodput/ratio", "trident_goodput_ratio",
+     "productive step time over the wall time so far, restarts and recomputed steps included"},
+    {"goodput_productive_s", "goodput/productive-seconds", "trident_goodput_productive_seconds",
+     "seconds of steps that moved training forward"},
+    {"goodput_recomputed_s", "goodput/recomputed-seconds", "trident_goodput_recomputed_seconds",
+     "seconds of steps trained again after a failure (lost work)"},
+    {"goodput_restart_s", "goodput/restart-seconds", "trident_goodput_restart_seconds",
+     "seconds from the failed run's last step to this run's first"},
+    {"goodput_startup_s", "goodput/startup-seconds", "trident_goodput_startup_seconds",
+     "seconds a fresh run took to reach its first step"},
+    {"goodput_checkpoint_s", "goodput/checkpoint-seconds", "trident_goodput_checkpoint_seconds",
+     "seconds training was blocked on checkpoint saves"},
+    {"goodput_data_wait_s", "goodput/data-wait-seconds", "trident_goodput_data_wait_seconds",
+     "seconds steps waited for their batch"},
+    {"goodput_evaluation_s", "goodput/evaluation-seconds", "trident_goodput_evaluation_seconds",
+     "seconds of validation and samples"},
+    {"goodput_other_s", "goodput/other-seconds", "trident_goodput_other_seconds",
+     "the rest of the wall time (logging, replica checks)"},
+};
+
 // What a validation reports.
 inline const RunMetric kValidationMetrics[] = {
     {"val_loss", "lm loss validation", "trident_validation_loss", "validation loss (nats)"},

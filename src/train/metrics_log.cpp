@@ -44,6 +44,8 @@ std::vector<MetricValue> metric_values(const StepMetrics& m) {
     out.emplace_back(&kMixtureOfExpertsMetrics[4], m.tokens_routed);
   }
   for (size_t i = 0; i < m.s3.size() && i < std::size(kS3Metrics); i++) out.emplace_back(&kS3Metrics[i], m.s3[i]);
+  for (size_t i = 0; i < m.goodput.size() && i < std::size(kGoodputMetrics); i++)
+    out.emplace_back(&kGoodputMetrics[i], m.goodput[i]);
   return out;
 }
 

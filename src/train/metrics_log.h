@@ -39,6 +39,8 @@ struct StepMetrics {
   std::vector<std::vector<double>> expert_tokens_per_layer;
   // With checkpoint.upload: kS3Metrics's figures, in its order (empty: no upload).
   std::vector<double> s3;
+  // Goodput so far (train/goodput.h: the ratio, then the parts in seconds); empty: none.
+  std::vector<double> goodput;
   double lr = 0, grad_norm = 0, tokens_per_s = 0, mfu = 0, step_time_s = 0;
   double memory_gib = 0, eta_s = 0;
   double comm_wait_s = 0;  // waiting for the data-parallel gradient reduction

@@ -56,6 +56,8 @@
 #include "train/host_faults.h"
 #include "train/replica_check.h"
 #include "train/stragglers.h"
+#include "train/goodput.h"
+#include "runtime/wall_clock.h"
 
 namespace trident {
 
@@ -478,9 +480,10 @@ class StepEnd {
   // work time means anything here (not where ranks take turns on the cores).
   StepEnd(const Config& config, ParallelState& parallel, TrainingSetup& s, Checkpointer& checkpointer,
           const TrainingData& data, const Tokenizer& tokenizer, const DevicePeak& peak, TrainResult& result,
-          int resumed_from, bool stragglers, RunMonitor& monitor, HostFaults& faults, CheckpointLease* lease)
+          int resumed_from, bool stragglers, RunMonitor& monitor, HostFaults& faults, CheckpointLease* lease,
+          GoodputLedger& goodput)
       : config_(config), parallel_(parallel), s_(s), checkpointer_(checkpointer), data_(data), tokenizer_(tokenizer),
-        result_(result), monitor_(monitor), faults_(faults), lease_(lease),
+        result_(result), monitor_(monitor), faults_(faults), lease_(lease), goodput_(goodput),
         log_(parallel.is_root() ? config.log.run_dir : "", resumed_from,
              parallel.is_root() ? config.log.tensorboard_folder() : ""),
         flops_per_token_(flops_per_token(s.model.spec())),
@@ -509,6 +512,7 @@ class StepEnd {
     if (monitor_.exporter() != nullptr && parallel_.is_root()) monitor_.exporter()->step_done();
     result_.step_time_s += o.seconds;
     result_.data_wait_s += o.data_seconds;
+    goodput_.step(step, o.seconds, o.data_seconds);
     result_.comm_wait_s += s_.runner.comm_wait_s();
     time_per_step_ = step == start_step ? o.seconds : 0.9 * time_per_step_ + 0.1 * o.seconds;
     if (step == start_step) result_.first_loss = o.loss;
@@ -588,6 +592,7 @@ class StepEnd {
     m.machines = std::move(machines);
     m.memory_gib = gib(static_cast<double>(resident_bytes()));
     m.eta_s = time_per_step_ * (tc.steps - step - 1);
+    m.goodput = goodput_.values();
     log_.log_step(m);
   }
 
@@ -611,13 +616,16 @@ class StepEnd {
       saved_any_ = true;
       const Timer saving;
       checkpointer_.save(step + 1);
+      goodput_.checkpoint(saving.seconds());
       if (monitor_.exporter() != nullptr && parallel_.is_root()) monitor_.exporter()->checkpoint_saved(saving.seconds());
       if (parallel_.is_root() && cc.async)
         std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1,
                     checkpointer_.last_stall_s());
     }
     if (!stop) return false;
+    const Timer finishing;
     checkpointer_.finish();
+    goodput_.checkpoint(finishing.seconds());
     if (parallel_.is_root())
       std::printf("stopping after step %d on a signal%s\n", step + 1,
                   cc.dir.empty() ? " (no checkpoint.dir: nothing saved)"
@@ -631,8 +639,10 @@ class StepEnd {
     const bool due = config_.log.val_every_steps > 0 && (step + 1) % config_.log.val_every_steps == 0;
     if (!have_val_ || !(due || step + 1 == config_.train.steps)) return;
     const BatchSampler val_sampler(data_.val, config_.model.seq_len, config_.train.seed, kValStream);
+    const Timer evaluating;
     result_.val_loss = validation_loss(s_.runner, val_sampler, config_.log.val_batches, config_.train.global_batch,
                                        parallel_);
+    goodput_.evaluation(evaluating.seconds());
     if (parallel_.is_root()) log_.log_validation(step + 1, result_.val_loss);
   }
 
@@ -642,6 +652,7 @@ class StepEnd {
     const int every = config_.log.sample_every_steps;
     if (every <= 0 || ((step + 1) % every != 0 && step + 1 != config_.train.steps)) return;
     if (config_.parallel.cp > 1) return;  // a sequence's positions are spread over the cp group: no single row to read
+    const Timer sampling;
     const TokenRange& r = (data_.val.ranges.empty() ? data_.train : data_.val).ranges.front();
     std::vector<int32_t> prompt(static_cast<size_t>(std::min<uint64_t>(16, r.size())));
     r.dataset->read(r.begin, prompt.size(), prompt.data());
@@ -658,6 +669,7 @@ class StepEnd {
       std::printf("step %d | sample: %s|%s\n", step + 1, printable(start).c_str(),
                   printable(whole.substr(std::min(start.size(), whole.size()))).c_str());
     }
+    goodput_.evaluation(sampling.seconds());
   }
 
  private:
@@ -671,6 +683,7 @@ class StepEnd {
   RunMonitor& monitor_;
   HostFaults& faults_;
   CheckpointLease* lease_;  // rank 0's, with a checkpoint.dir; else null
+  GoodputLedger& goodput_;
   MetricsLog log_;
   const double flops_per_token_, tokens_per_step_, peak_total_;
   const bool have_val_, stragglers_;
@@ -762,6 +775,7 @@ void with_earlier_runs(nlohmann::json& summary, const std::string& earlier_text)
 }  // namespace
 
 TrainResult train(const Config& given, ParallelState& parallel) {
+  const double run_start = unix_seconds();  // goodput's clock
   Config config = given;  // completed below by what the data says (data.eod_token)
   const TrainConfig& tc = config.train;
   std::unique_ptr<kernels::Kernels> k =
@@ -818,8 +832,11 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   s.model.init_parameters(tc.seed);
   Checkpointer checkpointer(config, parallel, s.sharded_state());
   checkpointer.set_data(data.fingerprint);
+  // The heartbeat of the run before, read before restore: it tells what a failure cost.
+  const std::optional<Heartbeat> previous = parallel.is_root() ? read_heartbeat(config.checkpoint.dir) : std::nullopt;
   const Restored restored = restore(config, parallel, s.model, checkpointer);
   const int start_step = restored.step;
+  GoodputLedger goodput(previous, start_step, run_start);
   // Renewed after a start that may have been long (a checkpoint loaded from S3).
   run_collectively([&] {
     if (lease != nullptr && !lease->renew(/*check_now=*/true)) end_on_lost_lease(config, lease.get());
@@ -867,7 +884,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   std::unique_ptr<StepEnd> end_of_step;  // its log files, opened on rank 0: an error there is every rank's
   run_collectively([&] {
     end_of_step = std::make_unique<StepEnd>(config, parallel, s, checkpointer, data, *tokenizer, peak, result,
-                                            start_step, stragglers, monitor, faults, lease.get());
+                                            start_step, stragglers, monitor, faults, lease.get(), goodput);
   });
   StepEnd& end = *end_of_step;
   if (parallel.is_root()) {
@@ -887,16 +904,18 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   // step to go on from (the loop's next is the one after it). With nothing to go back to
   // after all (a run resumed on disks that no longer hold it), `failure(why)` is thrown:
   // never a silent restart from step 0 with these parameters.
+  int last_step = start_step;  // the last step completed
   const auto go_back = [&](const auto& failure) {
     checkpointer.finish();  // a save in flight counts as one to go back to
     const Restored back = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true);
     if (back.dir.empty()) throw failure("; no checkpoint is left to go back to");
+    goodput.rolled_back(last_step);
     end.rolled_back_to(back.step);
     return back.step - 1;
   };
   std::vector<int32_t> inputs, targets;
   bool stopped = false;
-  int last_step = start_step;
+  goodput.first_step();
   for (int step = start_step; step < tc.steps && !stopped; step++) {
     parallel.set_step(step);
     injected_faults::stall(parallel.rank(), step, progress_board::waiting_now);
@@ -956,6 +975,9 @@ TrainResult train(const Config& given, ParallelState& parallel) {
       std::printf("trace of steps %s written to %s (open it in Perfetto)\n", config.log.trace_steps.c_str(),
                   trace.c_str());
     stopped = end.checkpoint_or_stop(step, !guard.in_streak());
+    // After the save: the next run resumes from a checkpoint at or before this step.
+    if (parallel.is_root())
+      write_heartbeat(config.checkpoint.dir, {step + 1, unix_seconds(), step + 1 == tc.steps, goodput.parts()});
     if (stopped) break;
     end.validate_if_due(step);
     end.sample_if_due(step);
@@ -1017,6 +1039,11 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     summary["runs"] = 1;
     // What watching cost rank 0: TensorBoard, the exporter, its machine's telemetry.
     summary["monitor_seconds"] = end.log().writer_seconds() + monitor.sample_seconds();
+    const GoodputParts g = goodput.parts();  // the job's: every run in this checkpoint folder
+    summary["goodput"] = {{"ratio", g.ratio()},           {"wall_seconds", g.total()},  {"productive", g.productive},
+                          {"recomputed", g.recomputed},   {"restart", g.restart},       {"startup", g.startup},
+                          {"checkpoint", g.checkpoint},   {"data_wait", g.data_wait},   {"evaluation", g.evaluation},
+                          {"other", g.other}};
     if (resumed) with_earlier_runs(summary, end.log().earlier_summary());
     end.log().write_summary(summary.dump());
   }
@@ -1030,6 +1057,8 @@ TrainResult train(const Config& given, ParallelState& parallel) {
                 result.step_time_s > 0 ? 100.0 * result.comm_wait_s / result.step_time_s : 0.0,
                 gib(static_cast<double>(peak_resident_bytes())), end.log().path().empty() ? "" : ", metrics in ",
                 end.log().path().c_str());
+    if (const std::string restart = goodput.restart_line(); !restart.empty()) std::printf("%s\n", restart.c_str());
+    std::printf("%s\n", goodput.describe().c_str());
     for (const auto& dataset : data.datasets)  // data.stream's requests (rank 0's)
       if (const std::string t = dataset->traffic(); !t.empty()) std::printf("data: %s (rank 0)\n", t.c_str());
     if (end.saved_any()) {

@@ -26,6 +26,7 @@
 #include "ckpt/checkpoint.h"
 #include "cli_helpers.h"
 #include "health/health_verdict.h"
+#include "train/goodput.h"
 #include "train/host_faults.h"
 
 namespace fs = std::filesystem;
@@ -312,6 +313,9 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
     std::printf("trial %d: rank %d killed %.2f s after the first checkpoint: %s, job gone %.2f s later, newest complete "
                 "checkpoint step %d\n", t, victim, delay_s, hit ? "killed" : "already finished", ended_s,
                 latest ? latest->step : 0);
+    // The last step the killed run completed, as its heartbeat says (at or past its newest checkpoint).
+    const std::optional<Heartbeat> beat = read_heartbeat(dir);
+    ASSERT_TRUE(beat.has_value()) << "trial " << t;
     // Resumed, bounded as run() is.
     ChildProcess resuming(job);
     ASSERT_TRUE(resuming.wait_for_exit(120)) << "trial " << t;
@@ -321,6 +325,16 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
       EXPECT_NE(resumed.find("nothing is left to train"), std::string::npos) << "trial " << t << "\n" << resumed;
     } else {
       ASSERT_EQ(resuming.exit_code(), 0) << "trial " << t << "\n" << resumed;
+      // Goodput: the restart from the killed run's last step (at least as long as the job
+      // took to go after the kill), and the steps past the checkpoint trained again.
+      std::smatch m;
+      const std::regex restart("restart after step (\\d+): ([0-9.]+) s from its last step to this run's first, (\\d+) step");
+      ASSERT_TRUE(std::regex_search(resumed, m, restart)) << "trial " << t << "\n" << resumed;
+      EXPECT_EQ(std::stoi(m[1]), beat->step) << "trial " << t;
+      EXPECT_GE(beat->step, latest ? latest->step : 0) << "trial " << t;
+      EXPECT_GE(std::stod(m[2]), ended_s) << "trial " << t;
+      EXPECT_EQ(std::stoi(m[3]), beat->step - (latest ? latest->step : 0)) << "trial " << t;
+      EXPECT_NE(resumed.find("goodput "), std::string::npos) << "trial " << t;
     }
     // Every step after the newest complete checkpoint, each at the uninterrupted run's loss.
     const auto losses = printed_losses(resumed);

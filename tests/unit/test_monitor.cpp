@@ -609,7 +609,8 @@ TEST(Monitor, TheGrafanaDashboardQueriesOnlyWhatIsExported) {
   EXPECT_GT(queries, 15);
   for (const char* figure : {"trident_loss", "trident_tokens_per_second", "trident_mfu_ratio", "trident_step_time_seconds",
                              "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS",
-                             "trident_seconds_since_last_step"})
+                             "trident_seconds_since_last_step", "trident_goodput_ratio",
+                             "trident_goodput_restart_seconds"})
     EXPECT_NE(dashboard.dump().find(figure), std::string::npos) << figure << " has no panel";
 }
 
