@@ -37,6 +37,8 @@ class Block {
   void weight_gradients(LayerRuntime& r, const Pass& p, const Act* input);
   // Selective recomputation: what the branches dropped, rebuilt before backward.
   void recompute_selective(LayerRuntime& r, const Pass& p);
+  // Its attention's shared pieces, from the stage's context (Sublayer::attach).
+  void attach(AttentionContext& context);
 
  private:
   struct Branch {
