@@ -92,4 +92,8 @@ void Block::recompute_selective(LayerRuntime& r, const Pass& p) {
   for (Branch& b : branches_) b.sublayer->recompute_selective(r, p);
 }
 
+void Block::attach(AttentionContext& context) {
+  for (Branch& b : branches_) b.sublayer->attach(context);
+}
+
 }  // namespace trident

@@ -41,6 +41,8 @@ class Block {
   void update_buffers(LayerRuntime& r, const StepFigures& figures) {
     for (Branch& b : branches_) b.sublayer->update_buffers(r, figures);
   }
+  // Its attention's shared pieces, from the stage's context (Sublayer::attach).
+  void attach(AttentionContext& context);
 
  private:
   struct Branch {

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "kernels/base/error.h"
-#include "model/document_mask.h"
+#include "model/context_parallel.h"
 #include "model/layers/moe.h"
 #include "monitor/step_trace.h"
 #include "runtime/random.h"
@@ -95,19 +95,13 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
       B_(options.micro_batch), k_(k), store_(layout_, k, options.zero, options.shard_group, options.region_groups,
              /*defers_weight_gradients=*/options.split_backward && options.recompute == Recompute::none) {
   const TransformerSpec& s = spec();
-  // This rank's tokens of each sequence, and (the ring's key blocks) every cp rank's.
+  // This rank's tokens of each sequence (all of them, or its share under cp), and what the
+  // attention layers share of them.
   Communicator* cp = options.context_parallel;
   cp_ = cp != nullptr ? cp->size() : 1;
-  T_ = s.seq_len / cp_;
-  const std::vector<int32_t> every_rank = context_positions_of_every_rank(s.seq_len, cp_);
-  cp_rank_ = cp != nullptr ? cp->rank() : 0;
-  host_positions_ = context_positions(s.seq_len, cp_, cp_rank_);
-  positions_ = kernels::DeviceBuffer(k, every_rank.size());
-  k.copy_to_device(positions_.data(), every_rank.data(), every_rank.size() * sizeof(int32_t));
-  const int heads_local = s.n_head / tp_.size(), kv_heads_local = s.n_kv_head / s.kv_shards(tp_.size());
+  attention_ = std::make_unique<AttentionContext>(k, s.seq_len, B_, options.slots, cp, options.document_end);
+  T_ = attention_->tokens();
   if (cp_ > 1) {
-    ring_ = std::make_unique<RingAttention>(k, *cp, reinterpret_cast<const int32_t*>(positions_.data()), T_,
-                                            heads_local, kv_heads_local, s.head_dim);
     my_tokens_.resize(static_cast<size_t>(B_) * T_);
     my_targets_.resize(my_tokens_.size());
   }
@@ -129,28 +123,15 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   regions_ = std::make_unique<SequenceRegions>(tp_, k, T_, s.d_model);
   regions_->gathered = buffers.gathered;
   regions_->reduced = buffers.reduced;
-  if (s.positions == PositionKind::rotary) {  // the rows of this rank's positions
-    const std::vector<float> table = rope_table(s);
-    const size_t row = table.size() / s.seq_len;
-    std::vector<float> mine;
-    for (int32_t p : host_positions_) mine.insert(mine.end(), table.begin() + p * row, table.begin() + (p + 1) * row);
-    rope_table_ = kernels::DeviceBuffer(k, mine.size());
-    k.copy_to_device(rope_table_.data(), mine.data(), mine.size() * sizeof(float));
-  }
+  for (const auto& block : layers_.blocks) block->attach(*attention_);  // their rotary tables, ring, masks
   loss_sum_ = kernels::DeviceBuffer(k, 4);  // two doubles: the tokens' losses, the routers' auxiliary losses
   router_stats_->tokens.assign(static_cast<size_t>(s.n_layer) * s.n_experts, 0.0);
   router_stats_->aux_loss_on_device = loss_sum() + 1;
-  document_end_ = options.document_end;
-  window_ = s.sliding_window;
-  if (masks_starts()) {
-    host_document_starts_.resize(static_cast<size_t>(B_) * s.seq_len);
-    my_document_starts_.resize(static_cast<size_t>(B_) * T_);
-    document_starts_ = kernels::DeviceBuffer(k, my_document_starts_.size() * options.slots);
-  }
   slot_batch_.assign(options.slots, 0);
-  runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_, rope_table_.data(),
-                                                         ring_.get(), loss_sum(), cp, router_stats_.get(),
-                                                         options.expert_parallel, growing_.get(), nullptr});
+  runtime_ = std::make_unique<LayerRuntime>(LayerRuntime{k, store_, *regions_, activations_, T_,
+                                                         attention_->device_positions(), loss_sum(), cp,
+                                                         router_stats_.get(), options.expert_parallel, growing_.get(),
+                                                         nullptr});
   // The buffers at their init.
   buffer_values_ = kernels::DeviceBuffer(k, std::max<size_t>(1, layout_.buffer_floats()));
   std::vector<float> initial(layout_.buffer_floats(), 0.0f);
@@ -159,7 +140,7 @@ Transformer::Transformer(const ModelConfig& config, kernels::Kernels& k, const T
   buffers_from_host(initial.data());
   runtime_->buffers = buffer_values_.data();
   // The kernels' workspace for these shapes now, as the memory plan counts it.
-  k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, heads_local);
+  k.reserve_workspace(B_ * T_, s.d_model, declared.widest_output(), B_, T_, s.n_head / tp_.size());
   // And the staging of the layers' uploads: tokens, targets, document starts (B T ints
   // each), a mixture's rows.
   const size_t N = static_cast<size_t>(B_) * T_;
@@ -248,15 +229,6 @@ ActivationSpan Transformer::gradient_to_send(int B) {
   return regions_->rows_of(sent_gradient_, B);
 }
 
-kernels::AttentionMask Transformer::attention_mask(int slot) const {
-  const int32_t* every_rank = reinterpret_cast<const int32_t*>(positions_.data());
-  const int32_t* mine = every_rank + static_cast<size_t>(cp_rank_) * T_;
-  const int32_t* starts = !masks_starts() ? nullptr
-                                          : reinterpret_cast<const int32_t*>(document_starts_.data()) +
-                                                static_cast<size_t>(slot) * B_ * T_;
-  return {mine, mine, starts};
-}
-
 kernels::Act* Transformer::chunk_input(int chunk, int slot) const {
   if (embeds(chunk)) return layers_.embedding->output(*runtime_, slot);
   return runtime_->kept(slot, chunk_inputs_[chunk]);
@@ -284,36 +256,27 @@ void Transformer::chunk_forward(int chunk, int slot, const int32_t* tokens, cons
                                 int chunk_slot) {
   check(B > 0 && B <= B_, "forward: batch " + std::to_string(B) + " exceeds the micro-batch " +
                               std::to_string(B_));
-  const int T = T_, V = spec().vocab_size, BT = B * T, seq_len = spec().seq_len;
+  const int V = spec().vocab_size, seq_len = spec().seq_len;
   for (int i = 0; i < B * seq_len; i++)  // the message is built only on failure (this runs for every token)
     if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
       throw UsageError("token id out of range [0, " + std::to_string(V) + ") at position " + std::to_string(i));
-  // Documents are found in whole sequences (every stage has the tokens), then each rank
-  // keeps its share of everything (context parallelism: its chunks of each sequence).
-  // A sliding window narrows each query's visible start further.
-  const int32_t* starts = host_document_starts_.data();
-  if (document_end_ >= 0) document_starts(tokens, B, seq_len, document_end_, host_document_starts_.data());
-  else if (window_ > 0) std::fill_n(host_document_starts_.begin(), static_cast<size_t>(B) * seq_len, 0);
-  if (window_ > 0) narrow_to_window(host_document_starts_.data(), B, seq_len, window_);
+  // Each rank keeps its share (context parallelism: its chunks of each sequence); the
+  // attention context finds the documents in the whole sequences.
+  const int32_t *my_tokens = tokens, *my_targets = targets;
   if (cp_ > 1) {
-    take_positions(tokens, B, seq_len, host_positions_, my_tokens_.data());
-    take_positions(targets, B, seq_len, host_positions_, my_targets_.data());
-    tokens = my_tokens_.data();
-    targets = my_targets_.data();
-    if (masks_starts()) {
-      take_positions(host_document_starts_.data(), B, seq_len, host_positions_, my_document_starts_.data());
-      starts = my_document_starts_.data();
-    }
+    take_positions(tokens, B, seq_len, attention_->positions(), my_tokens_.data());
+    take_positions(targets, B, seq_len, attention_->positions(), my_targets_.data());
+    my_tokens = my_tokens_.data();
+    my_targets = my_targets_.data();
   }
   activations_.bind(slot, chunk, chunk_slot >= 0 ? chunk_slot : slot);
   LayerRuntime& r = *runtime_;
   const Pass p = pass(slot, B);
   // Without waiting for the device: the first stage embeds the tokens, the last scores
-  // the targets.
-  if (embeds(chunk)) layers_.embedding->load(r, p, tokens);
-  if (has_head(chunk)) layers_.head->load(r, p, targets);
-  if (masks_starts())
-    k_.upload(document_starts_.data() + static_cast<size_t>(slot) * B_ * T, starts, BT * sizeof(int32_t));
+  // the targets, attention's masks get their document starts.
+  if (embeds(chunk)) layers_.embedding->load(r, p, my_tokens);
+  if (has_head(chunk)) layers_.head->load(r, p, my_targets);
+  attention_->load(slot, tokens, B);
   slot_batch_.at(slot) = B;
   store_.refresh_weights();
 

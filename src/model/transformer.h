@@ -7,7 +7,10 @@
 // values, the compute copy of the weights the layers read, and ZeRO's sharding of them),
 // all allocated once at construction. Under tensor parallelism each rank holds its shard
 // (each tensor's placement: model/placement.h); under context parallelism its share of
-// each sequence (model/context_parallel.h).
+// each sequence (model/context_parallel.h). What its attention layers share, that depends
+// on the sequence only (positions, rotary tables, the ring, the masks), is the attention
+// context's (model/layers/attention_context.h): the model builds it, hands it to the
+// layers once, and has it load each micro-batch's document starts.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +23,8 @@
 #include "kernels/kernels.h"
 #include "model/activations.h"
 #include "model/families/family.h"
+#include "model/layers/attention_context.h"
 #include "model/layers/layer.h"
-#include "model/context_parallel.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel.h"
 #include "model/transformer_spec.h"
@@ -226,10 +229,7 @@ class Transformer {
   // The full canonical tensor from this rank's piece of it (host memory), over tp.
   std::vector<float> assemble_over_tp(const ParameterTensor& t, const std::vector<float>& mine);
   // The pass of the micro-batch of B sequences in `slot`.
-  Pass pass(int slot, int B, bool defer = false) const { return {slot, B, attention_mask(slot), defer}; }
-  // What attention's mask reads (kernels/attention_mask.h): the tokens' positions, and
-  // under document masking each slot's document starts [micro_batch, T].
-  kernels::AttentionMask attention_mask(int slot) const;
+  Pass pass(int slot, int B, bool defer = false) const { return {slot, B, defer}; }
   // A span of trace for local block l: "layer 3 forward".
   static std::string trace_name(int global_layer, const char* what);
 
@@ -240,19 +240,14 @@ class Transformer {
   int B_;
   kernels::Kernels& k_;
   ParamGradStore store_;
-  kernels::DeviceBuffer rope_table_;  // rotary positions: cos, sin per (t, pair)
   kernels::DeviceBuffer buffer_values_;  // the declared buffers, fp32 (layout_.buffers())
-  int32_t document_end_ = -1;
-  int window_ = 0;  // sliding-window attention's (0: none); with documents, what the starts hold
-  bool masks_starts() const { return document_end_ >= 0 || window_ > 0; }
-  kernels::DeviceBuffer positions_, document_starts_;
-  std::vector<int32_t> host_document_starts_;
+  // The attention layers' positions, rotary tables, ring and masks (one for the stage).
+  std::unique_ptr<AttentionContext> attention_;
   // Context parallelism (model/context_parallel.h): cp_ ranks share each sequence, this one
-  // holds T_ = seq_len / cp_ of its tokens, at host_positions_; every rank's positions
-  // (the ring's key blocks) in positions_, [cp_, T_]; the batch's share taken on the host.
-  int cp_ = 1, cp_rank_ = 0, T_ = 0;
-  std::vector<int32_t> host_positions_, my_tokens_, my_targets_, my_document_starts_;
-  std::unique_ptr<RingAttention> ring_;
+  // holds T_ = seq_len / cp_ of its tokens, at attention_->positions(); the batch's share
+  // of tokens and targets taken on the host.
+  int cp_ = 1, T_ = 0;
+  std::vector<int32_t> my_tokens_, my_targets_;
 
   ActivationArena activations_;  // every slot's, the recompute set, backward's scratch
   std::vector<int> slot_batch_;  // per slot: the sequences of the micro-batch now in it

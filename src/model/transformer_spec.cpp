@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <numbers>
 #include <utility>
 
 #include "model/families/family.h"
@@ -138,43 +137,6 @@ double flops_per_token(const TransformerSpec& spec) {
   return 6.0 * n + 12.0 * spec.n_layer * static_cast<double>(spec.seq_len) * spec.attention_width();
 }
 
-std::vector<double> rope_frequencies(const TransformerSpec& spec) {
-  const int pairs = spec.head_dim / 2;
-  std::vector<double> freq(pairs);
-  for (int i = 0; i < pairs; i++) freq[i] = std::pow(spec.rope_theta, -2.0 * i / spec.head_dim);
-  const RopeScaling& r = spec.rope_scaling;
-  if (r.type != "llama3") return freq;
-  // Llama 3.1 (Hugging Face's _compute_llama3_parameters): wavelengths longer than the
-  // original context / low_freq_factor slow down by `factor`, shorter than
-  // context / high_freq_factor stay, and those between blend smoothly.
-  const double low_wavelen = r.original_max_position / r.low_freq_factor;
-  const double high_wavelen = r.original_max_position / r.high_freq_factor;
-  for (double& f : freq) {
-    const double wavelen = 2 * std::numbers::pi / f;
-    if (wavelen > low_wavelen) {
-      f /= r.factor;
-    } else if (wavelen >= high_wavelen) {
-      const double smooth = (r.original_max_position / wavelen - r.low_freq_factor) /
-                            (r.high_freq_factor - r.low_freq_factor);
-      f = (1 - smooth) * f / r.factor + smooth * f;
-    }
-  }
-  return freq;
-}
-
 size_t rope_table_floats(const TransformerSpec& spec) { return static_cast<size_t>(spec.seq_len) * 2 * (spec.head_dim / 2); }
-
-std::vector<float> rope_table(const TransformerSpec& spec) {
-  const std::vector<double> freq = rope_frequencies(spec);
-  const size_t pairs = freq.size();
-  std::vector<float> table(rope_table_floats(spec));
-  for (int t = 0; t < spec.seq_len; t++)
-    for (size_t i = 0; i < pairs; i++) {
-      const double angle = t * freq[i];
-      table[(t * pairs + i) * 2] = static_cast<float>(std::cos(angle));
-      table[(t * pairs + i) * 2 + 1] = static_cast<float>(std::sin(angle));
-    }
-  return table;
-}
 
 }  // namespace trident

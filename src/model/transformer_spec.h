@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "model/layers/rotary.h"
 
 namespace trident {
 
@@ -34,6 +35,8 @@ struct TransformerSpec {
   int n_experts = 0, experts_per_token = 0, moe_ffn_dim = 0;
 
   int attention_width() const { return n_head * head_dim; }      // of q and of the attention output
+  // How the attention layers turn q and k (rotary positions): each head's channels, at rope_theta and rope_scaling.
+  RotarySettings rotary() const { return {head_dim, rope_theta, rope_scaling}; }
   // The MLP's hidden width, and its input GEMM's output (gate | up under SwiGLU), on
   // one of `tp` ranks (column-parallel: each holds 1/tp of the columns).
   int mlp_activation_width(int tp = 1) const { return ffn_dim / tp; }
@@ -69,11 +72,8 @@ int64_t active_parameter_count(const TransformerSpec& spec);
 // "46.70B parameters, 12.88B active" (a dense model: "8.03B parameters"), as `plan` prints it.
 std::string parameter_summary(const TransformerSpec& spec);
 
-// The rotary frequency of each of the head_dim / 2 pairs, scaled as configured.
-std::vector<double> rope_frequencies(const TransformerSpec& spec);
-// cos and sin of t * frequency_i for t < seq_len: [T, head_dim / 2, 2], what the
-// rope kernels read.
-std::vector<float> rope_table(const TransformerSpec& spec);
-size_t rope_table_floats(const TransformerSpec& spec);  // its size, without computing it
+// What one rotary table of a whole sequence takes (model/layers/rotary.h: cos and sin of
+// each of the head_dim / 2 pairs, a row per position), as the memory plan counts it.
+size_t rope_table_floats(const TransformerSpec& spec);
 
 }  // namespace trident

@@ -227,7 +227,7 @@ TEST(TransformerSpec, KeyValueHeadsSplitOrAreSharedOverTp) {
 TEST(TransformerSpec, Llama31RopeScalingMatchesHuggingFace) {
   ModelConfig m = config_of("configs/llama3-8b.ini");
   m.rope_scaling.type = "llama3";  // factor 8, low 1, high 4, original context 8192
-  const std::vector<double> f = rope_frequencies(transformer_spec(m));
+  const std::vector<double> f = rotary_frequencies(transformer_spec(m).rotary());
   ASSERT_EQ(f.size(), 64u);
   // transformers' _compute_llama3_parameters (float64), pairs 0, 20 (kept), 30
   // (blended), 40, 44, 48, 63 (slowed by 8).
@@ -240,7 +240,7 @@ TEST(TransformerSpec, Llama31RopeScalingMatchesHuggingFace) {
                                              {63, 3.068925988914511e-07}};
   for (const auto& [i, want] : expected) EXPECT_NEAR(f[i], want, 1e-14 * want) << "pair " << i;
   m.rope_scaling.type = "none";
-  EXPECT_NEAR(rope_frequencies(transformer_spec(m))[40], 0.0002742481756762073, 1e-18);
+  EXPECT_NEAR(rotary_frequencies(transformer_spec(m).rotary())[40], 0.0002742481756762073, 1e-18);
 }
 
 TEST(TransformerSpec, ShapesAFamilyCannotHaveAreNamed) {

@@ -68,7 +68,7 @@ void Attention::declare_activations(ActivationDeclarations& a) {
   if (k_norm_) k_norm_->declare_activations(a, kv_heads_local_, q_width, qkv_.out_local());
   if (s.context_parallel > 1) {
     int ring = 0;  // each of the ring's buffers its own name, shared by every layer
-    ring_.lay_out(
+    ring_buffers_.lay_out(
         BT, qkv_.out_local(), width, stats,
         [&](Act*& p, size_t n) { a.scratch(p, "ring " + std::to_string(ring++), n, Element::act); },
         [&](float*& p, size_t n) { a.scratch(p, "ring " + std::to_string(ring++), n, Element::f32); });
@@ -77,23 +77,31 @@ void Attention::declare_activations(ActivationDeclarations& a) {
   a.gemm(BT, width, o_.d_model);
 }
 
+void Attention::attach(AttentionContext& context) {
+  rotary_table_ = o_.rotary ? context.rotary_table(*o_.rotary) : nullptr;
+  ring_ = context.ring(heads_local_, kv_heads_local_, o_.head_dim);
+  masks_ = &context.masks(o_.window);
+}
+
 void Attention::core_forward(LayerRuntime& r, const Pass& p) const {
   Act* atty = r.kept(p.slot, atty_buffer_);
   float* stats = r.kept<float>(p.slot, stats_buffer_);
   const Act* qkv = r.kept(p.slot, qkv_buffer_);
-  if (r.ring != nullptr) return r.ring->forward(atty, stats, qkv, p.mask, p.B, ring_);
+  const kernels::AttentionMask mask = masks_->at(p.slot);
+  if (ring_ != nullptr) return ring_->forward(atty, stats, qkv, mask, p.B, ring_buffers_);
   const int hd = o_.head_dim;
   const Act* kv = kernels::offset(qkv, static_cast<size_t>(heads_local_) * hd, r.k.activation_type());  // q | k v
-  r.k.attention_forward(atty, stats, qkv, kv, qkv_.out_local(), p.mask, p.B, r.T, r.T, heads_local_, kv_heads_local_,
+  r.k.attention_forward(atty, stats, qkv, kv, qkv_.out_local(), mask, p.B, r.T, r.T, heads_local_, kv_heads_local_,
                         hd);
 }
 
 void Attention::forward(LayerRuntime& r, const Pass& p, const Act* in, Act* out, bool output_needed) {
+  check(masks_ != nullptr, "attention run before its stage attached it to the attention context");
   Act* qkv = r.kept(p.slot, qkv_buffer_);
   qkv_.forward(r, p.B, in, qkv);
   if (q_norm_) q_norm_->forward(r, p, qkv);
   if (k_norm_) k_norm_->forward(r, p, qkv);
-  if (o_.rotary) r.k.rope_forward(qkv, r.rope_table, p.B, r.T, heads_local_, kv_heads_local_, o_.head_dim);
+  if (rotary_table_ != nullptr) r.k.rope_forward(qkv, rotary_table_, p.B, r.T, heads_local_, kv_heads_local_, o_.head_dim);
   core_forward(r, p);
   r.store.progress_gathers();
   if (output_needed) out_.forward(r, p.B, r.kept(p.slot, atty_buffer_), out);
@@ -107,13 +115,14 @@ const kernels::Act* Attention::backward(LayerRuntime& r, const Pass& p, const Ac
   const int hd = o_.head_dim;
   const kernels::DType type = r.k.activation_type();
   const size_t kv_column = static_cast<size_t>(heads_local_) * hd;  // a qkv row: q | k v
-  if (r.ring != nullptr)
-    r.ring->backward(dqkv_, datty_, qkv, atty, stats, p.mask, p.B, ring_);
+  const kernels::AttentionMask mask = masks_->at(p.slot);
+  if (ring_ != nullptr)
+    ring_->backward(dqkv_, datty_, qkv, atty, stats, mask, p.B, ring_buffers_);
   else
     r.k.attention_backward(dqkv_, kernels::offset(dqkv_, kv_column, type), datty_, qkv,
-                           kernels::offset(qkv, kv_column, type), qkv_.out_local(), atty, stats, p.mask, p.B, r.T,
+                           kernels::offset(qkv, kv_column, type), qkv_.out_local(), atty, stats, mask, p.B, r.T,
                            r.T, heads_local_, kv_heads_local_, hd);
-  if (o_.rotary) r.k.rope_backward(dqkv_, r.rope_table, p.B, r.T, heads_local_, kv_heads_local_, hd);
+  if (rotary_table_ != nullptr) r.k.rope_backward(dqkv_, rotary_table_, p.B, r.T, heads_local_, kv_heads_local_, hd);
   if (k_norm_) k_norm_->backward(r, p, dqkv_);
   if (q_norm_) q_norm_->backward(r, p, dqkv_);
   // Deferred: the projection's output gradient waits in its output buffer (no longer needed).

@@ -44,13 +44,13 @@ void Embedding::forward(LayerRuntime& r, const Pass& p) const {
     // The partial sums of all rows, positions added once (rank 0), each rank's rows summed.
     Act* partial = r.regions.gathered;
     r.k.embedding_forward(partial, tokens, r.weight(tokens_), vocab_start_, vocab_shard_, B, T, C);
-    if (positions_ >= 0 && tp.rank() == 0) r.k.add_positions(partial, r.weight(positions_), p.mask.q_pos, B, T, C);
+    if (positions_ >= 0 && tp.rank() == 0) r.k.add_positions(partial, r.weight(positions_), r.positions, B, T, C);
     tp.scatter_sequence(r.regions.all_rows(partial, B), r.regions.rows_of(out, B));
     return;
   }
   r.k.embedding_forward(out, tokens, r.weight(tokens_), vocab_start_, vocab_shard_, B, T, C);
   tp.sum_embedding_shards(r.regions.all_rows(out, B));
-  if (positions_ >= 0) r.k.add_positions(out, r.weight(positions_), p.mask.q_pos, B, T, C);
+  if (positions_ >= 0) r.k.add_positions(out, r.weight(positions_), r.positions, B, T, C);
 }
 
 void Embedding::backward(LayerRuntime& r, const Pass& p, const Act* dout) const {
@@ -58,7 +58,7 @@ void Embedding::backward(LayerRuntime& r, const Pass& p, const Act* dout) const 
   const Act* dall = r.regions.gathered_rows(dout, p.B);
   r.k.embedding_backward(r.grad(tokens_), dall, r.kept<int32_t>(p.slot, token_ids_), host_tokens_.at(p.slot).data(),
                          vocab_start_, vocab_shard_, p.B, r.T, o_.d_model);
-  if (positions_ >= 0) r.k.positions_backward(r.grad(positions_), dall, p.mask.q_pos, p.B, r.T, o_.d_model);
+  if (positions_ >= 0) r.k.positions_backward(r.grad(positions_), dall, r.positions, p.B, r.T, o_.d_model);
 }
 
 }  // namespace trident

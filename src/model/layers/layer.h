@@ -10,7 +10,8 @@
 //
 // Each kind runs with the signature its place in the model needs (a norm's output is its
 // own, a sublayer writes into the residual stream, the head ends in a loss); what they
-// share is below.
+// share is below. What the attention layers of a stage share that depends on the sequence
+// only (rotary tables, the cp ring, the masks) is theirs: attention_context.h.
 #pragma once
 
 #include <algorithm>
@@ -20,7 +21,6 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/attention_mask.h"
 #include "kernels/device_buffer.h"
 #include "kernels/kernels.h"
 #include "model/activations.h"
@@ -30,7 +30,7 @@
 
 namespace trident {
 
-class RingAttention;
+class AttentionContext;
 class Communicator;
 
 // What the mixtures of experts' routers (moe.h) add up over a step, on the host.
@@ -102,8 +102,7 @@ struct LayerRuntime {
   SequenceRegions& regions;   // the tensor-parallel group and sequence parallelism's regions
   const ActivationArena& arena;
   int T = 0;                            // this rank's tokens of a sequence
-  const float* rope_table = nullptr;    // rotary cos, sin of this rank's positions (null: none)
-  RingAttention* ring = nullptr;        // context parallelism's ring (null: each sequence whole here)
+  const int32_t* positions = nullptr;   // their positions in the sequence, device (learned positions' rows)
   double* loss_sum = nullptr;           // the head's total of token losses, on the device
   Communicator* context = nullptr;      // context parallelism's group (null: each sequence whole here)
   RouterStats* router = nullptr;        // the MoE routers' step totals (null: not counted)
@@ -125,7 +124,6 @@ struct LayerRuntime {
 struct Pass {
   int slot = 0;  // its activation slot
   int B = 0;     // its sequences
-  kernels::AttentionMask mask;  // which keys each query sees (kernels/attention_mask.h)
   // zb1's input-gradient half: the weight gradients' inputs are left in the slot for the
   // weight half (Layer::weight_gradients) instead of being used now.
   bool defer = false;
@@ -170,6 +168,9 @@ class Sublayer : public Layer {
   virtual void weight_gradients(LayerRuntime& r, const Pass& p, const Act* in, Act* out) = 0;
   // Selective recomputation: rebuilds what it dropped, before its backward.
   virtual void recompute_selective(LayerRuntime& /*r*/, const Pass& /*p*/) {}
+  // Takes what it shares with the stage's other attention layers from their context, when
+  // the stage is built, after its declarations (attention.h); other sublayers take nothing.
+  virtual void attach(AttentionContext& /*context*/) {}
 };
 
 }  // namespace trident
