@@ -104,6 +104,23 @@ bool ParameterLayout::reduced_apart(AxisSet a, AxisSet b) const {
   return a != b && ep_ > 1;
 }
 
+namespace {
+
+// Puts tensor t at `offset` of a flat buffer (this rank's piece of it, padding rows
+// included), appended to `list`; `end` moves past it, to the next 64-byte boundary: every
+// tensor that starts a GEMM's operand is aligned for the vector kernels. Its index in `list`.
+int place(ParameterTensor t, size_t offset, size_t& end, std::vector<ParameterTensor>& list) {
+  t.offset = offset;
+  size_t padded = 1;
+  for (int64_t s : t.padded_shape) padded *= static_cast<size_t>(s);
+  t.stored = padded / t.placement.pieces;
+  end = (t.offset + t.stored + 15) / 16 * 16;
+  list.push_back(std::move(t));
+  return static_cast<int>(list.size()) - 1;
+}
+
+}  // namespace
+
 int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) {
   check(declared.pieces > 0 && tp_size_ % declared.pieces == 0, "a tensor's pieces must divide tp");
   ParameterTensor t;
@@ -135,13 +152,7 @@ int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) 
     check(declared.init == Init::zeros || declared.init == Init::ones, "a buffer starts at zeros or ones");
     p.weight_decay = p.hidden_matrix = false;
     p.multiplied = false;
-    t.offset = buffer_total_;
-    size_t floats = 1;
-    for (int64_t s : t.shape) floats *= static_cast<size_t>(s);
-    t.stored = floats / p.pieces;
-    buffer_total_ = (t.offset + t.stored + 15) / 16 * 16;
-    buffers_.push_back(std::move(t));
-    return static_cast<int>(buffers_.size()) - 1;
+    return place(std::move(t), buffer_total_, buffer_total_, buffers_);
   }
   // Tensors that data parallelism reduces over different groups never share a stretch of
   // pad_to floats.
@@ -153,14 +164,7 @@ int ParameterLayout::add(const TensorDeclaration& declared, ZeroResidence zero) 
     check(!tensors_.empty(), "an adjacent tensor needs one before it");
     total_ = tensors_.back().offset + tensors_.back().stored;
   }
-  t.offset = total_;
-  size_t padded = 1;
-  for (int64_t s : t.padded_shape) padded *= static_cast<size_t>(s);
-  t.stored = padded / p.pieces;
-  // Every tensor that starts a GEMM's operand is 64-byte aligned for the vector kernels.
-  total_ = (t.offset + t.stored + 15) / 16 * 16;
-  tensors_.push_back(std::move(t));
-  return static_cast<int>(tensors_.size()) - 1;
+  return place(std::move(t), total_, total_, tensors_);
 }
 
 template <typename F>
