@@ -160,6 +160,8 @@ po::options_description config_options(Config& c) {
       ("checkpoint.every_steps", with_default(&ck.every_steps), "save every N steps (0: only the last step and on signals)")
       ("checkpoint.keep_last", with_default(&ck.keep_last), "complete checkpoints kept (0: all)")
       ("checkpoint.async", with_default(&ck.async), "write in the background")
+      ("checkpoint.memory_every_steps", with_default(&ck.memory_every_steps),
+       "each rank's state into node memory (/dev/shm) every N steps, for a restart on the same nodes (0: off)")
       ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")
       ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from (step 0, a fresh optimizer): an exported .h5, Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file), or a trident checkpoint (a step folder, or a checkpoint.dir: its newest complete step)")
       ("checkpoint.lease_s", with_default(&ck.lease_s),
@@ -379,6 +381,9 @@ void Config::validate() const {
               std::to_string(model.vocab_size) + "), or -1 (the tokenizer's)");
   if (!data.s3_endpoint.empty()) resolve_s3_endpoint(data.s3_endpoint, "data.s3_endpoint");  // an http(s):// URL
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
+  require(checkpoint.memory_every_steps >= 0, "checkpoint.memory_every_steps must be >= 0");
+  require(checkpoint.memory_every_steps == 0 || !checkpoint.dir.empty(),
+          "checkpoint.memory_every_steps needs checkpoint.dir (a restart resumes from the newer of the two tiers)");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");
   require(checkpoint.every_steps == 0 || !checkpoint.dir.empty(), "checkpoint.every_steps needs checkpoint.dir");
   require(checkpoint.lease_s >= 0, "checkpoint.lease_s must be >= 0 (0: auto, from parallel.timeout_s and the step "

@@ -57,6 +57,7 @@
 #include "train/replica_check.h"
 #include "train/stragglers.h"
 #include "train/goodput.h"
+#include "ckpt/memory_tier.h"
 #include "runtime/wall_clock.h"
 
 namespace trident {
@@ -291,6 +292,34 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
     }
   }
   return {};
+}
+
+// A restart on the same nodes: the newest snapshot every rank holds in node memory, where it
+// is newer than the disk's newest checkpoint (and checkpoint.load names none). Nothing
+// (step 0) otherwise, or where a copy is damaged: the disk's then.
+Restored restore_from_memory(const Config& config, ParallelState& parallel, MemoryTier& memory) {
+  if (!memory.enabled() || !config.checkpoint.load.empty()) return {};
+  const int in_memory = memory.newest_complete();
+  if (in_memory <= 0) return {};
+  double on_disk = -1;
+  if (parallel.is_root()) {
+    std::ifstream latest(std::filesystem::path(config.checkpoint.dir) / "latest");
+    std::string name;
+    if (latest >> name) on_disk = step_of_name(name);
+  }
+  on_disk = parallel.world().all_reduce(on_disk, ReduceOp::max);
+  if (in_memory <= on_disk) return {};
+  const Timer loading;
+  if (!memory.load(in_memory)) return {};
+  const double seconds = parallel.world().all_reduce(loading.seconds(), ReduceOp::max);
+  if (parallel.is_root())
+    std::printf("resumed from node memory: continuing after step %d (every rank's own snapshot, loaded in %.2f s; the "
+                "disk's newest checkpoint is %s)\n",
+                in_memory, seconds, on_disk < 0 ? "none" : ("step " + std::to_string(static_cast<int>(on_disk))).c_str());
+  Restored r;
+  r.step = in_memory;
+  r.dir = "node memory";
+  return r;
 }
 
 // The learning rate of every step, from the config (optim/lr_schedule.h).
@@ -834,7 +863,9 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   checkpointer.set_data(data.fingerprint);
   // The heartbeat of the run before, read before restore: it tells what a failure cost.
   const std::optional<Heartbeat> previous = parallel.is_root() ? read_heartbeat(config.checkpoint.dir) : std::nullopt;
-  const Restored restored = restore(config, parallel, s.model, checkpointer);
+  MemoryTier memory(config, parallel, s.sharded_state(), data.fingerprint);
+  Restored restored = restore_from_memory(config, parallel, memory);
+  if (restored.dir.empty()) restored = restore(config, parallel, s.model, checkpointer);
   const int start_step = restored.step;
   GoodputLedger goodput(previous, start_step, run_start);
   // Renewed after a start that may have been long (a checkpoint loaded from S3).
@@ -975,7 +1006,8 @@ TrainResult train(const Config& given, ParallelState& parallel) {
       std::printf("trace of steps %s written to %s (open it in Perfetto)\n", config.log.trace_steps.c_str(),
                   trace.c_str());
     stopped = end.checkpoint_or_stop(step, !guard.in_streak());
-    // After the save: the next run resumes from a checkpoint at or before this step.
+    if (memory.due(step) && !stopped && !guard.in_streak()) goodput.checkpoint(memory.save(step));
+    // After the saves: the next run resumes from a checkpoint at or before this step.
     if (parallel.is_root())
       write_heartbeat(config.checkpoint.dir, {step + 1, unix_seconds(), step + 1 == tc.steps, goodput.parts()});
     if (stopped) break;
@@ -984,6 +1016,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
   }
   checkpointer.finish();
   finish_uploads(config, checkpointer);
+  if (last_step == tc.steps) memory.remove_all();  // complete: no restart will need them
   result.peak_gflops = peak.total_gflops;
   const double planned = static_cast<double>(k->host_memory() ? memory_plan.total_bytes() : memory_plan.device_bytes());
   const double taken = static_cast<double>(memory_taken(baseline, *k));

@@ -365,6 +365,68 @@ TEST(Faults, KilledAtARandomMomentEachRunResumesToTheUninterruptedOne) {
   EXPECT_GE(killed.load(), trials / 2) << "most trials should have killed a rank mid-run";
 }
 
+// The memory tier (checkpoint.memory_every_steps = 5, no disk checkpoint before the end): a
+// rank killed with kill -9 after step 7; the job resumed in place takes every rank's
+// snapshot of step 5 from node memory and prints the uninterrupted run's losses for steps
+// 6-12, 2 steps trained again. A snapshot with one byte flipped in memory is not used (its
+// CRC-32): the run starts again from step 1, as it would with no snapshot at all.
+TEST(Faults, AKilledRankResumesFromNodeMemory) {
+  const std::string args = kRun.substr(0, kRun.find("--parallel.timeout_s")) +
+                           "--train.steps=12 --checkpoint.memory_every_steps=5 --parallel.timeout_s=10";
+  const std::string whole = testing::TempDir() + "memory_whole", dir = testing::TempDir() + "memory_killed";
+  fs::remove_all(whole);
+  fs::remove_all(dir);
+  const CliRun reference = run(args + " --checkpoint.dir=" + whole + " --log.run_dir=" + whole + "_run", kMpirun + "2");
+  ASSERT_EQ(reference.exit_code, 0) << reference.err;
+  EXPECT_NE(reference.out.find("memory tier: step 10 in node memory"), std::string::npos) << reference.out;
+  const std::map<int, std::string> expected = printed_losses(reference.out);
+  ASSERT_EQ(expected.size(), 12u) << reference.out;
+  const auto killed_run = [&] {
+    fs::remove_all(dir);
+    ChildProcess mpirun(kMpirun + "2 " + trident_bin() + " " + args + " --checkpoint.dir=" + dir + " --log.run_dir=" +
+                        dir + "_run");
+    EXPECT_TRUE(mpirun.wait_for_output("step  7/12", 120));
+    const std::map<int, int> pids = rank_pids(mpirun.pid());
+    EXPECT_TRUE(pids.count(1) > 0 && kill(pids.at(1), SIGKILL) == 0);
+    EXPECT_TRUE(mpirun.wait_for_exit(60));
+    EXPECT_NE(mpirun.output().find("memory tier: step 5 in node memory"), std::string::npos) << mpirun.output();
+    EXPECT_EQ(mpirun.output().find("memory tier: step 10"), std::string::npos) << mpirun.output();
+  };
+  const auto resumed = [&] {
+    return run(args + " --checkpoint.dir=" + dir + " --log.run_dir=" + dir + "_run", kMpirun + "2");
+  };
+  killed_run();
+  const CliRun r = resumed();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("resumed from node memory: continuing after step 5"), std::string::npos) << r.out;
+  const std::map<int, std::string> losses = printed_losses(r.out);
+  ASSERT_EQ(losses.size(), 7u) << r.out;
+  for (const auto& [step, loss] : losses) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_NE(r.out.find(", 2 steps ("), std::string::npos) << r.out;  // 6 and 7 trained again
+
+  // A byte flipped in rank 0's snapshot of step 5.
+  killed_run();
+  std::string snapshot;
+  for (const auto& e : fs::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().find("-r0-s5") != std::string::npos) snapshot = e.path().string();
+  ASSERT_FALSE(snapshot.empty());
+  {
+    std::fstream f(snapshot, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.get(c);
+    f.seekp(100);
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  const CliRun damaged = resumed();
+  ASSERT_EQ(damaged.exit_code, 0) << damaged.out << damaged.err;
+  EXPECT_NE(damaged.err.find("rank 0's snapshot of step 5 is not used: its CRC-32 does not match"), std::string::npos)
+      << damaged.err;
+  EXPECT_EQ(printed_losses(damaged.out), expected) << damaged.out;
+  for (const auto& e : fs::directory_iterator("/dev/shm"))  // a complete run leaves none of its own
+    EXPECT_EQ(e.path().filename().string().find("-s5"), std::string::npos) << e.path();
+}
+
 // One rank slowed by 300 ms a step (as a throttled GPU would be): rank 0 names it at every
 // log step, against the median of its own pipeline stage, and counts it in summary.json.
 TEST(Faults, ASlowRankIsNamedAsTheStraggler) {
