@@ -56,6 +56,7 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
                        std::string folder)
     : config_(config), parallel_(parallel), state_(std::move(state)), folder_(std::move(folder)),
       every_(config.checkpoint.dir.empty() ? 0 : config.checkpoint.memory_every_steps) {
+  if (every_ <= 0) return;  // off (and without a checkpoint.dir there is no folder to name)
   // The folder and the layout: a snapshot is read back only by the same ranks' same shards.
   const ParallelDims& d = parallel.dims();
   std::string layout = fs::absolute(config.checkpoint.dir).lexically_normal().string();
@@ -66,7 +67,6 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
   char key[17];
   std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(layout)));
   key_ = key;
-  if (every_ <= 0) return;
   // Room for three snapshots of every rank of a node (two kept, one being written), or the
   // tier stays off: one warning, the disk tier alone.
   const ParameterLayout& l = *state_.parameters.layout;
@@ -209,6 +209,7 @@ bool MemoryTier::load(int step) {
 }
 
 void MemoryTier::remove_all() {
+  if (every_ <= 0) return;
   std::error_code ec;
   for (int s : steps_held()) fs::remove(rank_file(s, parallel_.rank()), ec);
 }
