@@ -203,11 +203,15 @@ std::vector<std::string> complete_checkpoints(const std::string& dir) {
   return steps;
 }
 
+std::string latest_name(const std::string& dir) {
+  std::string named;
+  std::ifstream((fs::path(dir) / "latest").string()) >> named;
+  return named;
+}
+
 std::optional<Manifest> find_latest_checkpoint(const std::string& dir, bool quiet) {
   std::vector<std::string> candidates = complete_checkpoints(dir);
-  std::ifstream latest((fs::path(dir) / "latest").string());
-  std::string named;
-  if (latest >> named) {
+  if (const std::string named = latest_name(dir); !named.empty()) {
     const std::string path = (fs::path(dir) / named).string();
     candidates.erase(std::remove(candidates.begin(), candidates.end(), path), candidates.end());
     candidates.push_back(path);  // tried first

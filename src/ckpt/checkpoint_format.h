@@ -86,6 +86,8 @@ void verify_node_file(const std::string& path, const ManifestFile& f);
 // newest earlier complete step if `latest` is damaged, saying so on stderr); nullopt if
 // there is none.
 std::optional<Manifest> find_latest_checkpoint(const std::string& dir, bool quiet = false);
+// The step folder `latest` under `dir` names ("step_00001000"); "" where there is none.
+std::string latest_name(const std::string& dir);
 // Complete step directories under `dir`, oldest first.
 std::vector<std::string> complete_checkpoints(const std::string& dir);
 // The full canonical tensors of `kind` (params, or one of m.optimizer_state) of a checkpoint.

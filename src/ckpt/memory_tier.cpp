@@ -1,7 +1,6 @@
 #include "ckpt/memory_tier.h"
 
 #include <sys/statvfs.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +10,8 @@
 #include <fstream>
 
 #include "parallel/node_leaders.h"
+#include "runtime/crc32.h"
+#include "runtime/random.h"
 #include "runtime/timer.h"
 
 namespace fs = std::filesystem;
@@ -31,24 +32,7 @@ struct Header {
   uint32_t unused;
 };
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-uint32_t crc_of(const std::vector<float>& v) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* bytes = reinterpret_cast<const Bytef*>(v.data());
-  size_t left = v.size() * sizeof(float);
-  while (left > 0) {
-    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = crc32(crc, bytes, n);
-    bytes += n;
-    left -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
+uint32_t crc_of(const std::vector<float>& v) { return crc32_of(0, v.data(), v.size() * sizeof(float)); }
 
 }  // namespace
 
@@ -65,7 +49,7 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
             " shard " + std::to_string(config.parallel.shard_size) + " vpp " + std::to_string(config.parallel.vpp) +
             " data " + data;
   char key[17];
-  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(fnv1a(layout)));
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(hash_name(layout)));
   key_ = key;
   // Room for three snapshots of every rank of a node (two kept, one being written), or the
   // tier stays off: one warning, the disk tier alone.

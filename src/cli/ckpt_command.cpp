@@ -181,8 +181,7 @@ int run_ckpt_command(const std::vector<std::string>& args) {
   }
 
   if (action == "ls") {
-    std::string latest;
-    std::ifstream(fs::path(dir) / "latest") >> latest;
+    const std::string latest = latest_name(dir);
     std::printf("%-16s %-10s %8s %6s %10s  %s\n", "checkpoint", "state", "step", "files", "MiB", "layout (dp tp pp, zero)");
     std::vector<fs::path> steps;
     for (const auto& e : fs::directory_iterator(dir))

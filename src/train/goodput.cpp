@@ -1,5 +1,6 @@
 #include "train/goodput.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,10 +27,8 @@ std::optional<Heartbeat> read_heartbeat(const std::string& dir) {
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("step") || !j.contains("unix_time")) return std::nullopt;
   Heartbeat beat{j.value("step", 0), j.value("unix_time", 0.0), j.value("complete", false), {}};
-  if (j.contains("goodput") && j["goodput"].is_array() && j["goodput"].size() == 8) {
-    const std::vector<double> v = j["goodput"].get<std::vector<double>>();
-    beat.goodput = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
-  }
+  if (j.contains("goodput") && j["goodput"].is_array() && j["goodput"].size() == kGoodputParts)
+    beat.goodput.seconds = j["goodput"].get<std::array<double, kGoodputParts>>();
   return beat;
 }
 
@@ -40,12 +39,10 @@ void write_heartbeat(const std::string& dir, const Heartbeat& beat) {
   const std::string path = heartbeat_path(dir), tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    const GoodputParts& g = beat.goodput;
     out << nlohmann::json{{"step", beat.step},
                           {"unix_time", beat.unix_time},
                           {"complete", beat.complete},
-                          {"goodput", {g.productive, g.recomputed, g.restart, g.startup, g.checkpoint, g.data_wait,
-                                       g.evaluation, g.other}}}
+                          {"goodput", beat.goodput.seconds}}
                .dump()
         << "\n";
     if (!out) return;  // a full disk: the checkpoint's own save will say so
@@ -70,18 +67,18 @@ GoodputLedger::GoodputLedger(const std::optional<Heartbeat>& previous, int resum
 void GoodputLedger::first_step() {
   if (first_step_unix_ >= 0) return;
   first_step_unix_ = unix_seconds();
-  if (failed_at_unix_ >= 0) parts_.restart = first_step_unix_ - failed_at_unix_;
-  else parts_.startup = first_step_unix_ - start_unix_;
+  if (failed_at_unix_ >= 0) parts_[GoodputPart::restart] = first_step_unix_ - failed_at_unix_;
+  else parts_[GoodputPart::startup] = first_step_unix_ - start_unix_;
 }
 
 void GoodputLedger::step(int step, double seconds, double data_seconds) {
   if (step + 1 <= failed_step_) {  // done before the failure: trained again
-    parts_.recomputed += seconds;
+    parts_[GoodputPart::recomputed] += seconds;
     recomputed_steps_++;
     return;
   }
-  parts_.productive += seconds - data_seconds;
-  parts_.data_wait += data_seconds;
+  parts_[GoodputPart::productive] += seconds - data_seconds;
+  parts_[GoodputPart::data_wait] += data_seconds;
 }
 
 double GoodputLedger::wall_s() const {
@@ -91,31 +88,29 @@ double GoodputLedger::wall_s() const {
 
 GoodputParts GoodputLedger::parts() const {
   GoodputParts p = parts_;
-  p.other = std::max(0.0, wall_s() - p.total());  // this run's rest
-  const GoodputParts& e = earlier_;
-  return {p.productive + e.productive, p.recomputed + e.recomputed, p.restart + e.restart, p.startup + e.startup,
-          p.checkpoint + e.checkpoint, p.data_wait + e.data_wait,   p.evaluation + e.evaluation, p.other + e.other};
+  p[GoodputPart::other] = std::max(0.0, wall_s() - p.total());  // this run's rest
+  for (int i = 0; i < kGoodputParts; i++) p.seconds[i] += earlier_.seconds[i];
+  return p;
 }
 
 std::vector<double> GoodputLedger::values() const {
   const GoodputParts p = parts();
-  return {p.ratio(),   p.productive, p.recomputed, p.restart,   p.startup,
-          p.checkpoint, p.data_wait,  p.evaluation, p.other};
+  std::vector<double> values = {p.ratio()};
+  values.insert(values.end(), p.seconds.begin(), p.seconds.end());
+  return values;
 }
 
 std::string GoodputLedger::describe() const {
   const GoodputParts p = parts();
   char out[512];
   std::snprintf(out, sizeof out, "goodput %.1f%% of %.1f s: productive %.1f s", 100 * p.ratio(), p.total(),
-                p.productive);
+                p[GoodputPart::productive]);
   std::string s = out;
-  const std::pair<const char*, double> rest[] = {{"recomputed", p.recomputed}, {"restart", p.restart},
-                                                 {"startup", p.startup},       {"checkpoint", p.checkpoint},
-                                                 {"data wait", p.data_wait},   {"evaluation", p.evaluation},
-                                                 {"other", p.other}};
-  for (const auto& [name, seconds] : rest) {
-    if (seconds <= 0) continue;
-    std::snprintf(out, sizeof out, ", %s %.2f s", name, seconds);
+  for (int i = 1; i < kGoodputParts; i++) {  // after productive
+    if (p.seconds[i] <= 0) continue;
+    std::string name = kGoodputPartNames[i];
+    std::replace(name.begin(), name.end(), '_', ' ');
+    std::snprintf(out, sizeof out, ", %s %.2f s", name.c_str(), p.seconds[i]);
     s += out;
   }
   return s;
@@ -126,7 +121,8 @@ std::string GoodputLedger::restart_line() const {
   char out[256];
   std::snprintf(out, sizeof out,
                 "restart after step %d: %.2f s from its last step to this run's first, %d step%s (%.2f s) trained again",
-                failed_step_, parts_.restart, recomputed_steps_, recomputed_steps_ == 1 ? "" : "s", parts_.recomputed);
+                failed_step_, parts_[GoodputPart::restart], recomputed_steps_, recomputed_steps_ == 1 ? "" : "s",
+                parts_[GoodputPart::recomputed]);
   return out;
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,15 +27,24 @@
 
 namespace trident {
 
-// The parts, in seconds (GoodputLedger::parts), in the order of monitor/run_metrics.h's
-// kGoodputMetrics after the ratio.
+// The parts, in the order of monitor/run_metrics.h's kGoodputMetrics after the ratio, and
+// their names (summary.json's keys; the printed line's with '_' as ' ').
+enum class GoodputPart { productive, recomputed, restart, startup, checkpoint, data_wait, evaluation, other };
+inline constexpr int kGoodputParts = 8;
+inline constexpr const char* kGoodputPartNames[kGoodputParts] = {
+    "productive", "recomputed", "restart", "startup", "checkpoint", "data_wait", "evaluation", "other"};
+
+// Seconds per part (GoodputLedger::parts).
 struct GoodputParts {
-  double productive = 0, recomputed = 0, restart = 0, startup = 0, checkpoint = 0, data_wait = 0, evaluation = 0,
-         other = 0;
+  std::array<double, kGoodputParts> seconds{};
+  double& operator[](GoodputPart p) { return seconds[static_cast<int>(p)]; }
+  double operator[](GoodputPart p) const { return seconds[static_cast<int>(p)]; }
   double total() const {
-    return productive + recomputed + restart + startup + checkpoint + data_wait + evaluation + other;
+    double sum = 0;
+    for (double s : seconds) sum += s;
+    return sum;
   }
-  double ratio() const { return total() > 0 ? productive / total() : 0.0; }
+  double ratio() const { return total() > 0 ? (*this)[GoodputPart::productive] / total() : 0.0; }
 };
 
 struct Heartbeat {
@@ -64,8 +74,8 @@ class GoodputLedger {
   // Back at a checkpoint within the run (a divergence, a replica that differed): the
   // steps up to `reached`, the last one completed, are trained again.
   void rolled_back(int reached) { failed_step_ = std::max(failed_step_, reached); }
-  void checkpoint(double seconds) { parts_.checkpoint += seconds; }
-  void evaluation(double seconds) { parts_.evaluation += seconds; }
+  // Time training was blocked on a save, or spent evaluating.
+  void add(GoodputPart part, double seconds) { parts_[part] += seconds; }
 
   // The job's parts so far (the runs before this one in its folder, then this one's);
   // `other` the wall time they leave.

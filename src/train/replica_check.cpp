@@ -11,20 +11,28 @@
 #include <sstream>
 
 #include "parallel/agreement.h"
+#include "runtime/crc32.h"
 
 namespace trident {
 
 namespace {
 
-uint32_t crc_of(uint32_t crc, const float* data, size_t floats) {
-  const auto* bytes = reinterpret_cast<const Bytef*>(data);
-  size_t left = floats * sizeof(float);
-  while (left > 0) {  // zlib's length is 32-bit
-    const auto n = static_cast<uInt>(std::min<size_t>(left, size_t{1} << 30));
-    crc = static_cast<uint32_t>(crc32(crc, bytes, n));
-    bytes += n;
-    left -= n;
+uint32_t crc_of(uint32_t crc, const float* data, size_t floats) { return crc32_of(crc, data, floats * sizeof(float)); }
+
+// One CRC per set of data axes over these tensors of the flat buffer `values`, in order.
+std::map<AxisSet, uint32_t> crcs_by_data_axes(const std::vector<ParameterTensor>& tensors, const float* values) {
+  std::map<AxisSet, uint32_t> crcs;
+  for (const ParameterTensor& t : tensors) {
+    uint32_t& crc = crcs[t.placement.data_axes()];
+    crc = crc_of(crc, values + t.offset, t.stored);
   }
+  return crcs;
+}
+
+// Continues `crc` over the tensors that tp keeps whole.
+uint32_t crc_of_replicated(uint32_t crc, const std::vector<ParameterTensor>& tensors, const float* values) {
+  for (const ParameterTensor& t : tensors)
+    if (t.placement.sharding == Sharding::replicated) crc = crc_of(crc, values + t.offset, t.stored);
   return crc;
 }
 
@@ -88,32 +96,20 @@ ReplicaComparison ReplicaCheck::compare(const ShardedParameters& params, int ste
           << crc_of(0, values, layout.total_floats()) << "\n";
   if (has_regions_) {
     // The tensors of each region across its group, the others across the replicas.
-    std::map<AxisSet, uint32_t> crcs;
-    for (const ParameterTensor& t : layout.tensors()) {
-      uint32_t& crc = crcs[t.placement.data_axes()];
-      crc = crc_of(crc, values + t.offset, t.stored);
-    }
+    std::map<AxisSet, uint32_t> crcs = crcs_by_data_axes(layout.tensors(), values);
     if (replicas_ != nullptr)
       lines << label(replicas_->name()) << " " << replicas_->world_ranks().front() << " " << crcs[kDataParallel] << "\n";
     for (const auto& [axes, group] : regions_)
       lines << label(group->name()) << " " << group->world_ranks().front() << " " << crcs[axes] << "\n";
   }
   if (buffers != nullptr && !layout.buffers().empty()) {  // the declared buffers, per set of data axes
-    std::map<AxisSet, uint32_t> crcs;
-    for (const ParameterTensor& b : layout.buffers()) {
-      uint32_t& crc = crcs[b.placement.data_axes()];
-      crc = crc_of(crc, buffers + b.offset, b.stored);
-    }
+    std::map<AxisSet, uint32_t> crcs = crcs_by_data_axes(layout.buffers(), buffers);
     for (const auto& [axes, group] : buffer_groups_)
       lines << label(group->name() + " buffers") << " " << group->world_ranks().front() << " " << crcs[axes] << "\n";
   }
   if (compare_tp_) {
-    uint32_t crc = 0;
-    for (const ParameterTensor& t : params.layout->tensors())
-      if (t.placement.sharding == Sharding::replicated) crc = crc_of(crc, values + t.offset, t.stored);
-    if (buffers != nullptr)
-      for (const ParameterTensor& b : layout.buffers())
-        if (b.placement.sharding == Sharding::replicated) crc = crc_of(crc, buffers + b.offset, b.stored);
+    uint32_t crc = crc_of_replicated(0, layout.tensors(), values);
+    if (buffers != nullptr) crc = crc_of_replicated(crc, layout.buffers(), buffers);
     lines << "tp " << parallel_.tp().world_ranks().front() << " " << crc << "\n";
   }
   const std::vector<std::string> all = parallel_.world().gather_strings(lines.str());

@@ -301,13 +301,8 @@ Restored restore_from_memory(const Config& config, ParallelState& parallel, Memo
   if (!memory.enabled() || !config.checkpoint.load.empty()) return {};
   const int in_memory = memory.newest_complete();
   if (in_memory <= 0) return {};
-  double on_disk = -1;
-  if (parallel.is_root()) {
-    std::ifstream latest(std::filesystem::path(config.checkpoint.dir) / "latest");
-    std::string name;
-    if (latest >> name) on_disk = step_of_name(name);
-  }
-  on_disk = parallel.world().all_reduce(on_disk, ReduceOp::max);
+  const double on_disk = parallel.world().all_reduce(
+      parallel.is_root() ? static_cast<double>(step_of_name(latest_name(config.checkpoint.dir))) : -1.0, ReduceOp::max);
   if (in_memory <= on_disk) return {};
   const Timer loading;
   if (!memory.load(in_memory)) return {};
@@ -645,7 +640,7 @@ class StepEnd {
       saved_any_ = true;
       const Timer saving;
       checkpointer_.save(step + 1);
-      goodput_.checkpoint(saving.seconds());
+      goodput_.add(GoodputPart::checkpoint, saving.seconds());
       if (monitor_.exporter() != nullptr && parallel_.is_root()) monitor_.exporter()->checkpoint_saved(saving.seconds());
       if (parallel_.is_root() && cc.async)
         std::printf("checkpoint: step %d: training stalled %.3f s for the save\n", step + 1,
@@ -654,7 +649,7 @@ class StepEnd {
     if (!stop) return false;
     const Timer finishing;
     checkpointer_.finish();
-    goodput_.checkpoint(finishing.seconds());
+    goodput_.add(GoodputPart::checkpoint, finishing.seconds());
     if (parallel_.is_root())
       std::printf("stopping after step %d on a signal%s\n", step + 1,
                   cc.dir.empty() ? " (no checkpoint.dir: nothing saved)"
@@ -671,7 +666,7 @@ class StepEnd {
     const Timer evaluating;
     result_.val_loss = validation_loss(s_.runner, val_sampler, config_.log.val_batches, config_.train.global_batch,
                                        parallel_);
-    goodput_.evaluation(evaluating.seconds());
+    goodput_.add(GoodputPart::evaluation, evaluating.seconds());
     if (parallel_.is_root()) log_.log_validation(step + 1, result_.val_loss);
   }
 
@@ -698,7 +693,7 @@ class StepEnd {
       std::printf("step %d | sample: %s|%s\n", step + 1, printable(start).c_str(),
                   printable(whole.substr(std::min(start.size(), whole.size()))).c_str());
     }
-    goodput_.evaluation(sampling.seconds());
+    goodput_.add(GoodputPart::evaluation, sampling.seconds());
   }
 
  private:
@@ -1006,7 +1001,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
       std::printf("trace of steps %s written to %s (open it in Perfetto)\n", config.log.trace_steps.c_str(),
                   trace.c_str());
     stopped = end.checkpoint_or_stop(step, !guard.in_streak());
-    if (memory.due(step) && !stopped && !guard.in_streak()) goodput.checkpoint(memory.save(step));
+    if (memory.due(step) && !stopped && !guard.in_streak()) goodput.add(GoodputPart::checkpoint, memory.save(step));
     // After the saves: the next run resumes from a checkpoint at or before this step.
     if (parallel.is_root())
       write_heartbeat(config.checkpoint.dir, {step + 1, unix_seconds(), step + 1 == tc.steps, goodput.parts()});
@@ -1073,10 +1068,8 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     // What watching cost rank 0: TensorBoard, the exporter, its machine's telemetry.
     summary["monitor_seconds"] = end.log().writer_seconds() + monitor.sample_seconds();
     const GoodputParts g = goodput.parts();  // the job's: every run in this checkpoint folder
-    summary["goodput"] = {{"ratio", g.ratio()},           {"wall_seconds", g.total()},  {"productive", g.productive},
-                          {"recomputed", g.recomputed},   {"restart", g.restart},       {"startup", g.startup},
-                          {"checkpoint", g.checkpoint},   {"data_wait", g.data_wait},   {"evaluation", g.evaluation},
-                          {"other", g.other}};
+    summary["goodput"] = {{"ratio", g.ratio()}, {"wall_seconds", g.total()}};
+    for (int i = 0; i < kGoodputParts; i++) summary["goodput"][kGoodputPartNames[i]] = g.seconds[i];
     if (resumed) with_earlier_runs(summary, end.log().earlier_summary());
     end.log().write_summary(summary.dump());
   }

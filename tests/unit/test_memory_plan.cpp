@@ -352,22 +352,29 @@ TEST(MemoryPlan, PartialRecomputeKeepsTheOtherLayers) {
   }
 }
 
+// A small Mixtral of `layers` blocks of width 64 and `experts` experts (top 2, 96 wide),
+// sequences of 16 tokens, 2 per micro-batch over dp 2.
+Config tiny_mixture(int layers, int experts) {
+  Config c;
+  c.model = gpt2_shape(layers, 4, 64, 16, 128);
+  c.model.family = "mixtral";
+  c.model.n_kv_head = 2;
+  c.model.ffn_dim = 96;
+  c.model.n_experts = experts;
+  c.model.n_experts_per_token = 2;
+  c.train.global_batch = 4;
+  c.train.micro_batch = 2;
+  c.parallel.dp = 2;
+  return c;
+}
+
 // Declared buffers (StateKind::buffer) are laid out apart from the parameters and counted
 // on their own line: loss-free balancing's expert bias, E floats per MoE layer (each
 // buffer 64-byte aligned), on every rank, whatever ZeRO does with the parameters; the
 // layout hands them to no optimizer and no gradient.
 TEST(MemoryPlan, DeclaredBuffersAreCountedApartFromTheParameters) {
   auto k = kernels::make_cpu_kernels();
-  Config c;
-  c.model = gpt2_shape(3, 4, 64, 16, 128);
-  c.model.family = "mixtral";
-  c.model.n_kv_head = 2;
-  c.model.ffn_dim = 96;
-  c.model.n_experts = 20;
-  c.model.n_experts_per_token = 2;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 2;
-  c.parallel.dp = 2;
+  Config c = tiny_mixture(3, 20);
   c.parallel.zero = 3;
   EXPECT_EQ(plan_rank_memory(c, RankCoords(), *k).of("buffers"), 0u);
   const size_t without = ParameterLayout(transformer_spec(c.model)).total_floats();
@@ -390,16 +397,7 @@ TEST(MemoryPlan, DeclaredBuffersAreCountedApartFromTheParameters) {
 // and its order (an int), up to the most the routing can send (ep min(K, local) shares).
 TEST(MemoryPlan, DroplessExpertsHoldTheHeadroom) {
   auto k = kernels::make_cpu_kernels();
-  Config c;
-  c.model = gpt2_shape(2, 4, 64, 16, 128);
-  c.model.family = "mixtral";
-  c.model.n_kv_head = 2;
-  c.model.ffn_dim = 96;
-  c.model.n_experts = 8;
-  c.model.n_experts_per_token = 2;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 2;
-  c.parallel.dp = 2;
+  Config c = tiny_mixture(2, 8);
   c.parallel.ep = 2;
   const auto plan = [&](double headroom) {
     Config h = c;
