@@ -8,8 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
-#include "parallel/node_leaders.h"
+#include "health/health_verdict.h"
 #include "runtime/crc32.h"
 #include "runtime/random.h"
 #include "runtime/timer.h"
@@ -21,6 +22,10 @@ namespace trident {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'R', 'I', 'D', 'M', 'E', 'M', '1'};
+constexpr int kPartnerTag = 0x4D54;  // the world's point-to-point tags of the tier
+constexpr int kRestoreTag = 0x4D55;
+constexpr size_t kNameChars = 64;
+constexpr size_t kChunk = size_t{1} << 30;  // an MPI message's count is an int
 
 // A snapshot file's header, then its floats: the parameters, each optimizer state buffer
 // (the layout's total floats each), the buffers.
@@ -32,7 +37,79 @@ struct Header {
   uint32_t unused;
 };
 
-uint32_t crc_of(const std::vector<float>& v) { return crc32_of(0, v.data(), v.size() * sizeof(float)); }
+float* floats_of(std::vector<std::byte>& bytes) { return reinterpret_cast<float*>(bytes.data() + sizeof(Header)); }
+
+// Empty when `bytes` is an intact snapshot of `step`, else why not.
+std::string check_snapshot(const std::vector<std::byte>& bytes, int step, size_t expected_bytes) {
+  Header h{};
+  if (bytes.size() != expected_bytes) return "not a snapshot of this run's state";
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.step != step ||
+      sizeof h + h.floats * sizeof(float) != bytes.size())
+    return "not a snapshot of this run's state";
+  if (crc32_of(0, bytes.data() + sizeof h, h.floats * sizeof(float)) != h.crc32)
+    return "its CRC-32 does not match (damaged in memory)";
+  return "";
+}
+
+// Empty, or the error.
+std::string write_file(const std::string& path, const std::vector<std::byte>& bytes) {
+  const std::string tmp = path + ".tmp";
+  std::string error;
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return std::strerror(errno);
+  if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) error = std::strerror(errno);
+  if (std::fclose(f) != 0 && error.empty()) error = std::strerror(errno);
+  std::error_code ec;
+  if (error.empty()) fs::rename(tmp, path, ec);
+  if (ec) error = ec.message();
+  if (!error.empty()) fs::remove(tmp, ec);
+  return error;
+}
+
+bool read_file(const std::string& path, std::vector<std::byte>& bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return false;
+  const std::streamoff size = in.tellg();
+  if (size < 0 || static_cast<size_t>(size) != bytes.size()) return false;
+  in.seekg(0);
+  return static_cast<bool>(in.read(reinterpret_cast<char*>(bytes.data()), size));
+}
+
+// Large messages in pieces of at most 1 GiB (in order: one tag, one pair of ranks).
+void send_bytes(Communicator& c, const std::vector<std::byte>& bytes, int to, int tag, std::vector<RequestPtr>& out) {
+  for (size_t at = 0; at < bytes.size(); at += kChunk)
+    out.push_back(c.send_async(std::span<const std::byte>(bytes.data() + at, std::min(kChunk, bytes.size() - at)), to, tag));
+}
+void recv_bytes(Communicator& c, std::vector<std::byte>& bytes, int from, int tag, std::vector<RequestPtr>& out) {
+  for (size_t at = 0; at < bytes.size(); at += kChunk)
+    out.push_back(c.recv_async(std::span<std::byte>(bytes.data() + at, std::min(kChunk, bytes.size() - at)), from, tag));
+}
+void wait_all(std::vector<RequestPtr>& requests) {
+  for (RequestPtr& r : requests) r->wait();
+  requests.clear();
+}
+
+// A node's name as a file name's part.
+std::string file_safe(std::string name) {
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_') c = '_';
+  return name.substr(0, kNameChars - 1);
+}
+
+// "2-3", "0,2,5".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) j++;
+    if (!s.empty()) s += ",";
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -41,7 +118,7 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
     : config_(config), parallel_(parallel), state_(std::move(state)), folder_(std::move(folder)),
       every_(config.checkpoint.dir.empty() ? 0 : config.checkpoint.memory_every_steps) {
   if (every_ <= 0) return;  // off (and without a checkpoint.dir there is no folder to name)
-  // The folder and the layout: a snapshot is read back only by the same ranks' same shards.
+  // The key: a snapshot is read back only by the same ranks' same shards.
   const ParallelDims& d = parallel.dims();
   std::string layout = fs::absolute(config.checkpoint.dir).lexically_normal().string();
   for (Axis a : {Axis::dp, Axis::tp, Axis::pp, Axis::cp}) layout += " " + std::to_string(d.size(a));
@@ -51,151 +128,274 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
   char key[17];
   std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(hash_name(layout)));
   key_ = key;
-  // Room for three snapshots of every rank of a node (two kept, one being written), or the
-  // tier stays off: one warning, the disk tier alone.
+  node_ = file_safe(health::node_name());
+
+  // Every rank's node name and snapshot size (one all-reduce).
+  const int world = parallel.dims().world(), rank = parallel.rank();
   const ParameterLayout& l = *state_.parameters.layout;
-  const double bytes = static_cast<double>(sizeof(Header)) +
-                       static_cast<double>((1 + state_.optimizer_state.size()) * l.total_floats() + l.buffer_floats()) *
-                           sizeof(float);
-  const NodeLeaders nodes = node_leaders(parallel);
-  const double needed = 3 * bytes * parallel.dims().world() / std::max(1, nodes.count);
+  const size_t floats = (1 + state_.optimizer_state.size()) * l.total_floats() + l.buffer_floats();
+  std::vector<double> table(static_cast<size_t>(world) * (kNameChars + 1), 0.0);
+  for (size_t i = 0; i < node_.size(); i++) table[rank * kNameChars + i] = static_cast<unsigned char>(node_[i]);
+  table[world * kNameChars + rank] = static_cast<double>(sizeof(Header) + floats * sizeof(float));
+  parallel.world().all_reduce(std::span<double>(table));
+  std::vector<std::string> nodes;  // in the order of their first rank
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < world; r++) {
+    std::string name;
+    for (size_t i = 0; i < kNameChars && table[r * kNameChars + i] != 0; i++)
+      name += static_cast<char>(table[r * kNameChars + i]);
+    node_of_.push_back(name);
+    bytes_of_.push_back(static_cast<size_t>(table[world * kNameChars + r]));
+    if (ranks_of[name].empty()) nodes.push_back(name);
+    ranks_of[name].push_back(r);
+  }
+  // The partner: rank j of the next node (j modulo its ranks), and the ranks sending here.
+  const auto partner_of = [&](int r) {
+    if (nodes.size() < 2) return -1;
+    const std::vector<int>& own = ranks_of[node_of_[r]];
+    const size_t at = std::find(nodes.begin(), nodes.end(), node_of_[r]) - nodes.begin();
+    const std::vector<int>& next = ranks_of[nodes[(at + 1) % nodes.size()]];
+    const size_t j = std::find(own.begin(), own.end(), r) - own.begin();
+    return next[j % next.size()];
+  };
+  partner_ = partner_of(rank);
+  for (int r = 0; r < world; r++)
+    if (partner_of(r) == rank) partner_of_.push_back(r);
+
+  // Room for three snapshots (two kept, one being written) of the node's ranks and of the
+  // ranks whose copies it keeps, or the tier stays off: one warning, the disk tier alone.
+  for (int r = 0; r < world; r++)
+    if (node_of_[r] == node_ || (partner_of(r) >= 0 && node_of_[partner_of(r)] == node_))
+      node_bytes_ += 3.0 * static_cast<double>(bytes_of_[r]);
   struct statvfs fs_stat {};
   const double free_bytes = statvfs(folder_.c_str(), &fs_stat) == 0
                                 ? static_cast<double>(fs_stat.f_bavail) * static_cast<double>(fs_stat.f_frsize)
                                 : 0.0;
-  disabled_ = parallel.world().all_reduce(free_bytes >= needed ? 0.0 : 1.0, ReduceOp::max) > 0;
+  disabled_ = parallel.world().all_reduce(free_bytes >= node_bytes_ ? 0.0 : 1.0, ReduceOp::max) > 0;
   if (!parallel.is_root()) return;
   if (disabled_)
     std::fprintf(stderr, "warning: memory tier: %s has %.1f MiB free, a node needs %.1f MiB (three snapshots of its "
-                 "ranks' state): the run goes on with the disk tier alone\n", folder_.c_str(), free_bytes / (1 << 20),
-                 needed / (1 << 20));
+                 "ranks' state and of its partner's): the run goes on with the disk tier alone\n", folder_.c_str(),
+                 free_bytes / (1 << 20), node_bytes_ / (1 << 20));
   else
-    std::printf("memory tier: every %d steps, %.1f MiB a rank into %s (%.1f GiB free on rank 0's node)\n", every_,
-                bytes / (1 << 20), folder_.c_str(), free_bytes / (1 << 30));
+    std::printf("memory tier: every %d steps, %.1f MiB a rank into %s (%.1f GiB free on rank 0's node); %s\n", every_,
+                static_cast<double>(bytes_of_[0]) / (1 << 20), folder_.c_str(), free_bytes / (1 << 30),
+                nodes.size() < 2 ? "one node: no partner copies"
+                                 : ("a copy of each node's on the next (" + std::to_string(nodes.size()) + " nodes)").c_str());
 }
 
-std::string MemoryTier::rank_file(int step, int rank) const {
-  return (fs::path(folder_) / ("trident-" + key_ + "-r" + std::to_string(rank) + "-s" + std::to_string(step))).string();
+MemoryTier::~MemoryTier() {
+  // A copy still in flight is finished (or given up with the run, when an exception ends it).
+  if (!transfers_.empty() && std::uncaught_exceptions() == 0) finish_partner_copy();
 }
 
-std::vector<int> MemoryTier::steps_held() const {
-  // This rank's snapshot files, by step.
-  std::vector<int> steps;
-  const std::string prefix = "trident-" + key_ + "-r" + std::to_string(parallel_.rank()) + "-s";
+std::string MemoryTier::file(const std::string& node, int rank, int step) const {
+  return (fs::path(folder_) /
+          ("trident-" + key_ + "-" + node + "-r" + std::to_string(rank) + "-s" + std::to_string(step)))
+      .string();
+}
+
+std::vector<MemoryTier::Held> MemoryTier::held_here() const {
+  std::vector<Held> held;
+  const std::string prefix = "trident-" + key_ + "-" + node_ + "-r";
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(folder_, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = name.substr(prefix.size());
-    if (rest.empty() || rest.find_first_not_of("0123456789") != std::string::npos) continue;
-    steps.push_back(std::stoi(rest));
+    const std::string rest = name.substr(prefix.size());  // <rank>-s<step>
+    const size_t s = rest.find("-s");
+    if (s == 0 || s == std::string::npos || rest.find_first_not_of("0123456789") != s ||
+        rest.find_first_not_of("0123456789", s + 2) != std::string::npos || s + 2 == rest.size())
+      continue;
+    held.push_back({std::stoi(rest.substr(0, s)), std::stoi(rest.substr(s + 2))});
   }
+  return held;
+}
+
+void MemoryTier::keep_newest_two(int rank) {
+  std::vector<int> steps;
+  for (const Held& h : held_here())
+    if (h.rank == rank) steps.push_back(h.step);
   std::sort(steps.begin(), steps.end());
-  return steps;
+  std::error_code ec;
+  for (size_t i = 0; i + 2 < steps.size(); i++) fs::remove(file(node_, rank, steps[i]), ec);
+}
+
+std::vector<std::byte> MemoryTier::snapshot(int step) {
+  const ParameterLayout& layout = *state_.parameters.layout;
+  const size_t n = layout.total_floats();
+  std::vector<std::byte> bytes(bytes_of_[parallel_.rank()]);
+  float* body = floats_of(bytes);
+  state_.parameters.to_host(body);
+  for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].to_host(body + (1 + i) * n);
+  if (layout.buffer_floats() > 0) state_.buffers.to_host(body + (1 + state_.optimizer_state.size()) * n);
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.step = step;
+  h.floats = (bytes.size() - sizeof h) / sizeof(float);
+  h.crc32 = crc32_of(0, body, h.floats * sizeof(float));
+  std::memcpy(bytes.data(), &h, sizeof h);
+  return bytes;
 }
 
 double MemoryTier::save(int step) {
   const Timer blocked;
   const int completed = step + 1;
-  const ParameterLayout& layout = *state_.parameters.layout;
-  const size_t n = layout.total_floats();
-  std::vector<float> body((1 + state_.optimizer_state.size()) * n + layout.buffer_floats());
-  state_.parameters.to_host(body.data());
-  for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].to_host(body.data() + (1 + i) * n);
-  if (layout.buffer_floats() > 0) state_.buffers.to_host(body.data() + (1 + state_.optimizer_state.size()) * n);
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
-  h.step = completed;
-  h.floats = body.size();
-  h.crc32 = crc_of(body);
-  const std::string path = rank_file(completed, parallel_.rank()), tmp = path + ".tmp";
-  std::string error;
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (f == nullptr) error = std::strerror(errno);
-    else {
-      const bool written = std::fwrite(&h, sizeof h, 1, f) == 1 &&
-                           std::fwrite(body.data(), sizeof(float), body.size(), f) == body.size();
-      if (!written) error = std::strerror(errno);
-      if (std::fclose(f) != 0 && error.empty()) error = std::strerror(errno);
-    }
-  }
-  std::error_code ec;
-  if (error.empty()) fs::rename(tmp, path, ec);
-  if (ec) error = ec.message();
-  if (!error.empty()) fs::remove(tmp, ec);
-  // Complete when every rank has its own; otherwise the tier is off from here (one warning).
+  finish_partner_copy();  // the one before (already done: after_step finished it)
+  std::vector<std::byte> bytes = snapshot(completed);
+  const std::string path = file(node_, parallel_.rank(), completed);
+  const std::string error = write_file(path, bytes);
+  // Complete on this node when every rank has its own; otherwise the tier is off from here.
   const double failed = parallel_.world().all_reduce(error.empty() ? 0.0 : 1.0, ReduceOp::sum);
   if (failed > 0) {
     disabled_ = true;
+    std::error_code ec;
     fs::remove(path, ec);
     if (!error.empty())
       std::fprintf(stderr, "warning: memory tier: rank %d could not write its snapshot of step %d to %s (%s): the "
                    "run goes on with the disk tier alone\n", parallel_.rank(), completed, folder_.c_str(), error.c_str());
     return blocked.seconds();
   }
-  // Two complete snapshots kept: this rank's older files go.
-  const std::vector<int> held = steps_held();
-  for (size_t i = 0; i + 2 < held.size(); i++) fs::remove(rank_file(held[i], parallel_.rank()), ec);
+  keep_newest_two(parallel_.rank());
+  // The partner copy: posted now, carried by the next step's collectives.
+  if (partner_ >= 0 || !partner_of_.empty()) {
+    sending_step_ = completed;
+    outgoing_ = std::move(bytes);
+    incoming_.clear();
+    for (int from : partner_of_) {
+      incoming_.emplace_back(bytes_of_[from]);
+      recv_bytes(parallel_.world(), incoming_.back(), from, kPartnerTag, transfers_);
+    }
+    if (partner_ >= 0) send_bytes(parallel_.world(), outgoing_, partner_, kPartnerTag, transfers_);
+  }
   const double seconds = blocked.seconds();
   if (parallel_.is_root())
-    std::printf("memory tier: step %d in node memory (%.1f MiB a rank, %.3f s)\n", completed,
-                static_cast<double>(sizeof h + body.size() * sizeof(float)) / (1 << 20), seconds);
+    std::printf("memory tier: step %d in node memory (%.1f MiB a rank, %.3f s)%s\n", completed,
+                static_cast<double>(bytes_of_[0]) / (1 << 20), seconds,
+                partner_ >= 0 ? ", its copy on the way to the partner node" : "");
   return seconds;
 }
 
-int MemoryTier::newest_complete() {
-  if (!enabled()) return -1;
-  const std::vector<int> mine = steps_held();
-  // The newest step that every rank holds: from the newest any rank has, down.
-  double candidate = parallel_.world().all_reduce(mine.empty() ? -1.0 : static_cast<double>(mine.back()), ReduceOp::max);
-  while (candidate >= 0) {
-    const int step = static_cast<int>(candidate);
-    const bool have = std::binary_search(mine.begin(), mine.end(), step);
-    if (parallel_.world().all_reduce(have ? 0.0 : 1.0, ReduceOp::max) == 0) return step;  // no rank lacks it
-    double below = -1;
-    for (int s : mine)
-      if (s < step) below = s;
-    candidate = parallel_.world().all_reduce(below, ReduceOp::max);
-  }
-  return -1;
+void MemoryTier::after_step(int step) {
+  if (sending_step_ >= 0 && step + 1 > sending_step_) finish_partner_copy();
 }
 
-bool MemoryTier::load(int step) {
-  const ParameterLayout& layout = *state_.parameters.layout;
-  const size_t n = layout.total_floats();
-  std::vector<float> body((1 + state_.optimizer_state.size()) * n + layout.buffer_floats());
-  std::string error;
-  {
-    std::ifstream in(rank_file(step, parallel_.rank()), std::ios::binary);
-    Header h{};
-    in.read(reinterpret_cast<char*>(&h), sizeof h);
-    if (!in || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.step != step || h.floats != body.size())
-      error = "not a snapshot of this run's state";
-    else if (!in.read(reinterpret_cast<char*>(body.data()), static_cast<std::streamsize>(body.size() * sizeof(float))))
-      error = "cut short";
-    else if (crc_of(body) != h.crc32)
-      error = "its CRC-32 does not match (damaged in memory)";
+void MemoryTier::finish_partner_copy() {
+  if (sending_step_ < 0) return;
+  wait_all(transfers_);
+  for (size_t i = 0; i < partner_of_.size(); i++) {
+    const std::string error = write_file(file(node_, partner_of_[i], sending_step_), incoming_[i]);
+    if (!error.empty())  // the copy is missing: a restart needing it falls back to the disk
+      std::fprintf(stderr, "warning: memory tier: rank %d could not keep rank %d's copy of step %d (%s)\n",
+                   parallel_.rank(), partner_of_[i], sending_step_, error.c_str());
+    else
+      keep_newest_two(partner_of_[i]);
   }
+  sending_step_ = -1;
+  outgoing_.clear();
+  outgoing_.shrink_to_fit();
+  incoming_.clear();
+}
+
+MemoryRestore MemoryTier::restore(int newer_than) {
+  MemoryRestore result;
+  if (!enabled()) return result;
+  const int world = parallel_.dims().world(), rank = parallel_.rank();
+  // This node's catalogue, told by its first rank.
+  const bool teller = std::find(node_of_.begin(), node_of_.end(), node_) - node_of_.begin() == rank;
+  const std::vector<Held> held = teller ? held_here() : std::vector<Held>{};
+  const auto newest_below = [&](double bound) {
+    double best = -1;
+    for (const Held& h : held)
+      if (h.step < bound && h.step > newer_than) best = std::max(best, static_cast<double>(h.step));
+    return parallel_.world().all_reduce(best, ReduceOp::max);
+  };
+  // From the newest step any node holds, down: the first whose every rank's piece is
+  // somewhere (its own node first).
+  std::vector<double> where(2 * static_cast<size_t>(world));
+  int step = -1;
+  for (double candidate = newest_below(1e18); candidate > newer_than; candidate = newest_below(candidate)) {
+    const int s = static_cast<int>(candidate);
+    std::fill(where.begin(), where.end(), 0.0);
+    for (const Held& h : held)
+      if (h.step == s && h.rank < world) where[h.rank] = rank + 1;  // a node that can send it
+    if (fs::exists(file(node_, rank, s))) where[world + rank] = 1;  // on this rank's own node
+    parallel_.world().all_reduce(std::span<double>(where), ReduceOp::max);
+    bool complete = true;
+    for (int r = 0; r < world; r++) complete = complete && (where[world + r] > 0 || where[r] > 0);
+    if (complete) {
+      step = s;
+      break;
+    }
+  }
+  if (step < 0) return result;
+
+  // The pieces: read here, or sent by the node that holds them.
+  const Timer loading;
+  std::vector<std::byte> bytes(bytes_of_[rank]);
+  std::vector<std::vector<std::byte>> serving;
+  std::vector<RequestPtr> transfers;
+  const bool own = where[world + rank] > 0;
+  bool read = true;
+  if (own) read = read_file(file(node_, rank, step), bytes);
+  else recv_bytes(parallel_.world(), bytes, static_cast<int>(where[rank]) - 1, kRestoreTag, transfers);
+  for (int r = 0; r < world; r++) {
+    if (where[world + r] > 0 || static_cast<int>(where[r]) - 1 != rank) continue;
+    serving.emplace_back(bytes_of_[r]);
+    if (!read_file(file(node_, r, step), serving.back())) serving.back().assign(bytes_of_[r], std::byte{0});
+    send_bytes(parallel_.world(), serving.back(), r, kRestoreTag, transfers);  // a bad copy fails its CRC there
+  }
+  wait_all(transfers);
+  serving.clear();
+  const std::string error = read ? check_snapshot(bytes, step, bytes_of_[rank]) : "it could not be read";
+  const double seconds = loading.seconds();
   // Every rank's intact, or none is used.
   if (parallel_.world().all_reduce(error.empty() ? 0.0 : 1.0, ReduceOp::sum) > 0) {
     if (!error.empty())
-      std::fprintf(stderr, "warning: memory tier: rank %d's snapshot of step %d is not used: %s\n", parallel_.rank(),
-                   step, error.c_str());
-    return false;
+      std::fprintf(stderr, "warning: memory tier: rank %d's snapshot of step %d is not used: %s\n", rank, step,
+                   error.c_str());
+    return result;
   }
-  state_.parameters.from_host(body.data());
+  const ParameterLayout& layout = *state_.parameters.layout;
+  const size_t n = layout.total_floats();
+  const float* body = floats_of(bytes);
+  state_.parameters.from_host(body);
   if (state_.parameters.changed) state_.parameters.changed();
-  for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].from_host(body.data() + (1 + i) * n);
-  if (layout.buffer_floats() > 0) state_.buffers.from_host(body.data() + (1 + state_.optimizer_state.size()) * n);
+  for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].from_host(body + (1 + i) * n);
+  if (layout.buffer_floats() > 0) state_.buffers.from_host(body + (1 + state_.optimizer_state.size()) * n);
   state_.set_optimizer_steps(step);
-  return true;
+  result.step = step;
+
+  // The report: each rank's seconds, grouped by where its piece came from.
+  std::vector<double> took(world, 0.0);
+  took[rank] = seconds;
+  parallel_.world().all_reduce(std::span<double>(took), ReduceOp::max);
+  if (parallel_.is_root()) {
+    std::map<std::string, std::vector<int>> groups;
+    for (int r = 0; r < world; r++)
+      groups[where[world + r] > 0 ? "" : node_of_[static_cast<int>(where[r]) - 1]].push_back(r);
+    for (const auto& [from, ranks] : groups) {
+      double most = 0;
+      for (int r : ranks) most = std::max(most, took[r]);
+      char line[160];
+      std::snprintf(line, sizeof line, "%.3f s", most);
+      result.report += (result.report.empty() ? "" : "; ") + std::string(ranks.size() == 1 ? "rank " : "ranks ") +
+                       rank_list(ranks) +
+                       (from.empty() ? " from their own node's memory" : " from node " + from + "'s copy (partner)") +
+                       " in " + line;
+    }
+  }
+  return result;
 }
 
 void MemoryTier::remove_all() {
   if (every_ <= 0) return;
+  finish_partner_copy();
   std::error_code ec;
-  for (int s : steps_held()) fs::remove(rank_file(s, parallel_.rank()), ec);
+  for (const Held& h : held_here())
+    if (h.rank == parallel_.rank() ||
+        std::find(partner_of_.begin(), partner_of_.end(), h.rank) != partner_of_.end())
+      fs::remove(file(node_, h.rank, h.step), ec);
 }
 
 }  // namespace trident

@@ -1,18 +1,29 @@
 // The memory tier (checkpoint.memory_every_steps): a checkpoint in node memory, taken far
-// more often than the disk's, so that a run restarted on the same nodes loses a few steps,
-// not everything since the last disk checkpoint (Megatron's local checkpoints, HyperPod's
-// checkpointless recovery). Every N steps each rank copies what it holds of the training
-// state (its view of the parameters, the optimizer's state and the buffers: the same flat
-// host buffers as a disk checkpoint, without gathering anything) into a file in POSIX shared
-// memory, /dev/shm/trident-<key>-r<rank>-s<step>, with a CRC-32. A snapshot is complete when
-// every rank has written its own (one all-reduce after the writes; a restart takes the
-// newest step every rank holds intact). Two are kept; a run that ends complete removes them.
+// more often than the disk's, so that a run restarted inside its allocation loses a few
+// steps, not everything since the last disk checkpoint (Megatron's local checkpoints with
+// replication, HyperPod's checkpointless recovery).
 //
-// <key> names the checkpoint folder and the layout (the mesh's sizes, ZeRO): a process
-// restarted under the same layout finds them, another layout or another folder never reads
-// them (it reshards from disk). A snapshot a rank cannot write (/dev/shm full) is a warning
-// once, and the run goes on with the disk tier alone. A copy on a partner node, for a node
-// that is replaced, is the next step (issue 57).
+// Every N steps each rank copies what it holds of the training state (its view of the
+// parameters, the optimizer's state and the buffers: the same flat host buffers as a disk
+// checkpoint, without gathering anything) into a file in POSIX shared memory with a CRC-32:
+//   /dev/shm/trident-<key>-<node>-r<rank>-s<step>
+// That is the only part training waits for. The same bytes then go, in the background (a
+// non-blocking MPI send that the next step's collectives carry along), to the partner
+// node, which keeps them under its own name: node i keeps node i-1's ranks' copies
+// (the node names in the order of their first rank; rank j of a node sends to rank j of
+// the next). They are complete by the end of the next step. Two snapshots are kept per
+// node and rank; a run that ends complete removes them.
+//
+// A restart finds, by one catalogue over every node, the newest step for which every
+// rank's piece is somewhere in node memory: on its own node (a restart on the same
+// nodes), else on another (a replaced node has nothing of its own: the partner holds its
+// ranks' copies and sends them). A copy whose CRC-32 does not match is not used.
+//
+// <key> names the checkpoint folder and the layout (the mesh's sizes, ZeRO, the data): a
+// run under another layout or with another folder never reads them (it reshards from
+// disk). <node> is the node's name (health/health_verdict.h's node_name()). A node without
+// room for three snapshots of its ranks and their partner copies, or a write that fails,
+// is one warning, and the run goes on with the disk tier alone.
 #pragma once
 
 #include <string>
@@ -20,9 +31,16 @@
 
 #include "ckpt/sharded_state.h"
 #include "config/config.h"
+#include "parallel/communicator.h"
 #include "parallel/parallel_state.h"
 
 namespace trident {
+
+// Where a restart found its state in node memory.
+struct MemoryRestore {
+  int step = -1;              // -1: nothing usable newer than asked for
+  std::string report;         // on rank 0: where the pieces came from, and how long each took
+};
 
 class MemoryTier {
  public:
@@ -30,30 +48,53 @@ class MemoryTier {
   // `folder`: the snapshots' directory.
   MemoryTier(const Config& config, ParallelState& parallel, ShardedState state, const std::string& data,
              std::string folder = "/dev/shm");
-
+  ~MemoryTier();
   bool enabled() const { return every_ > 0 && !disabled_; }
   bool due(int step) const { return enabled() && (step + 1) % every_ == 0; }
-  // Collective: this rank's state after `step` into node memory; complete once every rank's
-  // is. Returns the seconds it blocked.
+  // Bytes of node memory the tier takes on this rank's node at most (the memory plan's line).
+  double node_bytes() const { return node_bytes_; }
+  // Collective: this rank's state after `step` into its node's memory, then its copy on the
+  // way to the partner node. Returns the seconds it blocked.
   double save(int step);
-  // Collective: the newest step every rank holds a complete, intact snapshot of (-1: none).
-  int newest_complete();
-  // Collective: this rank's state from the snapshot of `step` (newest_complete's); false on
-  // every rank where any rank's copy is damaged (a CRC-32 that does not match): the disk's then.
-  bool load(int step);
+  // After every step: the partner copies started at an earlier step are finished (a
+  // moment's wait at most, the transfer having run beside the step) and kept.
+  void after_step(int step);
+  // Collective: the newest step after `newer_than` whose every piece is intact in some
+  // node's memory, loaded into this rank's state; step -1 on every rank otherwise.
+  MemoryRestore restore(int newer_than);
   // The run ended complete: its snapshots are no longer needed.
   void remove_all();
-  // Rank `rank`'s snapshot file of `step` (tests: what a lost node loses).
-  std::string rank_file(int step, int rank) const;
+  // The file of `rank`'s state after `step` kept in node `node`'s memory (tests: what a
+  // lost node loses).
+  std::string file(const std::string& node, int rank, int step) const;
+  const std::string& node() const { return node_; }
 
  private:
-  std::vector<int> steps_held() const;  // this rank's snapshot steps, ascending
+  struct Held {
+    int rank;
+    int step;
+  };
+  std::vector<Held> held_here() const;       // the copies in this node's memory
+  std::vector<std::byte> snapshot(int step);  // this rank's state as a snapshot file's bytes
+  void keep_newest_two(int rank);
+  void finish_partner_copy();
+
   const Config& config_;
   ParallelState& parallel_;
   ShardedState state_;
-  std::string folder_, key_;
+  std::string folder_, key_, node_;
   int every_ = 0;
   bool disabled_ = false;
+  double node_bytes_ = 0;
+  std::vector<std::string> node_of_;   // each rank's node name
+  std::vector<size_t> bytes_of_;       // each rank's snapshot size
+  int partner_ = -1;                   // where this rank's copies go (-1: a single node)
+  std::vector<int> partner_of_;        // the ranks whose copies come here
+  // The partner copy in flight.
+  int sending_step_ = -1;
+  std::vector<std::byte> outgoing_;
+  std::vector<std::vector<std::byte>> incoming_;
+  std::vector<RequestPtr> transfers_;
 };
 
 }  // namespace trident

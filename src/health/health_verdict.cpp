@@ -37,6 +37,7 @@ std::string verdict_file() { return (fs::path(folder_path()) / (job_id() + ".jso
 }  // namespace
 
 std::string node_name() {
+  if (const char* given = std::getenv("TRIDENT_NODE_NAME"); given != nullptr && *given != '\0') return given;
   if (const char* slurm = std::getenv("SLURMD_NODENAME"); slurm != nullptr && *slurm != '\0') return slurm;
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);

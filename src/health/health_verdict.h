@@ -17,8 +17,9 @@ struct Verdict {
   std::string evidence;    // the figures behind it
 };
 
-// This machine's name as Slurm knows it (SLURMD_NODENAME in a job step), else its host
-// name up to the first dot.
+// This machine's name: TRIDENT_NODE_NAME where set (containers whose host names are not
+// unique; tests that play several nodes on one host), else as Slurm knows it
+// (SLURMD_NODENAME in a job step), else its host name up to the first dot.
 std::string node_name();
 
 // The file a verdict of this job goes to, under `checkpoint_dir` (SLURM_JOB_ID, else

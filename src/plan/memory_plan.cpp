@@ -290,6 +290,13 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     add("checkpoint pieces", writes ? "handed to the node leader" : "none: another replica writes",
         Checkpointer::piece_bytes(layout, writer, optimizer.state_names), true);
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
+    if (config.checkpoint.memory_every_steps > 0) {  // ckpt/memory_tier.h
+      const size_t snapshot = Checkpointer::staging_bytes(layout, optimizer.state_names);
+      add("memory tier", "its snapshot on the way to the partner node, the partner's on the way here", 2 * snapshot,
+          true);
+      add("memory tier files", "in /dev/shm: three snapshots of its state and three of its partner's", 6 * snapshot,
+          true);
+    }
     if (node_leader)
       add("checkpoint writer", "copy of one piece, CRC buffer", Checkpointer::leader_buffer_bytes(layout), true);
     if (node_leader && !config.checkpoint.upload.empty()) {

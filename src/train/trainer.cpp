@@ -294,25 +294,22 @@ Restored restore(const Config& config, ParallelState& parallel, Transformer& mod
   return {};
 }
 
-// A restart on the same nodes: the newest snapshot every rank holds in node memory, where it
-// is newer than the disk's newest checkpoint (and checkpoint.load names none). Nothing
-// (step 0) otherwise, or where a copy is damaged: the disk's then.
+// The resume ladder's first rung: the newest step whose every rank's piece is in node memory
+// (its own node's, or a partner node's copy for a node that was replaced), where it is newer
+// than the disk's newest checkpoint (and checkpoint.load names none). Nothing (step 0)
+// otherwise, or where a copy is damaged: the disk's then, or S3's (restore()).
 Restored restore_from_memory(const Config& config, ParallelState& parallel, MemoryTier& memory) {
   if (!memory.enabled() || !config.checkpoint.load.empty()) return {};
-  const int in_memory = memory.newest_complete();
-  if (in_memory <= 0) return {};
   const double on_disk = parallel.world().all_reduce(
       parallel.is_root() ? static_cast<double>(step_of_name(latest_name(config.checkpoint.dir))) : -1.0, ReduceOp::max);
-  if (in_memory <= on_disk) return {};
-  const Timer loading;
-  if (!memory.load(in_memory)) return {};
-  const double seconds = parallel.world().all_reduce(loading.seconds(), ReduceOp::max);
+  const MemoryRestore found = memory.restore(std::max(0, static_cast<int>(on_disk)));
+  if (found.step <= 0) return {};
   if (parallel.is_root())
-    std::printf("resumed from node memory: continuing after step %d (every rank's own snapshot, loaded in %.2f s; the "
-                "disk's newest checkpoint is %s)\n",
-                in_memory, seconds, on_disk < 0 ? "none" : ("step " + std::to_string(static_cast<int>(on_disk))).c_str());
+    std::printf("resumed from node memory: continuing after step %d (%s; the disk's newest checkpoint is %s)\n",
+                found.step, found.report.c_str(),
+                on_disk < 0 ? "none" : ("step " + std::to_string(static_cast<int>(on_disk))).c_str());
   Restored r;
-  r.step = in_memory;
+  r.step = found.step;
   r.dir = "node memory";
   return r;
 }
@@ -1001,6 +998,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
       std::printf("trace of steps %s written to %s (open it in Perfetto)\n", config.log.trace_steps.c_str(),
                   trace.c_str());
     stopped = end.checkpoint_or_stop(step, !guard.in_streak());
+    memory.after_step(step);
     if (memory.due(step) && !stopped && !guard.in_streak()) goodput.add(GoodputPart::checkpoint, memory.save(step));
     // After the saves: the next run resumes from a checkpoint at or before this step.
     if (parallel.is_root())

@@ -446,6 +446,84 @@ TEST(Faults, AKilledRankResumesFromNodeMemory) {
     EXPECT_EQ(e.path().filename().string().find("-s5"), std::string::npos) << e.path();
 }
 
+// A lost node: 4 ranks on two nodes (na: ranks 0-1, nb: ranks 2-3; TRIDENT_NODE_NAME plays
+// them on this host), the memory tier every 3 steps, the disk's every 5. Rank 2 is killed
+// after step 8 and node nb's memory is gone with it, as a replaced node's would be; the
+// job restarted on na and a spare nc takes ranks 2-3's pieces from na's copies of them
+// (the partner's) and prints the uninterrupted run's losses. Both copies lost (nb's and
+// na's of ranks 2-3): the run resumes from the disk's step 5 instead, to the same losses.
+TEST(Faults, ALostNodesPiecesComeFromItsPartner) {
+  const std::string args = kRun.substr(0, kRun.find("--parallel.timeout_s")) +
+                           "--train.steps=12 --checkpoint.memory_every_steps=3 --checkpoint.every_steps=5 "
+                           "--parallel.ranks_per_node=2 --parallel.timeout_s=10";
+  const auto on_nodes = [&](const std::string& first, const std::string& second, const std::string& dir) {
+    const std::string rank_args = " " + trident_bin() + " " + args + " --checkpoint.dir=" + dir + " --log.run_dir=" +
+                                  dir + "_run";
+    return kMpirun + "2 env TRIDENT_NODE_NAME=" + first + rank_args + " : -np 2 env TRIDENT_NODE_NAME=" + second +
+           rank_args;
+  };
+  const std::string whole = testing::TempDir() + "lost_whole", dir = testing::TempDir() + "lost_killed";
+  fs::remove_all(whole);
+  ChildProcess reference(on_nodes("na", "nb", whole));
+  ASSERT_TRUE(reference.wait_for_exit(120));
+  ASSERT_EQ(reference.exit_code(), 0) << reference.output();
+  EXPECT_NE(reference.output().find("a copy of each node's on the next (2 nodes)"), std::string::npos)
+      << reference.output();
+  const std::map<int, std::string> expected = printed_losses(reference.output());
+  ASSERT_EQ(expected.size(), 12u) << reference.output();
+  // The snapshot files of node `node` in this run (their names hold the run's key).
+  const auto files_of = [](const std::string& node, const std::string& ranks) {
+    std::vector<fs::path> found;
+    const std::regex name("trident-[0-9a-f]{16}-" + node + "-r[" + ranks + "]-s[0-9]+");
+    for (const auto& e : fs::directory_iterator("/dev/shm"))
+      if (std::regex_match(e.path().filename().string(), name)) found.push_back(e.path());
+    return found;
+  };
+  // Kills rank 2 after step 8 (every partner copy of step 6 is kept by then: the copies
+  // finish within the step after the snapshot) and empties node nb's memory.
+  const auto kill_node_nb = [&] {
+    fs::remove_all(dir);
+    ChildProcess job(on_nodes("na", "nb", dir));
+    EXPECT_TRUE(job.wait_for_output("step  8/12", 120));
+    const std::map<int, int> pids = rank_pids(job.pid());
+    EXPECT_TRUE(pids.count(2) > 0 && kill(pids.at(2), SIGKILL) == 0);
+    EXPECT_TRUE(job.wait_for_exit(60));
+    EXPECT_NE(job.output().find("checkpoint: step 5 saved"), std::string::npos) << job.output();
+    EXPECT_EQ(job.output().find("checkpoint: step 10 saved"), std::string::npos) << "killed too late\n" << job.output();
+    for (const fs::path& f : files_of("nb", "0-3")) fs::remove(f);
+  };
+  kill_node_nb();
+  ChildProcess resumed(on_nodes("na", "nc", dir));
+  ASSERT_TRUE(resumed.wait_for_exit(120));
+  ASSERT_EQ(resumed.exit_code(), 0) << resumed.output();
+  std::smatch m;
+  const std::string out = resumed.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("resumed from node memory: continuing after step (\\d+) \\(ranks "
+                                                   "0-1 from their own node's memory in [0-9.]+ s; ranks 2-3 from node "
+                                                   "na's copy \\(partner\\) in [0-9.]+ s; the disk's newest "
+                                                   "checkpoint is step 5\\)")))
+      << out;
+  std::printf("%s\n", m[0].str().c_str());
+  const int from = std::stoi(m[1]);
+  EXPECT_TRUE(from == 6 || from == 9) << from;
+  const std::map<int, std::string> losses = printed_losses(out);
+  ASSERT_EQ(losses.size(), static_cast<size_t>(12 - from)) << out;
+  for (const auto& [step, loss] : losses) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  EXPECT_TRUE(files_of("n[abc]", "0-3").empty()) << "a complete run leaves its snapshots";
+
+  // Both copies of ranks 2-3 lost: the disk's step 5.
+  kill_node_nb();
+  for (const fs::path& f : files_of("na", "23")) fs::remove(f);
+  ChildProcess from_disk(on_nodes("na", "nc", dir));
+  ASSERT_TRUE(from_disk.wait_for_exit(120));
+  ASSERT_EQ(from_disk.exit_code(), 0) << from_disk.output();
+  EXPECT_EQ(from_disk.output().find("resumed from node memory"), std::string::npos) << from_disk.output();
+  EXPECT_EQ(printed_losses(from_disk.output()).size(), 7u) << from_disk.output();
+  for (const auto& [step, loss] : printed_losses(from_disk.output())) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
+  for (const char* node : {"na", "nb"})
+    for (const fs::path& f : files_of(node, "0-3")) fs::remove(f);  // the killed run's, that no complete run removed
+}
+
 // One rank slowed by 300 ms a step (as a throttled GPU would be): rank 0 names it at every
 // log step, against the median of its own pipeline stage, and counts it in summary.json.
 TEST(Faults, ASlowRankIsNamedAsTheStraggler) {
