@@ -172,6 +172,10 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
                                 ? static_cast<double>(fs_stat.f_bavail) * static_cast<double>(fs_stat.f_frsize)
                                 : 0.0;
   disabled_ = parallel.world().all_reduce(free_bytes >= node_bytes_ ? 0.0 : 1.0, ReduceOp::max) > 0;
+  if (!disabled_) {  // the host buffers, touched once now (a fresh page costs more than the copy into it)
+    outgoing_.assign(bytes_of_[rank], std::byte{0});
+    for (int r : partner_of_) incoming_.emplace_back(bytes_of_[r], std::byte{0});
+  }
   if (!parallel.is_root()) return;
   if (disabled_)
     std::fprintf(stderr, "warning: memory tier: %s has %.1f MiB free, a node needs %.1f MiB (three snapshots of its "
@@ -221,10 +225,9 @@ void MemoryTier::keep_newest_two(int rank) {
   for (size_t i = 0; i + 2 < steps.size(); i++) fs::remove(file(node_, rank, steps[i]), ec);
 }
 
-std::vector<std::byte> MemoryTier::snapshot(int step) {
+void MemoryTier::snapshot(int step, std::vector<std::byte>& bytes) {
   const ParameterLayout& layout = *state_.parameters.layout;
   const size_t n = layout.total_floats();
-  std::vector<std::byte> bytes(bytes_of_[parallel_.rank()]);
   float* body = floats_of(bytes);
   state_.parameters.to_host(body);
   for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].to_host(body + (1 + i) * n);
@@ -235,16 +238,15 @@ std::vector<std::byte> MemoryTier::snapshot(int step) {
   h.floats = (bytes.size() - sizeof h) / sizeof(float);
   h.crc32 = crc32_of(0, body, h.floats * sizeof(float));
   std::memcpy(bytes.data(), &h, sizeof h);
-  return bytes;
 }
 
 double MemoryTier::save(int step) {
   const Timer blocked;
   const int completed = step + 1;
   finish_partner_copy();  // the one before (already done: after_step finished it)
-  std::vector<std::byte> bytes = snapshot(completed);
+  snapshot(completed, outgoing_);
   const std::string path = file(node_, parallel_.rank(), completed);
-  const std::string error = write_file(path, bytes);
+  const std::string error = write_file(path, outgoing_);
   // Complete on this node when every rank has its own; otherwise the tier is off from here.
   const double failed = parallel_.world().all_reduce(error.empty() ? 0.0 : 1.0, ReduceOp::sum);
   if (failed > 0) {
@@ -260,12 +262,8 @@ double MemoryTier::save(int step) {
   // The partner copy: posted now, carried by the next step's collectives.
   if (partner_ >= 0 || !partner_of_.empty()) {
     sending_step_ = completed;
-    outgoing_ = std::move(bytes);
-    incoming_.clear();
-    for (int from : partner_of_) {
-      incoming_.emplace_back(bytes_of_[from]);
-      recv_bytes(parallel_.world(), incoming_.back(), from, kPartnerTag, transfers_);
-    }
+    for (size_t i = 0; i < partner_of_.size(); i++)
+      recv_bytes(parallel_.world(), incoming_[i], partner_of_[i], kPartnerTag, transfers_);
     if (partner_ >= 0) send_bytes(parallel_.world(), outgoing_, partner_, kPartnerTag, transfers_);
   }
   const double seconds = blocked.seconds();
@@ -292,9 +290,6 @@ void MemoryTier::finish_partner_copy() {
       keep_newest_two(partner_of_[i]);
   }
   sending_step_ = -1;
-  outgoing_.clear();
-  outgoing_.shrink_to_fit();
-  incoming_.clear();
 }
 
 MemoryRestore MemoryTier::restore(int newer_than) {

@@ -75,7 +75,7 @@ class MemoryTier {
     int step;
   };
   std::vector<Held> held_here() const;       // the copies in this node's memory
-  std::vector<std::byte> snapshot(int step);  // this rank's state as a snapshot file's bytes
+  void snapshot(int step, std::vector<std::byte>& bytes);  // this rank's state as a snapshot file's bytes
   void keep_newest_two(int rank);
   void finish_partner_copy();
 
@@ -90,10 +90,11 @@ class MemoryTier {
   std::vector<size_t> bytes_of_;       // each rank's snapshot size
   int partner_ = -1;                   // where this rank's copies go (-1: a single node)
   std::vector<int> partner_of_;        // the ranks whose copies come here
-  // The partner copy in flight.
-  int sending_step_ = -1;
+  // This rank's snapshot (kept for the partner copy until it is sent) and the partner
+  // copies coming here: allocated once.
   std::vector<std::byte> outgoing_;
   std::vector<std::vector<std::byte>> incoming_;
+  int sending_step_ = -1;  // the partner copy in flight
   std::vector<RequestPtr> transfers_;
 };
 

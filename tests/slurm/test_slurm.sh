@@ -12,6 +12,9 @@
 #     losses; a failed preflight drains the node (or, with TRIDENT_DRAIN=0, excludes it
 #     from the job) before any step; a bad TRIDENT_* value is exit 2; a job requeued with
 #     fewer tasks continues from its checkpoint to the uninterrupted losses;
+#   - spares: a rank killed on one of three node names (three slurmd on this host), the
+#     node replaced by the spare and the next job step started in the allocation, resuming
+#     from node memory (the partner's copy) to the uninterrupted losses;
 #   - slurm/sweep.sbatch: a row per point, an impossible point recorded as failed;
 #   - slurm/doctor.sbatch: the preflight passes on this node;
 #   - slurm/mpirun_ec2.sh with a hostfile of this machine: to the end, and USR1 + resume.
@@ -24,7 +27,7 @@ build=${1:-build}
 repo=$PWD
 checks=(to_end mpirun_in_allocation usr1_requeue_resume bad_config_exit2 diverged_exit4 sigkill_bounded_requeue
         stopped_rank_drained_resumed preflight_drains preflight_excludes_without_drain bad_variable_exit2
-        elastic_fewer_tasks sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume)
+        elastic_fewer_tasks spare_takes_a_killed_nodes_place sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume)
 passed=0 failed=0 skipped=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
@@ -58,7 +61,7 @@ mkdir -p "$T"/{etc,state,spool,log,run,out}
 started_munge=0
 stop_slurm() {
   [ -n "${SLURM_CONF:-}" ] && scancel --quiet $(squeue -h -o %i 2>/dev/null) 2>/dev/null
-  for pid in "$T/run/slurmd.pid" "$T/run/slurmctld.pid"; do
+  for pid in "$T"/run/slurmd.*.pid "$T/run/slurmctld.pid"; do
     [ -s "$pid" ] && "${sudo[@]}" kill "$(cat "$pid")" 2>/dev/null
   done
   [ "$started_munge" = 1 ] && [ -s /run/munge/munged.pid ] && "${sudo[@]}" kill "$(cat /run/munge/munged.pid)" 2>/dev/null
@@ -85,7 +88,7 @@ free_port() {
   local p
   while true; do
     p=$((20000 + RANDOM % 20000))
-    ss -Htln "sport = :$p or sport = :$((p + 1))" 2>/dev/null | grep -q . || { echo "$p"; return; }
+    ss -Htln "sport >= :$p and sport <= :$((p + 4))" 2>/dev/null | grep -q . || { echo "$p"; return; }
   done
 }
 port=$(free_port)
@@ -112,19 +115,28 @@ ReturnToService=2
 KillWait=5
 MinJobAge=600
 StateSaveLocation=$T/state
-SlurmdSpoolDir=$T/spool
+SlurmdSpoolDir=$T/spool/%n
 SlurmctldPidFile=$T/run/slurmctld.pid
-SlurmdPidFile=$T/run/slurmd.pid
+SlurmdPidFile=$T/run/slurmd.%n.pid
 SlurmctldLogFile=$T/log/slurmctld.log
-SlurmdLogFile=$T/log/slurmd.log
+SlurmdLogFile=$T/log/slurmd.%n.log
 NodeName=$H NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 State=UNKNOWN
+NodeName=tn[1-3] NodeHostname=$H NodeAddr=127.0.0.1 Port=[$((port + 2))-$((port + 4))] CPUs=2 RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=$H Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=spares Nodes=tn[1-3] MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
+mkdir -p "$T"/spool/{"$H",tn1,tn2,tn3}
 export SLURM_CONF=$T/etc/slurm.conf
 "${sudo[@]}" env SLURM_CONF="$SLURM_CONF" slurmctld -c || skip_all "slurmctld does not start"
-"${sudo[@]}" env SLURM_CONF="$SLURM_CONF" slurmd || skip_all "slurmd does not start"
-for _ in $(seq 300); do sinfo -h -o %t 2>/dev/null | grep -qx idle && break; sleep 0.1; done
-sinfo -h -o %t | grep -qx idle || skip_all "the node does not come up: $(sinfo -h -o '%t %E' 2>&1)"
+"${sudo[@]}" env SLURM_CONF="$SLURM_CONF" slurmd -N "$H" || skip_all "slurmd does not start"
+# Three more node names on this host, one slurmd each (the spares check); a Slurm that
+# cannot run them skips that check alone.
+spare_nodes=1
+for n in tn1 tn2 tn3; do "${sudo[@]}" env SLURM_CONF="$SLURM_CONF" slurmd -N "$n" || spare_nodes=0; done
+for _ in $(seq 300); do sinfo -h -p debug -o %t 2>/dev/null | grep -qx idle && break; sleep 0.1; done
+sinfo -h -p debug -o %t | grep -qx idle || skip_all "the node does not come up: $(sinfo -h -p debug -o '%t %E' 2>&1)"
+for _ in $(seq 100); do [ "$(sinfo -h -p spares -t idle -o %D 2>/dev/null)" = 3 ] && break; sleep 0.1; done
+[ "$(sinfo -h -p spares -t idle -o %D 2>/dev/null)" = 3 ] || spare_nodes=0
 echo "Slurm $(sinfo --version | awk '{print $2}') up on $H ($T)"
 
 # The jobs' ranks share 2 cores; Open MPI refuses root unless told (the tests may run as root).
@@ -391,6 +403,58 @@ if [ "$state" = COMPLETED ] && grep -q '^doctor: all checks passed' "$T/out/doct
   pass "doctor_sbatch ($(grep '^doctor:' "$T/out/doctor.out"))"
 else
   fail doctor_sbatch "state $state; output: $(tail -12 "$T/out/doctor.out" 2>&1)"
+fi
+
+# 7c. Spares: three node names on this host (tn1-tn3), one task each, TRIDENT_SPARE_NODES=1:
+# training on tn1 and tn2, tn3 waiting; the memory tier every 5 steps, no disk checkpoint
+# before the end. The rank on tn2 is killed (kill -9) after step 37: the script drains tn2,
+# puts tn3 in its place and starts the next job step at once (no requeue); it resumes
+# from node memory, rank 1's piece from tn1's copy (tn2's memory is not tn3's), loses at
+# most 5 steps and ends at the uninterrupted run's loss. The launcher is mpirun over TCP:
+# srun's PMIx plugin and Open MPI's shared-memory transport take two node names on one
+# host for one node (their folders and segments collide), which separate hosts are not.
+if [ "$spare_nodes" = 1 ]; then
+  id=$(submit spare TRIDENT_SPARE_NODES=1 TRIDENT_LAUNCHER=mpirun TRIDENT_PREFLIGHT=0 OMPI_MCA_btl=self,tcp -- \
+    --partition=spares --nodes=3 --ntasks-per-node=1 slurm/train.sbatch configs/tiny.ini "${train_flags[@]}" \
+    --checkpoint.memory_every_steps=5 "$(run_flags s)")
+  out=$T/out/spare.out
+  ok=1
+  if wait_for_line "$out" "^step +37/$steps " 1 120; then
+    victim=
+    for pid in $(pgrep -f "^build/trident train.*$T/ckpt_spare"); do
+      tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx 'SLURMD_NODENAME=tn2' && victim=$pid
+    done
+    killed_at=$(date +%s.%N)
+    [ -n "$victim" ] && kill -9 "$victim" || ok=0
+  else ok=0; fi
+  # From the kill to the restarted step's first step line.
+  restart_s= from=
+  if [ "$ok" = 1 ] && wait_for_line "$out" '^resumed from node memory' 1 120; then
+    from=$(sed -n 's/^resumed from node memory: continuing after step \([0-9]*\).*/\1/p' "$out" | head -1)
+    wait_for_line "$out" "^step +$((from + 1))/$steps " 2 60 &&
+      restart_s=$(echo "$(date +%s.%N) $killed_at" | awk '{printf "%.1f", $1 - $2}')
+  fi
+  state=$(wait_job "$id" 300)
+  loss=$(final_loss "$out")
+  # Goodput: the parts of the last line add up to its total within 1% (the restart and
+  # the steps trained again among them).
+  goodput=$(grep -E '^goodput [0-9.]+% of [0-9.]+ s: ' "$out" | tail -1)
+  goodput_adds_up=$(echo "$goodput" | awk -F'[:,] ' '{split($1, w, " "); total = w[4]; sum = 0
+    for (i = 2; i <= NF; i++) { n = split($i, p, " "); sum += p[n - 1] }
+    print (total > 0 && sum >= 0.99 * total && sum <= 1.01 * total && $0 ~ /restart/) ? 1 : 0}')
+  again=$(sed -n 's/^restart after step [0-9]*: [0-9.]* s from its last step to this run.s first, \([0-9]*\) step.*/\1/p' "$out")
+  if [ "$ok" = 1 ] && [ "$state" = COMPLETED ] && [ "$(job_field "$id" Restarts)" = 0 ] && [ -n "$restart_s" ] &&
+     grep -q 'spare tn3 takes the place of tn2' "$out" &&
+     grep -qE "^resumed from node memory: continuing after step $from \(rank 0 from their own node's memory in [0-9.]+ s; rank 1 from node tn1's copy \(partner\)" "$out" &&
+     [ -n "$again" ] && [ "$again" -le 5 ] && [ "$goodput_adds_up" = 1 ] && [ "$loss" = "$reference_loss" ]; then
+    pass "spare_takes_a_killed_nodes_place (killed after step 37, resumed after step $from from node memory, $again step(s) trained again, $restart_s s from the kill to the next step, final loss $loss)"
+    grep -E '^(trident job|spares|resumed|restart after|done:|goodput)' "$out" | sed 's/^/  /'
+  else
+    fail spare_takes_a_killed_nodes_place "kill ok=$ok, state $state, restarts $(job_field "$id" Restarts), from '$from', again '$again', restart '$restart_s' s, goodput adds up '$goodput_adds_up' ($goodput), final loss '$loss' vs '$reference_loss'; output: $(grep -E 'trident job|spare|resumed|restart|error|warning' "$out")"
+  fi
+else
+  skipped=$((skipped + 1))
+  echo "SKIP spare_takes_a_killed_nodes_place: this Slurm does not run a slurmd for each of several node names on one host"
 fi
 
 # 8-9. slurm/mpirun_ec2.sh over a hostfile naming this machine (no Slurm involved).
