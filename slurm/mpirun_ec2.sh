@@ -96,5 +96,5 @@ while true; do
     spares=("${spares[@]:1}")
   fi
   restarts=$((restarts + 1))
-  echo "trident: restarting at $(date -u +%FT%TZ) on $(printf '%s ' "${active[@]%% *}")($restarts of at most $max_restarts, TRIDENT_MAX_RESTARTS)"
+  echo "trident: restarting at $(date -u +%FT%T.%3NZ) on $(printf '%s ' "${active[@]%% *}")($restarts of at most $max_restarts, TRIDENT_MAX_RESTARTS)"
 done

@@ -113,9 +113,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedState state, const std::string& data,
-                       std::string folder)
-    : config_(config), parallel_(parallel), state_(std::move(state)), folder_(std::move(folder)),
+MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedState state, const std::string& data)
+    : config_(config), parallel_(parallel), state_(std::move(state)), folder_(config.checkpoint.memory_dir),
       every_(config.checkpoint.dir.empty() ? 0 : config.checkpoint.memory_every_steps) {
   if (every_ <= 0) return;  // off (and without a checkpoint.dir there is no folder to name)
   // The key: a snapshot is read back only by the same ranks' same shards.
@@ -247,15 +246,19 @@ double MemoryTier::save(int step) {
   snapshot(completed, outgoing_);
   const std::string path = file(node_, parallel_.rank(), completed);
   const std::string error = write_file(path, outgoing_);
-  // Complete on this node when every rank has its own; otherwise the tier is off from here.
+  // Complete on this node when every rank has its own; otherwise the tier is off from here,
+  // said once, by the first rank that failed.
   const double failed = parallel_.world().all_reduce(error.empty() ? 0.0 : 1.0, ReduceOp::sum);
   if (failed > 0) {
+    const double first = -parallel_.world().all_reduce(error.empty() ? -1e9 : -parallel_.rank(), ReduceOp::max);
     disabled_ = true;
     std::error_code ec;
     fs::remove(path, ec);
-    if (!error.empty())
-      std::fprintf(stderr, "warning: memory tier: rank %d could not write its snapshot of step %d to %s (%s): the "
-                   "run goes on with the disk tier alone\n", parallel_.rank(), completed, folder_.c_str(), error.c_str());
+    if (first == parallel_.rank())
+      std::fprintf(stderr, "warning: memory tier: rank %d%s could not write the snapshot of step %d to %s (%s): the "
+                   "run goes on with the disk tier alone\n", parallel_.rank(),
+                   failed > 1 ? (" and " + std::to_string(static_cast<int>(failed) - 1) + " more").c_str() : "",
+                   completed, folder_.c_str(), error.c_str());
     return blocked.seconds();
   }
   keep_newest_two(parallel_.rank());
@@ -274,8 +277,11 @@ double MemoryTier::save(int step) {
   return seconds;
 }
 
-void MemoryTier::after_step(int step) {
-  if (sending_step_ >= 0 && step + 1 > sending_step_) finish_partner_copy();
+double MemoryTier::after_step(int step) {
+  if (sending_step_ < 0 || step + 1 <= sending_step_) return 0;
+  const Timer blocked;
+  finish_partner_copy();
+  return blocked.seconds();
 }
 
 void MemoryTier::finish_partner_copy() {

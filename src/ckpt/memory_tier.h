@@ -44,10 +44,9 @@ struct MemoryRestore {
 
 class MemoryTier {
  public:
-  // `data`: the training data's fingerprint (a snapshot of other data is not this run's);
-  // `folder`: the snapshots' directory.
-  MemoryTier(const Config& config, ParallelState& parallel, ShardedState state, const std::string& data,
-             std::string folder = "/dev/shm");
+  // `data`: the training data's fingerprint (a snapshot of other data is not this run's).
+  // The snapshots' folder is checkpoint.memory_dir.
+  MemoryTier(const Config& config, ParallelState& parallel, ShardedState state, const std::string& data);
   ~MemoryTier();
   bool enabled() const { return every_ > 0 && !disabled_; }
   bool due(int step) const { return enabled() && (step + 1) % every_ == 0; }
@@ -57,8 +56,9 @@ class MemoryTier {
   // way to the partner node. Returns the seconds it blocked.
   double save(int step);
   // After every step: the partner copies started at an earlier step are finished (a
-  // moment's wait at most, the transfer having run beside the step) and kept.
-  void after_step(int step);
+  // moment's wait at most, the transfer having run beside the step) and kept. Returns the
+  // seconds it blocked.
+  double after_step(int step);
   // Collective: the newest step after `newer_than` whose every piece is intact in some
   // node's memory, loaded into this rank's state; step -1 on every rank otherwise.
   MemoryRestore restore(int newer_than);

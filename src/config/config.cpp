@@ -161,7 +161,10 @@ po::options_description config_options(Config& c) {
       ("checkpoint.keep_last", with_default(&ck.keep_last), "complete checkpoints kept (0: all)")
       ("checkpoint.async", with_default(&ck.async), "write in the background")
       ("checkpoint.memory_every_steps", with_default(&ck.memory_every_steps),
-       "each rank's state into node memory (/dev/shm) every N steps, for a restart on the same nodes (0: off)")
+       "each rank's state into node memory every N steps, with a copy on the partner node, for a restart inside the "
+       "allocation (0: off)")
+      ("checkpoint.memory_dir", with_default(&ck.memory_dir),
+       "the memory tier's folder: a RAM file system on every node (tmpfs)")
       ("checkpoint.load", with_default(&ck.load), "step directory to resume from (default: dir/latest)")
       ("checkpoint.init_from", with_default(&ck.init_from), "parameters to start from (step 0, a fresh optimizer): an exported .h5, Hugging Face weights (a folder with config.json and safetensors, or a .safetensors file), or a trident checkpoint (a step folder, or a checkpoint.dir: its newest complete step)")
       ("checkpoint.lease_s", with_default(&ck.lease_s),
@@ -382,6 +385,8 @@ void Config::validate() const {
   if (!data.s3_endpoint.empty()) resolve_s3_endpoint(data.s3_endpoint, "data.s3_endpoint");  // an http(s):// URL
   require(checkpoint.every_steps >= 0, "checkpoint.every_steps must be >= 0");
   require(checkpoint.memory_every_steps >= 0, "checkpoint.memory_every_steps must be >= 0");
+  require(checkpoint.memory_every_steps == 0 || !checkpoint.memory_dir.empty(),
+          "checkpoint.memory_dir must name a folder (default /dev/shm)");
   require(checkpoint.memory_every_steps == 0 || !checkpoint.dir.empty(),
           "checkpoint.memory_every_steps needs checkpoint.dir (a restart resumes from the newer of the two tiers)");
   require(checkpoint.keep_last >= 0, "checkpoint.keep_last must be >= 0 (0: keep all)");

@@ -210,8 +210,10 @@ struct CheckpointConfig {
   int keep_last = 3;       // complete checkpoints kept; 0: all
   bool async = false;      // write node files in the background while training goes on
   // The memory tier (ckpt/memory_tier.h): each rank's state in node memory every N steps,
-  // for a restart on the same nodes (0: off; needs dir, where the disk tier writes).
+  // with a copy on the partner node (0: off; needs dir, where the disk tier writes), in
+  // memory_dir (a tmpfs on every node).
   int memory_every_steps = 0;
+  std::string memory_dir = "/dev/shm";
   std::string load;        // a step directory to start from (default: dir/latest, if any)
   std::string init_from;   // an exported HDF5 (params/<name>) to initialize the parameters
   // One folder, one run (ckpt/checkpoint_lease.h): the run's lease on `dir` is renewed at

@@ -294,7 +294,7 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
       const size_t snapshot = Checkpointer::staging_bytes(layout, optimizer.state_names);
       add("memory tier", "its snapshot on the way to the partner node, the partner's on the way here", 2 * snapshot,
           true);
-      add("memory tier files", "in /dev/shm: three snapshots of its state and three of its partner's", 6 * snapshot,
+      add("memory tier files", "in checkpoint.memory_dir: three snapshots of its state and three of its partner's", 6 * snapshot,
           true);
     }
     if (node_leader)

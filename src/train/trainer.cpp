@@ -998,7 +998,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
       std::printf("trace of steps %s written to %s (open it in Perfetto)\n", config.log.trace_steps.c_str(),
                   trace.c_str());
     stopped = end.checkpoint_or_stop(step, !guard.in_streak());
-    memory.after_step(step);
+    goodput.add(GoodputPart::checkpoint, memory.after_step(step));
     if (memory.due(step) && !stopped && !guard.in_streak()) goodput.add(GoodputPart::checkpoint, memory.save(step));
     // After the saves: the next run resumes from a checkpoint at or before this step.
     if (parallel.is_root())

@@ -17,7 +17,8 @@
 #     from node memory (the partner's copy) to the uninterrupted losses;
 #   - slurm/sweep.sbatch: a row per point, an impossible point recorded as failed;
 #   - slurm/doctor.sbatch: the preflight passes on this node;
-#   - slurm/mpirun_ec2.sh with a hostfile of this machine: to the end, and USR1 + resume.
+#   - slurm/mpirun_ec2.sh with a hostfile of this machine: to the end, USR1 + resume, and a
+#     killed rank's run started again at once, from node memory.
 # Slurm is stopped at the end whatever happened. Without root (or passwordless sudo) or
 # where the packages cannot be installed, every check is reported as skipped.
 # Prints one line per check (PASS/FAIL/SKIP) and "slurm summary: N passed, N failed, N skipped".
@@ -27,7 +28,8 @@ build=${1:-build}
 repo=$PWD
 checks=(to_end mpirun_in_allocation usr1_requeue_resume bad_config_exit2 diverged_exit4 sigkill_bounded_requeue
         stopped_rank_drained_resumed preflight_drains preflight_excludes_without_drain bad_variable_exit2
-        elastic_fewer_tasks spare_takes_a_killed_nodes_place sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume)
+        elastic_fewer_tasks spare_takes_a_killed_nodes_place sweep_sbatch doctor_sbatch ec2_to_end ec2_usr1_resume
+        ec2_restarts_a_killed_run)
 passed=0 failed=0 skipped=0
 pass() { echo "PASS $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
@@ -66,6 +68,7 @@ stop_slurm() {
   done
   [ "$started_munge" = 1 ] && [ -s /run/munge/munged.pid ] && "${sudo[@]}" kill "$(cat /run/munge/munged.pid)" 2>/dev/null
   pkill -9 -f "$T" 2>/dev/null  # ranks of a job that outlived its daemons
+  rm -f /dev/shm/trident-*-tn[123]-r*  # the memory tier's snapshots that the spares check left (tn2's)
   if [ "$failed" -gt 0 ]; then
     for f in "$T"/log/*.log; do echo "--- $f (tail)"; tail -15 "$f"; done
   fi
@@ -436,6 +439,11 @@ if [ "$spare_nodes" = 1 ]; then
   fi
   state=$(wait_job "$id" 300)
   loss=$(final_loss "$out")
+  # Every step after the resume at the uninterrupted run's loss (the reference: check 1).
+  same_losses=0
+  losses_of() { grep -E "^step +[0-9]+/$steps " "$1" | awk -F'|' '{ print $1 $2 }' | tail -n "$2"; }
+  [ -n "$from" ] && [ "$(losses_of "$out" $((steps - from)))" = "$(losses_of "$T/out/to_end.out" $((steps - from)))" ] &&
+    same_losses=1
   # Goodput: the parts of the last line add up to its total within 1% (the restart and
   # the steps trained again among them).
   goodput=$(grep -E '^goodput [0-9.]+% of [0-9.]+ s: ' "$out" | tail -1)
@@ -446,11 +454,11 @@ if [ "$spare_nodes" = 1 ]; then
   if [ "$ok" = 1 ] && [ "$state" = COMPLETED ] && [ "$(job_field "$id" Restarts)" = 0 ] && [ -n "$restart_s" ] &&
      grep -q 'spare tn3 takes the place of tn2' "$out" &&
      grep -qE "^resumed from node memory: continuing after step $from \(rank 0 from their own node's memory in [0-9.]+ s; rank 1 from node tn1's copy \(partner\)" "$out" &&
-     [ -n "$again" ] && [ "$again" -le 5 ] && [ "$goodput_adds_up" = 1 ] && [ "$loss" = "$reference_loss" ]; then
-    pass "spare_takes_a_killed_nodes_place (killed after step 37, resumed after step $from from node memory, $again step(s) trained again, $restart_s s from the kill to the next step, final loss $loss)"
+     [ -n "$again" ] && [ "$again" -le 5 ] && [ "$goodput_adds_up" = 1 ] && [ "$same_losses" = 1 ]; then
+    pass "spare_takes_a_killed_nodes_place (killed after step 37, resumed after step $from from node memory, $again step(s) trained again, $restart_s s from the kill to the next step, steps $((from + 1))-$steps at the uninterrupted losses, final $loss)"
     grep -E '^(trident job|spares|resumed|restart after|done:|goodput)' "$out" | sed 's/^/  /'
   else
-    fail spare_takes_a_killed_nodes_place "kill ok=$ok, state $state, restarts $(job_field "$id" Restarts), from '$from', again '$again', restart '$restart_s' s, goodput adds up '$goodput_adds_up' ($goodput), final loss '$loss' vs '$reference_loss'; output: $(grep -E 'trident job|spare|resumed|restart|error|warning' "$out")"
+    fail spare_takes_a_killed_nodes_place "kill ok=$ok, state $state, restarts $(job_field "$id" Restarts), from '$from', again '$again', restart '$restart_s' s, goodput adds up '$goodput_adds_up' ($goodput), losses after the resume the same: $same_losses, final loss '$loss' vs '$reference_loss'; output: $(grep -E 'trident job|spare|resumed|restart|error|warning' "$out")"
   fi
 else
   skipped=$((skipped + 1))
@@ -460,8 +468,9 @@ fi
 # 8-9. slurm/mpirun_ec2.sh over a hostfile naming this machine (no Slurm involved).
 echo "$H slots=2" > "$T/hosts.txt"
 ec2() {  # name, extra flags: runs the script in the background, output in $T/out/NAME.out
+  local name=$1; shift
   TRIDENT_CKPT_DIR= bash slurm/mpirun_ec2.sh "$T/hosts.txt" 2 configs/tiny.ini "${train_flags[@]}" \
-    --checkpoint.dir="$T/ckpt_$1" "--log.run_dir=$T/run_$1" > "$T/out/$1.out" 2>&1 &
+    --checkpoint.dir="$T/ckpt_$name" "--log.run_dir=$T/run_$name" "$@" > "$T/out/$name.out" 2>&1 &
   ec2_pid=$!
 }
 finish_ec2() {  # seconds: waits for the launcher, killing it (and its ranks) past the bound
@@ -492,6 +501,26 @@ if wait_for_line "$T/out/ec2_b.out" "^step +20/$steps " 1 120; then
 else
   kill $ec2_pid 2>/dev/null
   fail ec2_usr1_resume "no step 20 line: $(tail -5 "$T/out/ec2_b.out")"
+fi
+
+# 10. mpirun_ec2.sh's restart: a rank killed after step 37 (memory tier every 5 steps); the
+# script starts the run again at once on its host, which resumes from node memory and ends
+# at the uninterrupted loss.
+ec2 ec2_c --checkpoint.memory_every_steps=5
+if wait_for_line "$T/out/ec2_c.out" "^step +37/$steps " 1 120; then
+  victim=$(pgrep -f "build/trident train.*$T/ckpt_ec2_c" | tail -1)
+  [ -n "$victim" ] && kill -9 "$victim"
+  finish_ec2 300; rc=$?
+  loss=$(final_loss "$T/out/ec2_c.out")
+  if [ "$rc" = 0 ] && grep -q '^trident: restarting at ' "$T/out/ec2_c.out" &&
+     grep -q '^resumed from node memory: continuing after step' "$T/out/ec2_c.out" && [ "$loss" = "$reference_loss" ]; then
+    pass "ec2_restarts_a_killed_run ($(grep -m1 -o 'continuing after step [0-9]*' "$T/out/ec2_c.out") from node memory, final loss $loss)"
+  else
+    fail ec2_restarts_a_killed_run "exit $rc, final loss '$loss' vs '$reference_loss': $(grep -E '^trident|resumed|error' "$T/out/ec2_c.out" | tail -5)"
+  fi
+else
+  kill $ec2_pid 2>/dev/null
+  fail ec2_restarts_a_killed_run "no step 37 line: $(tail -5 "$T/out/ec2_c.out")"
 fi
 
 summary

@@ -18,6 +18,7 @@
 #include <random>
 #include <regex>
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -522,6 +523,58 @@ TEST(Faults, ALostNodesPiecesComeFromItsPartner) {
   for (const auto& [step, loss] : printed_losses(from_disk.output())) EXPECT_EQ(loss, expected.at(step)) << "step " << step;
   for (const char* node : {"na", "nb"})
     for (const fs::path& f : files_of(node, "0-3")) fs::remove(f);  // the killed run's, that no complete run removed
+}
+
+// The memory tier's folder without room (checkpoint.memory_dir on a small tmpfs; needs root
+// to mount it). 16 MiB, where the tiny model's two ranks need three snapshots of about 10
+// MiB each: one warning at the start, and the run trains to the end with the disk tier
+// alone, at the losses of a run without the tier. 64 MiB that a file fills after the first
+// snapshot: the save after step 10 finds no room, one warning, the same losses.
+TEST(Faults, AMemoryFolderWithoutRoomIsOneWarning) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const std::string shm = testing::TempDir() + "small_shm";
+  fs::create_directories(shm);
+  const auto mount_tmpfs = [&](const std::string& size) {
+    return std::system(("mount -t tmpfs -o size=" + size + " tmpfs " + shm + " 2>/dev/null").c_str()) == 0;
+  };
+  const auto unmount = [&] { return std::system(("umount " + shm).c_str()) == 0; };
+  if (!mount_tmpfs("16m")) GTEST_SKIP() << "mount -t tmpfs is refused here";
+  struct Unmounted {  // whatever ends the test
+    std::string path;
+    ~Unmounted() { std::system(("umount " + path + " 2>/dev/null").c_str()); }
+  } unmounted{shm};
+  const std::string args = kRun + "--train.steps=12 --checkpoint.memory_dir=" + shm + " --checkpoint.dir=" +
+                           testing::TempDir() + "small_shm_";
+  const CliRun plain = run(args + "plain", kMpirun + "2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::map<int, std::string> expected = printed_losses(plain.out);
+  ASSERT_EQ(expected.size(), 12u) << plain.out;
+
+  const CliRun small = run(args + "small --checkpoint.memory_every_steps=5", kMpirun + "2");
+  EXPECT_EQ(small.exit_code, 0) << small.err;
+  EXPECT_EQ(count(small.err, "warning: memory tier: "), 1) << small.err;
+  EXPECT_NE(small.err.find("a node needs"), std::string::npos) << small.err;
+  EXPECT_EQ(small.out.find("in node memory"), std::string::npos) << small.out;
+  EXPECT_EQ(printed_losses(small.out), expected);
+  ASSERT_TRUE(unmount());
+
+  ASSERT_TRUE(mount_tmpfs("64m"));
+  ChildProcess job(kMpirun + "2 " + trident_bin() + " " + args + "filled --checkpoint.memory_every_steps=5");
+  EXPECT_TRUE(job.wait_for_output("memory tier: step 5 in node memory", 120));
+  {  // all but 256 KiB of what is left
+    struct statvfs st {};
+    ASSERT_EQ(statvfs(shm.c_str(), &st), 0);
+    const size_t left = static_cast<size_t>(st.f_bavail) * st.f_frsize;
+    std::ofstream filler(shm + "/filler", std::ios::binary);
+    const std::vector<char> block(1 << 16, 'x');
+    for (size_t written = 0; written + block.size() + (256 << 10) <= left; written += block.size())
+      filler.write(block.data(), static_cast<std::streamsize>(block.size()));
+  }
+  ASSERT_TRUE(job.wait_for_exit(120));
+  EXPECT_EQ(job.exit_code(), 0) << job.output();
+  EXPECT_EQ(count(job.output(), "warning: memory tier: "), 1) << job.output();
+  EXPECT_NE(job.output().find("could not write the snapshot of step 10"), std::string::npos) << job.output();
+  EXPECT_EQ(printed_losses(job.output()), expected);
 }
 
 // One rank slowed by 300 ms a step (as a throttled GPU would be): rank 0 names it at every
