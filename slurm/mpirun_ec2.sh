@@ -86,12 +86,15 @@ while true; do
   { [ "$status" = 3 ] || [ "$status" -gt 128 ]; } && [ "$stopping" = 0 ] && [ "$restarts" -lt "$max_restarts" ] ||
     exit "$status"
   host=$(failed_host)
-  if [ -n "$host" ] && [ "$spares_wanted" -gt 0 ]; then
+  host=${host%%,*}
+  at=-1  # its line in the hostfile (the names trident and mpirun give may be short where it has FQDNs)
+  for i in "${!active[@]}"; do
+    read -r name _ <<< "${active[$i]}"
+    { [ "$name" = "$host" ] || [ "${name%%.*}" = "$host" ]; } && at=$i
+  done
+  if [ "$at" -ge 0 ] && [ "$spares_wanted" -gt 0 ]; then
     [ "${#spares[@]}" -gt 0 ] || { echo "trident: host $host failed (exit $status), no spare left" >&2; exit "$status"; }
-    for i in "${!active[@]}"; do
-      read -r name _ <<< "${active[$i]}"
-      [ "$name" = "$host" ] && active[$i]=${spares[0]}
-    done
+    active[$at]=${spares[0]}
     echo "trident: host $host failed (exit $status): spare ${spares[0]%% *} takes its place"
     spares=("${spares[@]:1}")
   fi

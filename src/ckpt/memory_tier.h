@@ -5,7 +5,7 @@
 //
 // Every N steps each rank copies what it holds of the training state (its view of the
 // parameters, the optimizer's state and the buffers: the same flat host buffers as a disk
-// checkpoint, without gathering anything) into a file in POSIX shared memory with a CRC-32:
+// checkpoint, without gathering anything) into a file in POSIX shared memory with a CRC-32C:
 //   /dev/shm/trident-<key>-<node>-r<rank>-s<step>
 // That is the only part training waits for. The same bytes then go, in the background (a
 // non-blocking MPI send that the next step's collectives carry along), to the partner
@@ -17,7 +17,7 @@
 // A restart finds, by one catalogue over every node, the newest step for which every
 // rank's piece is somewhere in node memory: on its own node (a restart on the same
 // nodes), else on another (a replaced node has nothing of its own: the partner holds its
-// ranks' copies and sends them). A copy whose CRC-32 does not match is not used.
+// ranks' copies and sends them). A copy whose CRC-32C does not match is not used.
 //
 // <key> names the checkpoint folder and the layout (the mesh's sizes, ZeRO, the data): a
 // run under another layout or with another folder never reads them (it reshards from
@@ -76,6 +76,8 @@ class MemoryTier {
   };
   std::vector<Held> held_here() const;       // the copies in this node's memory
   void snapshot(int step, std::vector<std::byte>& bytes);  // this rank's state as a snapshot file's bytes
+  std::string tmp_file(int rank) const;  // this node's file of `rank` being written
+  std::string recycled(int rank);        // the same, holding the pages of the oldest snapshot kept
   void keep_newest_two(int rank);
   void finish_partner_copy();
 

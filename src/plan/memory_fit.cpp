@@ -106,7 +106,8 @@ RankMemoryPlan check_memory_fits(const Config& config, ParallelState& parallel, 
   const double node_pieces = node.all_reduce(pieces);
   const RankMemoryPlan plan =
       plan_rank_memory(config, parallel.coords(), k, node.rank() == 0,
-                       node.rank() == 0 ? static_cast<size_t>(node_pieces - pieces) : 0);
+                       node.rank() == 0 ? static_cast<size_t>(node_pieces - pieces) : 0, /*device_only=*/false,
+                       /*partner_copies=*/parallel.nodes() > 1);
 
   // Every rank's (memory pool, its bytes there, host, its host bytes), over the world:
   // ranks sharing a pool or a host sum their demands (parallel.ranks_per_node may cut

@@ -70,7 +70,8 @@ size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords) {
 }
 
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
-                                bool node_leader, size_t node_leader_receives, bool device_only) {
+                                bool node_leader, size_t node_leader_receives, bool device_only,
+                                bool partner_copies) {
   ParallelDims d = config.dims();
   const RankStage stage = rank_stage(config, d, coords);  // what TrainingSetup builds there
   const ParameterLayout layout = stage.layout(transformer_spec(config.model));
@@ -292,10 +293,15 @@ RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, 
     if (node_leader_receives > 0) add("node's pieces", "the node leader's", node_leader_receives, true);
     if (config.checkpoint.memory_every_steps > 0) {  // ckpt/memory_tier.h
       const size_t snapshot = Checkpointer::staging_bytes(layout, optimizer.state_names);
-      add("memory tier", "its snapshot on the way to the partner node, the partner's on the way here", 2 * snapshot,
-          true);
-      add("memory tier files", "in checkpoint.memory_dir: three snapshots of its state and three of its partner's", 6 * snapshot,
-          true);
+      if (partner_copies) {
+        add("memory tier", "its snapshot on the way to the partner node, the partner's on the way here",
+            2 * snapshot, true);
+        add("memory tier files", "in checkpoint.memory_dir: three snapshots of its state and three of its partner's",
+            6 * snapshot, true);
+      } else {
+        add("memory tier", "its snapshot", snapshot, true);
+        add("memory tier files", "in checkpoint.memory_dir: three snapshots of its state", 3 * snapshot, true);
+      }
     }
     if (node_leader)
       add("checkpoint writer", "copy of one piece, CRC buffer", Checkpointer::leader_buffer_bytes(layout), true);

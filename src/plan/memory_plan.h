@@ -42,8 +42,11 @@ struct RankMemoryPlan {
 // micro_batch set) on backend `k`. A node leader writes its node's checkpoint file and
 // collects `node_leader_receives` bytes of pieces from the node's other ranks.
 // device_only: leave out what lives in host RAM only (a plan for GPUs: `trident plan`).
+// partner_copies: the memory tier keeps a partner node's snapshots too (a run of one node
+// has none).
 RankMemoryPlan plan_rank_memory(const Config& config, const RankCoords& coords, const kernels::Footprint& k,
-                                bool node_leader = true, size_t node_leader_receives = 0, bool device_only = false);
+                                bool node_leader = true, size_t node_leader_receives = 0, bool device_only = false,
+                                bool partner_copies = true);
 
 // The checkpoint pieces a rank hands its node leader (0 without checkpoint.dir).
 size_t checkpoint_piece_bytes(const Config& config, const RankCoords& coords);

@@ -932,6 +932,7 @@ TrainResult train(const Config& given, ParallelState& parallel) {
     checkpointer.finish();  // a save in flight counts as one to go back to
     const Restored back = restore(config, parallel, s.model, checkpointer, /*latest_first=*/true);
     if (back.dir.empty()) throw failure("; no checkpoint is left to go back to");
+    memory.remove_all();  // snapshots of the path left (a corrupted state among them, maybe)
     goodput.rolled_back(last_step);
     end.rolled_back_to(back.step);
     return back.step - 1;

@@ -508,7 +508,7 @@ fi
 # at the uninterrupted loss.
 ec2 ec2_c --checkpoint.memory_every_steps=5
 if wait_for_line "$T/out/ec2_c.out" "^step +37/$steps " 1 120; then
-  victim=$(pgrep -f "build/trident train.*$T/ckpt_ec2_c" | tail -1)
+  victim=$(pgrep -f "^[^ ]*build/trident train.*$T/ckpt_ec2_c" | tail -1)  # a rank, not mpirun
   [ -n "$victim" ] && kill -9 "$victim"
   finish_ec2 300; rc=$?
   loss=$(final_loss "$T/out/ec2_c.out")

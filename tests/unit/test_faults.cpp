@@ -439,7 +439,7 @@ TEST(Faults, AKilledRankResumesFromNodeMemory) {
   const CliRun damaged = resumed();
   ASSERT_EQ(damaged.exit_code, 0) << damaged.out << damaged.err;
   EXPECT_NE(damaged.err.find("rank 0's snapshot of step " + newest.substr(5) +
-                             " is not used: its CRC-32 does not match"),
+                             " is not used: its CRC-32C does not match"),
             std::string::npos)
       << damaged.err;
   EXPECT_EQ(printed_losses(damaged.out), expected) << damaged.out;
@@ -457,10 +457,11 @@ TEST(Faults, ALostNodesPiecesComeFromItsPartner) {
   const std::string args = kRun.substr(0, kRun.find("--parallel.timeout_s")) +
                            "--train.steps=12 --checkpoint.memory_every_steps=3 --checkpoint.every_steps=5 "
                            "--parallel.ranks_per_node=2 --parallel.timeout_s=10";
-  const auto on_nodes = [&](const std::string& first, const std::string& second, const std::string& dir) {
+  const auto on_nodes = [&](const std::string& first, const std::string& second, const std::string& dir,
+                            const std::string& mpirun = kMpirun) {
     const std::string rank_args = " " + trident_bin() + " " + args + " --checkpoint.dir=" + dir + " --log.run_dir=" +
                                   dir + "_run";
-    return kMpirun + "2 env TRIDENT_NODE_NAME=" + first + rank_args + " : -np 2 env TRIDENT_NODE_NAME=" + second +
+    return mpirun + "2 env TRIDENT_NODE_NAME=" + first + rank_args + " : -np 2 env TRIDENT_NODE_NAME=" + second +
            rank_args;
   };
   const std::string whole = testing::TempDir() + "lost_whole", dir = testing::TempDir() + "lost_killed";
@@ -484,7 +485,10 @@ TEST(Faults, ALostNodesPiecesComeFromItsPartner) {
   // finish within the step after the snapshot) and empties node nb's memory.
   const auto kill_node_nb = [&] {
     fs::remove_all(dir);
-    ChildProcess job(on_nodes("na", "nb", dir));
+    // Rank 0 slowed by 200 ms a step: the kill falls between the lines of steps 8 and 10.
+    ChildProcess job("env TRIDENT_TEST_SLOW_RANK=0 TRIDENT_TEST_SLOW_MS=200 " +
+                     on_nodes("na", "nb", dir, "mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 "
+                                               "-x TRIDENT_TEST_SLOW_RANK -x TRIDENT_TEST_SLOW_MS -np "));
     EXPECT_TRUE(job.wait_for_output("step  8/12", 120));
     const std::map<int, int> pids = rank_pids(job.pid());
     EXPECT_TRUE(pids.count(2) > 0 && kill(pids.at(2), SIGKILL) == 0);
@@ -559,7 +563,10 @@ TEST(Faults, AMemoryFolderWithoutRoomIsOneWarning) {
   ASSERT_TRUE(unmount());
 
   ASSERT_TRUE(mount_tmpfs("64m"));
-  ChildProcess job(kMpirun + "2 " + trident_bin() + " " + args + "filled --checkpoint.memory_every_steps=5");
+  // Rank 0 slowed by 100 ms a step: the file is written well before step 10.
+  ChildProcess job("env TRIDENT_TEST_SLOW_RANK=0 TRIDENT_TEST_SLOW_MS=100 " + kMpirun +
+                   "2 -x TRIDENT_TEST_SLOW_RANK -x TRIDENT_TEST_SLOW_MS " + trident_bin() + " " + args +
+                   "filled --checkpoint.memory_every_steps=5");
   EXPECT_TRUE(job.wait_for_output("memory tier: step 5 in node memory", 120));
   {  // all but 256 KiB of what is left
     struct statvfs st {};
