@@ -175,9 +175,15 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
     if (node_of_[r] == node_ || (partner_of(r) >= 0 && node_of_[partner_of(r)] == node_))
       node_bytes_ += 3.0 * static_cast<double>(bytes_of_[r]);
   struct statvfs fs_stat {};
-  const double free_bytes = statvfs(folder_.c_str(), &fs_stat) == 0
-                                ? static_cast<double>(fs_stat.f_bavail) * static_cast<double>(fs_stat.f_frsize)
-                                : 0.0;
+  double free_bytes = statvfs(folder_.c_str(), &fs_stat) == 0
+                          ? static_cast<double>(fs_stat.f_bavail) * static_cast<double>(fs_stat.f_frsize)
+                          : 0.0;
+  // A restart's snapshots already there (its own, a run before's) are room too: written over.
+  std::error_code ec;
+  for (const Held& h : held_here()) {
+    const uintmax_t size = fs::file_size(file(node_, h.rank, h.step), ec);
+    if (!ec) free_bytes += static_cast<double>(size);
+  }
   disabled_ = parallel.world().all_reduce(free_bytes >= node_bytes_ ? 0.0 : 1.0, ReduceOp::max) > 0;
   if (!disabled_) {  // the host buffers, touched once now (a fresh page costs more than the copy into it)
     outgoing_.assign(bytes_of_[rank], std::byte{0});
@@ -201,7 +207,12 @@ MemoryTier::~MemoryTier() {
   // partner may be the rank that failed.
   if (transfers_.empty()) return;
   if (std::uncaught_exceptions() == 0) {
-    finish_partner_copy();
+    try {
+      finish_partner_copy();
+    } catch (const std::exception& e) {  // the run is over: its end stays as it was
+      std::fprintf(stderr, "warning: memory tier: the partner copy of step %d was not finished: %s\n", sending_step_,
+                   e.what());
+    }
     return;
   }
   for (RequestPtr& r : transfers_) static_cast<void>(r.release());
