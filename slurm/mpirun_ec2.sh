@@ -33,6 +33,7 @@ spares_wanted=${TRIDENT_SPARE_NODES:-0}
 [[ $spares_wanted =~ ^[0-9]+$ ]] || { echo "trident: error: TRIDENT_SPARE_NODES=$spares_wanted: expected a count of hosts (0 or more)" >&2; exit 2; }
 [ -r "$hostfile" ] || { echo "trident: error: cannot read the hostfile $hostfile" >&2; exit 2; }
 source "$here/efa_env.sh"
+source "$here/launch_step.sh"
 mapfile -t forward < <(efa_env_mpirun_flags)  # efa_env.sh's variables, to every rank
 bind=none
 [ "${OMP_NUM_THREADS:-}" = 1 ] && bind=core
@@ -58,7 +59,7 @@ failed_host() {  # the verdict's host, else the one mpirun names for a rank that
   local host=
   [ -n "$health_file" ] && [ -s "$health_file" ] &&
     host=$(sed -n 's/^  "host": "\(.*\)",\{0,1\}$/\1/p' "$health_file" | head -1)
-  [ -n "$host" ] || host=$(sed -n 's/.* on node \([^ ]*\) exited on signal .*/\1/p' "$work/mpirun.log" | head -1)
+  [ -n "$host" ] || host=$(dead_rank_node "$work/mpirun.log")
   echo "$host"
 }
 
@@ -66,23 +67,9 @@ restarts=0
 while true; do
   printf '%s\n' "${active[@]}" > "$work/hosts"
   [ -z "$health_file" ] || rm -f "$health_file"
-  : > "$work/mpirun.log"
-  mpirun --hostfile "$work/hosts" -np "$ranks" --map-by slot --bind-to "$bind" "${forward[@]}" \
-    "$here/../build/trident" train --config "$config" "$@" 2>>"$work/mpirun.log" &
-  step_pid=$!
-  tail -s 0.2 -n +1 -f --pid="$step_pid" "$work/mpirun.log" >&2 &
-  tail_pid=$!
-  set +e
-  while true; do  # a trapped USR1 ends `wait` early while the ranks still save
-    wait "$step_pid"; status=$?
-    [ "$status" -gt 128 ] || break
-    kill -0 "$step_pid" 2>/dev/null && continue
-    wait "$step_pid" 2>/dev/null; last=$?  # ended meanwhile: its status (127: it was this one)
-    [ "$last" = 127 ] || status=$last
-    break
-  done
-  wait "$tail_pid" 2>/dev/null
-  set -e
+  start_step "$work/mpirun.log" mpirun --hostfile "$work/hosts" -np "$ranks" --map-by slot --bind-to "$bind" \
+    "${forward[@]}" "$here/../build/trident" train --config "$config" "$@"
+  wait_step
   { [ "$status" = 3 ] || [ "$status" -gt 128 ]; } && [ "$stopping" = 0 ] && [ "$restarts" -lt "$max_restarts" ] ||
     exit "$status"
   host=$(failed_host)

@@ -139,8 +139,7 @@ MemoryTier::MemoryTier(const Config& config, ParallelState& parallel, ShardedSta
 
   // Every rank's node name and snapshot size (one all-reduce).
   const int world = parallel.dims().world(), rank = parallel.rank();
-  const ParameterLayout& l = *state_.parameters.layout;
-  const size_t floats = (1 + state_.optimizer_state.size()) * l.total_floats() + l.buffer_floats();
+  const size_t floats = state_.packed_floats();
   std::vector<double> table(static_cast<size_t>(world) * (kNameChars + 1), 0.0);
   for (size_t i = 0; i < node_.size(); i++) table[rank * kNameChars + i] = static_cast<unsigned char>(node_[i]);
   table[world * kNameChars + rank] = static_cast<double>(sizeof(Header) + floats * sizeof(float));
@@ -247,37 +246,36 @@ std::string MemoryTier::tmp_file(int rank) const {
   return (fs::path(folder_) / ("trident-" + key_ + "-" + node_ + "-r" + std::to_string(rank) + ".tmp")).string();
 }
 
+std::vector<int> MemoryTier::steps_held(int rank) const {
+  std::vector<int> steps;
+  for (const Held& h : held_here())
+    if (h.rank == rank) steps.push_back(h.step);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 std::string MemoryTier::recycled(int rank) {
   // This node's file being written for `rank`: a write cut short before, or the oldest of
   // the two kept, whose pages the new snapshot reuses (one stays complete meanwhile).
   const std::string tmp = tmp_file(rank);
   if (fs::exists(tmp)) return tmp;
-  std::vector<int> steps;
-  for (const Held& h : held_here())
-    if (h.rank == rank) steps.push_back(h.step);
+  const std::vector<int> steps = steps_held(rank);
   if (steps.size() >= 2) {
     std::error_code ec;
-    fs::rename(file(node_, rank, *std::min_element(steps.begin(), steps.end())), tmp, ec);
+    fs::rename(file(node_, rank, steps.front()), tmp, ec);
   }
   return tmp;
 }
 
 void MemoryTier::keep_newest_two(int rank) {
-  std::vector<int> steps;
-  for (const Held& h : held_here())
-    if (h.rank == rank) steps.push_back(h.step);
-  std::sort(steps.begin(), steps.end());
+  const std::vector<int> steps = steps_held(rank);
   std::error_code ec;
   for (size_t i = 0; i + 2 < steps.size(); i++) fs::remove(file(node_, rank, steps[i]), ec);
 }
 
 void MemoryTier::snapshot(int step, std::vector<std::byte>& bytes) {
-  const ParameterLayout& layout = *state_.parameters.layout;
-  const size_t n = layout.total_floats();
   float* body = floats_of(bytes);
-  state_.parameters.to_host(body);
-  for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].to_host(body + (1 + i) * n);
-  if (layout.buffer_floats() > 0) state_.buffers.to_host(body + (1 + state_.optimizer_state.size()) * n);
+  state_.pack(body);
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.step = step;
@@ -408,14 +406,7 @@ MemoryRestore MemoryTier::restore(int newer_than) {
                    error.c_str());
     return result;
   }
-  const ParameterLayout& layout = *state_.parameters.layout;
-  const size_t n = layout.total_floats();
-  const float* body = floats_of(bytes);
-  state_.parameters.from_host(body);
-  if (state_.parameters.changed) state_.parameters.changed();
-  for (size_t i = 0; i < state_.optimizer_state.size(); i++) state_.optimizer_state[i].from_host(body + (1 + i) * n);
-  if (layout.buffer_floats() > 0) state_.buffers.from_host(body + (1 + state_.optimizer_state.size()) * n);
-  state_.set_optimizer_steps(step);
+  state_.unpack(floats_of(bytes), step);
   result.step = step;
 
   // The report: each rank's seconds, grouped by where its piece came from.

@@ -75,6 +75,7 @@ class MemoryTier {
     int step;
   };
   std::vector<Held> held_here() const;       // the copies in this node's memory
+  std::vector<int> steps_held(int rank) const;  // the steps of `rank` among them, ascending
   void snapshot(int step, std::vector<std::byte>& bytes);  // this rank's state as a snapshot file's bytes
   std::string tmp_file(int rank) const;  // this node's file of `rank` being written
   std::string recycled(int rank);        // the same, holding the pages of the oldest snapshot kept

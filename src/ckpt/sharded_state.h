@@ -38,6 +38,28 @@ struct ShardedState {
   // The model's declared buffers (the layout's buffers(), StateKind::buffer): a flat host
   // buffer of buffer_floats(), whole on every rank (kind kBuffers in the node files).
   ShardedBuffer buffers;
+
+  // The rank's whole state as one flat host buffer, as it holds it (nothing gathered): the
+  // parameters, each optimizer state buffer (the layout's total floats each), the buffers.
+  // The memory tier's snapshot (ckpt/memory_tier.h).
+  size_t packed_floats() const {
+    return (1 + optimizer_state.size()) * parameters.layout->total_floats() + parameters.layout->buffer_floats();
+  }
+  void pack(float* flat) const {
+    const size_t n = parameters.layout->total_floats();
+    parameters.to_host(flat);
+    for (size_t i = 0; i < optimizer_state.size(); i++) optimizer_state[i].to_host(flat + (1 + i) * n);
+    if (parameters.layout->buffer_floats() > 0) buffers.to_host(flat + (1 + optimizer_state.size()) * n);
+  }
+  // Out of pack()'s buffer, the state after `step` steps.
+  void unpack(const float* flat, int step) const {
+    const size_t n = parameters.layout->total_floats();
+    parameters.from_host(flat);
+    if (parameters.changed) parameters.changed();
+    for (size_t i = 0; i < optimizer_state.size(); i++) optimizer_state[i].from_host(flat + (1 + i) * n);
+    if (parameters.layout->buffer_floats() > 0) buffers.from_host(flat + (1 + optimizer_state.size()) * n);
+    set_optimizer_steps(step);
+  }
 };
 
 }  // namespace trident
